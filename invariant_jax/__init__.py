@@ -1,0 +1,28 @@
+"""invariant_jax: exact gradient flow on DAG networks, its conservation laws, the
+topology of the invariant sets, and the singularities and channels of training."""
+
+__version__ = "0.1.0"
+
+from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
+from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
+from .network import DAGNetwork, init_edge_weights
+from .losses import bce, check_data, edge_loss_fn, get_loss, mse, network_loss
+from .invariants import (
+    conservation_scale,
+    conserved_quantities,
+    identity_residual,
+    jacobian,
+    jacobian_rank,
+    singular_subnetworks,
+)
+from .regularizers import get_regularizer, l1, l2, nuclear_norm
+from .flow import (
+    ConservationReport,
+    Flow,
+    check_conservation,
+    get_solver,
+    gradient_flow,
+    log_times,
+    status_message,
+)
+from .datasets import teacher_student

@@ -1,0 +1,39 @@
+"""Data sets: teacher-student data (more targets live here as the toolkit grows)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .graph import DAG
+from .network import DAGNetwork
+
+__all__ = ["teacher_student"]
+
+
+def teacher_student(
+    graph: DAG,
+    n_samples: int,
+    *,
+    key: PRNGKeyArray,
+    activation: str = "relu",
+    init: str = "glorot",
+    noise: float = 0.0,
+) -> tuple[Float[Array, "N d_in"], Float[Array, "N d_out"], DAGNetwork]:
+    """Inputs `x ~ N(0, I)` and targets from a random teacher network on `graph`.
+
+    **Returns:** `(X, Y, teacher)`.
+    """
+    if not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}.")
+    if noise < 0:
+        raise ValueError(f"noise must be >= 0; got {noise!r}.")
+    kx, kt, kn = jr.split(key, 3)
+    teacher = DAGNetwork(graph, activation, key=kt, init=init)
+    X = jr.normal(kx, (n_samples, graph.n_in))
+    Y = teacher.forward(X)
+    if noise:
+        Y = Y + noise * jr.normal(kn, Y.shape, Y.dtype)
+    return X, Y, teacher
