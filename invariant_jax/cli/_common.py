@@ -1,0 +1,81 @@
+"""Options shared by subcommands: choosing a graph, an activation and data."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import jax.random as jr
+
+from ..graph import DAG, example_dag, mlp, random_dag
+
+BUILDERS = ("example", "mlp", "random")
+
+
+def add_graph_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("graph")
+    g.add_argument("--graph", default="example",
+                   help="builder name (example, mlp, random) or an edge-list file (default: example)")
+    g.add_argument("--widths", default="5,8,1", help="mlp widths, comma-separated (default: 5,8,1)")
+    g.add_argument("--bias", action="store_true", help="add a bias (constant) node")
+    g.add_argument("--n-inputs", type=int, default=3)
+    g.add_argument("--n-hidden", type=int, default=8)
+    g.add_argument("--n-outputs", type=int, default=1)
+    g.add_argument("--edge-prob", type=float, default=0.4)
+    g.add_argument("--graph-seed", type=int, default=0)
+
+
+def read_edge_list(path: str | Path) -> DAG:
+    """Read an edge-list file: one `u v` pair per line, plus the lines
+    `inputs: ...`, `outputs: ...` and optionally `constants: ...` (space-separated
+    labels). `#` starts a comment."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Edge-list file {str(path)!r} does not exist.")
+    edges, roles = [], {"inputs": [], "outputs": [], "constants": []}
+    for lineno, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        head, sep, rest = line.partition(":")
+        if sep and head.strip() in roles:
+            roles[head.strip()] = rest.split()
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{lineno}: expected 'u v' or 'inputs: ...'; got {raw!r}.")
+        edges.append((parts[0], parts[1]))
+    if not roles["inputs"] or not roles["outputs"]:
+        raise ValueError(f"{path}: add lines 'inputs: ...' and 'outputs: ...' naming the input and output nodes.")
+    return DAG.from_edges(edges, inputs=roles["inputs"], outputs=roles["outputs"], constants=roles["constants"])
+
+
+def graph_from_args(args) -> DAG:
+    name = args.graph
+    if name == "example":
+        return example_dag()
+    if name == "mlp":
+        try:
+            widths = [int(w) for w in str(args.widths).split(",")]
+        except ValueError:
+            raise ValueError(f"--widths must be comma-separated integers; got {args.widths!r}.") from None
+        return mlp(widths, bias=args.bias)
+    if name == "random":
+        return random_dag(args.n_inputs, args.n_hidden, args.n_outputs, args.edge_prob,
+                          args.graph_seed, bias=args.bias)
+    if Path(name).suffix or Path(name).exists():
+        return read_edge_list(name)
+    raise ValueError(f"Unknown graph builder {name!r}; choose one of {list(BUILDERS)} or give an edge-list file.")
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--n-samples", type=int, default=20, help="teacher-student samples (default: 20)")
+    g.add_argument("--data-seed", type=int, default=1)
+
+
+def teacher_data(graph: DAG, args, activation: str):
+    from ..datasets import teacher_student
+
+    X, Y, _ = teacher_student(graph, args.n_samples, key=jr.key(args.data_seed), activation=activation)
+    return X, Y
