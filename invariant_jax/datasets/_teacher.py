@@ -1,4 +1,4 @@
-"""Data sets: teacher-student data (more targets live here as the toolkit grows)."""
+"""Teacher-student data."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .graph import DAG
-from .network import DAGNetwork
+from ..graph import DAG
+from ..network import DAGNetwork
 
 __all__ = ["teacher_student"]
 
