@@ -1,0 +1,138 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import invariant_jax as ij
+
+
+@pytest.fixture(scope="module")
+def relu_setup():
+    g = ij.random_dag(3, 8, 1, 0.45, 7, bias=True)
+    X, Y, _ = ij.teacher_student(g, 16, key=jax.random.key(11))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(5))
+    return g, X, Y, net
+
+
+def test_drift_shrinks_with_tolerance(relu_setup):
+    g, X, Y, net = relu_setup
+    drifts = []
+    for tol in (1e-6, 1e-8, 1e-10):
+        f = ij.gradient_flow(net, X, Y, 2.0, rtol=tol, atol=tol, max_steps=200_000)
+        assert bool(f.success), ij.status_message(f.result)
+        drifts.append(float(f.drift))
+    assert drifts[2] < 1e-7
+    assert drifts[0] > drifts[1] > drifts[2]
+    assert drifts[0] / drifts[2] > 100
+
+
+def test_weight_decay_law(relu_setup):
+    g, X, Y, net = relu_setup
+    lam = 0.3
+    f = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, weight_decay=lam)
+    c0 = ij.conserved_quantities(net)
+    expected = c0[None] * jnp.exp(-2 * lam * f.ts)[:, None]
+    np.testing.assert_allclose(f.conserved, expected, atol=1e-8)
+    assert float(f.drift) < 1e-8
+    # and it is a real decay, not conservation
+    assert float(jnp.max(jnp.abs(f.conserved[-1] - c0))) > 0.1 * float(jnp.max(jnp.abs(c0)))
+
+
+def test_flow_matches_scipy_dop853_for_softplus():
+    g = ij.random_dag(2, 6, 1, 0.5, 4, bias=True)
+    X, Y, _ = ij.teacher_student(g, 12, key=jax.random.key(1), activation="tanh")
+    net = ij.DAGNetwork(g, "softplus", key=jax.random.key(2))
+    ts = np.linspace(0, 3.0, 7)
+    f = ij.gradient_flow(net, X, Y, 3.0, rtol=1e-12, atol=1e-12, saveat=ts, solver="dopri8")
+    grad = jax.jit(jax.grad(ij.edge_loss_fn(net, X, Y)))
+    ref = solve_ivp(lambda t, y: -np.asarray(grad(jnp.asarray(y))), (0, 3.0), np.asarray(net.edge_weights()),
+                    method="DOP853", rtol=1e-12, atol=1e-12, t_eval=ts)
+    np.testing.assert_allclose(np.asarray(f.thetas), ref.y.T, atol=1e-8)
+
+
+def test_loss_decreases_and_final_network(relu_setup):
+    g, X, Y, net = relu_setup
+    f = ij.gradient_flow(net, X, Y, 1.0, rtol=1e-8, atol=1e-8)
+    assert np.all(np.diff(np.asarray(f.losses)) <= 1e-12)  # gradient flow is a descent
+    np.testing.assert_allclose(ij.network_loss(f.final, X, Y), f.losses[-1], rtol=1e-12)
+    assert float(f.t_final) == 1.0
+
+
+def test_vmap_and_jit_over_initial_networks(relu_setup):
+    g, X, Y, _ = relu_setup
+    keys = jax.random.split(jax.random.key(0), 3)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
+    run = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 0.5, rtol=1e-9, atol=1e-9)))
+    flows = run(nets)
+    for i, k in enumerate(keys):
+        single = ij.gradient_flow(ij.DAGNetwork(g, "relu", key=k), X, Y, 0.5, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(flows.theta_final[i], single.theta_final, atol=1e-10)
+
+
+def test_failure_is_recorded_not_raised(relu_setup):
+    g, X, Y, net = relu_setup
+    f = ij.gradient_flow(net, X, Y, 5.0, rtol=1e-10, atol=1e-10, max_steps=5)
+    assert not bool(f.success)
+    assert "max_steps" in ij.status_message(f.result)
+    assert 0 <= float(f.t_final) < 5.0  # last saved state is kept
+    assert bool(jnp.all(jnp.isfinite(f.theta_final)))
+
+
+def test_grad_norm_stopping_rule():
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
+    net = ij.DAGNetwork(g, "tanh", key=jax.random.key(1))
+    f = ij.gradient_flow(net, X, Y, 1e4, rtol=1e-8, atol=1e-8, grad_norm_tol=1e-3, spacing="log")
+    gn = jnp.linalg.norm(jax.grad(ij.edge_loss_fn(net, X, Y))(f.theta_final))
+    assert bool(f.success) and float(f.t_final) < 1e4
+    assert float(gn) < 1e-3
+
+
+def test_check_conservation_report(relu_setup):
+    g, X, Y, _ = relu_setup
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(jax.random.split(jax.random.key(3), 2))
+    rep = ij.check_conservation(nets, X, Y, t1=0.5, rtol=1e-10, atol=1e-10)
+    assert rep.passed and rep.drift.shape == (2,)
+    assert np.all(rep.identity_residual < 1e-12)
+    soft = ij.DAGNetwork(g, "softplus", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="not positively homogeneous"):
+        ij.check_conservation(soft, X, Y)
+    rep = ij.check_conservation(soft, X, Y, t1=0.5, force=True)
+    assert not rep.homogeneous and rep.drift[0] > 1e-6  # the law really fails
+
+
+def test_bad_flow_input(relu_setup):
+    g, X, Y, net = relu_setup
+    with pytest.raises(ValueError, match="t0 < t1"):
+        ij.gradient_flow(net, X, Y, 0.0)
+    with pytest.raises(ValueError, match="rtol must be a positive"):
+        ij.gradient_flow(net, X, Y, 1.0, rtol=0.0)
+    with pytest.raises(ValueError, match="atol must be a positive"):
+        ij.gradient_flow(net, X, Y, 1.0, atol=-1e-8)
+    with pytest.raises(ValueError, match="X has shape"):
+        ij.gradient_flow(net, X[:, :2], Y, 1.0)
+    with pytest.raises(ValueError, match="X has 16 samples but Y has 15"):
+        ij.gradient_flow(net, X, Y[:15], 1.0)
+    with pytest.raises(ValueError, match=r"X\[2, 1\] is not finite"):
+        ij.gradient_flow(net, X.at[2, 1].set(jnp.nan), Y, 1.0)
+    with pytest.raises(ValueError, match="Unknown solver 'rk99'"):
+        ij.gradient_flow(net, X, Y, 1.0, solver="rk99")
+    net32 = ij.DAGNetwork(g, "relu", edge_weights=net.edge_weights().astype(jnp.float32))
+    with pytest.raises(ValueError, match="tighter than float32"):
+        ij.gradient_flow(net32, X.astype(jnp.float32), Y.astype(jnp.float32), 1.0, rtol=1e-10)
+    with pytest.raises(ValueError, match="weight_decay must be"):
+        ij.gradient_flow(net, X, Y, 1.0, weight_decay=-1.0)
+
+
+def test_cli_check(capsys):
+    from invariant_jax.cli import main
+
+    assert main(["check", "--graph", "mlp", "--widths", "3,4,1", "--n-inits", "2", "--t1", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "drift/tol" in out and "conserved to solver tolerance" in out
+    assert main(["check", "--activation", "softplus"]) == 2
+    assert "not positively homogeneous" in capsys.readouterr().err
+    assert main(["check", "--graph", "ring"]) == 2
+    assert "Unknown graph builder 'ring'" in capsys.readouterr().err

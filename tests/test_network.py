@@ -1,0 +1,119 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import erf as np_erf
+
+import invariant_jax as ij
+
+NP_ACT = {
+    "relu": lambda z: np.maximum(z, 0),
+    "leaky_relu": lambda z: np.where(z > 0, z, 0.01 * z),
+    "linear": lambda z: z,
+    "softplus": lambda z: np.logaddexp(0, z),
+    "erf": np_erf,
+    "tanh": np.tanh,
+    "sigmoid": lambda z: 1 / (1 + np.exp(-z)),
+    "gelu": lambda z: 0.5 * z * (1 + np_erf(z / np.sqrt(2))),
+    "g": lambda z: 1 / (1 + np.exp(-4 * z)) + np.logaddexp(0, z),
+}
+
+
+def numpy_forward(g, theta, acts, x):
+    """Independent node-by-node evaluation in topological order."""
+    a = {}
+    xi = iter(x)
+    for v in g.inputs:
+        a[v] = 1.0 if v in g.constants else next(xi)
+    w = {e: t for e, t in zip(g.edges, theta)}
+    for k, v in enumerate(g.hidden):
+        z = sum(w[(u, v)] * a[u] for u in g.predecessors(v))
+        a[v] = NP_ACT[acts[k]](z)
+    return np.array([sum(w[(u, v)] * a[u] for u in g.predecessors(v)) for v in g.outputs])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_forward_matches_numpy_node_by_node(seed):
+    rng = np.random.default_rng(seed)
+    g = ij.random_dag(3, 10, 2, 0.35, seed, bias=seed % 2 == 1)
+    acts = list(rng.choice(sorted(NP_ACT), size=len(g.hidden)))
+    net = ij.DAGNetwork(g, acts, key=jax.random.key(seed))
+    X = rng.normal(size=(7, 3))
+    out = np.asarray(net.forward(jnp.asarray(X)))
+    theta = np.asarray(net.edge_weights())
+    ref = np.stack([numpy_forward(g, theta, acts, x) for x in X])
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(net(jnp.asarray(X[0]))), ref[0], atol=1e-12)
+
+
+def test_edge_weights_round_trip_and_mask():
+    g = ij.random_dag(2, 6, 1, 0.5, 1, bias=True)
+    theta = jax.random.normal(jax.random.key(0), (len(g.edges),))
+    net = ij.DAGNetwork(g, "relu", edge_weights=theta)
+    assert jnp.array_equal(net.edge_weights(), theta)
+    assert jnp.array_equal(net.with_edge_weights(2 * theta).edge_weights(), 2 * theta)
+    assert jnp.all(jnp.where(jnp.asarray(g.mask), True, net.weights == 0))
+
+
+def test_gradients_never_leak_off_mask():
+    g = ij.random_dag(3, 8, 2, 0.3, 2, bias=True)
+    net = ij.DAGNetwork(g, "softplus", key=jax.random.key(1))
+    # put garbage off the mask: it must not change the output nor receive gradient
+    net = eqx.tree_at(lambda n: n.weights, net, net.weights + jnp.where(jnp.asarray(g.mask), 0.0, 5.0))
+    X = jax.random.normal(jax.random.key(2), (5, 3))
+    grads = eqx.filter_grad(lambda n: jnp.sum(n.forward(X) ** 2))(net)
+    assert jnp.all(jnp.where(jnp.asarray(g.mask), True, grads.weights == 0))
+    assert jnp.any(grads.weights != 0)
+
+
+def test_filter_vmap_over_networks():
+    g = ij.example_dag()
+    keys = jax.random.split(jax.random.key(0), 5)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
+    X = jax.random.normal(jax.random.key(1), (4, 3))
+    out = eqx.filter_vmap(lambda n: n.forward(X))(nets)
+    for i, k in enumerate(keys):
+        np.testing.assert_allclose(out[i], ij.DAGNetwork(g, "relu", key=k).forward(X), atol=1e-14)
+    c = ij.conserved_quantities(nets)
+    assert c.shape == (5, len(g.hidden))
+
+
+@pytest.mark.parametrize("init", ["glorot", "kaiming", "normal"])
+def test_initializer_standard_deviations(init):
+    g = ij.mlp([30, 20, 10])
+    thetas = jax.vmap(lambda k: ij.init_edge_weights(g, k, init, scale=0.5))(jax.random.split(jax.random.key(0), 200))
+    first = np.asarray(thetas[:, :600]).ravel()  # 30x20 layer
+    second = np.asarray(thetas[:, 600:]).ravel()  # 20x10 layer
+    expect = {"glorot": (np.sqrt(2 / 50), np.sqrt(2 / 30)), "kaiming": (np.sqrt(2 / 30), np.sqrt(2 / 20)),
+              "normal": (1.0, 1.0)}[init]
+    np.testing.assert_allclose(first.std(), 0.5 * expect[0], rtol=0.02)
+    np.testing.assert_allclose(second.std(), 0.5 * expect[1], rtol=0.02)
+
+
+def test_homogeneity_flags_are_true():
+    x = jnp.linspace(-3, 3, 61)
+    for name, act in ij.ACTIVATIONS.items():
+        homog = bool(jnp.allclose(act(2.5 * x), 2.5 * act(x), atol=1e-12))
+        assert homog == act.positively_homogeneous, name
+        d = jax.vmap(jax.grad(act.fn))(x + 1e-3)  # avoid the kink at 0
+        np.testing.assert_allclose(act.derivative(x + 1e-3), d, atol=1e-10, err_msg=name)
+
+
+def test_bad_network_input():
+    g = ij.mlp([2, 3, 1])
+    with pytest.raises(ValueError, match="Unknown activation 'rleu'"):
+        ij.DAGNetwork(g, "rleu", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="Unknown init 'lecun'"):
+        ij.DAGNetwork(g, "relu", key=jax.random.key(0), init="lecun")
+    with pytest.raises(ValueError, match="expected \\(9,\\)"):
+        ij.DAGNetwork(g, "relu", edge_weights=jnp.zeros(8))
+    with pytest.raises(ValueError, match="not finite"):
+        ij.DAGNetwork(g, "relu", edge_weights=jnp.full(9, jnp.nan))
+    with pytest.raises(ValueError, match="2 activations for 3 hidden nodes"):
+        ij.DAGNetwork(g, ["relu", "tanh"], key=jax.random.key(0))
+    with pytest.raises(ValueError, match="needs `key=`"):
+        ij.DAGNetwork(g, "relu")
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="expected \\(N, 2\\)"):
+        net.forward(jnp.zeros((4, 3)))
