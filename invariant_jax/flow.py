@@ -129,6 +129,7 @@ class Flow(eqx.Module):
         return self.network.with_edge_weights(self.thetas[..., i, :])
 
 
+_CLOCK0 = __import__("time").monotonic()
 _OK_CODES = (diffrax.RESULTS.successful._value, diffrax.RESULTS.event_occurred._value)
 
 
@@ -189,6 +190,9 @@ def gradient_flow(
     regularizer: str | Callable | None = None,
     strength: float = 0.0,
     grad_norm_tol: float | None = None,
+    loss_floor: float | None = None,
+    max_param_norm: float | None = None,
+    max_wall_time: float | None = None,
     throw: bool = False,
     stepsize_controller: diffrax.AbstractStepSizeController | None = None,
 ) -> Flow:
@@ -212,6 +216,15 @@ def gradient_flow(
     - `regularizer`, `strength`: an extra penalty `strength * R(net)` (a name in
         `regularizers` or a callable). Conservation does not hold; `drift` reports it.
     - `grad_norm_tol`: stop early once `|grad| < grad_norm_tol` (a diffrax `Event`).
+    - `loss_floor`: stop early once the data loss falls below `loss_floor`.
+    - `max_param_norm`: stop early once `||theta|| > max_param_norm` (e.g. a flow
+        running off into a flat channel).
+    - `max_wall_time`: stop early after this many seconds of wall-clock time. Checked
+        at every step by a host callback (`jax.pure_callback` reading
+        `time.monotonic()`; the start time is read by a callback when the solve
+        starts, so it also works under `jit`/`vmap`). All stopping rules are boolean
+        diffrax `Event` conditions combined with "any"; a stop reports
+        `RESULTS.event_occurred` and `t_final` is the end of the step that triggered it.
     - `throw`: raise on solver failure. Default `False`: a failure is recorded in
         `result`, so `vmap` over many initializations never aborts.
     - `stepsize_controller`: override the default `PIDController(rtol, atol)`.
@@ -235,6 +248,10 @@ def gradient_flow(
             raise ValueError(f"{name} must be a finite number >= 0; got {v!r}.")
     if grad_norm_tol is not None and not (np.isfinite(grad_norm_tol) and grad_norm_tol > 0):
         raise ValueError(f"grad_norm_tol must be positive; got {grad_norm_tol!r}.")
+    for name, v in (("loss_floor", loss_floor), ("max_param_norm", max_param_norm),
+                    ("max_wall_time", max_wall_time)):
+        if v is not None and not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number (or None); got {v!r}.")
     if max_steps is None or max_steps < 1:
         raise ValueError(f"max_steps must be a positive integer; got {max_steps!r}.")
     get_loss(loss)
@@ -264,21 +281,59 @@ def gradient_flow(
 
         event = diffrax.Event(cond_fn)
     controller = stepsize_controller or diffrax.PIDController(rtol=rtol, atol=atol)
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field),
-        get_solver(solver),
-        t0,
-        t1,
-        dt0,
-        theta0,
-        args=(X, Y),
-        saveat=diffrax.SaveAt(ts=ts, t1=True),
-        stepsize_controller=controller,
-        max_steps=max_steps,
-        event=event,
-        throw=throw,
-    )
+
+    def _solve(theta0, X, Y, ts):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            get_solver(solver),
+            t0,
+            t1,
+            dt0,
+            theta0,
+            args=(X, Y),
+            saveat=diffrax.SaveAt(ts=ts, t1=True),
+            stepsize_controller=controller,
+            max_steps=max_steps,
+            event=_stopping_rules(event, net, loss, loss_floor, max_param_norm, max_wall_time),
+            throw=throw,
+        )
+
+    # with a wall-time limit, compile the solve with its clock start so compilation is not timed
+    sol = (eqx.filter_jit(_solve) if max_wall_time is not None else _solve)(theta0, X, Y, ts)
     return _make_flow(net, X, Y, loss, weight_decay, sol, rtol, atol, theta0, t0)
+
+
+def _stopping_rules(event, net, loss, loss_floor, max_param_norm, max_wall_time):
+    """Add the loss-floor, parameter-norm and wall-time rules to `event` (any triggers)."""
+    conds = [] if event is None else [event.cond_fn]
+    if loss_floor is not None:
+
+        def below_floor(t, y, args, **kwargs):
+            X, Y = args
+            return edge_loss_fn(net, X, Y, loss)(y) < loss_floor
+
+        conds.append(below_floor)
+    if max_param_norm is not None:
+        conds.append(lambda t, y, args, **kwargs: jnp.linalg.norm(y) > max_param_norm)
+    if max_wall_time is not None:
+        import time
+
+        fdt = jnp.zeros(()).dtype  # float64 when x64 is on; clock read relative to import
+        clock = lambda: np.asarray(time.monotonic() - _CLOCK0, fdt)  # noqa: E731
+        start = jax.pure_callback(clock, jax.ShapeDtypeStruct((), fdt), vmap_method="broadcast_all")
+
+        def too_long(t, y, args, **kwargs):
+            # `t` is an operand so the callback is not hoisted out of the step loop
+            def over(t_, s):
+                return np.asarray(clock() - np.asarray(s) > max_wall_time)
+
+            return jax.pure_callback(over, jax.ShapeDtypeStruct(jnp.shape(t), jnp.bool_), t, start,
+                                     vmap_method="broadcast_all")
+
+        conds.append(too_long)
+    if not conds:
+        return None
+    return diffrax.Event(conds[0] if len(conds) == 1 else conds)
 
 
 def _make_flow(net, X, Y, loss, weight_decay, sol, rtol, atol, theta0, t0) -> Flow:
