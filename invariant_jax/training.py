@@ -1,0 +1,470 @@
+"""Discrete training with optax (SGD, Adam) and an optional regularizer: what gradient
+flow is not.
+
+`fit` runs a jitted loop: `lax.scan` over epochs, and within an epoch over minibatches
+(or one full batch). Every `log_every` epochs it logs the data loss, the objective
+(loss + strength * R), train/test accuracy, the rank of `J_G`, its nuclear norm, the
+number of hidden neurons cut off by (near-)zero weights, and the conserved quantities
+`c = B~ theta^2` with their drift from `c(0)`. Under SGD with a small step `c` drifts by
+O(lr^2) per step; under Adam, momentum or a regularizer it drifts at first order, and the
+log shows it.
+
+*Cut off.* A hidden neuron is cut off when the edges with `|theta_e| > cut_tol` do not
+connect it (ignoring direction) to any input or output node; `rank J_G = H - (number of
+cut-off groups)` at that threshold (`invariants.singular_subnetworks` is the
+non-jittable reference). Plain (sub)gradient steps make weights hover around zero rather
+than reach it, so either use `proximal=True` (exact zeros) or a `cut_tol` that matches the
+scale the weights hover at.
+
+*Proximal steps* (`proximal=True`) replace the regularizer's gradient by its proximal map
+with step `learning_rate * strength`, applied after each optimizer update:
+soft-thresholding for `"l1"`, shrinking by `1 / (1 + step)` for `"l2"`, and for
+`"nuclear"` group soft-thresholding of the edges of each hidden node, which is exact when
+no edge joins two hidden nodes (then `||J_G||_* = 2 sum_v ||theta_{edges(v)}||`). With
+SGD this is proximal gradient descent; with Adam it is the usual heuristic (the step is
+not Adam's per-coordinate one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import optax
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+
+from .graph import DAG
+from .invariants import conserved_quantities
+from .losses import check_data, get_loss
+from .network import DAGNetwork
+from .regularizers import get_regularizer, has_hidden_to_hidden_edges, nuclear_norm
+
+__all__ = ["OPTIMIZERS", "TrainLog", "TrainResult", "fit", "cut_off_mask", "n_cut_off_groups", "get_optimizer"]
+
+OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
+    "sgd": optax.sgd,
+    "gd": optax.sgd,
+    "momentum": lambda lr: optax.sgd(lr, momentum=0.9),
+    "adam": optax.adam,
+    "adamw0": lambda lr: optax.adamw(lr, weight_decay=0.0),
+}
+
+
+def get_optimizer(optimizer: str | optax.GradientTransformation, learning_rate: float) -> optax.GradientTransformation:
+    """An optax transformation by name (`"sgd"`/`"gd"`, `"momentum"`, `"adam"`) with the
+    given learning rate, or an optax `GradientTransformation` passed through."""
+    if isinstance(optimizer, optax.GradientTransformation):
+        return optimizer
+    if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
+        raise ValueError(
+            f"Unknown optimizer {optimizer!r}; choose one of {sorted(OPTIMIZERS)} or pass an "
+            "optax.GradientTransformation."
+        )
+    return OPTIMIZERS[optimizer.lower()](learning_rate)
+
+
+# ---------------------------------------------------------------- cut-off neurons (jittable)
+
+
+def _active_adjacency(graph: DAG, theta, tol):
+    rows, cols = graph.edge_index
+    n = graph.n_nodes
+    on = (jnp.abs(theta) > tol).astype(theta.dtype)
+    A = jnp.zeros(theta.shape[:-1] + (n, n), theta.dtype).at[..., rows, cols].add(on)
+    return A + jnp.swapaxes(A, -1, -2)
+
+
+def _cut_off_and_groups(graph: DAG, theta, tol):
+    n = graph.n_nodes
+    H = len(graph.hidden)
+    A = _active_adjacency(graph, theta, tol) > 0
+    grounded = np.zeros(n, bool)
+    grounded[[graph.index[v] for v in graph.inputs + graph.outputs]] = True
+    r0 = jnp.broadcast_to(jnp.asarray(grounded), theta.shape[:-1] + (n,))
+
+    def spread(_, r):
+        return r | jnp.any(A & r[..., None, :], axis=-1)
+
+    reach = jax.lax.fori_loop(0, max(H, 1), spread, r0)
+    cut = ~reach
+    big = n
+    lab0 = jnp.where(cut, jnp.arange(n), big)
+
+    def relabel(_, lab):
+        nb = jnp.min(jnp.where(A, lab[..., None, :], big), axis=-1)
+        return jnp.where(cut, jnp.minimum(lab, nb), big)
+
+    lab = jax.lax.fori_loop(0, max(H, 1), relabel, lab0)
+    n_groups = jnp.sum(cut & (lab == jnp.arange(n)), axis=-1)
+    hid = slice(len(graph.inputs), len(graph.inputs) + H)
+    return cut[..., hid], n_groups
+
+
+def cut_off_mask(net: DAGNetwork, tol: float = 0.0) -> Bool[Array, "... H"]:
+    """Which hidden neurons (in `graph.hidden` order) the edges with `|theta_e| <= tol`
+    cut off from every input and output. Jittable; agrees with
+    `ij.singular_subnetworks(net, tol)` (the union of its groups)."""
+    _check_cut_tol(tol)
+    return _cut_off_and_groups(net.graph, net.edge_weights(), tol)[0]
+
+
+def n_cut_off_groups(net: DAGNetwork, tol: float = 0.0) -> Int[Array, "..."]:
+    """The number of groups in `ij.singular_subnetworks(net, tol)`, jittable, so that
+    `rank J_G = len(graph.hidden) - n_cut_off_groups(net, tol)` at threshold `tol`."""
+    _check_cut_tol(tol)
+    return _cut_off_and_groups(net.graph, net.edge_weights(), tol)[1]
+
+
+def _check_cut_tol(tol):
+    if not (np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"cut-off tolerance must be a finite number >= 0; got {tol!r}.")
+
+
+# ---------------------------------------------------------------- results
+
+
+class TrainLog(eqx.Module):
+    """What `fit` logs every `log_every` epochs (and at epoch 0). Each field has a leading
+    axis `T` (number of logs); after a batch of networks, a leading batch axis first.
+
+    **Fields:** `epochs` `(T,)`, `loss` (data loss on the whole training set), `objective`
+    (loss + strength * R), `train_accuracy`, `test_accuracy` (`nan` when not computed),
+    `rank` (`H - n_cut_off_groups` at `cut_tol`), `nuclear_norm` (`||J_G||_*`),
+    `n_cut_off` (cut-off hidden neurons at `cut_tol`), `conserved` `(T, H)`
+    (`c = B~ theta^2`), `drift` (`max_v |c(t) - c(0)|`), `thetas` `(T, E)`.
+    """
+
+    epochs: Int[Array, " T"]
+    loss: Float[Array, " T"]
+    objective: Float[Array, " T"]
+    train_accuracy: Float[Array, " T"]
+    test_accuracy: Float[Array, " T"]
+    rank: Int[Array, " T"]
+    nuclear_norm: Float[Array, " T"]
+    n_cut_off: Int[Array, " T"]
+    conserved: Float[Array, "T H"]
+    drift: Float[Array, " T"]
+    thetas: Float[Array, "T E"]
+
+
+class TrainResult(eqx.Module):
+    """The result of `fit`.
+
+    **Fields:** `network` (the trained `DAGNetwork`), `initial` (the starting one), `log`
+    (a `TrainLog`), `finite` (whether the weights stayed finite: `False` means the step
+    diverged; lower the learning rate), and the settings `optimizer`, `learning_rate`,
+    `regularizer`, `strength`, `proximal`, `cut_tol`, `batch_size`, `epochs`.
+    """
+
+    network: DAGNetwork
+    initial: DAGNetwork
+    log: TrainLog
+    finite: Bool[Array, "..."]
+    strength: Float[Array, ""]
+    optimizer: str = eqx.field(static=True)
+    learning_rate: float = eqx.field(static=True)
+    regularizer: str = eqx.field(static=True)
+    proximal: bool = eqx.field(static=True)
+    cut_tol: float = eqx.field(static=True)
+    batch_size: int = eqx.field(static=True)
+    epochs: int = eqx.field(static=True)
+
+    @property
+    def success(self) -> Bool[Array, "..."]:
+        return self.finite
+
+    @property
+    def status(self) -> str:
+        """`""` when every network stayed finite, else a message with the fix."""
+        if bool(np.all(np.asarray(self.finite))):
+            return ""
+        return "weights became non-finite (the step diverged); lower learning_rate or strength."
+
+
+# ---------------------------------------------------------------- the loop
+
+
+class _Config(NamedTuple):
+    graph: DAG
+    loss: object
+    optimizer_spec: object
+    learning_rate: float
+    regularizer: object
+    regularizer_name: str
+    proximal: bool
+    batch_size: int
+    n_batches: int
+    log_every: int
+    cut_tol: float
+    accuracy: bool
+
+
+def _prox(name, graph: DAG, theta, step):
+    if name == "l1":
+        return jnp.sign(theta) * jnp.maximum(jnp.abs(theta) - step, 0.0)
+    if name == "l2":
+        return theta / (1.0 + step)
+    # nuclear, no hidden-hidden edges: group soft-threshold with factor 2
+    Babs = jnp.asarray(np.abs(graph._incidence), theta.dtype)  # (H, E), one nonzero per column at most
+    norms = jnp.sqrt(Babs @ theta**2)
+    factor = jnp.maximum(0.0, 1.0 - 2.0 * step / jnp.where(norms > 0, norms, 1.0))
+    factor = jnp.where(norms > 0, factor, 0.0)
+    owned = Babs.sum(axis=0) > 0
+    f_e = jnp.where(owned, factor @ Babs, 1.0)
+    return theta * f_e
+
+
+def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
+    X, Y, Xt, Yt = data
+    n = net.with_edge_weights(theta)
+    lossfn = get_loss(cfg.loss)
+    pred = n.forward(X)
+    L = lossfn(pred, Y)
+    R = cfg.regularizer(n) if cfg.regularizer is not None else jnp.zeros((), theta.dtype)
+    nan = jnp.asarray(jnp.nan, theta.dtype)
+    if cfg.accuracy:
+        tr = jnp.mean((pred > 0) == (Y > 0.5))
+        te = jnp.mean((n.forward(Xt) > 0) == (Yt > 0.5)) if Xt is not None else nan
+    else:
+        tr = te = nan
+    cut, groups = _cut_off_and_groups(cfg.graph, theta, cfg.cut_tol)
+    c = conserved_quantities(n)
+    return dict(
+        loss=L, objective=L + strength * R, train_accuracy=tr.astype(theta.dtype),
+        test_accuracy=jnp.asarray(te, theta.dtype), rank=len(cfg.graph.hidden) - groups,
+        nuclear_norm=nuclear_norm(n), n_cut_off=jnp.sum(cut), conserved=c,
+        drift=jnp.max(jnp.abs(c - c0), initial=0.0), thetas=theta,
+    )
+
+
+@lru_cache(maxsize=64)
+def _compiled(cfg: _Config, n_logs: int, batched: bool):
+    seg = _make_segment(cfg, n_logs)
+    if batched:
+        seg = jax.vmap(seg, in_axes=(None, 0, 0, 0, None, None, 0))
+    return eqx.filter_jit(seg)
+
+
+@lru_cache(maxsize=64)
+def _compiled_first(cfg: _Config, batched: bool):
+    def first(base, th, strength, data):
+        c0 = conserved_quantities(base.with_edge_weights(th))
+        return _metrics(cfg, base, th, strength, data, c0), c0, _optimizer(cfg).init(th)
+
+    if batched:
+        first = jax.vmap(first, in_axes=(None, 0, None, None))
+    return eqx.filter_jit(first)
+
+
+def _optimizer(cfg: _Config) -> optax.GradientTransformation:
+    return get_optimizer(cfg.optimizer_spec, cfg.learning_rate)
+
+
+def _chunk(n_logs: int) -> int:
+    """Logs per jitted segment when a progress bar is shown: a divisor of `n_logs`
+    giving about 20 segments."""
+    target = max(1, -(-n_logs // 20))
+    return max(d for d in range(1, target + 1) if n_logs % d == 0)
+
+
+def _make_segment(cfg: _Config, n_logs: int):
+    lossfn = get_loss(cfg.loss)
+    opt = _optimizer(cfg)
+
+    def segment(net, theta, opt_state, key, strength, data, c0):
+        X, Y = data[0], data[1]
+        N = X.shape[0]
+
+        def objective(th, Xb, Yb):
+            n = net.with_edge_weights(th)
+            L = lossfn(n.forward(Xb), Yb)
+            if cfg.regularizer is not None and not cfg.proximal:
+                L = L + strength * cfg.regularizer(n)
+            return L
+
+        grad = jax.grad(objective)
+
+        def step(carry, batch):
+            th, st = carry
+            g = grad(th, *batch)
+            upd, st = opt.update(g, st, th)
+            th = optax.apply_updates(th, upd)
+            if cfg.proximal:
+                th = _prox(cfg.regularizer_name, cfg.graph, th, cfg.learning_rate * strength)
+            return (th, st), None
+
+        def epoch(carry, _):
+            th, st, k = carry
+            if cfg.n_batches == 1 and cfg.batch_size == N:
+                (th, st), _ = step((th, st), (X, Y))
+            else:
+                k, sub = jr.split(k)
+                perm = jr.permutation(sub, N)[: cfg.n_batches * cfg.batch_size]
+                perm = perm.reshape(cfg.n_batches, cfg.batch_size)
+                (th, st), _ = jax.lax.scan(step, (th, st), (X[perm], Y[perm]))
+            return (th, st, k), None
+
+        def log_block(carry, _):
+            carry, _ = jax.lax.scan(epoch, carry, None, length=cfg.log_every)
+            return carry, _metrics(cfg, net, carry[0], strength, data, c0)
+
+        (theta, opt_state, key), logs = jax.lax.scan(log_block, (theta, opt_state, key), None, length=n_logs)
+        return theta, opt_state, key, logs
+
+    return segment
+
+
+def fit(
+    net: DAGNetwork,
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    X_test: ArrayLike | None = None,
+    Y_test: ArrayLike | None = None,
+    loss: str | Callable = "bce",
+    optimizer: str | optax.GradientTransformation = "adam",
+    learning_rate: float = 1e-2,
+    epochs: int = 1000,
+    batch_size: int | None = None,
+    regularizer: str | Callable | None = None,
+    strength: float = 0.0,
+    proximal: bool = False,
+    log_every: int = 10,
+    cut_tol: float = 1e-6,
+    accuracy: bool | None = None,
+    key: PRNGKeyArray | None = None,
+    progress: bool = False,
+) -> TrainResult:
+    """Train `net` with an optax optimizer and an optional regularizer.
+
+    **Arguments:**
+
+    - `net`: the initial `DAGNetwork`, or a batch of them of one graph (leading axis on
+        `weights`, as made by `eqx.filter_vmap`); a batch trains in one vmapped loop.
+    - `X`, `Y`: training data, `(N, d_in)` and `(N, d_out)` (1-D `Y` for one output).
+    - `X_test`, `Y_test`: optional test data for `test_accuracy`.
+    - `loss`: `"bce"` (default, logits), `"mse"`, or a callable `(pred, Y) -> scalar`.
+    - `optimizer`: `"sgd"` (= `"gd"`), `"momentum"`, `"adam"`, or an optax transformation.
+    - `learning_rate`: step size (positive).
+    - `epochs`: number of passes over the data; a multiple of `log_every`.
+    - `batch_size`: minibatch size; `None` = full batch. Each epoch draws a fresh
+        permutation (from `key`) and drops the last `N mod batch_size` samples.
+    - `regularizer`, `strength`: adds `strength * R(net)`; `R` is `"nuclear"`, `"l1"`,
+        `"l2"`, a callable, or `None`/`"none"`. `strength >= 0`.
+    - `proximal`: use the regularizer's proximal map instead of its gradient (module
+        docstring); gives exact zeros for `"l1"` and `"nuclear"`.
+    - `log_every`: log every this many epochs (epoch 0 is always logged).
+    - `cut_tol`: a neuron counts as cut off when every edge joining it to the rest has
+        `|theta| <= cut_tol` (module docstring).
+    - `accuracy`: log accuracy (outputs > 0 vs labels > 0.5); default: when `loss="bce"`.
+    - `key`: PRNG key for minibatch order (default `jr.key(0)`); one per network for a
+        batch is derived from it.
+    - `progress`: show a tqdm progress bar.
+
+    **Returns:** a `TrainResult`.
+    """
+    if not isinstance(net, DAGNetwork):
+        raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
+    g = net.graph
+    X, Y = check_data(g, X, Y)
+    has_test = X_test is not None or Y_test is not None
+    if has_test:
+        if X_test is None or Y_test is None:
+            raise ValueError("Pass both X_test and Y_test, or neither.")
+        X_test, Y_test = check_data(g, X_test, Y_test)
+    if not (np.isfinite(strength) and strength >= 0):
+        raise ValueError(f"strength must be a finite number >= 0; got {strength!r}.")
+    if not (np.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be a positive finite number; got {learning_rate!r}.")
+    for name, v in (("epochs", epochs), ("log_every", log_every)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive integer; got {v!r}.")
+    if epochs % log_every:
+        raise ValueError(f"epochs ({epochs}) must be a multiple of log_every ({log_every}).")
+    _check_cut_tol(cut_tol)
+    N = X.shape[0]
+    if batch_size is None:
+        batch_size = N
+    if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= N:
+        raise ValueError(f"batch_size must be an integer in [1, N={N}] or None (full batch); got {batch_size!r}.")
+    opt = get_optimizer(optimizer, learning_rate)
+    reg_name = "none"
+    reg = None
+    if regularizer is not None and not (isinstance(regularizer, str) and regularizer == "none"):
+        reg = get_regularizer(regularizer)
+        reg_name = regularizer if isinstance(regularizer, str) else getattr(regularizer, "__name__", "custom")
+    get_loss(loss)
+    if proximal:
+        if reg_name not in ("l1", "l2", "nuclear"):
+            raise ValueError(
+                f"proximal=True needs regularizer 'l1', 'l2' or 'nuclear'; got {regularizer!r}. "
+                "Use proximal=False for other regularizers."
+            )
+        if reg_name == "nuclear" and has_hidden_to_hidden_edges(g):
+            raise ValueError(
+                "The proximal map of the nuclear norm is exact only when no edge joins two hidden "
+                "nodes (one hidden layer). Use proximal=False (subgradient) with a cut_tol, or "
+                "regularizer='l1' with proximal=True."
+            )
+    if accuracy is None:
+        accuracy = loss == "bce"
+    key = jr.key(0) if key is None else key
+
+    cfg = _Config(g, loss, optimizer if isinstance(optimizer, optax.GradientTransformation) else optimizer.lower(),
+                  float(learning_rate), reg, reg_name, bool(proximal), int(batch_size), N // int(batch_size),
+                  int(log_every), float(cut_tol), bool(accuracy))
+    batched = net.weights.ndim == 3
+    theta0 = net.edge_weights()
+    dtype = jnp.result_type(theta0.dtype, X.dtype)
+    theta0 = theta0.astype(dtype)
+    base = net.with_edge_weights(theta0[0] if batched else theta0)
+    data = (X.astype(dtype), Y.astype(dtype),
+            X_test.astype(dtype) if has_test else None, Y_test.astype(dtype) if has_test else None)
+    strength_a = jnp.asarray(strength, dtype)
+    n_logs = epochs // log_every
+    chunk = _chunk(n_logs) if progress else n_logs
+    keys = jr.split(key, theta0.shape[0]) if batched else key
+    log0, c0, opt_state = _compiled_first(cfg, batched)(base, theta0, strength_a, data)
+    run_seg = _compiled(cfg, chunk, batched)
+
+    theta, k = theta0, keys
+    pieces = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=epochs, desc=f"fit ({reg_name})", unit="epoch")
+    for _ in range(n_logs // chunk):
+        theta, opt_state, k, logs = run_seg(base, theta, opt_state, k, strength_a, data, c0)
+        pieces.append(logs)
+        if bar is not None:
+            bar.update(chunk * log_every)
+    if bar is not None:
+        bar.close()
+    ax = 1 if batched else 0
+    cat = {f: jnp.concatenate([jnp.expand_dims(log0[f], ax)] + [p[f] for p in pieces], axis=ax) for f in log0}
+    epochs_arr = jnp.arange(n_logs + 1) * log_every
+    if batched:
+        epochs_arr = jnp.broadcast_to(epochs_arr, (theta0.shape[0], n_logs + 1))
+    log = TrainLog(epochs=epochs_arr, **cat)
+    finite = jnp.all(jnp.isfinite(theta), axis=-1)
+    return TrainResult(
+        network=net.with_edge_weights(theta),
+        initial=net.with_edge_weights(theta0),
+        log=log,
+        finite=finite,
+        strength=strength_a,
+        optimizer=optimizer if isinstance(optimizer, str) else type(optimizer).__name__,
+        learning_rate=float(learning_rate),
+        regularizer=reg_name,
+        proximal=bool(proximal),
+        cut_tol=float(cut_tol),
+        batch_size=int(batch_size),
+        epochs=int(epochs),
+    )
