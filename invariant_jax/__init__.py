@@ -26,3 +26,5 @@ from .flow import (
     status_message,
 )
 from .datasets import teacher_student
+from .invariants import SingularPoint, is_singular_value, singular_point
+from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q

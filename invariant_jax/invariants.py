@@ -157,7 +157,7 @@ def _as_conserved(g, c) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         k = int(bad[0])
-        raise ValueError(f"c[{k}] (hidden node {g.hidden[k]!r}) is {arr[k]!r}; every c_v must be finite.")
+        raise ValueError(f"c[{k}] (hidden node {g.hidden[k]!r}) is {float(arr[k])!r}; every c_v must be finite.")
     return arr
 
 
