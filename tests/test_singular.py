@@ -1,0 +1,195 @@
+"""Singular points: rank of J_G vs numpy.linalg.matrix_rank, cut-off groups and their
+zero sums, is_singular_value vs brute force, and rank invariance along gradient flow."""
+
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+
+import invariant_jax as ij
+
+
+def _cut_off(g, theta, W):
+    """Zero every edge with exactly one endpoint in W."""
+    theta = np.array(theta, dtype=np.float64)
+    for k, (u, v) in enumerate(g.edges):
+        if (u in W) != (v in W):
+            theta[k] = 0.0
+    return theta
+
+
+def _graphs():
+    return [ij.mlp([2, 4, 3, 1]), ij.mlp([3, 3, 3, 2], bias=True), ij.example_dag(),
+            ij.random_dag(2, 7, 2, 0.4, 5), ij.random_dag(3, 6, 1, 0.5, 9, bias=True)]
+
+
+@pytest.mark.parametrize("gi", range(5))
+def test_rank_equals_hidden_minus_groups(gi):
+    g = _graphs()[gi]
+    rng = np.random.default_rng(gi)
+    H = len(g.hidden)
+    for trial in range(12):
+        theta = rng.normal(size=len(g.edges))
+        if trial:  # cut off 1-3 random groups (possibly adjacent, possibly all edges)
+            for _ in range(int(rng.integers(1, 4))):
+                W = set(rng.choice(g.hidden, size=int(rng.integers(1, min(3, H) + 1)), replace=False))
+                theta = _cut_off(g, theta, W)
+            theta[rng.random(len(theta)) < 0.1] = 0.0  # extra zeros
+        net = ij.DAGNetwork(g, edge_weights=theta)
+        groups = ij.singular_subnetworks(net)
+        J = np.asarray(ij.jacobian(net))
+        np.testing.assert_array_equal(J, 2 * g.incidence() * theta[None, :])
+        ref = np.linalg.matrix_rank(J)
+        assert int(ij.jacobian_rank(net)) == ref == H - len(groups)
+        c = np.asarray(ij.conserved_quantities(net))
+        for W in groups:  # each cut-off group balances exactly
+            idx = [g.hidden.index(v) for v in W]
+            assert abs(c[idx].sum()) <= 1e-12 * (1 + np.sum(theta**2))
+            assert ij.is_singular_value(g, c)
+
+
+def _brute_singular(g, c, tol=1e-9):
+    """Reference: try every nonempty group W with an equality-constrained feasibility LP."""
+    B = g.incidence()
+    for r in range(1, len(g.hidden) + 1):
+        for W in itertools.combinations(g.hidden, r):
+            W = set(W)
+            bounds = [(0, 0) if (u in W) != (v in W) else (0, None) for u, v in g.edges]
+            res = linprog(np.zeros(len(g.edges)), A_eq=B, b_eq=c, bounds=bounds, method="highs")
+            if res.status == 0:
+                return True
+    return False
+
+
+def test_is_singular_value_brute_force():
+    rng = np.random.default_rng(0)
+    n_true = n_false = 0
+    for i in range(40):
+        g = ij.random_dag(int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 3)),
+                          0.45, 300 + i)
+        kind = i % 3
+        if kind == 0:  # generic: never singular
+            c = (rng.normal(size=len(g.edges)) ** 2) @ g.incidence().T
+        elif kind == 1:  # constructed singular point
+            W = {g.hidden[int(rng.integers(len(g.hidden)))]}
+            c = (_cut_off(g, rng.normal(size=len(g.edges)), W) ** 2) @ g.incidence().T
+        else:  # integer c: zero subset sums that may or may not be feasible
+            c = rng.integers(-2, 3, size=len(g.hidden)).astype(float)
+        sp = ij.singular_point(g, c)
+        assert sp.found == _brute_singular(g, c), (g.edges, c)
+        if sp.found:  # the witness lies on H_G(c) and has W cut off
+            n_true += 1
+            np.testing.assert_allclose((sp.theta**2) @ g.incidence().T, c, atol=1e-9)
+            groups = ij.singular_subnetworks(ij.DAGNetwork(g, edge_weights=sp.theta))
+            assert any(W <= sp.group for W in groups)
+        else:
+            n_false += 1
+    assert n_true >= 8 and n_false >= 8
+
+
+def test_zero_sum_not_sufficient():
+    """x -> a -> y, x -> b -> y with c_a = 1, c_b = -1: {a, b} sums to 0 but has no
+    internal edge, so nothing can carry the flow inside it: not singular."""
+    g = ij.DAG.from_edges([("x", "a"), ("a", "y"), ("x", "b"), ("b", "y")], inputs=["x"], outputs=["y"])
+    assert not ij.is_singular_value(g, {"a": 1.0, "b": -1.0})
+    assert ij.is_singular_value(g, {"a": 0.0, "b": -1.0})
+    # with an edge a -> b the pair can cut itself off (a sends its surplus to b)
+    g2 = ij.DAG.from_edges([("x", "a"), ("a", "y"), ("x", "b"), ("b", "y"), ("a", "b")],
+                           inputs=["x"], outputs=["y"])
+    sp = ij.singular_point(g2, {"a": -1.0, "b": 1.0})
+    assert sp.found and sp.group == {"a", "b"}
+    assert not ij.is_singular_value(g2, {"a": 1.0, "b": -1.0})  # wrong direction
+
+
+def test_singular_bad_input():
+    g = ij.mlp([2, 3, 1])
+    with pytest.raises(ValueError, match="expected \\(3,\\)"):
+        ij.is_singular_value(g, [1.0])
+    with pytest.raises(ValueError, match="must be finite"):
+        ij.is_singular_value(g, [1.0, np.inf, 0.0])
+    with pytest.raises(ValueError, match="tol must be a positive finite number"):
+        ij.is_singular_value(g, [1.0, 1.0, 0.0], tol=0.0)
+    with pytest.raises(ValueError, match="differ from graph.hidden"):
+        ij.is_singular_value(g, {"a": 1.0})
+    with pytest.raises(ValueError, match="tol must be a positive finite number"):
+        ij.jacobian_rank(ij.DAGNetwork(g, key=jr.key(0)), tol=-1.0)
+
+
+# ------------------------------------------------------------------ along the flow
+
+
+G_FLOW = ij.mlp([2, 4, 3, 1], bias=True)
+GROUPS = [{"h1_0", "h2_0"}, {"h1_3"}]  # cut off: a 2-node sub-network, and one neuron
+
+
+def _flow_batch(n_generic, solver, rtol, t1=4.0, n_save=9):
+    """Flows (one vmapped solve) from one init per cut-off group in GROUPS followed by
+    `n_generic` generic inits. Returns thetas (n, T, E), s (n, T, H) singular values of
+    J_G, the smallest node-weight norm (n, T), success (n,)."""
+    g = G_FLOW
+    X, Y, _ = ij.teacher_student(g, 16, key=jr.key(0))
+    keys = jr.split(jr.key(1), len(GROUPS) + n_generic)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(keys)
+    theta = np.array(nets.edge_weights())
+    for i, W in enumerate(GROUPS):
+        theta[i] = _cut_off(g, theta[i], W)
+    nets = nets.with_edge_weights(jnp.asarray(theta))
+    B = jnp.asarray(g.incidence())
+
+    @eqx.filter_jit
+    def run(nets):
+        def one(net):
+            f = ij.gradient_flow(net, X, Y, t1, solver=solver, rtol=rtol, atol=rtol, n_save=n_save)
+            J = 2 * B[None] * f.thetas[:, None, :]
+            s = jnp.linalg.svd(J, compute_uv=False)
+            rownorm = jnp.min(jnp.linalg.norm(J, axis=2), axis=1)
+            return f.thetas, s, rownorm, f.success, f.losses
+        return eqx.filter_vmap(one)(nets)
+
+    return tuple(np.asarray(a) for a in run(nets))
+
+
+def _check(thetas, s, rownorm, ok, losses):
+    g = G_FLOW
+    H, E = len(g.hidden), len(g.edges)
+    assert ok.all()
+    # singular inits: the boundary stays exactly 0 and the rank stays H - 1 (numpy rank)
+    for i, W in enumerate(GROUPS):
+        boundary = [k for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)]
+        assert np.all(thetas[i][:, boundary] == 0.0)
+        ranks = [np.linalg.matrix_rank(2 * g.incidence() * th[None]) for th in thetas[i]]
+        assert set(ranks) == {H - 1}
+        nets = [ij.DAGNetwork(g, edge_weights=th) for th in thetas[i][[0, -1]]]
+        assert [ij.singular_subnetworks(n) for n in nets] == [[frozenset(W)]] * 2
+        assert losses[i, -1] < losses[i, 0]  # the rest of the network trained
+    # generic inits: full rank at every saved time (numpy.linalg.matrix_rank's threshold)
+    sg, rg = s[len(GROUPS):], rownorm[len(GROUPS):]
+    thr = max(H, E) * np.finfo(float).eps * sg.max(axis=-1)
+    assert np.all((sg > thr[..., None]).sum(-1) == H)
+    ratio = sg.min(-1) / rg  # s_min(J_G) relative to the smallest node-weight norm
+    assert np.all(ratio > 1e-3)
+    return ratio
+
+
+@pytest.mark.parametrize("solver,rtol", [("tsit5", 1e-6), ("heun", 1e-5)])
+def test_rank_invariant_along_flow(solver, rtol):
+    _check(*_flow_batch(12, solver, rtol))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver,rtol", [("dopri5", 1e-10), ("tsit5", 1e-10), ("kvaerno5", 1e-8)])
+def test_rank_invariant_along_flow_tight(solver, rtol):
+    _check(*_flow_batch(12, solver, rtol))
+
+
+@pytest.mark.slow
+def test_generic_inits_keep_full_rank_1000():
+    out = _flow_batch(1000, "tsit5", 1e-8)
+    ratio = _check(*out)
+    s = out[1][len(GROUPS):]
+    print(f"1000 inits: min s_min(J_G) = {s.min(-1).min():.3g}, min s_min / min node norm = {ratio.min():.3g}")
