@@ -1,0 +1,26 @@
+"""Many initializations at once: a continuous-batching engine for gradient flow,
+per-trajectory statistics, persistence with resume, and sharding over devices.
+
+- `sweep_flows(nets, X, Y, t1, ...)`: flows from a batch of networks, in memory.
+- `run_sweep(config, out, ...)`: a `SweepConfig` run into a resumable results folder.
+- `load_sweep(out)`, `summarize_sweep(config, result)`: read and summarise a sweep.
+"""
+
+from ._config import BUILDERS, SweepConfig
+from ._engine import STATUSES, EngineStats
+from ._run import SweepResult, init_theta, load_sweep, run_sweep, sweep_flows
+from ._summary import SweepSummary, summarize_sweep
+
+__all__ = [
+    "BUILDERS",
+    "STATUSES",
+    "EngineStats",
+    "SweepConfig",
+    "SweepResult",
+    "SweepSummary",
+    "init_theta",
+    "load_sweep",
+    "run_sweep",
+    "summarize_sweep",
+    "sweep_flows",
+]

@@ -1,0 +1,160 @@
+"""`SweepConfig`: everything that defines a sweep's results, validated before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..activations import ACTIVATIONS
+from ..graph import DAG, example_dag, mlp, random_dag
+from ..network import INITIALIZERS
+
+BUILDERS = ("example", "mlp", "random", "edges")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """The full definition of a sweep. Two sweeps with equal configs give equal results
+    (trajectory `i` starts from the key `fold_in(key(seed), i)`).
+
+    **Fields:**
+
+    - `graph`: builder: `"example"` (`ij.example_dag()`: skip connections and an
+        out-bottleneck), `"mlp"` (uses `widths`, `bias`), `"random"` (uses `n_inputs`,
+        `n_hidden`, `n_outputs`, `edge_prob`, `graph_seed`, `bias`) or `"edges"` (an
+        explicit edge list in `edges`, `inputs`, `outputs`, `constants`).
+    - `activation`, `init`, `scale`: the student networks (`ij.DAGNetwork`).
+    - `n_samples`, `data_seed`, `teacher_activation`: teacher-student data
+        (`ij.teacher_student`; the teacher uses `activation` unless given).
+    - `n_inits`, `seed`: initialization `i` uses `jax.random.fold_in(key(seed), i)`.
+    - `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `grad_norm_tol`, `loss`,
+        `weight_decay`: as in `ij.gradient_flow` (MSE time scale: `L = (1/2N) sum ||f - y||^2`).
+    """
+
+    graph: str = "example"
+    widths: tuple[int, ...] = (5, 8, 1)
+    bias: bool = False
+    n_inputs: int = 3
+    n_hidden: int = 8
+    n_outputs: int = 1
+    edge_prob: float = 0.4
+    graph_seed: int = 0
+    edges: tuple[tuple[str, str], ...] = ()
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    constants: tuple[str, ...] = ()
+    activation: str = "relu"
+    init: str = "glorot"
+    scale: float = 1.0
+    n_samples: int = 20
+    data_seed: int = 1
+    teacher_activation: str | None = None
+    n_inits: int = 256
+    seed: int = 0
+    t1: float = 1.0
+    solver: str = "tsit5"
+    rtol: float = 1e-8
+    atol: float = 1e-8
+    max_steps: int = 100_000
+    n_save: int = 101
+    grad_norm_tol: float | None = None
+    loss: str = "mse"
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        for name in ("widths", "edges", "inputs", "outputs", "constants"):
+            v = getattr(self, name)
+            if name == "edges":
+                v = tuple(tuple(str(x) for x in e) for e in v)
+            elif name == "widths":
+                v = tuple(int(x) for x in v)
+            else:
+                v = tuple(str(x) for x in v)
+            object.__setattr__(self, name, v)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise `ValueError` for anything that would fail later."""
+        from ..flow import SOLVERS
+
+        if self.graph not in BUILDERS:
+            raise ValueError(f"Unknown graph builder {self.graph!r}; choose one of {list(BUILDERS)} "
+                             "(for an edge-list file use the CLI's --graph PATH).")
+        for name in ("activation",) + (("teacher_activation",) if self.teacher_activation else ()):
+            act = getattr(self, name)
+            if act not in ACTIVATIONS:
+                raise ValueError(f"Unknown {name} {act!r}; choose one of {sorted(ACTIVATIONS)}.")
+        if self.init not in INITIALIZERS:
+            raise ValueError(f"Unknown init {self.init!r}; choose one of {list(INITIALIZERS)}.")
+        if isinstance(self.n_inits, bool) or not isinstance(self.n_inits, (int, np.integer)) or self.n_inits <= 0:
+            raise ValueError(f"n_inits must be a positive integer; got {self.n_inits!r}.")
+        if self.solver.lower() not in SOLVERS:
+            raise ValueError(f"Unknown solver {self.solver!r}; choose one of {sorted(SOLVERS)}.")
+        if not (np.isfinite(self.t1) and self.t1 > 0):
+            raise ValueError(f"t1 must be a positive finite time; got {self.t1!r}.")
+        for name in ("rtol", "atol"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive finite number; got {v!r}.")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1; got {self.max_steps!r}.")
+        if self.n_save < 2:
+            raise ValueError(f"n_save must be >= 2; got {self.n_save!r}.")
+        if self.n_samples < 1:
+            raise ValueError(f"n_samples must be >= 1; got {self.n_samples!r}.")
+        if self.loss not in ("mse", "bce"):
+            raise ValueError(f"Unknown loss {self.loss!r}; choose 'mse' or 'bce'.")
+        if self.graph == "edges" and not (self.edges and self.inputs and self.outputs):
+            raise ValueError("graph='edges' needs `edges`, `inputs` and `outputs`.")
+
+    # ------------------------------------------------------------------ io
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {k: (list(map(list, v)) if k == "edges" else list(v) if isinstance(v, tuple) else v)
+                for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SweepConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"Unknown sweep config key(s) {unknown}; known keys: {sorted(names)}.")
+        return cls(**d)
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides) -> "SweepConfig":
+        """Read a TOML file of `key = value` lines (a `[sweep]` table is also accepted)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"Config file {str(path)!r} does not exist.")
+        with path.open("rb") as f:
+            d = tomllib.load(f)
+        d = d.get("sweep", d)
+        return cls.from_dict({**d, **overrides})
+
+    # ------------------------------------------------------------------ building
+
+    def build_graph(self) -> DAG:
+        if self.graph == "example":
+            return example_dag()
+        if self.graph == "mlp":
+            return mlp(list(self.widths), bias=self.bias)
+        if self.graph == "random":
+            return random_dag(self.n_inputs, self.n_hidden, self.n_outputs, self.edge_prob,
+                              self.graph_seed, bias=self.bias)
+        return DAG.from_edges(list(self.edges), inputs=list(self.inputs), outputs=list(self.outputs),
+                              constants=list(self.constants))
+
+    def build_data(self, graph: DAG):
+        import jax.random as jr
+
+        from ..datasets import teacher_student
+
+        X, Y, _ = teacher_student(graph, int(self.n_samples), key=jr.key(self.data_seed),
+                                  activation=self.teacher_activation or self.activation)
+        return X, Y

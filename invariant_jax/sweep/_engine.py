@@ -1,0 +1,392 @@
+"""The continuous-batching engine: many gradient flows in a fixed number of slots.
+
+Each slot integrates one trajectory with its own step size, using diffrax's solver and
+step-size-controller objects directly (`solver.init`, `solver.step`,
+`controller.init`, `controller.adapt_step_size`). A jitted loop advances every slot
+for up to `steps_per_call` steps; the host then harvests finished slots and refills
+them from the queue. The step logic mirrors `diffrax.diffeqsolve`'s loop
+(`diffrax/_integrate.py`): the same initial step, clipping to `t1`, rejection and
+`max_steps` semantics, and the same dense-output saves at `gradient_flow`'s save times,
+so a trajectory's numbers equal `ij.gradient_flow`'s run one at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import diffrax
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from diffrax._term import WrapTerm as _WrapTerm  # what diffeqsolve wraps terms in
+
+from ..flow import _vector_field, get_solver
+from ..invariants import conservation_scale, conserved_quantities
+from ..losses import edge_loss_fn
+from ..network import DAGNetwork
+
+STATUSES = ("ok", "stopped", "max_steps", "nonfinite", "failed")
+"""Per-trajectory status names, indexed by the integer `status` codes: `ok` reached
+`t1`; `stopped` met the stopping rule (`grad_norm_tol`); `max_steps` ran out of steps;
+`nonfinite` has a non-finite loss or gradient at its final state; `failed` is any other
+diffrax failure (its code is kept in `result`)."""
+
+_SUCC = int(diffrax.RESULTS.successful._value)
+_EVENT = int(diffrax.RESULTS.event_occurred._value)
+_MAXSTEPS = int(diffrax.RESULTS.max_steps_reached._value)
+
+
+def _code(r) -> jax.Array:
+    return jnp.asarray(getattr(r, "_value", r), dtype=jnp.int32)
+
+
+class _Slot(NamedTuple):
+    occupied: Any
+    index: Any
+    y: Any
+    tprev: Any
+    tnext: Any
+    solver_state: Any
+    controller_state: Any
+    result: Any
+    num_steps: Any
+    num_accepted: Any
+    num_rejected: Any
+    save_i: Any
+    drift: Any
+    last_t: Any
+    last_y: Any
+    theta0: Any
+    c0: Any
+
+
+class _Problem(eqx.Module):
+    """Everything that is the same for all trajectories of a sweep."""
+
+    net: DAGNetwork
+    X: jax.Array
+    Y: jax.Array
+    t0: jax.Array
+    t1: jax.Array
+    t1_clip_floor: jax.Array
+    save_ts: jax.Array
+    solver: diffrax.AbstractSolver
+    controller: diffrax.AbstractStepSizeController
+    terms: Any
+    dt0: Any
+    max_steps: int = eqx.field(static=True)
+    loss: Any = eqx.field(static=True)
+    weight_decay: float = eqx.field(static=True)
+    grad_norm_tol: float | None = eqx.field(static=True)
+    loss_floor: float | None = eqx.field(static=True)
+    max_param_norm: float | None = eqx.field(static=True)
+
+    @property
+    def has_stop_rule(self) -> bool:
+        return any(v is not None for v in (self.grad_norm_tol, self.loss_floor, self.max_param_norm))
+
+    @property
+    def args(self):
+        return (self.X, self.Y)
+
+    def field(self, t, y):
+        return _vector_field(self.net, self.loss, self.weight_decay, None, 0.0)(t, y, self.args)
+
+    def conserved(self, theta):
+        return conserved_quantities(self.net.with_edge_weights(theta))
+
+    def decay(self, t):
+        return jnp.exp(-2.0 * self.weight_decay * (t - self.t0))
+
+    def stop_rule(self, t, y):
+        # gradient_flow's boolean Event conditions, combined with "any".
+        hit = jnp.asarray(False)
+        if self.grad_norm_tol is not None:
+            hit = hit | (jnp.linalg.norm(self.field(t, y) + self.weight_decay * y) < self.grad_norm_tol)
+        if self.loss_floor is not None:
+            hit = hit | (edge_loss_fn(self.net, self.X, self.Y, self.loss)(y) < self.loss_floor)
+        if self.max_param_norm is not None:
+            hit = hit | (jnp.linalg.norm(y) > self.max_param_norm)
+        return hit
+
+
+def make_problem(net, X, Y, t1, *, t0=0.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=101,
+                 saveat=None, max_steps=100_000, dt0=None, loss="mse", weight_decay=0.0,
+                 grad_norm_tol=None, loss_floor=None, max_param_norm=None) -> _Problem:
+    """Build the shared problem exactly as `gradient_flow` hands it to `diffeqsolve`."""
+    theta = net.edge_weights()
+    dtype = jnp.result_type(theta.dtype, X.dtype)
+    ts = np.linspace(t0, t1, n_save) if saveat is None else np.asarray(saveat, dtype=float)
+    ts = jnp.asarray(ts, dtype=dtype)
+    time_dtype = jnp.result_type(t0, t1, ts.dtype)
+    direction = jnp.asarray(1)  # t0 < t1 always: diffeqsolve's direction is +1
+    t0_ = jnp.asarray(t0, dtype=time_dtype) * direction
+    t1_ = jnp.asarray(t1, dtype=time_dtype) * direction
+    floor = t1_
+    for _ in range(100):
+        floor = eqxi.prevbefore(floor)
+    ctrl = diffrax.PIDController(rtol=rtol, atol=atol).wrap(direction)
+    field = _vector_field(net, loss, weight_decay, None, 0.0)
+    term = _WrapTerm(diffrax.ODETerm(field), direction)
+    return _Problem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
+                    solver=get_solver(solver), controller=ctrl, terms=term,
+                    dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
+                    max_steps=int(max_steps), loss=loss, weight_decay=float(weight_decay),
+                    grad_norm_tol=_opt(grad_norm_tol), loss_floor=_opt(loss_floor),
+                    max_param_norm=_opt(max_param_norm))
+
+
+def _opt(v):
+    return None if v is None else float(v)
+
+
+def _dtype(p: _Problem):
+    return jnp.result_type(p.net.weights.dtype, p.X.dtype, p.t0.dtype)
+
+
+def _init_slot(p: _Problem, theta0, index, occupied) -> _Slot:
+    y0 = jnp.asarray(theta0, dtype=_dtype(p))
+    err_order = p.solver.error_order(p.terms)
+    tnext, cstate = p.controller.init(p.terms, p.t0, p.t1, y0, p.dt0, p.args, p.solver.func, err_order)
+    tnext = jnp.minimum(tnext, p.t1)
+    sstate = p.solver.init(p.terms, p.t0, tnext, y0, p.args)
+    result = jnp.asarray(_SUCC, jnp.int32)
+    if p.has_stop_rule:
+        result = jnp.where(p.stop_rule(p.t0, y0), _EVENT, result).astype(jnp.int32)
+    zero = jnp.asarray(0, jnp.int32)
+    return _Slot(
+        occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), y=y0,
+        tprev=p.t0, tnext=tnext, solver_state=sstate, controller_state=cstate,
+        result=result, num_steps=zero, num_accepted=zero, num_rejected=zero, save_i=zero,
+        drift=jnp.zeros((), y0.dtype), last_t=jnp.asarray(jnp.nan, p.t0.dtype),
+        last_y=jnp.full_like(y0, jnp.nan), theta0=y0, c0=p.conserved(y0),
+    )
+
+
+def _active(p: _Problem, s: _Slot):
+    return s.occupied & (s.tprev < p.t1) & (s.result == _SUCC) & (s.num_steps < p.max_steps)
+
+
+def _step_slot(p: _Problem, s: _Slot) -> _Slot:
+    """One iteration of diffrax's `body_fun` for one slot (held still when inactive)."""
+    active = _active(p, s)
+    y, y_error, dense_info, sstate, sres = p.solver.step(
+        p.terms, s.tprev, s.tnext, s.y, p.args, s.solver_state, False)
+    y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
+    keep, tprev, tnext, made_jump, cstate, cres = p.controller.adapt_step_size(
+        s.tprev, s.tnext, s.y, y, p.args, y_error, p.solver.error_order(p.terms), s.controller_state)
+    if made_jump is not False:
+        raise NotImplementedError("Step-size controllers with jumps are not supported by the sweep engine.")
+    tprev = jnp.minimum(tprev, p.t1)
+    clip = tnext > p.t1_clip_floor
+    tnext = jnp.where(clip, jnp.where(keep, p.t1, tprev + 0.5 * (p.t1 - tprev)), tnext)
+    y = jnp.where(keep, y, s.y)
+    sstate = jtu.tree_map(lambda a, b: jnp.where(keep, a, b), sstate, s.solver_state)
+    result = jnp.where(keep, _code(sres), _SUCC)
+    ok = (result == _SUCC) | (result == _EVENT)
+    result = jnp.where(ok, _code(cres), result)
+
+    # Dense-output saves at gradient_flow's save times: running max of |c(t) - c0 decay|.
+    interp = p.solver.interpolation_cls(t0=s.tprev, t1=s.tnext, **dense_info)
+    n_save = p.save_ts.shape[0]
+
+    def cond(c):
+        i = c[0]
+        return active & keep & (i < n_save) & (p.save_ts[jnp.minimum(i, n_save - 1)] <= s.tnext)
+
+    def body(c):
+        i, drift, lt, ly = c
+        t = p.save_ts[i]
+        yt = interp.evaluate(t)
+        valid = jnp.all(jnp.isfinite(yt))
+        dev = jnp.max(jnp.abs(p.conserved(yt) - s.c0 * p.decay(t)), initial=0.0)
+        drift = jnp.where(valid, jnp.maximum(drift, dev), drift)
+        return i + 1, drift, jnp.where(valid, t, lt), jnp.where(valid, yt, ly)
+
+    save_i, drift, last_t, last_y = jax.lax.while_loop(cond, body, (s.save_i, s.drift, s.last_t, s.last_y))
+
+    if p.has_stop_rule:
+        result = jnp.where(p.stop_rule(tprev, y), _EVENT, result)
+    new = s._replace(
+        y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate,
+        result=result.astype(jnp.int32), num_steps=s.num_steps + 1,
+        num_accepted=s.num_accepted + keep.astype(jnp.int32),
+        num_rejected=s.num_rejected + (~keep).astype(jnp.int32),
+        save_i=save_i, drift=drift, last_t=last_t, last_y=last_y,
+    )
+    return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
+
+
+def _finalize_slot(p: _Problem, s: _Slot) -> dict:
+    """The per-trajectory record, computed as `gradient_flow`'s `Flow` computes it."""
+    final_ok = jnp.isfinite(s.tprev) & jnp.all(jnp.isfinite(s.y))
+    have_save = jnp.isfinite(s.last_t)
+    t_final = jnp.where(final_ok, s.tprev, jnp.where(have_save, s.last_t, p.t0))
+    theta_final = jnp.where(final_ok, s.y, jnp.where(have_save, s.last_y, s.theta0))
+    result = jnp.where((s.tprev < p.t1) & (s.result == _SUCC), _MAXSTEPS, s.result)
+    dev_final = jnp.max(jnp.abs(p.conserved(theta_final) - s.c0 * p.decay(t_final)), initial=0.0)
+    drift = jnp.maximum(s.drift, dev_final)
+    net0 = p.net.with_edge_weights(s.theta0)
+    scale = conservation_scale(net0)
+    L = edge_loss_fn(p.net, p.X, p.Y, p.loss)
+    loss_final = L(theta_final)
+    grad_final = p.field(t_final, theta_final)
+    finite = jnp.isfinite(loss_final) & jnp.all(jnp.isfinite(grad_final)) & jnp.all(jnp.isfinite(theta_final))
+    status = jnp.where(result == _SUCC, 0, jnp.where(result == _EVENT, 1, jnp.where(result == _MAXSTEPS, 2, 4)))
+    status = jnp.where(finite, status, 3)
+    return dict(
+        index=s.index, theta0=s.theta0, theta_final=theta_final, t_final=t_final, c0=s.c0,
+        loss_initial=L(s.theta0), loss_final=loss_final, drift=drift,
+        drift_relative=drift / jnp.where(scale > 0, scale, 1.0), scale=scale,
+        num_steps=s.num_steps, num_accepted_steps=s.num_accepted,
+        num_rejected_steps=s.num_rejected, result=result.astype(jnp.int32),
+        status=status.astype(jnp.int32),
+    )
+
+
+class EngineStats(NamedTuple):
+    """Work accounting of one engine run: `useful_steps` (solver steps of harvested
+    trajectories), `slot_iterations` (slots x loop iterations), `calls`, `seconds`."""
+
+    useful_steps: int
+    slot_iterations: int
+    calls: int
+    seconds: float
+
+    @property
+    def work_efficiency(self) -> float:
+        return self.useful_steps / max(self.slot_iterations, 1)
+
+
+class Engine:
+    """Runs the flows of a queue of initialization indices through `slots` slots.
+
+    **Arguments:**
+
+    - `problem`: from `make_problem`.
+    - `init_fn`: a JAX function `index -> theta0` (jit- and vmap-able).
+    - `slots`: number of slots (rounded up to a multiple of the device count).
+    - `steps_per_call`: loop iterations per jitted call between harvests.
+    - `devices`: JAX devices to shard the slots over (default: this process's devices).
+    """
+
+    def __init__(self, problem: _Problem, init_fn: Callable, *, slots: int = 64,
+                 steps_per_call: int = 64, devices=None, exact: bool = True):
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1; got {slots!r}.")
+        if steps_per_call < 1:
+            raise ValueError(f"steps_per_call must be >= 1; got {steps_per_call!r}.")
+        devices = list(jax.local_devices() if devices is None else devices)
+        nd = len(devices)
+        self.slots = -(-int(slots) // nd) * nd
+        self.steps_per_call = int(steps_per_call)
+        self.problem = problem
+        self.mesh = Mesh(np.array(devices), ("slots",))
+        self.sharding = NamedSharding(self.mesh, PartitionSpec("slots"))
+        p = problem
+        K = self.steps_per_call
+        self.exact = bool(exact)
+        # exact: each slot runs the unbatched step program, bit-for-bit what gradient_flow
+        # computes alone (XLA rounds batched kernels differently, by ~1e-16, and adaptive
+        # stepping amplifies that to ~tolerance); a loop over the active slots only, so an
+        # idle slot costs nothing. Otherwise vmap over all slots (for GPUs).
+        map_all = jax.lax.map if exact else (lambda f, x: jax.vmap(f)(x))
+        active_all = jax.vmap(lambda s: _active(p, s))
+
+        def step_exact(st):
+            act = active_all(st)
+            order = jnp.argsort(~act, stable=True)
+
+            def one(j, st):
+                k = order[j]
+                s = _step_slot(p, jtu.tree_map(lambda a: a[k], st))
+                return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s)
+
+            return jax.lax.fori_loop(0, jnp.sum(act), one, st)
+
+        step_all = step_exact if exact else jax.vmap(lambda s: _step_slot(p, s))
+
+        def refill(state, index, take):
+            fresh = map_all(lambda i: _init_slot(p, init_fn(i), i, True), index)
+            return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
+
+        def advance(state):
+            # Runs per device (shard_map): each device loops over its own slots.
+            def cond(c):
+                i, st = c
+                return (i < K) & jnp.any(active_all(st))
+
+            def body(c):
+                i, st = c
+                return i + 1, step_all(st)
+
+            n, state = jax.lax.while_loop(cond, body, (jnp.asarray(0), state))
+            return state, n[None], active_all(state)
+
+        def empty(index):
+            return map_all(lambda i: _init_slot(p, init_fn(i), i, False), index)
+
+        P = PartitionSpec("slots")
+
+        def local(f, n_in, n_out):
+            return jax.shard_map(f, mesh=self.mesh, in_specs=(P,) * n_in,
+                                 out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
+
+        self._refill = jax.jit(local(refill, 3, 1), donate_argnums=0)
+        self._advance = jax.jit(local(advance, 1, 3), donate_argnums=0)
+        self._finalize = jax.jit(local(lambda st: map_all(lambda s: _finalize_slot(p, s), st), 1, 1))
+        self._empty = jax.jit(local(empty, 1, 1))
+
+    def _put(self, a):
+        return jax.device_put(a, self.sharding)
+
+    def run(self, indices, *, on_results: Callable[[dict], None], progress=None,
+            should_stop: Callable[[], bool] | None = None) -> EngineStats:
+        """Integrate every index in `indices` (in queue order). Each batch of finished
+        trajectories is passed to `on_results` as a dict of NumPy arrays (one row per
+        trajectory). `progress(records)` is called after each harvest."""
+        indices = np.asarray(indices, dtype=np.int64)
+        S = self.slots
+        t_start = time.perf_counter()
+        slot_idx = np.full(S, -1, dtype=np.int64)
+        state = self._empty(self._put(np.zeros(S, np.int32)))
+        q = 0
+        useful = iters = calls = 0
+        while True:
+            free = np.flatnonzero(slot_idx < 0)
+            if free.size and q < len(indices):
+                n_new = min(free.size, len(indices) - q)
+                take = np.zeros(S, bool)
+                new_idx = np.zeros(S, np.int32)
+                take[free[:n_new]] = True
+                new_idx[free[:n_new]] = indices[q:q + n_new]
+                slot_idx[free[:n_new]] = indices[q:q + n_new]
+                q += n_new
+                state = self._refill(state, self._put(new_idx), self._put(take))
+            if not np.any(slot_idx >= 0):
+                break
+            state, n, active = self._advance(state)
+            calls += 1
+            iters += int(np.sum(np.asarray(n))) * (S // len(self.mesh.devices.flat))
+            done = (slot_idx >= 0) & ~np.asarray(active)
+            if done.any():
+                rec = {k: np.asarray(v)[done] for k, v in self._finalize(state).items()}
+                useful += int(rec["num_steps"].sum())
+                slot_idx[done] = -1
+                on_results(rec)
+                if progress is not None:
+                    progress(rec)
+            if should_stop is not None and should_stop():
+                break
+        return EngineStats(useful, iters, calls, time.perf_counter() - t_start)
+
+
+def _bcast(mask, a):
+    return mask.reshape(mask.shape + (1,) * (a.ndim - 1))

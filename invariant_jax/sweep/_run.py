@@ -1,0 +1,307 @@
+"""Running sweeps: `sweep_flows` (a batch of networks, in memory) and `run_sweep` (a
+`SweepConfig`, persisted to a results folder, resumable, sharded over devices)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from ..losses import check_data
+from ..network import DAGNetwork, init_edge_weights
+from ._config import SweepConfig
+from ._engine import STATUSES, Engine, EngineStats, make_problem
+from ._store import ResultsStore
+
+_FIELDS = ("index", "theta0", "theta_final", "t_final", "c0", "loss_initial", "loss_final", "drift",
+           "drift_relative", "scale", "num_steps", "num_accepted_steps", "num_rejected_steps",
+           "result", "status")
+
+
+class SweepResult(eqx.Module):
+    """Per-trajectory records of a sweep, sorted by initialization index.
+
+    **Fields** (leading axis: trajectories):
+
+    - `index`: initialization index `i` (key `fold_in(key(seed), i)` in `run_sweep`).
+    - `theta0`, `theta_final`: edge weights at `t0` and where integration stopped.
+    - `t_final`: where it stopped (`t1`, the stopping rule's time, or the last state).
+    - `c0`: `c = B~ theta0^2`.
+    - `loss_initial`, `loss_final`: data loss.
+    - `drift`, `drift_relative`: as `Flow.drift` (max over `n_save` times and the end).
+    - `drift_in_tol`: `drift / (atol + rtol * scale)`, `scale = conservation_scale(net0)`.
+    - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: diffrax's counts.
+    - `result`: diffrax `RESULTS` code; `status`: index into `STATUSES`.
+    - `stats`: `useful_steps`, `slot_iterations`, `work_efficiency`, `seconds`, `calls`
+        of the engine run that produced them (summed over resumptions in this process).
+    - `rtol`, `atol`.
+    """
+
+    index: np.ndarray
+    theta0: np.ndarray
+    theta_final: np.ndarray
+    t_final: np.ndarray
+    c0: np.ndarray
+    loss_initial: np.ndarray
+    loss_final: np.ndarray
+    drift: np.ndarray
+    drift_relative: np.ndarray
+    drift_in_tol: np.ndarray
+    scale: np.ndarray
+    num_steps: np.ndarray
+    num_accepted_steps: np.ndarray
+    num_rejected_steps: np.ndarray
+    result: np.ndarray
+    status: np.ndarray
+    stats: dict = eqx.field(static=True)
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+
+    @property
+    def status_names(self) -> tuple[str, ...]:
+        return tuple(STATUSES[int(s)] for s in self.status)
+
+    @property
+    def n_failed(self) -> int:
+        return int(np.sum(self.status >= 2))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def _result_from_records(rec: dict[str, np.ndarray], stats: dict, rtol: float, atol: float) -> SweepResult:
+    order = np.argsort(rec["index"], kind="stable")
+    rec = {k: np.asarray(v)[order] for k, v in rec.items() if k in _FIELDS}
+    tol = atol + rtol * rec["scale"]
+    return SweepResult(**rec, drift_in_tol=rec["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol))
+
+
+def _stats_dict(st: EngineStats, slots: int, n_devices: int) -> dict[str, Any]:
+    return dict(useful_steps=st.useful_steps, slot_iterations=st.slot_iterations,
+                work_efficiency=st.work_efficiency, seconds=st.seconds, calls=st.calls,
+                slots=slots, devices=n_devices)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    if not enabled:
+        return None, lambda rec: None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, initial=initial, unit="traj", desc="sweep", dynamic_ncols=True)
+    failures = [0]
+
+    def update(rec):
+        failures[0] += int(np.sum(rec["status"] >= 2))
+        bar.update(len(rec["index"]))
+        bar.set_postfix(failures=failures[0], refresh=False)
+
+    return bar, update
+
+
+def sweep_flows(
+    nets: DAGNetwork,
+    X,
+    Y,
+    t1: float,
+    *,
+    solver: str = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-8,
+    max_steps: int = 100_000,
+    n_save: int = 101,
+    dt0: float | None = None,
+    loss: str = "mse",
+    weight_decay: float = 0.0,
+    grad_norm_tol: float | None = None,
+    slots: int = 64,
+    steps_per_call: int = 64,
+    exact: bool = True,
+    devices=None,
+    progress: bool = False,
+) -> SweepResult:
+    """Gradient flow from every network of a batch, through the continuous-batching
+    engine. Trajectory `i` equals `ij.gradient_flow(nets[i], X, Y, t1, ...)` with the same
+    options (bit for bit with `exact=True`; to about the tolerance with `exact=False`).
+
+    **Arguments:**
+
+    - `nets`: a batch of `DAGNetwork`s (leading axis on `weights`, e.g. from
+        `eqx.filter_vmap`), or one network.
+    - `X`, `Y`, `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `dt0`, `loss`,
+        `weight_decay`, `grad_norm_tol`: as in `ij.gradient_flow` (linear save times).
+    - `slots`: trajectories integrated at once (rounded up to a multiple of the devices).
+    - `steps_per_call`: loop iterations between harvests.
+    - `exact`: evaluate each slot with the unbatched program (default; bit-identical to
+        `gradient_flow`, and an idle slot costs nothing on CPU). `False` vmaps over slots,
+        which suits GPUs.
+    - `devices`: JAX devices to shard the slots over (default: all local devices).
+    - `progress`: show a progress bar.
+
+    **Returns:** a `SweepResult` (`index` = position in the batch).
+    """
+    if not isinstance(nets, DAGNetwork):
+        raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
+    X, Y = check_data(nets.graph, X, Y)
+    thetas = nets.edge_weights()
+    if thetas.ndim == 1:
+        thetas = thetas[None]
+    if not bool(jnp.all(jnp.isfinite(thetas))):
+        raise ValueError("Some initial weights are not finite; re-initialize those networks.")
+    if not (np.isfinite(t1) and t1 > 0):
+        raise ValueError(f"t1 must be a positive finite time; got {t1!r}.")
+    template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
+    problem = make_problem(template, X, Y, t1, solver=solver, rtol=rtol, atol=atol, n_save=n_save,
+                           max_steps=max_steps, dt0=dt0, loss=loss, weight_decay=weight_decay,
+                           grad_norm_tol=grad_norm_tol)
+    engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call,
+                    devices=devices, exact=exact)
+    parts: list[dict] = []
+    bar, update = _progress(len(thetas), 0, progress)
+    try:
+        st = engine.run(np.arange(len(thetas)), on_results=parts.append, progress=update)
+    finally:
+        if bar is not None:
+            bar.close()
+    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return _result_from_records(rec, _stats_dict(st, engine.slots, len(engine.mesh.devices.flat)), rtol, atol)
+
+
+def init_theta(config: SweepConfig, graph, index) -> jax.Array:
+    """Initial edge weights of initialization `index`: the key is
+    `jax.random.fold_in(jax.random.key(config.seed), index)`, so a trajectory does not
+    depend on how the sweep is split. Equals `DAGNetwork(graph, activation,
+    key=that_key, init=config.init, scale=config.scale).edge_weights()`."""
+    key = jr.fold_in(jr.key(config.seed), index)
+    return init_edge_weights(graph, key, config.init, scale=config.scale)
+
+
+def manifest_for(config: SweepConfig) -> dict:
+    from .. import __version__
+
+    return {"format": "invariant_jax.sweep/1", "package": "invariant_jax", "version": __version__,
+            "config": config.to_dict(), "jax_version": jax.__version__,
+            "float64": bool(jax.config.jax_enable_x64),
+            "note": "time is gradient-flow time of L = (1/2N) sum ||f - y||^2 (MSE)"}
+
+
+def run_sweep(
+    config: SweepConfig,
+    out: str | Path | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    slots: int = 64,
+    steps_per_call: int = 64,
+    exact: bool = True,
+    devices=None,
+    progress: bool = True,
+    flush_seconds: float = 2.0,
+    chunk_size: int = 1024,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    on_chunk: Callable[[Path], None] | None = None,
+) -> SweepResult:
+    """Run (or finish) the sweep `config`, writing records to the folder `out`.
+
+    **Arguments:**
+
+    - `config`: a `SweepConfig` (validated on construction).
+    - `out`: results folder (`manifest.json` + `chunks/*.npz`); `None` keeps everything in
+        memory.
+    - `resume`: finish a sweep already in `out` (its config must match); finished
+        trajectories are loaded, never recomputed.
+    - `overwrite`: delete whatever `out` holds first.
+    - `slots`, `steps_per_call`, `exact`, `devices`: engine settings (see
+        `sweep_flows`); they never change the results.
+    - `progress`: progress bar (done, failures, ETA).
+    - `flush_seconds`, `chunk_size`: finished records are written at least this often /
+        in chunks of at most this many.
+    - `process_index`, `process_count`: multi-host share: this process runs indices
+        `i` with `i % process_count == process_index` on its local devices (default:
+        `jax.process_index()`, `jax.process_count()` after `jax.distributed.initialize()`).
+
+    **Returns:** a `SweepResult` with every record found in `out` (all processes).
+    """
+    if not isinstance(config, SweepConfig):
+        raise TypeError(f"config must be a SweepConfig; got {type(config).__name__}.")
+    if not jax.config.jax_enable_x64:
+        raise ValueError("Sweeps check conservation laws and need float64: call "
+                         "jax.config.update('jax_enable_x64', True) first.")
+    pi = jax.process_index() if process_index is None else int(process_index)
+    pc = jax.process_count() if process_count is None else int(process_count)
+    if not (0 <= pi < pc):
+        raise ValueError(f"Need 0 <= process_index < process_count; got {pi}, {pc}.")
+    store = ResultsStore(out, process_index=pi) if out is not None else None
+    if store is not None:
+        store.open(manifest_for(config), resume=resume, overwrite=overwrite)
+    graph = config.build_graph()
+    X, Y = config.build_data(graph)
+    template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
+    problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
+                           atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
+                           loss=config.loss, weight_decay=config.weight_decay,
+                           grad_norm_tol=config.grad_norm_tol)
+    engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
+                    steps_per_call=steps_per_call, devices=devices, exact=exact)
+    mine = np.arange(config.n_inits)[pi::pc]
+    done = store.done_indices() if store is not None else np.zeros(0, np.int64)
+    todo = np.setdiff1d(mine, done)
+    memory: list[dict] = []
+    buffer: list[dict] = []
+    last = [time.monotonic()]
+
+    def flush():
+        if buffer and store is not None:
+            rec = {k: np.concatenate([b[k] for b in buffer]) for k in buffer[0]}
+            path = store.write_chunk(rec)
+            if on_chunk is not None:
+                on_chunk(path)
+        buffer.clear()
+        last[0] = time.monotonic()
+
+    def on_results(rec):
+        memory.append(rec)
+        if store is None:
+            return
+        for s in range(0, len(rec["index"]), chunk_size):
+            buffer.append({k: v[s:s + chunk_size] for k, v in rec.items()})
+            if sum(len(b["index"]) for b in buffer) >= chunk_size:
+                flush()
+        if time.monotonic() - last[0] >= flush_seconds:
+            flush()
+
+    bar, update = _progress(len(mine), len(mine) - len(todo), progress)
+    try:
+        st = engine.run(todo, on_results=on_results, progress=update)
+    finally:
+        flush()
+        if bar is not None:
+            bar.close()
+    stats = _stats_dict(st, engine.slots, len(engine.mesh.devices.flat))
+    if store is not None:
+        rec = store.load_records()
+    else:
+        rec = {k: np.concatenate([m[k] for m in memory]) for k in memory[0]} if memory else None
+    if rec is None:
+        raise ValueError("The sweep produced no records.")
+    return _result_from_records(rec, stats, config.rtol, config.atol)
+
+
+def load_sweep(out: str | Path) -> tuple[SweepConfig, SweepResult]:
+    """Read a results folder: its `SweepConfig` and every finished record."""
+    store = ResultsStore(out)
+    man = store.read_manifest()
+    if man is None:
+        raise FileNotFoundError(f"{str(out)!r} holds no sweep manifest ({str(Path(out) / 'manifest.json')!r}).")
+    config = SweepConfig.from_dict(man["config"])
+    rec = store.load_records()
+    if rec is None:
+        raise ValueError(f"{str(out)!r} holds no finished trajectories yet; run it with --resume.")
+    return config, _result_from_records(rec, {}, config.rtol, config.atol)

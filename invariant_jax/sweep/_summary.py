@@ -1,0 +1,255 @@
+"""Per-trajectory statistics of a sweep, aggregate numbers, and figures."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from ..graph import DAG
+from ..network import DAGNetwork
+from ._config import SweepConfig
+from ._engine import STATUSES
+from ._run import SweepResult
+
+COLUMNS = ("index", "status", "steps", "drift", "drift_in_tol", "rank_start", "rank_end", "connected",
+           "n_components", "bottleneck_sign_changes", "frozen_sign_changes", "loss_initial", "loss_final")
+
+
+def _bottleneck_edges(g: DAG) -> np.ndarray:
+    idx = {e for v in g.out_bottlenecks for e in g.out_edges(v)}
+    idx |= {e for v in g.in_bottlenecks for e in g.in_edges(v)}
+    return np.array(sorted(idx), dtype=np.int64)
+
+
+class SweepSummary:
+    """What a sweep found, per trajectory and in aggregate.
+
+    **Attributes:**
+
+    - `rows`: a dict of equal-length NumPy arrays, one per name in `COLUMNS`:
+        `drift_in_tol = drift / (atol + rtol * conservation_scale)`; `rank_start`,
+        `rank_end`: `ij.jacobian_rank` at `theta0` and `theta_final` (equal along exact
+        flow); `connected`, `n_components`: the topology of `H_G(c0)` (`ij.connectivity`,
+        batched with `frozen_mask`); `bottleneck_sign_changes`: bottleneck edges
+        (unique out-edge of an out-bottleneck, unique in-edge of an in-bottleneck) whose
+        weight changed sign; `frozen_sign_changes`: those among frozen edges (0 when
+        the topology is right: a frozen edge cannot change sign).
+    - `aggregate`: a dict of sweep-level numbers (counts per status, fraction
+        disconnected, drift/tol quantiles, steps quantiles, work efficiency, ...).
+    """
+
+    def __init__(self, rows: dict[str, np.ndarray], aggregate: dict):
+        self.rows = rows
+        self.aggregate = aggregate
+
+    def table(self, max_rows: int = 20) -> str:
+        """The per-trajectory table (first `max_rows` rows) as text."""
+        r = self.rows
+        head = (f"{'init':>6} {'status':>9} {'steps':>7} {'drift':>9} {'drift/tol':>9} {'rank0':>5} "
+                f"{'rank1':>5} {'conn':>5} {'comps':>5} {'bn_flip':>7} {'fz_flip':>7} {'loss1':>10}")
+        lines = [head, "-" * len(head)]
+        for i in range(min(len(r["index"]), max_rows)):
+            lines.append(
+                f"{r['index'][i]:>6d} {STATUSES[r['status'][i]]:>9} {r['steps'][i]:>7d} {r['drift'][i]:>9.1e} "
+                f"{r['drift_in_tol'][i]:>9.2f} {r['rank_start'][i]:>5d} {r['rank_end'][i]:>5d} "
+                f"{'yes' if r['connected'][i] else 'no':>5} {r['n_components'][i]:>5d} "
+                f"{r['bottleneck_sign_changes'][i]:>7d} {r['frozen_sign_changes'][i]:>7d} {r['loss_final'][i]:>10.3e}")
+        if len(r["index"]) > max_rows:
+            lines.append(f"... {len(r['index']) - max_rows} more rows in table.csv")
+        return "\n".join(lines)
+
+    def aggregate_table(self) -> str:
+        """Aggregate statistics as `name: value` lines."""
+        out = []
+        for k, v in self.aggregate.items():
+            if isinstance(v, float):
+                v = f"{v:.4g}"
+            out.append(f"{k:>28}: {v}")
+        return "\n".join(out)
+
+    def to_csv(self, path: str | Path) -> Path:
+        path = Path(path)
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            for i in range(len(self.rows["index"])):
+                row = []
+                for c in COLUMNS:
+                    v = self.rows[c][i]
+                    row.append(STATUSES[v] if c == "status" else (repr(float(v)) if isinstance(v, np.floating) else int(v)))
+                w.writerow(row)
+        return path
+
+    def save_figures(self, folder: str | Path) -> list[Path]:
+        """Write the PNG figures (one per panel, and `overview.png` with all of them)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        panels = [("drift_tol", _drift_panel), ("loss_by_connectivity", _loss_panel),
+                  ("disconnected", _disconnected_panel), ("rank", _rank_panel), ("steps", _steps_panel)]
+        paths = []
+        for name, fn in panels:
+            fig, ax = plt.subplots(figsize=(4.5, 3.4), layout="constrained")
+            fn(ax, self.rows)
+            paths.append(folder / f"{name}.png")
+            fig.savefig(paths[-1], dpi=110)
+            plt.close(fig)
+        fig, axs = plt.subplots(2, 3, figsize=(13, 7.5), layout="constrained")
+        for ax, (_, fn) in zip(axs.flat, panels):
+            fn(ax, self.rows)
+        _status_panel(axs.flat[-1], self.rows)
+        fig.suptitle(f"sweep: {len(self.rows['index'])} initializations")
+        paths.append(folder / "overview.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+        return paths
+
+
+def _drift_panel(ax, r):
+    v = np.asarray(r["drift_in_tol"], float)
+    v = v[np.isfinite(v)]
+    bins = np.logspace(np.log10(max(v.min(), 1e-6)), np.log10(max(v.max(), 1e-5)) + 0.1, 30) if v.size else 10
+    ax.hist(np.maximum(v, 1e-6), bins=bins, color="C0")
+    ax.set_xscale("log")
+    ax.set_xlabel("drift of c / (atol + rtol scale)")
+    ax.set_ylabel("initializations")
+    ax.set_title("conservation drift in tolerance units")
+
+
+def _loss_panel(ax, r):
+    L = np.asarray(r["loss_final"], float)
+    ok = np.isfinite(L) & (L > 0)
+    conn = np.asarray(r["connected"], bool)
+    data = [L[ok & conn], L[ok & ~conn]]
+    lo = min((d.min() for d in data if d.size), default=1e-12)
+    hi = max((d.max() for d in data if d.size), default=1.0)
+    bins = np.logspace(np.log10(lo), np.log10(hi) + 1e-9, 30)
+    for d, lab, col in zip(data, ("connected H_G(c0)", "disconnected H_G(c0)"), ("C2", "C3")):
+        if d.size:
+            ax.hist(d, bins=bins, alpha=0.6, label=f"{lab} ({d.size})", color=col)
+    ax.set_xscale("log")
+    ax.set_xlabel("final loss")
+    ax.set_ylabel("initializations")
+    ax.legend(fontsize=8)
+    ax.set_title("final loss by connectivity verdict")
+
+
+def _disconnected_panel(ax, r):
+    comps = np.asarray(r["n_components"])
+    vals, counts = np.unique(comps, return_counts=True)
+    ax.bar([str(v) for v in vals], counts / max(len(comps), 1), color="C4")
+    frac = float(np.mean(~np.asarray(r["connected"], bool))) if len(comps) else 0.0
+    ax.set_xlabel("components of H_G(c0)")
+    ax.set_ylabel("fraction of initializations")
+    ax.set_title(f"disconnected: {frac:.1%}")
+
+
+def _rank_panel(ax, r):
+    r0, r1 = np.asarray(r["rank_start"]), np.asarray(r["rank_end"])
+    ks = np.arange(min(r0.min(), r1.min()), max(r0.max(), r1.max()) + 1) if len(r0) else np.arange(1)
+    w = 0.4
+    ax.bar(ks - w / 2, [np.sum(r0 == k) for k in ks], w, label="start", color="C0")
+    ax.bar(ks + w / 2, [np.sum(r1 == k) for k in ks], w, label="end", color="C1")
+    ax.set_xticks(ks)
+    ax.set_xlabel("rank of J_G(theta)")
+    ax.set_ylabel("initializations")
+    ax.legend(fontsize=8)
+    ax.set_title(f"rank start vs end (changed: {int(np.sum(r0 != r1))})")
+
+
+def _steps_panel(ax, r):
+    s = np.maximum(np.asarray(r["steps"], float), 1)
+    ax.hist(s, bins=np.logspace(0, np.log10(s.max()) + 0.05, 30) if len(s) else 10, color="C5")
+    ax.set_xscale("log")
+    ax.set_xlabel("solver steps (accepted + rejected)")
+    ax.set_ylabel("initializations")
+    if len(s):
+        ax.set_title(f"steps: median {np.median(s):.0f}, max {s.max():.0f}")
+
+
+def _status_panel(ax, r):
+    st = np.asarray(r["status"])
+    ax.bar(STATUSES, [np.sum(st == k) for k in range(len(STATUSES))], color="C7")
+    ax.set_ylabel("initializations")
+    ax.set_title("status")
+
+
+def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int = 32) -> SweepSummary:
+    """Per-trajectory statistics and aggregates of a sweep.
+
+    **Arguments:**
+
+    - `config`: the sweep's `SweepConfig` (graph and activation).
+    - `result`: its `SweepResult`.
+    - `check_rows`: re-derive the connectivity verdict of this many rows with the
+        per-trajectory `ij.connectivity` (combinatorial + LP) and count disagreements
+        with the batched `frozen_mask` in `aggregate["connectivity_mismatches"]`.
+
+    **Returns:** a `SweepSummary`.
+    """
+    from ..invariants import jacobian_rank
+    from ..topology import connectivity, frozen_mask
+
+    g = config.build_graph()
+    template = DAGNetwork(g, config.activation, edge_weights=np.zeros(len(g.edges)))
+    th0 = np.asarray(result.theta0)
+    th1 = np.asarray(result.theta_final)
+    finite1 = np.all(np.isfinite(th1), axis=1)
+    rank0 = np.asarray(jacobian_rank(template.with_edge_weights(th0)))
+    rank1 = np.asarray(jacobian_rank(template.with_edge_weights(np.where(finite1[:, None], th1, 0.0))))
+    rank1 = np.where(finite1, rank1, -1)
+    c0 = np.asarray(result.c0, dtype=np.float64)
+    frozen = frozen_mask(g, c0)
+    n_check = min(int(check_rows), len(c0))
+    mismatches = sum(
+        set(connectivity(g, c0[i], lp="none").frozen_index) != set(np.flatnonzero(frozen[i]).tolist())
+        for i in range(n_check))
+    flipped = np.sign(th0) != np.sign(th1)
+    bn = _bottleneck_edges(g)
+    rows = dict(
+        index=np.asarray(result.index, np.int64), status=np.asarray(result.status, np.int64),
+        steps=np.asarray(result.num_steps, np.int64), drift=np.asarray(result.drift, float),
+        drift_in_tol=np.asarray(result.drift_in_tol, float), rank_start=rank0.astype(np.int64),
+        rank_end=rank1.astype(np.int64), connected=~frozen.any(axis=1),
+        n_components=(2 ** frozen.sum(axis=1)).astype(np.int64),
+        bottleneck_sign_changes=flipped[:, bn].sum(axis=1).astype(np.int64) if bn.size else np.zeros(len(th0), np.int64),
+        frozen_sign_changes=(flipped & frozen).sum(axis=1).astype(np.int64),
+        loss_initial=np.asarray(result.loss_initial, float), loss_final=np.asarray(result.loss_final, float),
+    )
+    st = rows["status"]
+    ok = st <= 1
+    dt = rows["drift_in_tol"][ok]
+    agg = {
+        "initializations": int(len(st)),
+        **{f"status {name}": int(np.sum(st == k)) for k, name in enumerate(STATUSES)},
+        "fraction disconnected": float(np.mean(~rows["connected"])) if len(st) else 0.0,
+        "max components": int(rows["n_components"].max()) if len(st) else 0,
+        "drift/tol median": float(np.median(dt)) if dt.size else float("nan"),
+        "drift/tol max": float(np.max(dt)) if dt.size else float("nan"),
+        "within 100 tol units": float(np.mean(dt <= 100)) if dt.size else float("nan"),
+        "rank changed (count)": int(np.sum((rows["rank_start"] != rows["rank_end"]) & ok)),
+        "bottleneck sign changes": int(rows["bottleneck_sign_changes"].sum()),
+        "frozen-edge sign changes": int(rows["frozen_sign_changes"].sum()),
+        "final loss median": float(np.median(rows["loss_final"][ok])) if ok.any() else float("nan"),
+        "final loss median (conn.)": _median(rows["loss_final"][ok & rows["connected"]]),
+        "final loss median (disc.)": _median(rows["loss_final"][ok & ~rows["connected"]]),
+        "steps min": int(rows["steps"].min()) if len(st) else 0,
+        "steps median": float(np.median(rows["steps"])) if len(st) else 0.0,
+        "steps max": int(rows["steps"].max()) if len(st) else 0,
+        "connectivity checked": n_check,
+        "connectivity mismatches": int(mismatches),
+    }
+    for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
+        if k in result.stats:
+            agg[f"engine {k}"] = result.stats[k]
+    return SweepSummary(rows, agg)
+
+
+def _median(a):
+    return float(np.median(a)) if np.size(a) else float("nan")
