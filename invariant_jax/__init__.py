@@ -28,3 +28,4 @@ from .flow import (
 from .datasets import teacher_student
 from .invariants import SingularPoint, is_singular_value, singular_point
 from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
+from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows

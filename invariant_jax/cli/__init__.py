@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["demo", "check"]
+SUBCOMMANDS = ["demo", "check", "sweep"]
 
 
 def build_parser() -> argparse.ArgumentParser:
