@@ -302,3 +302,23 @@ def test_labelled_c_equals_array():
     a = connectivity(g, c)
     b = connectivity(g, dict(zip(reversed(g.hidden), c[::-1])))
     assert a.frozen_edges == b.frozen_edges and np.array_equal(a.c, b.c)
+
+
+def test_cli_connectivity(tmp_path, capsys):
+    from invariant_jax.cli import main
+
+    f = tmp_path / "c.txt"
+    f.write_text("a0 0.2\na1 0.3\na2 1\na3 1\nk -0.6  # k supplies 0.6 through k -> y0 alone\n")
+    assert main(["connectivity", "--c", str(f), "--lp", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "2 connected components" in out and "S = {k} has sum_S c = -0.6 < 0" in out
+    assert "pure ancestors: a0, a1" in out and "agrees" in out
+    f.write_text('{"h1_0": 1.0, "h1_1": -1.0, "h1_2": 0.5}')
+    assert main(["connectivity", "--graph", "mlp", "--widths", "2,3,1", "--c", str(f), "--singular"]) == 0
+    out = capsys.readouterr().out
+    assert "2 connected components" in out and "no singular point" in out
+    assert main(["connectivity", "--graph", "mlp", "--widths", "2,3,2", "--seed", "3"]) == 0
+    assert "connected (1 component)" in capsys.readouterr().out
+    f.write_text("[1.0, 2.0]")
+    assert main(["connectivity", "--c", str(f)]) == 2
+    assert "expected (5,)" in capsys.readouterr().err

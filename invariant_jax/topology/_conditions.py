@@ -87,8 +87,10 @@ class BalanceCondition:
         kind = "out-bottleneck" if self.side == "out" else "in-bottleneck"
         fam = "pure ancestors" if self.side == "out" else "pure descendants"
         S = sorted(map(str, self.subset))
+        others = sorted(map(str, self.region - {self.bottleneck}))
+        listed = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
         head = (f"edge {self.edge[0]!s} -> {self.edge[1]!s}: {self.bottleneck!s} is an {kind} "
-                f"(its {fam}: {len(self.region) - 1}); ")
+                f"({fam}: {listed or 'none'}); ")
         if self.violated:
             verb = "supply" if self.side == "out" else "absorb"
             return head + (f"S = {{{', '.join(S)}}} has {self.inequality}, violating "

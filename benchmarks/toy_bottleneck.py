@@ -1,0 +1,148 @@
+"""The toy experiment of the ReLU paper: an out-bottleneck whose output weight must
+change sign.
+
+Graph: x0, x1 -> k -> y, plus a skip x0 -> y. `k` has one outgoing edge (an
+out-bottleneck) and no pure ancestors, so `k -> y` is frozen iff
+`c_k = theta_{x0 k}^2 + theta_{x1 k}^2 - theta_{k y}^2 < 0`. The teacher has
+`theta_{k y} = -1`, so the target `-relu(x0 + 0.5 x1) + 0.3 x0` needs a negative
+`theta_{k y}`. Three kinds of initialization (Glorot, then `theta_{k y}` rescaled):
+
+- `frozen-wrong`: `theta_{k y} > 0` and `c_k < 0` (ratio `theta_ky^2 / |w_k|^2` in
+  U(1.2, 3)): the sign can never change, so the target cannot be learnt;
+- `balanced-wrong`: `theta_{k y} > 0` but `c_k > 0` (ratio in U(0.1, 0.9)): free to change;
+- `right-sign`: `theta_{k y} < 0` (ratio in U(0.1, 3)).
+
+Each runs exact gradient flow (Tsit5, rtol = atol = 1e-6, time of the loss
+`(1/2N) sum (f - y)^2`) in one `jit(vmap)`. A run *succeeds* when its final loss is below
+half the best loss reachable with `theta_{k y} >= 0` (the least-squares fit of the skip
+alone; any non-negative `k` contribution only adds to the residual of a target whose
+`k`-part is non-positive). Writes `benchmarks/results/toy_bottleneck.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import equinox as eqx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import jax.random as jr  # noqa: E402
+import numpy as np  # noqa: E402
+
+import invariant_jax as ij  # noqa: E402
+
+KINDS = ("frozen-wrong", "balanced-wrong", "right-sign")
+RATIOS = {"frozen-wrong": (1.2, 3.0, 1.0), "balanced-wrong": (0.1, 0.9, 1.0), "right-sign": (0.1, 3.0, -1.0)}
+
+
+def toy_graph() -> ij.DAG:
+    return ij.DAG.from_edges([("x0", "k"), ("x1", "k"), ("k", "y"), ("x0", "y")],
+                             inputs=["x0", "x1"], outputs=["y"])
+
+
+def toy_data(n_samples: int = 64, seed: int = 5):
+    g = toy_graph()
+    th = np.zeros(len(g.edges))
+    th[g.edges.index(("x0", "k"))], th[g.edges.index(("x1", "k"))] = 1.0, 0.5
+    th[g.edges.index(("k", "y"))], th[g.edges.index(("x0", "y"))] = -1.0, 0.3
+    X = jr.normal(jr.key(seed), (n_samples, 2))
+    Y = ij.DAGNetwork(g, edge_weights=th).forward(X)
+    # best loss with theta_ky >= 0: least squares on the skip x0 -> y alone
+    x0 = np.asarray(X[:, 0])
+    y = np.asarray(Y[:, 0])
+    a = x0 @ y / (x0 @ x0)
+    return X, Y, float(np.mean((a * x0 - y) ** 2) / 2)
+
+
+def toy_inits(n_per_kind: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Edge weights `(3 n, E)` (kinds in KINDS order) and the kind index of each row."""
+    g = toy_graph()
+    rng = np.random.default_rng(seed)
+    keys = jr.split(jr.key(seed), 3 * n_per_kind)
+    th = np.array(eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(keys).edge_weights())
+    ky = g.edges.index(("k", "y"))
+    win = [g.edges.index(("x0", "k")), g.edges.index(("x1", "k"))]
+    kind = np.repeat(np.arange(3), n_per_kind)
+    for i, name in enumerate(KINDS):
+        lo, hi, sign = RATIOS[name]
+        sl = kind == i
+        ratio = rng.uniform(lo, hi, sl.sum())
+        th[sl, ky] = sign * np.sqrt(ratio * np.sum(th[sl][:, win] ** 2, axis=1))
+    return th, kind
+
+
+def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: int = 0) -> dict:
+    g = toy_graph()
+    X, Y, L_nonneg = toy_data()
+    th, kind = toy_inits(n_per_kind, seed)
+    ky = g.edges.index(("k", "y"))
+    verdict = np.array([ky in ij.connectivity(g, (t**2) @ g.incidence().T, lp="none").frozen_index
+                        for t in th])
+
+    @eqx.filter_jit
+    def run(th):
+        def one(t):
+            f = ij.gradient_flow(ij.DAGNetwork(g, edge_weights=t), X, Y, t1, rtol=1e-6, atol=1e-6,
+                                 n_save=n_save, spacing="log", max_steps=20_000)
+            return f.ts, f.losses, f.thetas[:, ky], f.loss_final, f.success, f.drift_relative
+        return jax.vmap(one)(th)
+
+    t0 = time.perf_counter()
+    ts, losses, sign_w, loss_final, ok, drift = (np.asarray(a) for a in jax.block_until_ready(run(jnp.asarray(th))))
+    wall = time.perf_counter() - t0
+    success = loss_final < 0.5 * L_nonneg
+    predicted_fail = verdict & (th[:, ky] > 0)
+    out = {
+        "graph_edges": [list(e) for e in g.edges], "n_per_kind": n_per_kind, "t1": t1,
+        "time_convention": "gradient-flow time of L = (1/2N) sum (f - y)^2",
+        "loss_nonneg_bound": L_nonneg, "wall_s_including_compile": wall,
+        "ts": ts[0].tolist(), "kinds": {},
+        "verdict_accuracy": float(np.mean(predicted_fail == ~success)),
+        "frozen_wrong_all_fail": bool(np.all(~success[predicted_fail])),
+        "max_drift_relative": float(np.nanmax(np.where(ok, drift, np.nan))),
+    }
+    for i, name in enumerate(KINDS):
+        sl = kind == i
+        out["kinds"][name] = {
+            "n": int(sl.sum()), "frozen_at_t0": float(verdict[sl].mean()),
+            "solver_success": float(ok[sl].mean()), "learnt": float(success[sl].mean()),
+            "final_loss_quantiles": np.quantile(loss_final[sl], [0.05, 0.25, 0.5, 0.75, 0.95]).tolist(),
+            "frac_theta_ky_negative_over_time": np.nanmean(np.where(np.isfinite(sign_w[sl]), sign_w[sl] < 0, np.nan), axis=0).tolist(),
+            "frac_theta_ky_sign_changed": float(np.mean(np.any(
+                np.isfinite(sign_w[sl]) & (np.sign(sign_w[sl]) != np.sign(sign_w[sl][:, :1])), axis=1))),
+            "final_losses": loss_final[sl].tolist(),
+        }
+    out["_arrays"] = {"ts": ts, "losses": losses, "theta_ky": sign_w, "kind": kind, "verdict": verdict,
+                      "success": success, "loss_final": loss_final}
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n-per-kind", type=int, default=100)
+    p.add_argument("--t1", type=float, default=30.0)
+    args = p.parse_args()
+    res = run_toy(args.n_per_kind, t1=args.t1)
+    res.pop("_arrays")
+    print(f"toy bottleneck: {args.n_per_kind} inits per kind, t1 = {args.t1:g} "
+          f"(best loss with theta_ky >= 0: {res['loss_nonneg_bound']:.4f}); {res['wall_s_including_compile']:.1f} s")
+    print(f"{'kind':>15} {'frozen@0':>9} {'learnt':>7} {'solver ok':>9} {'median loss':>12} {'theta_ky<0 at end':>17} {'sign changed':>12}")
+    for name, r in res["kinds"].items():
+        print(f"{name:>15} {r['frozen_at_t0']:>9.2f} {r['learnt']:>7.2f} {r['solver_success']:>9.2f} "
+              f"{r['final_loss_quantiles'][2]:>12.3e} {r['frac_theta_ky_negative_over_time'][-1]:>17.2f} "
+              f"{r['frac_theta_ky_sign_changed']:>12.2f}")
+    print(f"verdict at t=0 (frozen with wrong sign => fails) accuracy: {res['verdict_accuracy']:.3f}; "
+          f"every frozen-wrong init failed: {res['frozen_wrong_all_fail']}")
+    out = Path(__file__).parent / "results" / "toy_bottleneck.json"
+    out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
