@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["demo", "check", "sweep"]
+SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity"]
 
 
 def build_parser() -> argparse.ArgumentParser:
