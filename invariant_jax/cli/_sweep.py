@@ -55,6 +55,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--max-steps", type=int, default=S, help="step budget per trajectory (default 100000)")
     f.add_argument("--n-save", type=int, default=S, help="times at which drift is measured (default 101)")
     f.add_argument("--grad-norm-tol", type=float, default=S, help="stop a trajectory once |grad L| < this")
+    f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")
+    f.add_argument("--max-param-norm", type=float, default=S, help="stop a trajectory once |theta| > this")
     f.add_argument("--weight-decay", type=float, default=S)
     e = p.add_argument_group("engine and output")
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")

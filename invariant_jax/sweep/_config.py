@@ -31,8 +31,8 @@ class SweepConfig:
     - `n_samples`, `data_seed`, `teacher_activation`: teacher-student data
         (`ij.teacher_student`; the teacher uses `activation` unless given).
     - `n_inits`, `seed`: initialization `i` uses `jax.random.fold_in(key(seed), i)`.
-    - `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `grad_norm_tol`, `loss`,
-        `weight_decay`: as in `ij.gradient_flow` (MSE time scale: `L = (1/2N) sum ||f - y||^2`).
+    - `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `grad_norm_tol`,
+        `loss_floor`, `max_param_norm` (stopping rules), `loss`, `weight_decay`: as in `ij.gradient_flow` (MSE time scale: `L = (1/2N) sum ||f - y||^2`).
     """
 
     graph: str = "example"
@@ -62,6 +62,8 @@ class SweepConfig:
     max_steps: int = 100_000
     n_save: int = 101
     grad_norm_tol: float | None = None
+    loss_floor: float | None = None
+    max_param_norm: float | None = None
     loss: str = "mse"
     weight_decay: float = 0.0
 
@@ -106,6 +108,12 @@ class SweepConfig:
             raise ValueError(f"n_save must be >= 2; got {self.n_save!r}.")
         if self.n_samples < 1:
             raise ValueError(f"n_samples must be >= 1; got {self.n_samples!r}.")
+        for name in ("grad_norm_tol", "loss_floor", "max_param_norm"):
+            v = getattr(self, name)
+            if v is not None and not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive finite number (or None); got {v!r}.")
+        if not (np.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}.")
         if self.loss not in ("mse", "bce"):
             raise ValueError(f"Unknown loss {self.loss!r}; choose 'mse' or 'bce'.")
         if self.graph == "edges" and not (self.edges and self.inputs and self.outputs):

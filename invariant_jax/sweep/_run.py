@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -120,6 +121,8 @@ def sweep_flows(
     loss: str = "mse",
     weight_decay: float = 0.0,
     grad_norm_tol: float | None = None,
+    loss_floor: float | None = None,
+    max_param_norm: float | None = None,
     slots: int = 64,
     steps_per_call: int = 64,
     exact: bool = True,
@@ -135,7 +138,8 @@ def sweep_flows(
     - `nets`: a batch of `DAGNetwork`s (leading axis on `weights`, e.g. from
         `eqx.filter_vmap`), or one network.
     - `X`, `Y`, `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `dt0`, `loss`,
-        `weight_decay`, `grad_norm_tol`: as in `ij.gradient_flow` (linear save times).
+        `weight_decay`, `grad_norm_tol`, `loss_floor`, `max_param_norm`: as in
+        `ij.gradient_flow` (linear save times).
     - `slots`: trajectories integrated at once (rounded up to a multiple of the devices).
     - `steps_per_call`: loop iterations between harvests.
     - `exact`: evaluate each slot with the unbatched program (default; bit-identical to
@@ -156,10 +160,12 @@ def sweep_flows(
         raise ValueError("Some initial weights are not finite; re-initialize those networks.")
     if not (np.isfinite(t1) and t1 > 0):
         raise ValueError(f"t1 must be a positive finite time; got {t1!r}.")
+    _check_options(rtol=rtol, atol=atol, max_steps=max_steps, n_save=n_save, weight_decay=weight_decay,
+                   grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
     template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
     problem = make_problem(template, X, Y, t1, solver=solver, rtol=rtol, atol=atol, n_save=n_save,
                            max_steps=max_steps, dt0=dt0, loss=loss, weight_decay=weight_decay,
-                           grad_norm_tol=grad_norm_tol)
+                           grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
     engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call,
                     devices=devices, exact=exact)
     parts: list[dict] = []
@@ -171,6 +177,21 @@ def sweep_flows(
             bar.close()
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     return _result_from_records(rec, _stats_dict(st, engine.slots, len(engine.mesh.devices.flat)), rtol, atol)
+
+
+def _check_options(*, rtol, atol, max_steps, n_save, weight_decay, grad_norm_tol, loss_floor, max_param_norm):
+    from ..flow import _check_tolerances
+
+    _check_tolerances(rtol, atol, jnp.zeros(()).dtype)
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1; got {max_steps!r}.")
+    if n_save < 2:
+        raise ValueError(f"n_save must be >= 2; got {n_save!r}.")
+    if not (np.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0; got {weight_decay!r}.")
+    for name, v in (("grad_norm_tol", grad_norm_tol), ("loss_floor", loss_floor), ("max_param_norm", max_param_norm)):
+        if v is not None and not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number (or None); got {v!r}.")
 
 
 def init_theta(config: SweepConfig, graph, index) -> jax.Array:
@@ -189,6 +210,9 @@ def manifest_for(config: SweepConfig) -> dict:
             "config": config.to_dict(), "jax_version": jax.__version__,
             "float64": bool(jax.config.jax_enable_x64),
             "note": "time is gradient-flow time of L = (1/2N) sum ||f - y||^2 (MSE)"}
+
+
+_ENGINES: dict = {}
 
 
 def run_sweep(
@@ -247,9 +271,17 @@ def run_sweep(
     problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
                            atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
                            loss=config.loss, weight_decay=config.weight_decay,
-                           grad_norm_tol=config.grad_norm_tol)
-    engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
-                    steps_per_call=steps_per_call, devices=devices, exact=exact)
+                           grad_norm_tol=config.grad_norm_tol, loss_floor=config.loss_floor,
+                           max_param_norm=config.max_param_norm)
+    key = (json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
+           slots, steps_per_call, exact, None if devices is None else tuple(devices))
+    engine = _ENGINES.get(key)
+    if engine is None:  # compiled engines are reused by later sweeps of the same problem
+        engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
+                        steps_per_call=steps_per_call, devices=devices, exact=exact)
+        if len(_ENGINES) >= 8:
+            _ENGINES.pop(next(iter(_ENGINES)))
+        _ENGINES[key] = engine
     mine = np.arange(config.n_inits)[pi::pc]
     done = store.done_indices() if store is not None else np.zeros(0, np.int64)
     todo = np.setdiff1d(mine, done)

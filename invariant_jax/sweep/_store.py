@@ -96,7 +96,8 @@ class ResultsStore:
         self.chunk_dir.mkdir(exist_ok=True)
         if self.read_manifest() is None:
             atomic_write_json(self.folder / MANIFEST, manifest)
-        self._n_written = len(list(self.chunk_dir.glob(f"chunk-p{self.process_index:03d}-*.npz")))
+        mine = [int(f.stem.rsplit("-", 1)[1]) for f in self.chunk_dir.glob(f"chunk-p{self.process_index:03d}-*.npz")]
+        self._n_written = max(mine, default=-1) + 1  # never reuse a name: resume appends
 
     def _clear(self) -> None:
         for p in self.folder.iterdir():

@@ -1,0 +1,192 @@
+"""The sweep engine against `gradient_flow` run one trajectory at a time, determinism,
+failures as data, persistence, resume, summary statistics and bad input."""
+
+import json
+import os
+
+import equinox as eqx
+import jax
+import jax.random as jr
+import numpy as np
+import pytest
+
+import invariant_jax as ij
+from invariant_jax.sweep import STATUSES, SweepConfig, init_theta, load_sweep, run_sweep, summarize_sweep
+
+SMALL = dict(n_inits=10, t1=0.5, n_samples=10, n_save=11)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    g = ij.example_dag()
+    X, Y, _ = ij.teacher_student(g, 10, key=jr.key(1))
+    keys = jax.vmap(lambda i: jr.fold_in(jr.key(3), i))(np.arange(6))
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
+    return g, X, Y, nets
+
+
+def _one(nets, i):
+    return jax.tree.map(lambda a: a[i] if getattr(a, "ndim", 0) == 3 else a, nets)
+
+
+def _flows(nets, X, Y, t1, **kw):
+    """gradient_flow run one trajectory at a time (one compilation, n calls)."""
+    fn = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, t1, n_save=11, **kw))
+    return [fn(_one(nets, i)) for i in range(nets.weights.shape[0])]
+
+
+def test_matches_gradient_flow_one_at_a_time(problem):
+    g, X, Y, nets = problem
+    res = ij.sweep_flows(nets, X, Y, 0.5, slots=4, steps_per_call=8, n_save=11)
+    assert list(res.index) == list(range(6))
+    for i, f in enumerate(_flows(nets, X, Y, 0.5)):
+        assert int(res.num_steps[i]) == int(f.stats["num_steps"])
+        assert int(res.num_accepted_steps[i]) == int(f.stats["num_accepted_steps"])
+        assert int(res.result[i]) == int(f.result._value)
+        np.testing.assert_allclose(res.theta_final[i], f.theta_final, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(res.loss_final[i], f.loss_final, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(res.drift[i], f.drift, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(res.t_final[i], f.t_final, rtol=0, atol=0)
+    assert res.stats["useful_steps"] == int(res.num_steps.sum())
+    assert 0 < res.stats["work_efficiency"] <= 1
+
+
+def test_failures_are_data(problem):
+    g, X, Y, nets = problem
+    theta = np.array(nets.edge_weights())
+    theta[2] = 1e160  # the forward pass overflows: non-finite loss
+    nets = nets.with_edge_weights(theta)
+    res = ij.sweep_flows(nets, X, Y, 0.5, slots=3, steps_per_call=4, max_steps=12, n_save=11)
+    names = res.status_names
+    assert names[2] == "nonfinite"
+    for i, f in enumerate(_flows(nets, X, Y, 0.5, max_steps=12)):
+        if i == 2:
+            continue
+        want = "ok" if bool(f.success) else "max_steps"
+        assert names[i] == want
+        assert int(res.result[i]) == int(f.result._value)
+        np.testing.assert_allclose(res.theta_final[i], f.theta_final, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(res.t_final[i], f.t_final, rtol=0, atol=1e-12)
+    assert "max_steps" in names  # the sweep went on past failures
+    assert res.n_failed == sum(n in ("max_steps", "nonfinite") for n in names)
+
+
+def test_stopping_rule_matches_gradient_flow(problem):
+    g, X, Y, nets = problem
+    res = ij.sweep_flows(nets, X, Y, 0.5, slots=2, steps_per_call=16, loss_floor=0.05, n_save=11)
+    for i, f in enumerate(_flows(nets, X, Y, 0.5, loss_floor=0.05)):
+        stopped = int(f.result._value) == int(ij.flow.diffrax.RESULTS.event_occurred._value)
+        assert res.status_names[i] == ("stopped" if stopped else "ok")
+        np.testing.assert_allclose(res.t_final[i], f.t_final, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(res.theta_final[i], f.theta_final, rtol=0, atol=1e-10)
+    assert "stopped" in res.status_names
+
+
+def test_results_independent_of_slots_and_chunking():
+    cfg = SweepConfig(**SMALL)
+    a = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
+    b = run_sweep(cfg, slots=7, steps_per_call=64, progress=False)
+    for k in ("theta_final", "loss_final", "drift", "num_steps", "status", "t_final"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+    # the key of init i is fold_in(key(seed), i): independent of the split
+    g = cfg.build_graph()
+    net3 = ij.DAGNetwork(g, cfg.activation, key=jr.fold_in(jr.key(cfg.seed), 3), init=cfg.init)
+    np.testing.assert_array_equal(a.theta0[3], net3.edge_weights())
+    np.testing.assert_array_equal(init_theta(cfg, g, 3), net3.edge_weights())
+
+
+def test_persistence_manifest_and_resume(tmp_path):
+    cfg = SweepConfig(**SMALL)
+    out = tmp_path / "run"
+    full = run_sweep(cfg, out, slots=2, steps_per_call=8, progress=False, flush_seconds=0.0)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["config"] == cfg.to_dict() and man["version"] == ij.__version__
+    chunks = sorted((out / "chunks").glob("*.npz"))
+    assert len(chunks) >= 2 and not list(out.rglob("*.tmp"))
+    cfg2, loaded = load_sweep(out)
+    assert cfg2 == cfg
+    np.testing.assert_array_equal(loaded.theta_final, full.theta_final)
+    # a finished sweep resumes with no work at all
+    again = run_sweep(cfg, out, resume=True, slots=2, steps_per_call=8, progress=False)
+    assert again.stats["useful_steps"] == 0
+    # lose one chunk: resume recomputes exactly those trajectories, with equal results
+    with np.load(chunks[0]) as z:
+        lost = set(z["index"].tolist())
+    chunks[0].unlink()
+    resumed = run_sweep(cfg, out, resume=True, slots=2, steps_per_call=8, progress=False)
+    assert resumed.stats["useful_steps"] == int(full.num_steps[sorted(lost)].sum())
+    for k in ("theta_final", "loss_final", "drift", "num_steps", "status"):
+        np.testing.assert_array_equal(getattr(resumed, k), getattr(full, k))
+
+
+def test_summary_against_independent_references(tmp_path):
+    cfg = SweepConfig(**SMALL)
+    res = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
+    s = summarize_sweep(cfg, res)
+    g = cfg.build_graph()
+    B = g.incidence()
+    bn = {e for v in g.out_bottlenecks for e in g.out_edges(v)} | {e for v in g.in_bottlenecks for e in g.in_edges(v)}
+    for i in range(len(res)):
+        th0, th1 = res.theta0[i], res.theta_final[i]
+        assert s.rows["rank_start"][i] == np.linalg.matrix_rank(2 * B * th0)
+        assert s.rows["rank_end"][i] == np.linalg.matrix_rank(2 * B * th1)
+        con = ij.connectivity(g, B @ th0**2)
+        assert bool(s.rows["connected"][i]) == con.connected
+        assert s.rows["n_components"][i] == con.n_components
+        assert s.rows["bottleneck_sign_changes"][i] == sum(np.sign(th0[e]) != np.sign(th1[e]) for e in bn)
+        assert s.rows["frozen_sign_changes"][i] == 0  # a frozen edge cannot change sign
+        np.testing.assert_allclose(s.rows["drift_in_tol"][i], res.drift[i] / (cfg.atol + cfg.rtol * res.scale[i]))
+    assert s.aggregate["status ok"] == len(res)
+    assert s.aggregate["fraction disconnected"] == pytest.approx(np.mean(~s.rows["connected"]))
+    paths = s.save_figures(tmp_path / "fig")
+    assert all(p.stat().st_size > 1000 for p in paths)
+    s.to_csv(tmp_path / "t.csv")
+    assert len((tmp_path / "t.csv").read_text().splitlines()) == len(res) + 1
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_config_values():
+    with pytest.raises(ValueError, match="Unknown graph builder 'ladder'"):
+        SweepConfig(graph="ladder")
+    with pytest.raises(ValueError, match="Unknown activation 'relux'"):
+        SweepConfig(activation="relux")
+    for n in (0, -3):
+        with pytest.raises(ValueError, match="n_inits must be a positive integer"):
+            SweepConfig(n_inits=n)
+    with pytest.raises(ValueError, match="Unknown sweep config key"):
+        SweepConfig.from_dict({"n_init": 3})
+
+
+def test_folder_with_other_config_is_refused(tmp_path):
+    out = tmp_path / "run"
+    kw = dict(slots=2, steps_per_call=8, progress=False)
+    run_sweep(SweepConfig(**{**SMALL, "n_inits": 2}), out, **kw)
+    other = SweepConfig(**{**SMALL, "n_inits": 3})
+    with pytest.raises(ValueError, match=r"different config \(differs in \['n_inits'\]\).*--overwrite"):
+        run_sweep(other, out, **kw)
+    with pytest.raises(ValueError, match="already holds this sweep. Pass --resume"):
+        run_sweep(SweepConfig(**{**SMALL, "n_inits": 2}), out, **kw)
+    res = run_sweep(other, out, overwrite=True, **kw)
+    assert len(res) == 3 and json.loads((out / "manifest.json").read_text())["config"]["n_inits"] == 3
+
+
+def test_unwritable_folder(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match="is not writable"):
+        run_sweep(SweepConfig(**SMALL), blocker / "run", progress=False)
+    if os.name == "posix" and os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        try:
+            with pytest.raises(ValueError, match="is not writable"):
+                run_sweep(SweepConfig(**SMALL), ro / "run", progress=False)
+        finally:
+            ro.chmod(0o700)
+
+
+def test_statuses_names():
+    assert STATUSES[:3] == ("ok", "stopped", "max_steps")
