@@ -13,8 +13,10 @@ after:
   differentiable, and we use the minimum-norm subgradient `U_+ V_+^T`, with `U_+`, `V_+`
   the singular vectors of the singular values above
   `max(H, E) * eps * s_max` (the `numpy.linalg.matrix_rank` threshold). At `J = 0` the
-  gradient is `0`. JAX's own SVD derivative divides by `s_i^2 - s_j^2` and gives
-  `nan` at both kinds of points; ours never does.
+  gradient is `0`. (Differentiating `jnp.linalg.svd` directly gives `U V^T` over *all*
+  singular vectors, including an arbitrary, LAPACK-chosen basis of the null space: a
+  valid but basis-dependent subgradient that pushes zero weights away from zero. The
+  minimum-norm choice leaves a cut-off group's zero weights alone.)
 - `l1`: `sum_e |theta_e|`, with subgradient `sign(theta)`, so `0` at `theta_e = 0`
   (the minimum-norm subgradient; JAX's `abs` would give `1`).
 - `l2`: `(1/2) sum_e theta_e^2`, so strength `lambda` adds `lambda theta` to the
