@@ -2,3 +2,4 @@
 targets (modified Rosenbrock, Gaussian-process samples). One private module per family."""
 
 from ._teacher import teacher_student
+from ._tabular import TabularData, breast_cancer, load_csv, split_standardize
