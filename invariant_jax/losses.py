@@ -10,7 +10,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["LOSSES", "mse", "bce", "get_loss", "network_loss"]
+__all__ = [
+    "LOSSES", "mse", "bce", "get_loss", "network_loss", "loss_gradient", "hessian",
+    "hessian_spectrum", "gauss_hermite", "weighted_mse", "population_loss",
+]
 
 
 def mse(pred: Float[Array, "N d"], Y: Float[Array, "N d"]) -> Float[Array, ""]:
@@ -82,3 +85,213 @@ def check_data(graph, X, Y):
                 i, j = np.argwhere(bad)[0]
                 raise ValueError(f"{name}[{i}, {j}] is not finite; clean or drop that sample.")
     return X, Y
+
+
+# ------------------------------------------------------------------ derivatives
+
+_NON_SMOOTH_WHY = (
+    "is not smooth: it is piecewise linear, so the loss Hessian is zero almost everywhere "
+    "and undefined on the kinks z = 0, where the curvature actually sits"
+)
+
+
+def _require_smooth(net, tool: str) -> None:
+    """Raise `ValueError` unless every activation of `net` is smooth (softplus, erf, g, ...)."""
+    bad = [a.name for a in net.activations if not a.smooth]
+    if bad:
+        raise ValueError(
+            f"{tool} needs a smooth activation; {bad} {_NON_SMOOTH_WHY}. Use a smooth "
+            "activation such as 'softplus', 'erf', 'g', 'tanh' or 'gelu'."
+        )
+
+
+def loss_gradient(net, X, Y, *, loss="mse") -> tuple[Float[Array, ""], Float[Array, " E"]]:
+    """The loss and its gradient with respect to the edge weights.
+
+    **Arguments:** `net` (a `DAGNetwork`), data `X`, `Y`; `loss` as in `get_loss`.
+
+    **Returns:** `(L, grad)` with `grad` ordered as `net.graph.edges`.
+    """
+    X, Y = check_data(net.graph, X, Y)
+    return _value_and_grad(net, X, Y, loss)
+
+
+def _jit(f):
+    import equinox as eqx  # compiled once per graph/activation/loss: eager Hessians are slow
+
+    return eqx.filter_jit(f)
+
+
+@_jit
+def _value_and_grad(net, X, Y, loss):
+    return jax.value_and_grad(edge_loss_fn(net, X, Y, loss))(net.edge_weights())
+
+
+@_jit
+def _hessian(net, X, Y, loss):
+    H = jax.hessian(edge_loss_fn(net, X, Y, loss))(net.edge_weights())
+    return 0.5 * (H + H.T)
+
+
+def hessian(net, X, Y, *, loss="mse") -> Float[Array, "E E"]:
+    """The Hessian of the loss with respect to the edge weights (`graph.edges` order).
+
+    **Arguments:** `net` (a `DAGNetwork` with smooth activations), data `X`, `Y`; `loss`.
+
+    **Returns:** the symmetric `(E, E)` matrix. Raises `ValueError` for ReLU-like nets,
+    whose Hessian is zero almost everywhere and undefined on the kinks.
+    """
+    _require_smooth(net, "hessian")
+    X, Y = check_data(net.graph, X, Y)
+    return _hessian(net, X, Y, loss)
+
+
+def hessian_spectrum(net, X, Y, *, loss="mse"):
+    """Eigenvalues (ascending) and eigenvectors (columns) of `hessian(net, X, Y)`, by
+    `jnp.linalg.eigh`. The top eigenvalue `eigenvalues[-1]` is the sharpness.
+
+    **Returns:** `jnp.linalg.eigh`'s `(eigenvalues, eigenvectors)`.
+    """
+    return jnp.linalg.eigh(hessian(net, X, Y, loss=loss))
+
+
+# ------------------------------------------------------------------ population losses
+
+def gauss_hermite(dim: int, n_points: int = 64) -> tuple[Float[Array, "M dim"], Float[Array, " M"]]:
+    """Gauss-Hermite nodes and weights for `E[f(x)]`, `x ~ N(0, I_dim)`: a tensor grid
+    of `n_points**dim` nodes whose weights sum to 1 (`sum_m w_m f(x_m)`).
+
+    **Arguments:** `dim` (1 or 2: a tensor grid in more dimensions is too large to be
+    accurate and cheap, so it is refused), `n_points` per dimension.
+
+    **Returns:** `(X, weights)`.
+    """
+    import numpy as np
+
+    if not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be a positive integer; got {dim!r}.")
+    if dim > 2:
+        raise ValueError(
+            f"Gauss-Hermite quadrature is supported for input dimension 1 or 2; got dim={dim}. "
+            "A tensor grid grows like n_points**dim. Use the closed forms (one-hidden-layer "
+            "erf or relu nets without bias: method='closed') or Monte Carlo samples instead."
+        )
+    if not isinstance(n_points, int) or n_points < 2:
+        raise ValueError(f"n_points must be an integer >= 2; got {n_points!r}.")
+    from scipy.special import roots_hermitenorm
+
+    x, w = roots_hermitenorm(n_points)  # weight exp(-x^2/2); stable for large n_points
+    w = w / w.sum()
+    grids = np.meshgrid(*([x] * dim), indexing="ij")
+    ws = np.meshgrid(*([w] * dim), indexing="ij")
+    X = np.stack([g.ravel() for g in grids], axis=1)
+    W = np.prod(np.stack([g.ravel() for g in ws], axis=1), axis=1)
+    return jnp.asarray(X), jnp.asarray(W)
+
+
+def weighted_mse(weights):
+    """A loss `(pred, Y) -> (1/2) sum_m w_m ||pred_m - y_m||^2` for quadrature data; with
+    `gauss_hermite` nodes this is the population MSE and can be passed to
+    `gradient_flow(..., loss=weighted_mse(w))`."""
+    weights = jnp.asarray(weights)
+
+    def loss(pred, Y):
+        return 0.5 * jnp.sum(weights[:, None] * (pred - Y) ** 2)
+
+    return loss
+
+
+def _one_hidden_layer(net, role: str):
+    """`(W (H, d), A (H, k))` of a one-hidden-layer net without bias, else ValueError."""
+    import numpy as np
+
+    g = net.graph
+    n_in, H = len(g.inputs), len(g.hidden)
+    if g.constants:
+        raise ValueError(
+            f"The closed-form population loss needs {role} without bias edges (constant "
+            f"node(s) {list(g.constants)}): Gaussian expectations of erf/relu with offsets "
+            "have no closed form. Use method='quadrature' (input dimension <= 2)."
+        )
+    rows, cols = g.edge_index
+    kind = lambda k: 0 if k < n_in else (1 if k < n_in + H else 2)  # noqa: E731
+    if any((kind(r), kind(c)) != (kind(r), kind(r) + 1) for r, c in zip(np.asarray(rows), np.asarray(cols))):
+        raise ValueError(
+            f"The closed-form population loss needs {role} with one hidden layer (every edge "
+            "input -> hidden or hidden -> output). Use method='quadrature' for other graphs."
+        )
+    acts = net.activations
+    if len(acts) != 1 or acts[0].name not in ("erf", "relu"):
+        raise ValueError(
+            f"Closed forms exist for erf (arcsine formula) and relu (arc-cosine kernel); "
+            f"{role} uses {[a.name for a in acts]}. Use method='quadrature'."
+        )
+    Wfull = net.weights
+    return Wfull[:n_in, n_in:n_in + H].T, Wfull[n_in:n_in + H, n_in + H:], acts[0].name
+
+
+def _gauss_kernel(U, V, name):
+    """`E[sigma(u.x) sigma(v.x)]`, x ~ N(0, I), for all rows u of U and v of V."""
+    uv = U @ V.T
+    nu = jnp.sum(U**2, axis=1)[:, None]
+    nv = jnp.sum(V**2, axis=1)[None, :]
+    if name == "erf":  # Williams (1997): (2/pi) arcsin(2 u.v / sqrt((1 + 2|u|^2)(1 + 2|v|^2)))
+        return (2 / jnp.pi) * jnp.arcsin(2 * uv / jnp.sqrt((1 + 2 * nu) * (1 + 2 * nv)))
+    # relu, Cho & Saul (2009): |u||v| (sin t + (pi - t) cos t) / (2 pi)
+    norms = jnp.sqrt(nu * nv)
+    cos = jnp.clip(uv / jnp.where(norms > 0, norms, 1.0), -1.0, 1.0)
+    t = jnp.arccos(cos)
+    return norms * (jnp.sqrt(1 - cos**2) + (jnp.pi - t) * cos) / (2 * jnp.pi)
+
+
+def population_loss(net, target, *, method: str = "auto", n_points: int = 64) -> Float[Array, ""]:
+    """The population MSE `(1/2) E ||f(x) - y(x)||^2` for inputs `x ~ N(0, I)`.
+
+    **Arguments:**
+
+    - `net`: the student `DAGNetwork`.
+    - `target`: a teacher `DAGNetwork` on the same inputs and outputs, or a callable
+        `X (M, d) -> Y (M, k)` (or `(M,)` for one output).
+    - `method`: `"closed"` (one-hidden-layer erf or relu nets without bias, student and
+        teacher alike: arcsine formula / arc-cosine kernel), `"quadrature"`
+        (Gauss-Hermite, input dimension 1 or 2), or `"auto"` (closed when possible).
+    - `n_points`: quadrature nodes per dimension.
+
+    **Returns:** the scalar loss; differentiable in the student's weights.
+    """
+    d = net.graph.n_in
+    teacher = target if hasattr(target, "graph") and hasattr(target, "forward") else None
+    if method not in ("auto", "closed", "quadrature"):
+        raise ValueError(f"method must be 'auto', 'closed' or 'quadrature'; got {method!r}.")
+    if teacher is None and not callable(target):
+        raise TypeError(f"target must be a DAGNetwork or a callable X -> Y; got {type(target).__name__}.")
+    if teacher is not None and (teacher.graph.n_in != d or teacher.graph.n_out != net.graph.n_out):
+        raise ValueError(
+            f"Teacher has {teacher.graph.n_in} inputs / {teacher.graph.n_out} outputs; the student "
+            f"has {d} / {net.graph.n_out}. They must match."
+        )
+    if method == "auto":
+        try:
+            _one_hidden_layer(net, "the student")
+            if teacher is None:
+                raise ValueError
+            s_name = net.activations[0].name
+            if _one_hidden_layer(teacher, "the teacher")[2] != s_name:
+                raise ValueError
+            method = "closed"
+        except ValueError:
+            method = "quadrature"
+    if method == "closed":
+        if teacher is None:
+            raise ValueError("method='closed' needs a teacher DAGNetwork as target, not a callable.")
+        Ws, As, name = _one_hidden_layer(net, "the student")
+        Wt, At, tname = _one_hidden_layer(teacher, "the teacher")
+        if tname != name:
+            raise ValueError(f"Closed form needs one activation for both nets; student {name}, teacher {tname}.")
+        Kss, Kst, Ktt = _gauss_kernel(Ws, Ws, name), _gauss_kernel(Ws, Wt, name), _gauss_kernel(Wt, Wt, name)
+        return 0.5 * (jnp.sum(As * (Kss @ As)) - 2 * jnp.sum(As * (Kst @ At)) + jnp.sum(At * (Ktt @ At)))
+    Xq, wq = gauss_hermite(d, n_points)
+    Yq = teacher.forward(Xq) if teacher is not None else jnp.asarray(target(Xq))
+    if Yq.ndim == 1:
+        Yq = Yq[:, None]
+    return weighted_mse(wq)(net.forward(Xq), Yq)

@@ -1,0 +1,19 @@
+"""Flat channels to infinity in smooth networks: channel coordinates and the GLU limit,
+saddle lines from neuron duplication, channel detection, the jump procedure, the
+two-neuron toy model and the frequency study."""
+
+from ._glu import (
+    ChannelPair,
+    CollapsedNetwork,
+    channel_coordinates,
+    collapse_channel,
+    glu_limit,
+    pair_output,
+    predecessor_values,
+    set_channel_coordinates,
+)
+from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
+from ._detect import CLASSIFICATIONS, ChannelReport, detect_channels
+from ._jump import GLUConvergence, JumpResult, PowerLaw, glu_convergence, jump_procedure, power_law_fit
+from ._toy import ToyCriticalPoints, toy_critical_points, toy_data, toy_limit_loss, toy_network, toy_target
+from ._frequency import FrequencyStudy, channel_frequency

@@ -1,0 +1,266 @@
+"""Channel coordinates of a neuron pair, the gated-linear-unit limit, and collapsing a
+pair into its limit.
+
+A pair of hidden neurons `i, j` with the same predecessors and successors has input
+weights `w_i, w_j` (over the shared predecessors, bias included) and output weights
+`a_i, a_j` (over the shared successors). The channel coordinates are
+`w = (w_i + w_j)/2`, `eps = ||w_i - w_j||/2`, `Delta = (w_i - w_j)/||w_i - w_j||`,
+`c = a_i + a_j`, `a = eps (a_i - a_j)`; as `eps -> 0` at fixed `(w, Delta, c, a)` the pair
+computes `c sigma(w.u) + a (Delta.u) sigma'(w.u)`, with `u` the predecessors' values.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from ..activations import Activation
+from ..graph import DAG
+from ..losses import _require_smooth
+from ..network import DAGNetwork
+
+__all__ = [
+    "ChannelPair",
+    "channel_coordinates",
+    "set_channel_coordinates",
+    "pair_output",
+    "glu_limit",
+    "predecessor_values",
+    "collapse_channel",
+    "CollapsedNetwork",
+]
+
+
+def _hidden_position(g: DAG, v) -> int:
+    H = len(g.hidden)
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if not 0 <= int(v) < H:
+            raise ValueError(
+                f"Hidden index {v} is out of range: the network has {H} hidden neurons "
+                f"(indices 0..{H - 1} in graph.hidden order)."
+            )
+        return int(v)
+    if v in g.hidden:
+        return g.hidden.index(v)
+    raise ValueError(f"{v!r} is neither a hidden index (0..{H - 1}) nor a hidden node label of the graph.")
+
+
+class ChannelPair(eqx.Module):
+    """Channel coordinates of a pair of hidden neurons `i, j` (see the module docstring).
+
+    **Fields:** `w`, `Delta` (shape `(p,)`, over `predecessors`), `eps` (scalar), `c`, `a`
+    (shape `(k,)`, over `successors`); static: `i`, `j` (positions in `graph.hidden`),
+    `graph`, `activation`, `predecessors`, `successors` (node labels), and
+    `classification` (`"constructed"`, or what `detect_channels` decided).
+    """
+
+    w: Float[Array, " p"]
+    eps: Float[Array, ""]
+    Delta: Float[Array, " p"]
+    c: Float[Array, " k"]
+    a: Float[Array, " k"]
+    i: int = eqx.field(static=True)
+    j: int = eqx.field(static=True)
+    graph: DAG = eqx.field(static=True)
+    activation: Activation = eqx.field(static=True)
+    predecessors: tuple = eqx.field(static=True)
+    successors: tuple = eqx.field(static=True)
+    classification: str = eqx.field(static=True, default="constructed")
+
+    @property
+    def nodes(self) -> tuple:
+        return (self.graph.hidden[self.i], self.graph.hidden[self.j])
+
+    def with_eps(self, eps) -> "ChannelPair":
+        """The same `(w, Delta, c, a)` at another `eps` (a jump along the channel)."""
+        return eqx.tree_at(lambda p: p.eps, self, jnp.asarray(eps, dtype=self.eps.dtype))
+
+    def weights(self):
+        """Map back: `(w_i, w_j, a_i, a_j)` with `w_i = w + eps Delta`, `w_j = w - eps Delta`,
+        `a_i = (c + a/eps)/2`, `a_j = (c - a/eps)/2`."""
+        d = self.eps * self.Delta
+        return self.w + d, self.w - d, 0.5 * (self.c + self.a / self.eps), 0.5 * (self.c - self.a / self.eps)
+
+
+def _pair_structure(g: DAG, i: int, j: int):
+    vi, vj = g.hidden[i], g.hidden[j]
+    if i == j:
+        raise ValueError(f"A channel pair needs two different neurons; got i = j = {i}.")
+    P, S = g.predecessors(vi), g.successors(vi)
+    if set(P) != set(g.predecessors(vj)) or set(S) != set(g.successors(vj)):
+        raise ValueError(
+            f"Neurons {vi!r} and {vj!r} do not share predecessors and successors, so they "
+            "cannot merge into one unit; pick two neurons of the same layer."
+        )
+    P = tuple(sorted(P, key=g.index.__getitem__))
+    S = tuple(sorted(S, key=g.index.__getitem__))
+    return vi, vj, P, S
+
+
+def _rows_cols(g, P, v):
+    return np.array([g.index[u] for u in P]), np.full(len(P), g.index[v])
+
+
+def channel_coordinates(net: DAGNetwork, i, j) -> ChannelPair:
+    """The channel coordinates of hidden neurons `i`, `j` (positions in `graph.hidden`, or
+    labels) of `net`. They must share predecessors and successors and the activation.
+
+    **Returns:** a `ChannelPair`. Inverse: `set_channel_coordinates`.
+    """
+    g = net.graph
+    i, j = _hidden_position(g, i), _hidden_position(g, j)
+    vi, vj, P, S = _pair_structure(g, i, j)
+    act = net.activation_of(i)
+    if net.activation_of(j) != act:
+        raise ValueError(f"Neurons {vi!r} and {vj!r} use different activations; a channel needs one.")
+    W = net.weights
+    idx = lambda vs: np.array([g.index[u] for u in vs])  # noqa: E731
+    wi, wj = W[idx(P), g.index[vi]], W[idx(P), g.index[vj]]
+    ai, aj = W[g.index[vi], idx(S)], W[g.index[vj], idx(S)]
+    diff = wi - wj
+    eps = 0.5 * jnp.linalg.norm(diff)
+    Delta = diff / jnp.where(eps > 0, 2 * eps, 1.0)
+    return ChannelPair(
+        w=0.5 * (wi + wj), eps=eps, Delta=Delta, c=ai + aj, a=eps * (ai - aj),
+        i=i, j=j, graph=g, activation=act, predecessors=P, successors=S,
+    )
+
+
+def set_channel_coordinates(net: DAGNetwork, pair: ChannelPair) -> DAGNetwork:
+    """`net` with the pair's weights replaced by those of `pair`'s coordinates (map back)."""
+    g = net.graph
+    if g != pair.graph:
+        raise ValueError("The pair belongs to another graph; compute it with channel_coordinates(net, i, j).")
+    if not bool(pair.eps > 0):
+        raise ValueError(f"eps must be > 0 to map back (a_i - a_j = a/eps); got {pair.eps}.")
+    wi, wj, ai, aj = pair.weights()
+    vi, vj = pair.nodes
+    idx = lambda vs: np.array([g.index[u] for u in vs])  # noqa: E731
+    P, S = idx(pair.predecessors), idx(pair.successors)
+    W = net.weights
+    W = W.at[P, g.index[vi]].set(wi).at[P, g.index[vj]].set(wj)
+    W = W.at[g.index[vi], S].set(ai).at[g.index[vj], S].set(aj)
+    return eqx.tree_at(lambda n: n.weights, net, W)
+
+
+def _node_values(net: DAGNetwork, X) -> Float[Array, "N m"]:
+    """Values of all input and hidden nodes, columns in `graph.nodes` order."""
+    g = net.graph
+    X = jnp.asarray(X)
+    Z = net.preactivations(X)
+    H = len(g.hidden)
+    acts = jnp.stack([net.activation_of(k)(Z[:, k]) for k in range(H)], axis=1) if H else Z
+    cols, k = [], 0
+    for v in g.inputs:
+        if v in g.constants:
+            cols.append(jnp.ones((X.shape[0],), Z.dtype))
+        else:
+            cols.append(X[:, k].astype(Z.dtype))
+            k += 1
+    return jnp.concatenate([jnp.stack(cols, axis=1), acts], axis=1)
+
+
+def predecessor_values(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N p"]:
+    """The values `u` of the pair's predecessors on inputs `X` (`(N, d_in)`). When every
+    predecessor is an input (or bias) node, `net` is not needed."""
+    g = pair.graph
+    X = jnp.asarray(X)
+    if X.ndim != 2 or X.shape[1] != g.n_in:
+        raise ValueError(f"X has shape {X.shape}; expected (N, {g.n_in}).")
+    if net is None:
+        inputs = set(g.inputs)
+        if not all(u in inputs for u in pair.predecessors):
+            raise ValueError(
+                "The pair's predecessors include hidden neurons; pass net= so their values can be computed."
+            )
+        data = [v for v in g.inputs if v not in g.constants]
+        cols = [jnp.ones((X.shape[0],), X.dtype) if u in g.constants else X[:, data.index(u)]
+                for u in pair.predecessors]
+        return jnp.stack(cols, axis=1)
+    V = _node_values(net, X)
+    return V[:, np.array([g.index[u] for u in pair.predecessors])]
+
+
+def _sigma_prime(act: Activation):
+    return act.derivative
+
+
+def glu_limit(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N k"]:
+    """The gated linear unit the pair tends to as `eps -> 0`:
+    `c sigma(w.u) + a (Delta.u) sigma'(w.u)`, one column per successor. `sigma'` is the
+    activation's exact derivative (the logistic sigmoid for softplus).
+
+    **Arguments:** `pair`; inputs `X` `(N, d_in)`; `net` when the predecessors are hidden.
+
+    **Returns:** `(N, k)`.
+    """
+    if not pair.activation.smooth:
+        raise ValueError(
+            f"glu_limit needs a smooth activation; {pair.activation.name!r} is not smooth "
+            "(piecewise linear): sigma' jumps at 0, so the pair has no gated-linear limit. "
+            "Use softplus, erf, g, tanh or gelu."
+        )
+    U = predecessor_values(pair, X, net=net)
+    z = U @ pair.w
+    return pair.activation(z)[:, None] * pair.c[None, :] + ((U @ pair.Delta) * _sigma_prime(pair.activation)(z))[:, None] * pair.a[None, :]
+
+
+def pair_output(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N k"]:
+    """What the two neurons send to their successors at finite `eps`:
+    `a_i sigma(w_i.u) + a_j sigma(w_j.u)`, one column per successor."""
+    U = predecessor_values(pair, X, net=net)
+    wi, wj, ai, aj = pair.weights()
+    s = pair.activation
+    return s(U @ wi)[:, None] * ai[None, :] + s(U @ wj)[:, None] * aj[None, :]
+
+
+class CollapsedNetwork(eqx.Module):
+    """A network whose channel pair is replaced by its GLU limit (see `collapse_channel`).
+
+    **Fields:** `base` (the network with the pair's output weights set to 0), `pair`.
+    Evaluate with `forward(X)` or `__call__(x)`, like a `DAGNetwork`.
+    """
+
+    base: DAGNetwork
+    pair: ChannelPair
+
+    @property
+    def graph(self) -> DAG:
+        return self.base.graph
+
+    def forward(self, X: Float[Array, "N d_in"]) -> Float[Array, "N d_out"]:
+        g = self.base.graph
+        out = self.base.forward(X)
+        glu = glu_limit(self.pair, X, net=self.base)
+        cols = np.array([g.outputs.index(v) for v in self.pair.successors])
+        return out.at[:, cols].add(glu.astype(out.dtype))
+
+    def __call__(self, x: Float[Array, " d_in"]) -> Float[Array, " d_out"]:
+        return self.forward(jnp.asarray(x)[None])[0]
+
+
+def collapse_channel(net: DAGNetwork, pair: ChannelPair) -> CollapsedNetwork:
+    """Replace the pair by its limit `c sigma(w.u) + a (Delta.u) sigma'(w.u)`.
+
+    **Arguments:** `net`; `pair` (from `channel_coordinates` or `detect_channels`). The
+    pair's successors must be output nodes (the last hidden layer), so that the limit
+    adds to the output.
+
+    **Returns:** a `CollapsedNetwork`; its loss is the limit loss `L0`.
+    """
+    _require_smooth(net, "collapse_channel")
+    g = net.graph
+    if g != pair.graph:
+        raise ValueError("The pair belongs to another graph; compute it with channel_coordinates(net, i, j).")
+    if not all(v in g.outputs for v in pair.successors):
+        raise ValueError(
+            f"collapse_channel needs a pair whose successors are output nodes; {pair.nodes} feed "
+            f"{[v for v in pair.successors if v not in g.outputs]}. Pick a pair in the last hidden layer."
+        )
+    vi, vj = pair.nodes
+    S = np.array([g.index[u] for u in pair.successors])
+    W = net.weights.at[g.index[vi], S].set(0.0).at[g.index[vj], S].set(0.0)
+    return CollapsedNetwork(base=eqx.tree_at(lambda n: n.weights, net, W), pair=pair)

@@ -1,0 +1,177 @@
+"""The jump procedure along a channel, and power-law fits of how the loss gap, the
+sharpness and the GLU approximation scale with `eps`."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike
+from tqdm.auto import tqdm
+
+from ..flow import gradient_flow
+from ..losses import _require_smooth, check_data, get_loss, hessian
+from ..network import DAGNetwork
+from ._glu import ChannelPair, channel_coordinates, collapse_channel, glu_limit, pair_output, set_channel_coordinates
+
+__all__ = ["PowerLaw", "power_law_fit", "JumpResult", "jump_procedure", "GLUConvergence", "glu_convergence"]
+
+
+class PowerLaw(eqx.Module):
+    """A log-log least-squares fit `y ~ prefactor * x^exponent`.
+
+    **Fields:** `exponent`, `stderr` (its standard error), `prefactor`, `r2`, `n`.
+    """
+
+    exponent: float
+    stderr: float
+    prefactor: float
+    r2: float
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.exponent:.3f} +- {self.stderr:.3f} (n={self.n}, R^2={self.r2:.4f})"
+
+
+def power_law_fit(x: ArrayLike, y: ArrayLike) -> PowerLaw:
+    """Fit `log|y| = exponent log x + log prefactor` by least squares
+    (`scipy.stats.linregress`); `stderr` is the slope's standard error.
+
+    **Arguments:** positive `x`, nonzero `y` (at least 3 points).
+    """
+    from scipy.stats import linregress
+
+    x, y = np.asarray(x, float), np.abs(np.asarray(y, float))
+    ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    if ok.sum() < 3:
+        raise ValueError(f"power_law_fit needs at least 3 positive finite points; got {int(ok.sum())}.")
+    r = linregress(np.log(x[ok]), np.log(y[ok]))
+    return PowerLaw(float(r.slope), float(r.stderr), float(np.exp(r.intercept)), float(r.rvalue**2), int(ok.sum()))
+
+
+class GLUConvergence(eqx.Module):
+    """How fast the pair's output tends to its GLU limit as `eps -> 0` at fixed
+    `(w, Delta, c, a)`.
+
+    **Fields:** `eps` `(K,)`, `errors` (max over samples and successors of
+    `|pair_output - glu_limit|`), `fit` (a `PowerLaw` of errors vs eps; the rate).
+    """
+
+    eps: np.ndarray
+    errors: np.ndarray
+    fit: PowerLaw
+
+
+def glu_convergence(pair: ChannelPair, X: ArrayLike, eps_values: ArrayLike, *, net: DAGNetwork | None = None) -> GLUConvergence:
+    """Measure `max |pair_output - glu_limit|` for each `eps` in `eps_values`, holding
+    `(w, Delta, c, a)`, and fit the rate. With `w` the midpoint of the two input weights
+    the leading error terms are even in `eps`, so the rate is `eps^2` (at least the
+    `O(eps)` the GLU limit promises).
+
+    **Returns:** a `GLUConvergence`.
+    """
+    eps_values = np.asarray(eps_values, float)
+    if eps_values.ndim != 1 or np.any(~np.isfinite(eps_values)) or np.any(eps_values <= 0):
+        raise ValueError("eps_values must be a 1-D array of positive finite numbers.")
+    glu = glu_limit(pair, X, net=net)
+    errs = np.array([float(jnp.max(jnp.abs(pair_output(pair.with_eps(e), X, net=net) - glu))) for e in eps_values])
+    return GLUConvergence(eps=eps_values, errors=errs, fit=power_law_fit(eps_values, errs))
+
+
+class JumpResult(eqx.Module):
+    """The jump procedure's record, one entry per jump (after the flow that follows it).
+
+    **Fields:** `eps`, `loss`, `limit_loss`, `gap` (`loss - limit_loss`), `sharpness`
+    (top Hessian eigenvalue), `param_norm`; `sharpness_fit` (`PowerLaw` of sharpness vs
+    `1/eps`, expected exponent 2), `gap_fit` (`PowerLaw` of `|gap|` vs `eps`, expected
+    exponent 2); `pairs` (the `ChannelPair` after each jump) and `network` (the last).
+    """
+
+    eps: np.ndarray
+    loss: np.ndarray
+    limit_loss: np.ndarray
+    gap: np.ndarray
+    sharpness: np.ndarray
+    param_norm: np.ndarray
+    sharpness_fit: PowerLaw | None
+    gap_fit: PowerLaw | None
+    pairs: tuple
+    network: DAGNetwork
+
+    def table(self) -> str:
+        head = f"{'jump':>4} {'eps':>10} {'1/eps':>10} {'loss':>12} {'loss - L0':>11} {'sharpness':>11} {'||theta||':>10}"
+        rows = [head, "-" * len(head)]
+        for k in range(len(self.eps)):
+            rows.append(f"{k:>4} {self.eps[k]:>10.3e} {1 / self.eps[k]:>10.3e} {self.loss[k]:>12.6e} "
+                        f"{self.gap[k]:>11.3e} {self.sharpness[k]:>11.3e} {self.param_norm[k]:>10.3e}")
+        if self.sharpness_fit is not None:
+            rows.append(f"sharpness ~ (1/eps)^p, p = {self.sharpness_fit}   (expected 2)")
+            rows.append(f"loss gap  ~ eps^q,     q = {self.gap_fit}   (expected 2)")
+        return "\n".join(rows)
+
+
+def jump_procedure(
+    net: DAGNetwork,
+    pair: ChannelPair | tuple[int, int],
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    n_jumps: int = 6,
+    factor: float = 0.5,
+    t_flow: float = 0.0,
+    loss="mse",
+    solver="kvaerno5",
+    rtol: float = 1e-9,
+    atol: float = 1e-9,
+    max_steps: int = 100_000,
+    progress: bool = True,
+) -> JumpResult:
+    """Jump along a channel: multiply `eps` by `factor` holding `(w, Delta, c, a)`, map
+    back to weights, continue gradient flow for `t_flow` (0: no flow), recompute the
+    pair's coordinates, and record the loss, the limit loss (the loss of
+    `collapse_channel`), their gap and the sharpness. Repeat `n_jumps` times and fit
+    the exponents.
+
+    **Arguments:** `net`; `pair` (a `ChannelPair` or hidden positions `(i, j)`); data;
+    `n_jumps`; `factor` in (0, 1); `t_flow` and the flow options `solver` (default
+    Kvaerno5: the channel is stiff, sharpness ~ 1/eps^2), `rtol`, `atol`, `max_steps`;
+    `loss` (a name or callable, e.g. `weighted_mse` for population losses).
+
+    **Returns:** a `JumpResult`.
+    """
+    _require_smooth(net, "jump_procedure")
+    X, Y = check_data(net.graph, X, Y)
+    if not 0 < factor < 1:
+        raise ValueError(f"factor must lie in (0, 1) so that eps shrinks; got {factor!r}.")
+    if not isinstance(n_jumps, int) or n_jumps < 1:
+        raise ValueError(f"n_jumps must be a positive integer; got {n_jumps!r}.")
+    if not (np.isfinite(t_flow) and t_flow >= 0):
+        raise ValueError(f"t_flow must be finite and >= 0; got {t_flow!r}.")
+    ij = (pair.i, pair.j) if isinstance(pair, ChannelPair) else tuple(pair)
+    fn = get_loss(loss)
+    Lfun = jax.jit(lambda n: fn(n.forward(X), Y))
+    top = jax.jit(lambda n: jnp.linalg.eigvalsh(hessian(n, X, Y, loss=loss))[-1])
+    flow = eqx.filter_jit(lambda n: gradient_flow(n, X, Y, t_flow, loss=loss, solver=solver, rtol=rtol,
+                                                  atol=atol, max_steps=max_steps, n_save=2).final)
+    p = channel_coordinates(net, *ij)
+    rec = {k: [] for k in ("eps", "loss", "limit", "sharp", "norm")}
+    pairs = []
+    for _ in tqdm(range(n_jumps), desc="jumps", disable=not progress):
+        net = set_channel_coordinates(net, p.with_eps(p.eps * factor))
+        if t_flow > 0:
+            net = flow(net)
+        p = channel_coordinates(net, *ij)
+        pairs.append(p)
+        rec["eps"].append(float(p.eps))
+        rec["loss"].append(float(Lfun(net)))
+        rec["limit"].append(float(fn(collapse_channel(net, p).forward(X), Y)))
+        rec["sharp"].append(float(top(net)))
+        rec["norm"].append(float(jnp.linalg.norm(net.edge_weights())))
+    eps = np.array(rec["eps"])
+    gap = np.array(rec["loss"]) - np.array(rec["limit"])
+    sharp = np.array(rec["sharp"])
+    fits = (power_law_fit(1 / eps, sharp), power_law_fit(eps, gap)) if n_jumps >= 3 else (None, None)
+    return JumpResult(eps=eps, loss=np.array(rec["loss"]), limit_loss=np.array(rec["limit"]), gap=gap,
+                      sharpness=sharp, param_norm=np.array(rec["norm"]), sharpness_fit=fits[0], gap_fit=fits[1],
+                      pairs=tuple(pairs), network=net)

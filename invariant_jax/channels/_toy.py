@@ -1,0 +1,157 @@
+"""The two-neuron toy model: two erf neurons without bias trained on the population
+loss (x ~ N(0, 1)) for the target `erf((5x + 2.5)/sqrt2) + erf((5x - 2.5)/sqrt2)`; its
+limit loss as a function of the merged input weight `w`, and the critical points of that
+curve."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import erf
+from jaxtyping import Array, Float
+
+from ..activations import get_activation
+from ..graph import mlp
+from ..losses import gauss_hermite, weighted_mse
+from ..network import DAGNetwork
+
+__all__ = ["toy_target", "toy_data", "toy_network", "toy_limit_loss", "ToyCriticalPoints", "toy_critical_points"]
+
+_SQRT2 = float(np.sqrt(2.0))
+
+
+def toy_target(X: Float[Array, "N 1"]) -> Float[Array, "N 1"]:
+    """`erf((5x + 2.5)/sqrt2) + erf((5x - 2.5)/sqrt2)`."""
+    X = jnp.asarray(X)
+    return erf((5 * X + 2.5) / _SQRT2) + erf((5 * X - 2.5) / _SQRT2)
+
+
+def toy_data(n_points: int = 401):
+    """Gauss-Hermite nodes `X` `(n, 1)`, targets `Y`, and the loss `weighted_mse(w)`, so
+    that `gradient_flow(net, X, Y, t1, loss=loss)` runs on the population loss.
+
+    **Returns:** `(X, Y, loss)`.
+    """
+    X, w = gauss_hermite(1, n_points)
+    return X, toy_target(X), weighted_mse(w)
+
+
+def toy_network(w1: float, w2: float, a1: float, a2: float) -> DAGNetwork:
+    """`f(x) = a1 erf(w1 x) + a2 erf(w2 x)` as a `DAGNetwork` on `mlp([1, 2, 1])`."""
+    # edge order: (x0, h1_0), (x0, h1_1), (h1_0, y0), (h1_1, y0)
+    return DAGNetwork(mlp([1, 2, 1]), "erf", edge_weights=jnp.asarray([w1, w2, a1, a2], dtype=float))
+
+
+def _features(w, X):
+    act = get_activation("erf")
+    x = X[:, 0]
+    return jnp.stack([act(w * x), x * act.derivative(w * x)], axis=1)
+
+
+def toy_limit_loss(w, *, n_points: int = 401):
+    """The limit loss at merged input weight `w`: the two-neuron net collapsed to the GLU
+    `c erf(w x) + a x erf'(w x)`, with `(c, a)` chosen optimally (weighted least squares
+    on the population), and the curvature coefficient `h` of `L ~ L0 + eps^2 h`.
+
+    **Returns:** `(L0, c, a, h)` (scalars; vectorise with `jax.vmap`).
+    """
+    X, Y, _ = toy_data(n_points)
+    _, q = gauss_hermite(1, n_points)
+    F = _features(w, X)
+    G = F.T @ (q[:, None] * F)
+    coef = jnp.linalg.solve(G + 1e-14 * jnp.eye(2), F.T @ (q * Y[:, 0]))
+    r = F @ coef - Y[:, 0]
+    L0 = 0.5 * jnp.sum(q * r**2)
+    c, a = coef
+    act = get_activation("erf")
+    s1 = act.derivative
+    s2 = jax.vmap(jax.grad(s1))
+    s3 = jax.vmap(jax.grad(jax.grad(s1)))
+    x = X[:, 0]
+    # pair output = GLU + eps^2 [ (c/2) x^2 s''(wx) + (a/6) x^3 s'''(wx) ] + O(eps^4)
+    corr = 0.5 * c * x**2 * s2(w * x) + a * x**3 * s3(w * x) / 6
+    h = jnp.sum(q * r * corr)
+    return L0, c, a, h
+
+
+class ToyCriticalPoints(eqx.Module):
+    """Critical points of the toy model's limit loss `L0(w)`, `w >= 0` (it is even in w).
+
+    **Fields:** `w`, `loss`, `curvature` (`L0''(w)`), `h` (at the point), `kind` (tuple of
+    `"saddle"` (a maximum along w), `"channel minimum"` (a minimum with h > 0: flow can
+    run into it), `"minimum with h < 0"` (the channel repels) and `"global minimum"`
+    (the lowest limit loss)), `h_sign_after` (sign of h on the interval up to the next
+    critical point), and the grid `ws`, `losses`, `hs` for plotting.
+    """
+
+    w: np.ndarray
+    loss: np.ndarray
+    curvature: np.ndarray
+    h: np.ndarray
+    kind: tuple[str, ...]
+    h_sign_after: tuple[str, ...]
+    ws: np.ndarray
+    losses: np.ndarray
+    hs: np.ndarray
+
+    def table(self) -> str:
+        head = f"{'w':>8} {'L0(w)':>11} {'L0pp(w)':>10} {'h(w)':>10}  {'kind':<20} {'sign h after':>12}"
+        rows = [head, "-" * len(head)]
+        for k in range(len(self.w)):
+            rows.append(f"{self.w[k]:>8.4f} {self.loss[k]:>11.6f} {self.curvature[k]:>10.3e} {self.h[k]:>10.3e}  "
+                        f"{self.kind[k]:<20} {self.h_sign_after[k]:>12}")
+        return "\n".join(rows)
+
+
+def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int = 401) -> ToyCriticalPoints:
+    """Locate the critical points of the limit loss `L0(w)` on `[0, w_max]`: sign changes
+    of `dL0/dw` on a grid, refined by `scipy.optimize.brentq`; the zeros of `h(w)` are
+    listed too, so the sign of h between consecutive rows is constant.
+
+    **Returns:** a `ToyCriticalPoints`.
+    """
+    from scipy.optimize import brentq
+
+    f = jax.jit(lambda w: toy_limit_loss(w, n_points=n_points))
+    dL = jax.jit(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points)[0]))
+    d2L = jax.jit(jax.grad(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points)[0])))
+    ws = np.linspace(0.0, w_max, n_grid)
+    vals = jax.vmap(f)(jnp.asarray(ws))
+    losses, hs = np.asarray(vals[0]), np.asarray(vals[3])
+    grads = np.asarray(jax.vmap(dL)(jnp.asarray(ws)))
+    roots = [0.0]  # L0 is even in w
+    for k in range(1, n_grid - 1):
+        if grads[k] == 0 or np.sign(grads[k]) != np.sign(grads[k + 1]):
+            roots.append(brentq(lambda t: float(dL(t)), ws[k], ws[k + 1], xtol=1e-12))
+    roots = np.array(sorted(set(np.round(roots, 12))))
+    hfun = lambda t: float(f(t)[3])  # noqa: E731
+    h_zeros = [brentq(hfun, ws[k], ws[k + 1], xtol=1e-12)
+               for k in range(n_grid - 1) if np.sign(hs[k]) * np.sign(hs[k + 1]) < 0]
+    is_h_zero = np.array([False] * len(roots) + [True] * len(h_zeros))
+    order = np.argsort(np.concatenate([roots, h_zeros]))
+    roots, is_h_zero = np.concatenate([roots, h_zeros])[order], is_h_zero[order]
+    L = np.array([float(f(r)[0]) for r in roots])
+    curv = np.array([float(d2L(r)) for r in roots])
+    h = np.array([float(f(r)[3]) for r in roots])
+    kinds = []
+    for r, c, hv, hz in zip(roots, curv, h, is_h_zero):
+        if hz:
+            kinds.append("h = 0")
+        elif c < 0:
+            kinds.append("saddle")
+        else:
+            kinds.append("channel minimum" if hv > 0 else "minimum with h < 0")
+    minima = [k for k, c in enumerate(curv) if c >= 0 and not is_h_zero[k]]
+    if minima:
+        best = min(minima, key=lambda k: L[k])
+        kinds[best] = "global minimum" if h[best] > 0 else kinds[best]
+    after = []
+    for k, r in enumerate(roots):
+        hi = roots[k + 1] if k + 1 < len(roots) else w_max
+        mid = (ws > r) & (ws < hi)
+        s = np.sign(hs[mid]) if mid.any() else np.array([0.0])
+        after.append("+" if np.all(s > 0) else "-" if np.all(s < 0) else "mixed")
+    return ToyCriticalPoints(w=roots, loss=L, curvature=curv, h=h, kind=tuple(kinds), h_sign_after=tuple(after),
+                             ws=ws, losses=losses, hs=hs)
