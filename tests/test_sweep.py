@@ -71,6 +71,7 @@ def test_failures_are_data(problem):
     assert res.n_failed == sum(n in ("max_steps", "nonfinite") for n in names)
 
 
+@pytest.mark.slow
 def test_stopping_rule_matches_gradient_flow(problem):
     g, X, Y, nets = problem
     res = ij.sweep_flows(nets, X, Y, 0.5, slots=2, steps_per_call=16, loss_floor=0.05, n_save=11)

@@ -1,5 +1,6 @@
 """Sweeps across processes: resume after SIGKILL, and sharding over 4 (forced) CPU devices.
-Both compare against an uninterrupted single-device run in this process."""
+Both compare against an uninterrupted single-device run in this process. Each starts a
+fresh Python and compiles, so both are `slow` (run with `-m slow`)."""
 
 import json
 import os
@@ -45,6 +46,7 @@ def _child(mode, out, env=None):
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
     out = tmp_path / "run"
     proc = _child("slow", out)
@@ -70,6 +72,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
         np.testing.assert_array_equal(getattr(resumed, k), getattr(reference, k), err_msg=k)
 
 
+@pytest.mark.slow
 def test_four_devices_equal_one_device(tmp_path, reference):
     path = tmp_path / "four.npz"
     flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
