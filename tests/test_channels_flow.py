@@ -1,0 +1,61 @@
+"""Stopping rules of gradient_flow used for long channel flows; Kvaerno5 on a stiff channel."""
+
+import time
+
+import jax.numpy as jnp
+import jax.random as jr
+import pytest
+
+import invariant_jax as ij
+from invariant_jax.channels import toy_data, toy_network
+
+
+@pytest.fixture(scope="module")
+def problem():
+    g = ij.mlp([2, 3, 1], bias=True)
+    X, Y, _ = ij.teacher_student(g, 20, key=jr.key(0), activation="softplus")
+    return ij.DAGNetwork(g, "softplus", key=jr.key(1)), X, Y
+
+
+def test_loss_floor_and_norm_ceiling_stop(problem):
+    net, X, Y = problem
+    f = ij.gradient_flow(net, X, Y, 1e4, spacing="log", n_save=21, loss_floor=1e-3)
+    assert bool(f.result == ij.flow.diffrax.RESULTS.event_occurred) and float(f.t_final) < 1e4
+    assert float(f.loss_final) < 1e-3 and float(f.losses[1]) > 1e-3
+    net = ij.DAGNetwork(net.graph, "softplus", key=jr.key(2), scale=0.1)  # small init: the norm grows
+    free = ij.gradient_flow(net, X, Y, 1e2, n_save=21)
+    norms = jnp.linalg.norm(free.thetas, axis=1)
+    ceiling = float(0.5 * (norms[0] + jnp.max(norms)))
+    assert float(jnp.max(norms)) > float(norms[0])
+    f2 = ij.gradient_flow(net, X, Y, 1e2, n_save=21, max_param_norm=ceiling)
+    assert float(f2.t_final) < 1e2 and float(jnp.linalg.norm(f2.theta_final)) > ceiling
+    assert float(jnp.linalg.norm(f2.thetas[1])) <= ceiling  # it did not stop at once
+
+
+def test_wall_time_stop_excludes_compilation(problem):
+    import diffrax
+
+    net, X, Y = problem
+    t = time.monotonic()
+    f = ij.gradient_flow(net, X, Y, 1e9, solver="euler", dt0=1e-3, stepsize_controller=diffrax.ConstantStepSize(),
+                         max_steps=10**9, n_save=3, max_wall_time=0.5)
+    assert bool(f.result == diffrax.RESULTS.event_occurred)
+    assert float(f.t_final) > 0.01  # it integrated for a while: compilation was not counted
+    assert time.monotonic() - t < 120
+
+
+def test_stopping_rule_bad_values(problem):
+    net, X, Y = problem
+    for name in ("loss_floor", "max_param_norm", "max_wall_time"):
+        with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+            ij.gradient_flow(net, X, Y, 1.0, **{name: -1.0})
+
+
+def test_kvaerno5_reaches_t_1e6_on_a_stiff_channel():
+    X, Y, loss = toy_data(201)
+    net = toy_network(0.55, 0.7, 3.0, -2.5)
+    f = ij.gradient_flow(net, X, Y, 1e6, loss=loss, spacing="log", n_save=31, solver="kvaerno5",
+                         max_steps=20_000, rtol=1e-8, atol=1e-8)
+    assert bool(f.success) and float(f.t_final) == 1e6
+    assert bool(jnp.all(jnp.diff(f.losses) <= 1e-12))  # the loss never rises along the flow
+    assert int(f.num_steps) < 20_000

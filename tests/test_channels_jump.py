@@ -1,0 +1,92 @@
+"""Jump procedure and exponent fits; the two-neuron toy model."""
+
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from jax.scipy.special import erf
+
+import invariant_jax as ij
+from invariant_jax.channels import (
+    channel_coordinates,
+    collapse_channel,
+    jump_procedure,
+    power_law_fit,
+    set_channel_coordinates,
+    toy_critical_points,
+    toy_data,
+    toy_limit_loss,
+    toy_network,
+)
+from invariant_jax.losses import network_loss
+
+
+def test_power_law_fit_exact_and_noisy():
+    x = np.geomspace(1, 1e3, 8)
+    f = power_law_fit(x, 3 * x**-1.5)
+    assert abs(f.exponent + 1.5) < 1e-12 and abs(f.prefactor - 3) < 1e-10 and f.stderr < 1e-10
+    rng = np.random.default_rng(0)
+    fn = power_law_fit(x, x**2 * np.exp(0.1 * rng.normal(size=8)))
+    assert abs(fn.exponent - 2) < 4 * fn.stderr + 1e-12 and fn.stderr > 0
+    with pytest.raises(ValueError, match="at least 3"):
+        power_law_fit([1, 2], [1, 2])
+
+
+def test_sharpness_exponent_on_constructed_channel():
+    g = ij.mlp([2, 3, 1], bias=True)
+    X, Y, _ = ij.teacher_student(g, 30, key=jr.key(0), activation="softplus")
+    net = ij.DAGNetwork(g, "softplus", key=jr.key(7))
+    p = channel_coordinates(net, 0, 1)
+    net = set_channel_coordinates(net, p.with_eps(0.05))
+    res = jump_procedure(net, (0, 1), X, Y, n_jumps=6, t_flow=0.0, progress=False)
+    assert abs(res.sharpness_fit.exponent - 2.0) < 0.3
+    assert abs(res.gap_fit.exponent - 2.0) < 0.3
+    assert np.allclose(res.eps, 0.05 * 0.5 ** np.arange(1, 7))
+    # w, Delta, c, a are held by the jumps
+    assert np.allclose(res.pairs[-1].w, p.w) and np.allclose(res.pairs[-1].a, p.a)
+
+
+@pytest.mark.slow
+def test_jump_procedure_with_flow_on_toy_channel():
+    X, Y, loss = toy_data()
+    net = toy_network(0.64331965, 0.58033842, 17.67708378, -16.01127562)  # toy flow at t = 1e7
+    res = jump_procedure(net, (0, 1), X, Y, loss=loss, n_jumps=5, t_flow=1e3, progress=False)
+    assert abs(res.sharpness_fit.exponent - 2.0) < 0.05
+    assert abs(res.gap_fit.exponent - 2.0) < 0.05
+    assert np.all(res.gap > 0)  # h > 0: the channel descends towards its limit
+
+
+def _dense_limit_loss(w):
+    x = np.linspace(-10, 10, 100001)
+    q = np.exp(-x**2 / 2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
+    F = np.stack([np.asarray(erf(w * x)), x * 2 / np.sqrt(np.pi) * np.exp(-(w * x) ** 2)], 1)
+    y = np.asarray(erf((5 * x + 2.5) / np.sqrt(2)) + erf((5 * x - 2.5) / np.sqrt(2)))
+    coef = np.linalg.lstsq(F.T @ (q[:, None] * F), F.T @ (q * y), rcond=1e-13)[0]
+    r = F @ coef - y
+    return 0.5 * np.sum(q * r**2)
+
+
+def test_toy_critical_points_against_dense_reference():
+    cp = toy_critical_points(w_max=3.0, n_grid=151)
+    kinds = list(cp.kind)
+    assert "channel minimum" in kinds and "saddle" in kinds and "global minimum" in kinds
+    assert cp.w[0] == 0.0 and kinds[0] == "saddle"
+    for w, L, k in zip(cp.w, cp.loss, cp.kind):
+        assert abs(L - _dense_limit_loss(w)) < 1e-8 * max(1, L)
+        if k != "h = 0" and w > 0:  # a critical point: L0'(w) = 0 (central difference, dense reference)
+            d = (_dense_limit_loss(w + 1e-4) - _dense_limit_loss(w - 1e-4)) / 2e-4
+            assert abs(d) < 1e-6
+    k = kinds.index("channel minimum")
+    assert 0.5 < cp.w[k] < 0.7 and cp.h[k] > 0
+
+
+def test_toy_limit_loss_is_the_collapsed_network_loss():
+    X, Y, loss = toy_data()
+    L0, c, a, h = toy_limit_loss(0.7)
+    net = toy_network(0.7 + 1e-3, 0.7 - 1e-3, 0.5 * (c + a / 1e-3), 0.5 * (c - a / 1e-3))
+    p = channel_coordinates(net, 0, 1)
+    assert np.isclose(float(loss(collapse_channel(net, p).forward(X), Y)), float(L0), rtol=1e-10)
+    # L ~ L0 + eps^2 h
+    gap = float(loss(net.forward(X), Y)) - float(L0)
+    assert np.isclose(gap / 1e-6, float(h), rtol=1e-2)
+    assert float(network_loss(net, X, Y, loss)) == float(loss(net.forward(X), Y))
