@@ -1,0 +1,561 @@
+"""Kink-aware gradient flow for piecewise-linear activations (relu, leaky_relu).
+
+Inside one activation pattern the loss is a polynomial in `theta`, so the flow is
+smooth and a high-order solver takes long steps. The pattern changes where a
+pre-activation `z_{i,v}(theta)` (sample `i`, hidden node `v`) crosses zero; there the
+vector field jumps. `kink_aware_flow`:
+
+1. integrates the *pattern-frozen* field `f_D(theta) = -grad L_D(theta)`, where every
+   (sample, node) pair uses the fixed slope `D_{i,v}` (1 on the active side, the
+   negative slope on the other) in the forward and the backward pass;
+2. stops at the first pair about to cross, with a diffrax `Event` whose condition is the
+   smallest signed pre-activation and whose root finder (bisection) locates the time;
+3. decides what happens at the surface: if the field on the far side carries the state
+   away, the pair flips (a *crossing*); if the fields on both sides push into the
+   surface, the state *slides* on it: the Filippov field, the convex combination
+   `lambda f_+ + (1 - lambda) f_-` tangent to the surface, is integrated until `lambda`
+   reaches 0 or 1 and the state leaves the surface on that side;
+4. restarts from the located point.
+
+Several pairs at the surface at once are handled together (a small linear system for
+the sliding weights) and counted in `num_simultaneous`; a configuration it cannot
+resolve consistently (sliding weights outside `[0, 1]`, or more sliding pairs than
+`max_sliding`) falls back to flipping and is counted in `num_ambiguous`.
+
+Conservation: every field used (pattern-frozen or Filippov) has the form
+`-grad L_D` with `L_D` positively homogeneous per node (or a linear combination of
+derivatives of such fields in `D`), so `B~ (theta * f) = 0` holds for every `theta`.
+With a Gauss-Legendre inner solver `c = B~ theta^2` is then conserved to round-off, on
+sliding modes too. At each event the restart point is recomputed by one Gauss-Legendre
+step from the last step's start to the event time, so the restart is exact as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from .flow import Flow, _check_tolerances, _make_flow, get_solver, log_times
+from .losses import check_data, get_loss
+from .network import DAGNetwork, _plan
+from .solvers import GaussLegendre, count_evaluations, gl_step
+
+__all__ = ["KinkFlow", "kink_aware_flow", "pattern_field"]
+
+
+class KinkFlow(eqx.Module):
+    """The result of `kink_aware_flow`.
+
+    **Fields:**
+
+    - `flow`: a `Flow` (saved times, weights, losses, conserved quantities, drift,
+        result, stats) exactly as from `gradient_flow`.
+    - `num_events`: number of located events (crossings, sliding entries and exits).
+    - `num_crossings`: pairs that flipped pattern transversally.
+    - `num_sliding_entries`, `num_sliding_exits`: sliding modes entered and left.
+    - `num_simultaneous`: events at which more than one pair was at its surface.
+    - `num_ambiguous`: events resolved by the fallback (see the module docstring).
+    - `sliding_time`: total time spent on sliding modes.
+    - `surface_residual`: max `|z|` of sliding pairs at the events and at the end (how
+        well the state stays on the surfaces).
+    - `event_times`: the event times, padded with `inf`, `(max_events,)`.
+    - `pattern_final`: the final activation pattern, `(N, H)` bool (True = active side).
+    - `sliding_final`: the pairs sliding at the end, `(N, H)` bool.
+    - `events_exhausted`: True when `max_events` stopped the integration.
+    """
+
+    flow: Flow
+    num_events: Int[Array, ""]
+    num_crossings: Int[Array, ""]
+    num_sliding_entries: Int[Array, ""]
+    num_sliding_exits: Int[Array, ""]
+    num_simultaneous: Int[Array, ""]
+    num_ambiguous: Int[Array, ""]
+    sliding_time: Float[Array, ""]
+    surface_residual: Float[Array, ""]
+    event_times: Float[Array, " K"]
+    pattern_final: Bool[Array, "N H"]
+    sliding_final: Bool[Array, "N H"]
+    events_exhausted: Bool[Array, ""]
+
+    @property
+    def result(self):
+        return self.flow.result
+
+    @property
+    def success(self):
+        return self.flow.success & ~self.events_exhausted
+
+
+# ------------------------------------------------------------------ frozen-pattern field
+
+
+def _forward_D(net: DAGNetwork, theta, X, D):
+    """Forward pass with activation `a = D * z` per (sample, hidden node)."""
+    g = net.graph
+    plan = _plan(g)
+    rows, cols = g.edge_index
+    n = g.n_nodes
+    W = jnp.zeros((n, n), theta.dtype).at[rows, cols].set(theta)
+    N = X.shape[0]
+    A0 = jnp.concatenate([X, jnp.ones((N, plan.n_const), X.dtype)], axis=1)[:, plan.input_perm]
+    blocks, zs, k = [A0], [], 0
+    for preds, s, e in plan.levels:
+        A = jnp.concatenate(blocks, axis=1)
+        z = A[:, preds] @ W[preds, s:e]
+        zs.append(z)
+        blocks.append(D[:, k : k + (e - s)] * z)
+        k += e - s
+    A = jnp.concatenate(blocks, axis=1)
+    out = A[:, plan.out_preds] @ W[plan.out_preds, A.shape[1] :]
+    Z = jnp.concatenate(zs, axis=1) if zs else jnp.zeros((N, 0), X.dtype)
+    return out, Z
+
+
+def pattern_field(net: DAGNetwork, X, Y, D, *, loss="mse"):
+    """The pattern-frozen gradient-flow field `theta -> -grad L_D(theta)`, where every
+    (sample, hidden node) pair applies the fixed slope `D[i, v]` (shape `(N, H)`).
+    For `D` equal to the activation's slope on the side of `z` this is the ordinary
+    gradient-flow field."""
+    fn = get_loss(loss)
+
+    def f(theta):
+        return -jax.grad(lambda th: fn(_forward_D(net, th, X, D)[0], Y))(theta)
+
+    return f
+
+
+class _Problem(eqx.Module):
+    """Static description of one kink-aware problem (closed over by the fields)."""
+
+    net: DAGNetwork
+    X: Array
+    Y: Array
+    slope: Array  # (H,) negative slope per hidden node
+    kinky: Array  # (H,) bool: node has a kink (not the identity)
+    loss: Callable = eqx.field(static=True)
+    max_sliding: int = eqx.field(static=True)
+
+    def D_of(self, P):
+        return jnp.where(P, 1.0, self.slope[None, :]).astype(self.X.dtype)
+
+    def grad(self, theta, D):
+        theta = count_evaluations(theta)
+        return -jax.grad(lambda th: self.loss(_forward_D(self.net, th, self.X, D)[0], self.Y))(theta)
+
+    def Z(self, theta, D):
+        return _forward_D(self.net, theta, self.X, D)[1]
+
+    def sliding(self, theta, D, slots):
+        """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =
+        empty): `f0 + sum_j lam_j F_j` with `F_j = d f / d D_j (1 - slope_j)` and `lam`
+        solving `n_i . f = 0` (n_i = grad z_i). Returns `(field, lam)`."""
+        N, H = D.shape
+        active = slots >= 0
+        idx = jnp.where(active, slots, 0)
+        Dflat = D.reshape(-1)
+        # Each sliding pair is based at its "off" side (slope) and moved by lam.
+        slope_j = self.slope[idx % H]
+        Dbase = Dflat.at[idx].set(jnp.where(active, slope_j, Dflat[idx])).reshape(N, H)
+        f0 = self.grad(theta, Dbase)
+
+        def dir_j(j):
+            e = jnp.zeros_like(Dflat).at[idx[j]].set(jnp.where(active[j], 1.0 - slope_j[j], 0.0))
+            return jax.jvp(lambda d: self.grad(theta, d.reshape(N, H)), (Dbase.reshape(-1),), (e,))[1]
+
+        Fj = jax.vmap(dir_j)(jnp.arange(self.max_sliding))  # (M, E)
+        _, vjp = jax.vjp(lambda th: self.Z(th, Dbase).reshape(-1), theta)
+        eye = jnp.zeros((self.max_sliding, N * H), theta.dtype).at[jnp.arange(self.max_sliding), idx].set(1.0)
+        normals = jax.vmap(lambda ct: vjp(ct)[0])(eye)  # (M, E)
+        Amat = normals @ Fj.T
+        b = normals @ f0
+        both = active[:, None] & active[None, :]
+        Amat = jnp.where(both, Amat, jnp.eye(self.max_sliding, dtype=theta.dtype))
+        b = jnp.where(active, b, 0.0)
+        lam = jnp.linalg.solve(Amat, -b)
+        lam = jnp.where(active, lam, 0.0)
+        return f0 + lam @ Fj, lam
+
+    def field(self, theta, P, slots):
+        D = self.D_of(P)
+        if self.max_sliding == 0:
+            return self.grad(theta, D)
+        return jax.lax.cond(
+            jnp.any(slots >= 0),
+            lambda: self.sliding(theta, D, slots)[0],
+            lambda: self.grad(theta, D),
+        )
+
+    def lam(self, theta, P, slots):
+        if self.max_sliding == 0:
+            return jnp.zeros((0,), theta.dtype)
+        return jax.lax.cond(
+            jnp.any(slots >= 0),
+            lambda: self.sliding(theta, self.D_of(P), slots)[1],
+            lambda: jnp.zeros((self.max_sliding,), theta.dtype),
+        )
+
+    def cond_value(self, theta, P, slots, margin):
+        """Smallest signed distance to a surface: `s z + margin` over non-sliding kinked
+        pairs, and `lam`, `1 - lam` over sliding pairs. Positive inside the pattern."""
+        Z = self.Z(theta, self.D_of(P))
+        N, H = Z.shape
+        sz = jnp.where(P, Z, -Z) + margin
+        on = jnp.broadcast_to(self.kinky[None, :], (N, H))
+        on = on & ~_slot_mask(slots, N, H)
+        big = jnp.asarray(jnp.inf, theta.dtype)
+        m = jnp.min(jnp.where(on, sz, big))
+        if self.max_sliding:
+            lam = self.lam(theta, P, slots)
+            act = slots >= 0
+            m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
+        return m
+
+
+def _slot_mask(slots, N, H):
+    flat = jnp.zeros((N * H,), bool).at[jnp.where(slots >= 0, slots, 0)].max(slots >= 0)
+    return flat.reshape(N, H)
+
+
+# ------------------------------------------------------------------ driver
+
+
+class _Carry(eqx.Module):
+    t: Array
+    theta: Array
+    P: Array
+    slots: Array
+    margin: Array
+    ys: Array
+    filled: Array
+    n_events: Array
+    n_cross: Array
+    n_sin: Array
+    n_sout: Array
+    n_simul: Array
+    n_amb: Array
+    t_slide: Array
+    resid: Array
+    ev_times: Array
+    steps: Array
+    acc: Array
+    rej: Array
+    result: diffrax.RESULTS
+    done: Array
+
+
+def _check_piecewise_linear(net: DAGNetwork):
+    bad = [a.name for a in net.activations if not a.piecewise_linear]
+    if bad:
+        raise ValueError(
+            f"kink_aware_flow needs piecewise-linear activations (relu, leaky_relu); got {bad}. "
+            "For a smooth activation the flow has no kinks: use ij.gradient_flow with "
+            "solver='tsit5' (explicit), 'kvaerno5_hessian' (stiff, long horizons) or "
+            "'gauss4' (conserves quadratic invariants)."
+        )
+
+
+def kink_aware_flow(
+    net: DAGNetwork,
+    X: ArrayLike,
+    Y: ArrayLike,
+    t1: float,
+    *,
+    t0: float = 0.0,
+    solver: str | diffrax.AbstractSolver = "gauss4",
+    rtol: float = 1e-8,
+    atol: float = 1e-8,
+    saveat: ArrayLike | None = None,
+    n_save: int = 101,
+    spacing: str = "linear",
+    max_steps: int = 10_000,
+    max_events: int = 1_000,
+    max_sliding: int = 2,
+    event_tol: float = 1e-13,
+    surface_tol: float = 1e-9,
+    loss: str | Callable = "mse",
+) -> KinkFlow:
+    """Gradient flow of a ReLU / leaky-ReLU network that integrates within activation
+    patterns, locates pattern changes as events, and follows sliding modes.
+
+    **Arguments:**
+
+    - `net`, `X`, `Y`, `t1`, `t0`, `rtol`, `atol`, `saveat`, `n_save`, `spacing`,
+        `loss`: as in `gradient_flow`.
+    - `solver`: the solver inside each pattern: a name in `flow.SOLVERS` or a diffrax
+        solver. The default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to
+        round-off; `"tsit5"` is cheaper per step but conserves only to tolerance.
+    - `max_steps`: step budget of each segment between events.
+    - `max_events`: cap on located events (each restart is one); hitting it sets
+        `events_exhausted` and `flow.result` to `max_steps_reached`.
+    - `max_sliding`: most pairs that may slide at once (static; each costs about two
+        gradient evaluations per field evaluation while sliding). 0 disables sliding
+        (the trajectory then crosses back and forth, counted as ambiguous events).
+    - `event_tol`: absolute tolerance, in time, of the bisection that locates events.
+    - `surface_tol`: pre-activations (relative to `max |z|`) and sliding weights within
+        this of 0 at an event count as on their surface.
+
+    **Returns:** a `KinkFlow`.
+    """
+    if not isinstance(net, DAGNetwork):
+        raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
+    _check_piecewise_linear(net)
+    X, Y = check_data(net.graph, X, Y)
+    theta0 = net.edge_weights()
+    dtype = jnp.result_type(theta0.dtype, X.dtype)
+    theta0, X, Y = theta0.astype(dtype), X.astype(dtype), Y.astype(dtype)
+    if not np.isfinite(t1) or not np.isfinite(t0) or t1 <= t0:
+        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
+    _check_tolerances(rtol, atol, dtype)
+    for name, v in (("event_tol", event_tol), ("surface_tol", surface_tol)):
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number; got {v!r}.")
+    for name, v, lo in (("max_steps", max_steps, 1), ("max_events", max_events, 1), ("max_sliding", max_sliding, 0)):
+        if not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}; got {v!r}.")
+    get_loss(loss)
+    if saveat is None:
+        if spacing == "linear":
+            ts = np.linspace(t0, t1, n_save)
+        elif spacing == "log":
+            ts = log_times(t0, t1, n_save)
+        else:
+            raise ValueError(f"spacing must be 'linear' or 'log'; got {spacing!r}.")
+    else:
+        ts = np.asarray(saveat, dtype=float)
+        if ts.ndim != 1 or ts.size == 0 or ts.min() < t0 or ts.max() > t1 or np.any(np.diff(ts) < 0):
+            raise ValueError(f"saveat must be a non-empty, non-decreasing 1-D array within [t0, t1] = [{t0}, {t1}].")
+    ts = jnp.asarray(ts, dtype)
+    inner = get_solver(solver)
+    sol, extra = _integrate(
+        net, theta0, X, Y, ts, inner, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), t0=float(t0), t1=float(t1),
+        max_steps=int(max_steps), max_events=int(max_events), max_sliding=int(max_sliding),
+        event_tol=float(event_tol), surface_tol=float(surface_tol), loss=loss,
+    )
+    fl = _make_flow(net, X, Y, loss, 0.0, sol, rtol, atol, theta0, t0)
+    return KinkFlow(flow=fl, **extra)
+
+
+@eqx.filter_jit
+def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, max_events, max_sliding, event_tol, surface_tol, loss):
+    dtype = theta0.dtype
+    is_gl = isinstance(inner, GaussLegendre)
+    H = len(net.graph.hidden)
+    acts = [net.activation_of(k) for k in range(H)]
+    slope = jnp.asarray([1.0 if a.name == "linear" else a.negative_slope for a in acts], dtype)
+    kinky = jnp.asarray([a.name != "linear" for a in acts])
+    prob = _Problem(net, X, Y, slope, kinky, get_loss(loss), int(max_sliding))
+    N = X.shape[0]
+    T = ts.shape[0]
+    M = int(max_sliding)
+
+    def vf(t, theta, args):
+        P, slots = args
+        return prob.field(theta, P, slots)
+
+    term = diffrax.ODETerm(vf)
+    root_finder = optx.Bisection(rtol=0.0, atol=event_tol, flip=True)
+
+    def segment(c: _Carry):
+        margin = c.margin
+
+        def cond_fn(t, y, args, **kw):
+            P, slots = args
+            return prob.cond_value(y, P, slots, margin)
+
+        tclip = jnp.clip(ts, c.t, t1)
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, step_ts=tclip if is_gl else None)
+        sol = diffrax.diffeqsolve(
+            term,
+            inner,
+            c.t,
+            t1,
+            None,
+            c.theta,
+            args=(c.P, c.slots),
+            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=is_gl),
+            stepsize_controller=controller,
+            event=diffrax.Event(cond_fn, root_finder=root_finder),
+            max_steps=max_steps,
+            throw=False,
+        )
+        t_end = sol.ts[1][-1]
+        y_end = sol.ys[1][-1]
+        event = sol.result == diffrax.RESULTS.event_occurred
+        if is_gl:
+            # Recompute the event state by one Gauss step from the last step's start, so
+            # the restart point conserves c exactly (the interpolant does not).
+            _, t_prev, y_prev = sol.solver_state
+            f = lambda tt, yy: prob.field(yy, c.P, c.slots)  # noqa: E731
+            J = jax.jacfwd(lambda yy: f(t_prev, yy))(y_prev)
+            y_gl, ok = gl_step(f, J, t_prev, y_prev, t_end - t_prev, inner)
+            y_end = jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
+        # merge saves made in this segment
+        seg_ok = jnp.isfinite(sol.ts[0]) & (ts >= c.t) & (ts <= t_end) & ~c.filled
+        ys = jnp.where(seg_ok[:, None], sol.ys[0], c.ys)
+        filled = c.filled | seg_ok
+        nst = sol.stats["num_steps"]
+        c = eqx.tree_at(
+            lambda c: (c.ys, c.filled, c.steps, c.acc, c.rej),
+            c,
+            (ys, filled, c.steps + nst, c.acc + sol.stats["num_accepted_steps"], c.rej + sol.stats["num_rejected_steps"]),
+        )
+        slide_dt = jnp.where(jnp.any(c.slots >= 0), t_end - c.t, 0.0)
+        c = eqx.tree_at(lambda c: (c.t_slide,), c, (c.t_slide + slide_dt,))
+        ok_result = (sol.result == diffrax.RESULTS.successful) | event
+        failed = ~ok_result
+        c_new = jax.lax.cond(event & ~failed, lambda: _handle_event(c, t_end, y_end), lambda: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)))
+        done = failed | ~event | (c_new.n_events >= max_events)
+        exhausted = event & (c_new.n_events >= max_events) & (c_new.t < t1)
+        res = diffrax.RESULTS.where(
+            failed, sol.result, diffrax.RESULTS.where(exhausted, diffrax.RESULTS.max_steps_reached, diffrax.RESULTS.successful)
+        )
+        # keep the last good state on failure
+        theta_keep = jnp.where(failed, c.theta, c_new.theta)
+        t_keep = jnp.where(failed, c.t, c_new.t)
+        return eqx.tree_at(lambda c: (c.done, c.result, c.theta, c.t), c_new, (done, res, theta_keep, t_keep))
+
+    def _handle_event(c: _Carry, t_ev, th):
+        P, slots = c.P, c.slots
+        D = prob.D_of(P)
+        Zev = prob.Z(th, D)
+        scale = jnp.max(jnp.abs(Zev)) + 1e-300
+        ztol = surface_tol * scale
+        sm = _slot_mask(slots, N, H)
+        on = prob.kinky[None, :] & ~sm
+        sz = jnp.where(P, Zev, -Zev)
+        f_old = prob.field(th, P, slots)
+        dZ_old = jax.jvp(lambda y: prob.Z(y, D), (th,), (f_old,))[1]
+        rate_old = jnp.where(P, dZ_old, -dZ_old)
+        near = on & (sz + c.margin <= ztol)
+        K = near & (rate_old <= 0)
+        # sliding exits
+        if M:
+            lam = prob.lam(th, P, slots)
+            act = slots >= 0
+            exit_lo = act & (lam <= surface_tol)
+            exit_hi = act & (1.0 - lam <= surface_tol)
+            exits = exit_lo | exit_hi
+            idx = jnp.where(act, slots, 0)
+            Pf = P.reshape(-1)
+            Pf = Pf.at[idx].set(jnp.where(exits, exit_hi, Pf[idx]))
+            P = Pf.reshape(N, H)
+            slots = jnp.where(exits, -1, slots)
+            n_exit = jnp.sum(exits)
+            resid = jnp.max(jnp.where(act, jnp.abs(Zev.reshape(-1)[idx]), 0.0))
+        else:
+            exits = jnp.zeros((0,), bool)
+            n_exit = jnp.asarray(0)
+            resid = jnp.asarray(0.0, th.dtype)
+        # crossings: flip K, check which are carried away
+        P_new = P ^ K
+        D_new = prob.D_of(P_new)
+        f_new = prob.field(th, P_new, slots)
+        dZ_new = jax.jvp(lambda y: prob.Z(y, D_new), (th,), (f_new,))[1]
+        rate_new = jnp.where(P_new, dZ_new, -dZ_new)
+        want_slide = K & (rate_new < 0)
+        n_ambig = jnp.asarray(0)
+        n_enter = jnp.asarray(0)
+        if M:
+            # put sliding pairs into free slots (in flat order), the sliding pair keeps
+            # P = False (its "off" side is the base of the Filippov combination).
+            flat_want = want_slide.reshape(-1)
+            order = jnp.argsort(~flat_want, stable=True)  # wanted pairs first
+            free = slots < 0
+            free_rank = jnp.cumsum(free) - 1
+            n_want = jnp.sum(flat_want)
+            take = free & (free_rank < n_want)
+            cand = order[jnp.clip(free_rank, 0, N * H - 1)]
+            slots_try = jnp.where(take, cand, slots)
+            placed = jnp.zeros((N * H,), bool).at[jnp.where(take, cand, 0)].max(take).reshape(N, H)
+            P_try = jnp.where(placed, False, P_new)
+            lam_try = prob.lam(th, P_try, slots_try)
+            consistent = jnp.all(jnp.where(slots_try >= 0, (lam_try > 0) & (lam_try < 1), True))
+            ok = consistent & (n_want == jnp.sum(take))
+            slots = jnp.where(ok, slots_try, slots)
+            P_new = jnp.where(ok, P_try, P_new)
+            n_enter = jnp.where(ok, jnp.sum(take), 0)
+            n_ambig = jnp.where(ok | (n_want == 0), 0, 1)
+            placed = placed & ok
+        else:
+            placed = jnp.zeros((N, H), bool)
+            n_ambig = jnp.where(jnp.any(want_slide), 1, 0)
+        flipped = K & ~placed
+        # margins: pairs flipped now or near their surface but moving away get a margin
+        sz_new = jnp.where(P_new, Zev, -Zev)
+        guard = (flipped | (near & ~K)) & ~_slot_mask(slots, N, H)
+        margin = jnp.where(guard, jnp.maximum(0.0, -sz_new) + ztol, 0.0)
+        n_near = jnp.sum(K) + n_exit
+        k = c.n_events
+        return eqx.tree_at(
+            lambda c: (c.t, c.theta, c.P, c.slots, c.margin, c.n_events, c.n_cross, c.n_sin, c.n_sout, c.n_simul, c.n_amb, c.resid, c.ev_times),
+            c,
+            (
+                t_ev,
+                th,
+                P_new,
+                slots,
+                margin,
+                k + 1,
+                c.n_cross + jnp.sum(flipped),
+                c.n_sin + n_enter,
+                c.n_sout + n_exit,
+                c.n_simul + jnp.where(n_near > 1, 1, 0),
+                c.n_amb + n_ambig,
+                jnp.maximum(c.resid, resid),
+                c.ev_times.at[jnp.minimum(k, max_events - 1)].set(t_ev),
+            ),
+        )
+
+    Z0 = prob.Z(theta0, jnp.ones((N, H), dtype))
+    P0 = Z0 > 0
+    i0 = jnp.asarray(0)
+    zero = jnp.asarray(0.0, dtype)
+    carry = _Carry(
+        t=jnp.asarray(t0, dtype), theta=theta0, P=P0, slots=-jnp.ones((M,), int), margin=jnp.zeros((N, H), dtype),
+        ys=jnp.full((T, theta0.shape[0]), jnp.inf, dtype), filled=jnp.zeros((T,), bool),
+        n_events=i0, n_cross=i0, n_sin=i0, n_sout=i0, n_simul=i0, n_amb=i0, t_slide=zero, resid=zero,
+        ev_times=jnp.full((max_events,), jnp.inf, dtype), steps=i0, acc=i0, rej=i0, result=diffrax.RESULTS.successful, done=jnp.asarray(False),
+    )
+    out = jax.lax.while_loop(lambda c: ~c.done, segment, carry)
+
+    # final surface residual of sliding pairs
+    if M:
+        Zf = prob.Z(out.theta, prob.D_of(out.P)).reshape(-1)
+        act = out.slots >= 0
+        rf = jnp.max(jnp.where(act, jnp.abs(Zf[jnp.where(act, out.slots, 0)]), 0.0))
+    else:
+        rf = zero
+    result = out.result
+    ys_all = jnp.concatenate([out.ys, out.theta[None]], axis=0)
+    ts_out = jnp.where(out.filled, ts, jnp.inf)
+    ts_all = jnp.concatenate([ts_out, out.t[None]])
+    stats = dict(num_steps=out.steps, num_accepted_steps=out.acc, num_rejected_steps=out.rej, max_steps=max_steps)
+    return _Sol(ts_all, ys_all, result, stats), dict(
+        num_events=out.n_events,
+        num_crossings=out.n_cross,
+        num_sliding_entries=out.n_sin,
+        num_sliding_exits=out.n_sout,
+        num_simultaneous=out.n_simul,
+        num_ambiguous=out.n_amb,
+        sliding_time=out.t_slide,
+        surface_residual=jnp.maximum(out.resid, rf),
+        event_times=out.ev_times,
+        pattern_final=out.P,
+        sliding_final=_slot_mask(out.slots, N, H),
+        events_exhausted=(out.n_events >= max_events) & (out.t < t1),
+    )
+
+
+class _Sol(eqx.Module):
+    ts: Array
+    ys: Array
+    result: diffrax.RESULTS
+    stats: dict

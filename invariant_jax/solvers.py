@@ -1,0 +1,354 @@
+"""Structure-preserving and stiff solvers for gradient flow, as diffrax solvers.
+
+- `GaussLegendre(stages=1|2|3)`: implicit Gauss-Legendre collocation (orders 2, 4, 6).
+  Every Gauss method conserves every quadratic invariant `Q(y) = y^T S y` whose
+  derivative along the field vanishes *everywhere* (`Q'(y) f(y) = 0` for all `y`). For
+  a positively homogeneous network `B~ (theta * grad L(theta)) = 0` holds for every
+  `theta`, so `c = B~ theta^2` is conserved up to the stage solve and round-off.
+  Registered as `"gauss2"`, `"gauss4"`, `"gauss6"` in `flow.SOLVERS`.
+- `Projected(solver)`: after each step rescale each hidden neuron's in-/out-weights by
+  `alpha_v`, `1/alpha_v` so that `c` equals its initial value exactly. The network
+  function is unchanged by the rescaling; the drift check becomes meaningless (it is
+  zero by construction).
+- `hessian_kvaerno5()`: diffrax's `Kvaerno5` whose Newton (chord) Jacobian is the exact
+  Hessian of the loss by autodiff, tagged symmetric for lineax. Registered as
+  `"kvaerno5_hessian"`.
+
+Step-size control of `GaussLegendre` is by **step doubling**: every step is taken once
+with `h` and twice with `h/2`; the two-half-step result is kept and the difference,
+divided by `2^(2s) - 1`, is the error estimate (local order `2s + 1`). A stage solve
+that does not converge returns an infinite error estimate and a failure code, so the
+step-size controller rejects the step and retries with a smaller one; it is never
+accepted silently (with a constant step size the failure ends the solve with its code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.flatten_util as jfu
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import optimistix as optx
+from jaxtyping import Array, Float
+
+from .flow import SOLVERS
+
+__all__ = ["GaussLegendre", "Projected", "hessian_kvaerno5", "gauss_legendre_tableau", "rescale_to_conserved"]
+
+
+# Instrumentation for benchmarks (never set by the library): a Python callable that
+# receives an array whose size is a number of vector-field evaluations. See
+# `count_evaluations`.
+_EVAL_HOOK: Callable | None = None
+
+
+@jax.custom_jvp
+def _tap(y):
+    jax.debug.callback(_hook_primal, jnp.ones((), y.dtype))
+    return y
+
+
+@_tap.defjvp
+def _tap_jvp(primals, tangents):
+    (y,), (t,) = primals, tangents
+    # One call per tangent direction (under vmap, e.g. inside jax.jacfwd, the batch of
+    # tangents is counted element by element).
+    jax.debug.callback(_hook_primal, jnp.ones((), y.dtype) + 0 * jnp.sum(t))
+    return _tap(y), t
+
+
+def _hook_primal(n):
+    if _EVAL_HOOK is not None:
+        _EVAL_HOOK(np.size(n))
+
+
+def count_evaluations(y):
+    """Identity on `y` that, when the benchmark hook `solvers._EVAL_HOOK` is set at trace
+    time, reports one vector-field evaluation per primal evaluation and one per tangent
+    direction (so a forward-mode Jacobian of an `E`-dimensional field counts `E`).
+    Put it at the start of a vector field. Does nothing when the hook is unset."""
+    if _EVAL_HOOK is None:
+        return y
+    return _tap(y)
+
+
+def gauss_legendre_tableau(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Butcher tableau `(A, b, c)` of the `stages`-stage Gauss-Legendre method (order
+    `2 * stages`), computed from the Legendre nodes."""
+    if stages not in (1, 2, 3):
+        raise ValueError(f"GaussLegendre supports 1, 2 or 3 stages (orders 2, 4, 6); got stages={stages!r}.")
+    x, w = np.polynomial.legendre.leggauss(stages)
+    c = (x + 1) / 2
+    b = w / 2
+    # a_ij = int_0^{c_i} l_j(t) dt with l_j the Lagrange basis on the nodes c.
+    A = np.zeros((stages, stages))
+    for j in range(stages):
+        others = np.delete(c, j)
+        poly = np.poly1d(np.poly(others)) / np.prod(c[j] - others) if stages > 1 else np.poly1d([1.0])
+        integral = np.polyint(poly)
+        A[:, j] = integral(c) - integral(0.0)
+    return A, b, c
+
+
+_State = tuple  # (f0, t_prev, y_prev)
+
+
+class GaussLegendre(diffrax.AbstractAdaptiveSolver):
+    """Gauss-Legendre implicit Runge-Kutta collocation with `stages` stages (order
+    `2 * stages`), adaptive by step doubling.
+
+    The stage equations are solved by simplified Newton: the Jacobian of the vector field
+    at the step's start is computed by forward-mode autodiff (`jax.jacfwd`), the
+    `(s E) x (s E)` Newton matrix `I - h A (x) J` is LU-factorised once by lineax and
+    reused across iterations. Iteration stops when the update is below
+    `newton_rtol * max|y0| + newton_atol` (default: a few ulps, so that quadratic
+    invariants are kept to round-off); it fails if it has not converged after
+    `max_newton` iterations or the updates stop shrinking.
+
+    **Arguments:**
+
+    - `stages`: 1, 2 or 3 (orders 2, 4, 6).
+    - `newton_rtol`, `newton_atol`: convergence test of the stage solve.
+    - `max_newton`: iteration cap of the stage solve.
+    """
+
+    stages: int = eqx.field(static=True, default=2)
+    newton_rtol: float = eqx.field(static=True, default=1e-14)
+    newton_atol: float = eqx.field(static=True, default=1e-15)
+    max_newton: int = eqx.field(static=True, default=20)
+
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation
+    conserves_quadratic_invariants: ClassVar[bool] = True
+
+    def __check_init__(self):
+        gauss_legendre_tableau(self.stages)
+        if not (self.newton_rtol >= 0 and self.newton_atol >= 0 and self.newton_rtol + self.newton_atol > 0):
+            raise ValueError(
+                f"newton_rtol and newton_atol must be >= 0 and not both 0; got {self.newton_rtol!r}, {self.newton_atol!r}."
+            )
+        if self.max_newton < 1:
+            raise ValueError(f"max_newton must be >= 1; got {self.max_newton!r}.")
+
+    def order(self, terms):
+        return 2 * self.stages
+
+    def error_order(self, terms):
+        return 2 * self.stages + 1
+
+    def init(self, terms, t0, t1, y0, args) -> _State:
+        return (terms.vf(t0, y0, args), t0, y0)
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: solver_state[0])
+        y_flat, unravel = jfu.ravel_pytree(y0)
+
+        def f_flat(t, yf):
+            return jfu.ravel_pytree(terms.vf(t, unravel(yf), args))[0]
+
+        h = t1 - t0
+        J = jax.jacfwd(lambda yf: f_flat(t0, yf))(y_flat)
+        y_full, ok_full = gl_step(f_flat, J, t0, y_flat, h, self)
+        y_half, ok_1 = gl_step(f_flat, J, t0, y_flat, h / 2, self)
+        y1, ok_2 = gl_step(f_flat, J, t0 + h / 2, y_half, h / 2, self)
+        ok = ok_full & ok_1 & ok_2
+        err = (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0)
+        err = jnp.where(ok, err, jnp.inf)
+        y1_tree = unravel(y1)
+        f1 = terms.vf(t1, y1_tree, args)
+        dense_info = dict(y0=y0, y1=y1_tree, k0=jax.tree.map(lambda a: h * a, f0), k1=jax.tree.map(lambda a: h * a, f1))
+        result = diffrax.RESULTS.where(ok, diffrax.RESULTS.successful, diffrax.RESULTS.promote(optx.RESULTS.nonlinear_divergence))
+        return y1_tree, unravel(err), dense_info, (f1, t0, y0), result
+
+
+def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
+    """One Gauss-Legendre step of size `h` from flat `y0`, by simplified Newton with the
+    fixed Jacobian `J`. Returns `(y1, converged)`."""
+    A, b, c = (jnp.asarray(a, y0.dtype) for a in gauss_legendre_tableau(solver.stages))
+    s, n = solver.stages, y0.shape[0]
+    M = jnp.eye(s * n, dtype=y0.dtype) - h * jnp.kron(A, J)
+    op = lx.MatrixLinearOperator(M)
+    lu = lx.LU()
+    lu_state = lu.init(op, {})
+    tol = solver.newton_rtol * jnp.max(jnp.abs(y0)) + solver.newton_atol
+
+    def F(Z):
+        return jax.vmap(lambda ci, zi: f_flat(t0 + ci * h, y0 + zi))(c, Z)
+
+    def cond(carry):
+        k, Z, K, dz, dz_prev, done, bad = carry
+        return (k < solver.max_newton) & ~done & ~bad
+
+    def body(carry):
+        k, Z, K, dz, dz_prev, done, bad = carry
+        G = Z - h * (A @ K)
+        dZ = lx.linear_solve(op, -G.reshape(-1), lu, state=lu_state, throw=False).value.reshape(s, n)
+        Z = Z + dZ
+        K = F(Z)
+        nd = jnp.max(jnp.abs(dZ))
+        done = nd <= tol
+        # Diverging, or stagnating above the tolerance (rate >= 1 after two iterations).
+        bad = ~jnp.isfinite(nd) | ((k >= 2) & (nd >= dz) & ~done)
+        return k + 1, Z, K, nd, dz, done, bad
+
+    Z0 = jnp.zeros((s, n), y0.dtype)
+    K0 = F(Z0)
+    inf = jnp.asarray(jnp.inf, y0.dtype)
+    k, Z, K, dz, _, done, bad = jax.lax.while_loop(cond, body, (0, Z0, K0, inf, inf, False, False))
+    y1 = y0 + h * (b @ K)
+    return y1, done & ~bad & jnp.all(jnp.isfinite(y1))
+
+
+# ------------------------------------------------------------------ projection
+
+
+def rescale_to_conserved(
+    theta: Float[Array, " E"], c0: Float[Array, " H"], graph, *, sweeps: int = 30
+) -> Float[Array, " E"]:
+    """Rescale each hidden node's in-weights by `alpha_v` and out-weights by `1/alpha_v`
+    so that `B~ theta^2 = c0`. For a positively homogeneous activation the network
+    function is unchanged.
+
+    Rescaling one node changes its neighbours' sums, so the node-wise solve is repeated
+    as Gauss-Seidel sweeps (alternating topological and reverse order). For one node,
+    with `I` = sum of squared in-weights and `O` = sum of squared out-weights, `alpha^2`
+    is the positive root of `alpha^4 I - c0 alpha^2 - O = 0`. A node with no weight on
+    one side is left alone.
+    """
+    rows, cols = graph.edge_index
+    index = graph.index
+    hidden_idx = [index[v] for v in graph.hidden]
+    nodes = [(k, v, np.flatnonzero(cols == v), np.flatnonzero(rows == v)) for k, v in enumerate(hidden_idx)]
+
+    def node(theta, k, ins, outs):
+        q = theta**2
+        I = jnp.sum(q[ins])
+        O = jnp.sum(q[outs])
+        disc = jnp.sqrt(c0[k] ** 2 + 4 * I * O)
+        # a2 = (c0 + disc) / (2 I), written stably for c0 < 0.
+        a2 = jnp.where(
+            c0[k] >= 0,
+            (c0[k] + disc) / jnp.where(I > 0, 2 * I, 1.0),
+            2 * O / jnp.where(disc - c0[k] > 0, disc - c0[k], 1.0),
+        )
+        usable = (I > 0) & (O > 0) & jnp.isfinite(a2) & (a2 > 0)
+        alpha = jnp.where(usable, jnp.sqrt(jnp.where(usable, a2, 1.0)), 1.0)
+        return theta.at[ins].multiply(alpha).at[outs].divide(alpha)
+
+    def sweep(i, theta):
+        for k, _, ins, outs in nodes:
+            theta = node(theta, k, ins, outs)
+        for k, _, ins, outs in reversed(nodes):
+            theta = node(theta, k, ins, outs)
+        return theta
+
+    return jax.lax.fori_loop(0, sweeps, sweep, theta)
+
+
+class Projected(diffrax.AbstractAdaptiveSolver):
+    """Wrap a solver: after each step, restore `c = B~ theta^2` to `c0` exactly by
+    neuron-wise rescaling (`rescale_to_conserved`). Cheap, and the network function is
+    unchanged by the rescaling, but **the conservation drift reported by
+    `gradient_flow` is then zero by construction and checks nothing**.
+
+    **Arguments:**
+
+    - `solver`: the diffrax solver to wrap (any with an error estimate).
+    - `graph`: the network's `DAG`.
+    - `c0`: the conserved quantities to restore, `(H,)`.
+    """
+
+    solver: diffrax.AbstractSolver
+    c0: Float[Array, " H"]
+    graph: object = eqx.field(static=True)
+
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        # The wrapped solver must not reuse a derivative from before the projection.
+        y1, err, _, state, res = self.solver.step(terms, t0, t1, y0, args, solver_state, True)
+        y1p = rescale_to_conserved(y1, self.c0, self.graph)
+        h = t1 - t0
+        # Dense output: cubic Hermite through the projected end points (exact there).
+        dense = dict(y0=y0, y1=y1p, k0=h * terms.vf(t0, y0, args), k1=h * terms.vf(t1, y1p, args))
+        return y1p, err, dense, state, res
+
+
+# ------------------------------------------------------------------ Kvaerno5 + Hessian
+
+
+def hessian_kvaerno5(*, rtol: float | None = None, atol: float | None = None) -> diffrax.Kvaerno5:
+    """`diffrax.Kvaerno5` whose stage solves use the exact Jacobian of the gradient-flow
+    field (the negative Hessian, by forward-over-reverse autodiff), computed once per
+    step and reused across all implicit stages (diffrax's chord method), with the linear
+    solves done by lineax's LU on the materialised symmetric-tagged matrix.
+
+    **Arguments:** `rtol`, `atol`: tolerances of the stage solve (default: those of the
+    step-size controller).
+    """
+    if rtol is None or atol is None:
+        rf = diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(linear_solver=_SymmetricLU())
+    else:
+        rf = diffrax.VeryChord(rtol=rtol, atol=atol, linear_solver=_SymmetricLU())
+    return diffrax.Kvaerno5(root_finder=rf)
+
+
+class _SymmetricLU(lx.AbstractLinearSolver):
+    """LU on the materialised operator, tagging it symmetric first (the Jacobian of
+    `-grad L` is the negative Hessian). Materialisation of the Jacobian operator is done
+    once per step by diffrax's chord method and the factorisation is reused across
+    stages and iterations."""
+
+    def init(self, operator, options):
+        op = lx.MatrixLinearOperator(operator.as_matrix(), lx.symmetric_tag)
+        return lx.LU().init(op, options)
+
+    def compute(self, state, vector, options):
+        return lx.LU().compute(state, vector, options)
+
+    def transpose(self, state, options):
+        return lx.LU().transpose(state, options)
+
+    def conj(self, state, options):
+        return lx.LU().conj(state, options)
+
+    def assume_full_rank(self):
+        return True
+
+    def allow_dependent_columns(self, operator):
+        return False
+
+    def allow_dependent_rows(self, operator):
+        return False
+
+
+SOLVERS.update(
+    {
+        "gauss2": lambda: GaussLegendre(stages=1),
+        "gauss4": lambda: GaussLegendre(stages=2),
+        "gauss6": lambda: GaussLegendre(stages=3),
+        "kvaerno5_hessian": hessian_kvaerno5,
+    }
+)

@@ -1,0 +1,125 @@
+"""Gauss-Legendre solvers, projection, and Kvaerno5 with the exact Hessian."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+import invariant_jax as ij
+from invariant_jax.solvers import GaussLegendre, Projected, gauss_legendre_tableau, rescale_to_conserved
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_tableau_order_conditions(s):
+    A, b, c = gauss_legendre_tableau(s)
+    np.testing.assert_allclose(A.sum(1), c, atol=1e-14)
+    # quadrature order 2s: sum b c^k = 1/(k+1) for k < 2s, and fails at k = 2s
+    for k in range(2 * s):
+        assert abs(b @ c**k - 1 / (k + 1)) < 1e-14
+    assert abs(b @ c ** (2 * s) - 1 / (2 * s + 1)) > 1e-6
+    # collocation (stage order s): A c^(k-1) = c^k / k
+    for k in range(1, s + 1):
+        np.testing.assert_allclose(A @ c ** (k - 1), c**k / k, atol=1e-14)
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_classical_order_on_linear_problem(s):
+    M = jnp.array([[-1.0, 2.0], [-2.0, -0.5]])
+    y0 = jnp.array([1.0, 0.5])
+    exact = scipy.linalg.expm(np.asarray(M) * 2.0) @ np.asarray(y0)
+    term = diffrax.ODETerm(lambda t, y, a: M @ y)
+    hs = np.array([0.2, 0.1, 0.05])
+    errs = []
+    for h in hs:
+        sol = diffrax.diffeqsolve(term, GaussLegendre(stages=s), 0.0, 2.0, jnp.asarray(h), y0,
+                                  stepsize_controller=diffrax.ConstantStepSize())
+        errs.append(np.max(np.abs(np.asarray(sol.ys[-1]) - exact)))
+    slope = np.polyfit(np.log(hs), np.log(errs), 1)[0]
+    assert abs(slope - 2 * s) < 0.25, (slope, errs)
+
+
+def test_adaptive_reaches_tolerance():
+    M = jnp.array([[-1.0, 2.0], [-2.0, -0.5]])
+    y0 = jnp.array([1.0, 0.5])
+    exact = scipy.linalg.expm(np.asarray(M) * 2.0) @ np.asarray(y0)
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, a: M @ y), ij.get_solver("gauss6"), 0.0, 2.0, None, y0,
+                              stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-10))
+    assert np.max(np.abs(np.asarray(sol.ys[-1]) - exact)) < 1e-8
+    assert int(sol.stats["num_steps"]) < 60
+
+
+def test_nonconverged_stage_solve_is_never_accepted():
+    # One Newton iteration cannot reach the round-off tolerance on a nonlinear field.
+    term = diffrax.ODETerm(lambda t, y, a: -(y**3))
+    y0 = jnp.array([1.0])
+    bad = GaussLegendre(stages=2, max_newton=1)
+    sol = diffrax.diffeqsolve(term, bad, 0.0, 1.0, jnp.asarray(0.1), y0,
+                              stepsize_controller=diffrax.ConstantStepSize(), throw=False)
+    assert ij.status_message(sol.result) != ""  # recorded failure, not a silent step
+    # Adaptive: a discontinuous field makes the stage solve fail across the jump;
+    # those steps are rejected and the step size shrinks.
+    term = diffrax.ODETerm(lambda t, y, a: jnp.where(t < 0.5, 1.0, -1.0) * jnp.ones_like(y) + 0 * y)
+    sol = diffrax.diffeqsolve(term, GaussLegendre(stages=2), 0.0, 1.0, jnp.asarray(0.3), y0,
+                              stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6), throw=False)
+    assert int(sol.stats["num_rejected_steps"]) > 0
+
+
+def test_bad_stages():
+    with pytest.raises(ValueError, match="1, 2 or 3 stages"):
+        GaussLegendre(stages=4)
+    with pytest.raises(ValueError, match="max_newton"):
+        GaussLegendre(stages=2, max_newton=0)
+
+
+def test_gauss_conserves_on_homogeneous_dag_where_tsit5_drifts():
+    # Linear activation: positively homogeneous and smooth (no kinks), so plain Gauss
+    # conserves c to round-off; saves on step ends (step_ts) to measure exactly.
+    g = ij.random_dag(3, 5, 1, 0.6, 3)
+    net = ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0))
+    X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(1), activation="tanh")
+    ts = np.linspace(0.0, 3.0, 7)
+    ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)
+    fg = ij.gradient_flow(net, X, Y, 3.0, solver="gauss4", saveat=ts, rtol=1e-4, atol=1e-4, stepsize_controller=ctrl)
+    ft = ij.gradient_flow(net, X, Y, 3.0, solver="tsit5", saveat=ts, rtol=1e-4, atol=1e-4)
+    assert bool(fg.success) and bool(ft.success)
+    assert float(fg.drift_relative) < 1e-13
+    assert float(ft.drift_relative) > 1e3 * float(fg.drift_relative)
+
+
+def test_rescale_to_conserved_is_exact_and_keeps_function():
+    g = ij.random_dag(3, 6, 2, 0.5, 11, bias=True)
+    a = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    b = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(1))
+    # target: c of a slightly perturbed theta (as after an inexact step)
+    theta = a.edge_weights() * (1 + 1e-3 * jax.random.normal(jax.random.PRNGKey(2), (len(g.edges),)))
+    c0 = ij.conserved_quantities(a)
+    th2 = rescale_to_conserved(theta, c0, g)
+    np.testing.assert_allclose(ij.conserved_quantities(a.with_edge_weights(th2)), c0, atol=1e-12)
+    X = jax.random.normal(jax.random.PRNGKey(3), (9, 3))
+    np.testing.assert_allclose(a.with_edge_weights(th2).forward(X), a.with_edge_weights(theta).forward(X), atol=1e-12)
+    del b
+
+
+def test_projected_tsit5_has_zero_drift():
+    g = ij.mlp([2, 3, 1], bias=False)
+    net = ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0))
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(1), activation="tanh")
+    solver = Projected(diffrax.Tsit5(), c0=ij.conserved_quantities(net), graph=g)
+    ts = np.linspace(0.0, 1.0, 5)
+    ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)  # saves on projected step ends
+    f = ij.gradient_flow(net, X, Y, 1.0, solver=solver, saveat=ts, stepsize_controller=ctrl, rtol=1e-4, atol=1e-4)
+    ref = ij.gradient_flow(net, X, Y, 1.0, rtol=1e-10, atol=1e-10, saveat=ts)
+    assert float(f.drift_relative) < 1e-12
+    assert float(jnp.max(jnp.abs(f.network_at(-1).forward(X) - ref.network_at(-1).forward(X)))) < 1e-3
+
+
+def test_hessian_kvaerno5_matches_tsit5():
+    g = ij.mlp([2, 3, 1], bias=False)
+    net = ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(0))
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(1), activation="softplus")
+    fk = ij.gradient_flow(net, X, Y, 2.0, solver="kvaerno5_hessian", rtol=1e-9, atol=1e-9, n_save=3)
+    ft = ij.gradient_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-11, atol=1e-11, n_save=3)
+    assert bool(fk.success)
+    assert float(jnp.max(jnp.abs(fk.theta_final - ft.theta_final))) < 1e-6
