@@ -1,0 +1,147 @@
+"""Kink-aware integration: events, crossings, sliding modes, conservation."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.optimize
+
+import invariant_jax as ij
+from invariant_jax.kinks import kink_aware_flow
+
+
+def sliding_case():
+    """x -> h (relu) -> y with data chosen so that on the surface w0 = 0 (sample 0) the
+    field pushes w0 down on the active side and up on the inactive side:
+    sample 0: x = (1, 0), y = -1; sample 1: x = (1, 1), y = 1. Sliding lasts while
+    0 < a w1 < 1."""
+    g = ij.mlp([2, 1, 1], bias=False)  # edges (x0,h), (x1,h), (h,y)
+    net = ij.DAGNetwork(g, "relu", edge_weights=jnp.array([0.3, 0.2, 1.0]))
+    X = jnp.array([[1.0, 0.0], [1.0, 1.0]])
+    Y = jnp.array([-1.0, 1.0])
+    return net, X, Y
+
+
+def test_non_piecewise_linear_activation_is_refused():
+    g = ij.mlp([2, 3, 1])
+    net = ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(0))
+    X = jnp.ones((4, 2))
+    with pytest.raises(ValueError, match="piecewise-linear.*softplus.*solver='tsit5'.*kvaerno5_hessian.*gauss4"):
+        kink_aware_flow(net, X, jnp.ones(4), 1.0)
+
+
+def test_bad_options():
+    net, X, Y = sliding_case()
+    with pytest.raises(ValueError, match="max_sliding"):
+        kink_aware_flow(net, X, Y, 1.0, max_sliding=-1)
+    with pytest.raises(ValueError, match="t0 < t1"):
+        kink_aware_flow(net, X, Y, 0.0)
+    with pytest.raises(ValueError, match="event_tol"):
+        kink_aware_flow(net, X, Y, 1.0, event_tol=0.0)
+
+
+def test_constructed_sliding_case_stays_on_surface():
+    net, X, Y = sliding_case()
+    kf = kink_aware_flow(net, X, Y, 4.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=41)
+    assert bool(kf.success)
+    assert int(kf.num_sliding_entries) >= 1
+    assert float(kf.sliding_time) > 0.5
+    # on the surface: w0 = z_{0,h} stays 0 to round-off while sliding (linear invariant)
+    assert float(kf.surface_residual) < 1e-12
+    th = np.asarray(kf.flow.thetas)
+    t = np.asarray(kf.flow.ts)
+    sliding = (t > kf.event_times[0] + 1e-6) & (t < (kf.event_times[1] if int(kf.num_events) > 1 else 4.0))
+    assert sliding.sum() >= 3
+    assert np.max(np.abs(th[sliding, 0])) < 1e-12
+    # bounded work: a handful of events and steps
+    assert int(kf.num_events) <= 4 and int(kf.flow.num_steps) < 200
+    # Filippov check against the analytic sliding field: on w0 = 0 only sample 1 acts on
+    # (w1, a) (sample 0 has zero output and zero w1-gradient), so (w1, a) follow the
+    # one-sample flow with z = w1: d w1/dt = -(a w1 - 1) a / 2, d a/dt = -(a w1 - 1) w1 / 2.
+    t_in = float(kf.event_times[0])
+    i0 = int(np.argmax(t > t_in + 1e-6))
+    j = int(np.flatnonzero(sliding)[-1])
+    rhs = lambda s, u: [-(u[1] * u[0] - 1) * u[1] / 2, -(u[1] * u[0] - 1) * u[0] / 2]  # noqa: E731
+    ref = scipy.integrate.solve_ivp(rhs, (t[i0], t[j]), th[i0, 1:], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(th[j, 1:], ref.y[:, -1], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_sliding_mode_conserves_with_gauss():
+    net, X, Y = sliding_case()
+    kf = kink_aware_flow(net, X, Y, 4.0, solver="gauss4", rtol=1e-6, atol=1e-6, n_save=21)
+    assert bool(kf.success) and int(kf.num_sliding_entries) >= 1
+    assert float(kf.flow.drift_relative) < 1e-12
+    ft = ij.gradient_flow(net, X, Y, 4.0, rtol=1e-6, atol=1e-6, n_save=21)
+    assert float(ft.drift_relative) > 100 * max(float(kf.flow.drift_relative), 1e-16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gauss_kink_aware_conserves_on_random_relu_dags(seed):
+    g = ij.random_dag(3, 6, 1, 0.6, seed, bias=True)
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(seed))
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(100 + seed))
+    kf = kink_aware_flow(net, X, Y, 2.0, solver="gauss4", rtol=1e-6, atol=1e-6, n_save=11)
+    ft = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-6, atol=1e-6, n_save=11)
+    assert bool(kf.success)
+    assert int(kf.num_events) >= 1
+    assert float(kf.flow.drift_relative) < 1e-12
+    assert float(ft.drift_relative) > 1e3 * max(float(kf.flow.drift_relative), 1e-16)
+
+
+@pytest.mark.slow
+def test_agrees_with_brute_force_on_crossings():
+    g = ij.mlp([3, 6, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, n_save=11)
+    ref = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-13, atol=1e-13, n_save=11, max_steps=500_000)
+    assert bool(ref.success) and bool(kf.success)
+    assert int(kf.num_crossings) >= 2 and int(kf.num_sliding_entries) == 0
+    np.testing.assert_allclose(kf.flow.thetas, ref.thetas, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_event_time_located_to_root_finder_tolerance():
+    g = ij.mlp([3, 6, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-12, atol=1e-12, max_events=1, event_tol=1e-13)
+    assert bool(kf.events_exhausted)
+    t_ev = float(kf.event_times[0])
+    th = kf.flow.theta_final
+    Z = net.with_edge_weights(th).preactivations(X)
+    k = int(jnp.argmin(jnp.abs(Z)))
+    # the located state is on the surface to (slope of z) * event_tol
+    Z0 = net.preactivations(X).reshape(-1)
+    dz = float(jnp.abs(jax.jvp(lambda t: net.with_edge_weights(t).preactivations(X).reshape(-1)[k], (th,),
+                               (-jax.grad(ij.edge_loss_fn(net, X, Y))(th),))[1]))
+    assert abs(float(Z.reshape(-1)[k])) <= dz * 1e-13 + 1e-14
+    # independent reference: brute-force flow with dense output, Brent on z_k(t)
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, a: -jax.grad(ij.edge_loss_fn(net, X, Y))(y)),
+                              diffrax.Tsit5(), 0.0, 2.0 * t_ev, None, net.edge_weights(),
+                              stepsize_controller=diffrax.PIDController(rtol=1e-13, atol=1e-13),
+                              saveat=diffrax.SaveAt(dense=True), max_steps=200_000)
+    zk = lambda t: float(net.with_edge_weights(sol.evaluate(t)).preactivations(X).reshape(-1)[k])  # noqa: E731
+    assert np.sign(zk(0.0)) == np.sign(float(Z0[k]))
+    t_ref = scipy.optimize.brentq(zk, 0.5 * t_ev, min(1.5 * t_ev, 2.0 * t_ev), xtol=1e-15)
+    assert abs(t_ev - t_ref) < 1e-9
+
+
+@pytest.mark.slow
+def test_vmap_keeps_pattern_state_per_trajectory():
+    g = ij.mlp([3, 6, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
+    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
+    run = lambda n: kink_aware_flow(n, X, Y, 1.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=5)  # noqa: E731
+    batched = eqx.filter_vmap(run)(nets)
+    for i in range(3):
+        one = run(jax.tree.map(lambda a: a[i], nets))
+        assert int(batched.num_events[i]) == int(one.num_events)
+        np.testing.assert_array_equal(batched.pattern_final[i], one.pattern_final)
+        np.testing.assert_allclose(batched.flow.theta_final[i], one.flow.theta_final, atol=1e-10)
