@@ -33,3 +33,5 @@ from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_
 from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
 from .datasets import TabularData, breast_cancer, load_csv
 from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows
+from .solvers import GaussLegendre, Projected, hessian_kvaerno5, rescale_to_conserved
+from .kinks import KinkFlow, kink_aware_flow
