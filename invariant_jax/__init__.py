@@ -33,5 +33,20 @@ from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_
 from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
 from .datasets import TabularData, breast_cancer, load_csv
 from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows
+from .losses import gauss_hermite, hessian, hessian_spectrum, loss_gradient, population_loss, weighted_mse
+from .datasets import gp_data, gp_sample, matern32_kernel, modified_rosenbrock, rosenbrock_data
+from . import channels
+from .channels import (
+    ChannelPair,
+    ChannelReport,
+    channel_coordinates,
+    channel_frequency,
+    collapse_channel,
+    detect_channels,
+    duplicate_neuron,
+    glu_limit,
+    jump_procedure,
+    saddle_line,
+)
 from .solvers import GaussLegendre, Projected, hessian_kvaerno5, rescale_to_conserved
 from .kinks import KinkFlow, kink_aware_flow

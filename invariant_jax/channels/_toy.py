@@ -105,10 +105,14 @@ class ToyCriticalPoints(eqx.Module):
         return "\n".join(rows)
 
 
-def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int = 401) -> ToyCriticalPoints:
+def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int = 401,
+                        w_min: float = 0.05) -> ToyCriticalPoints:
     """Locate the critical points of the limit loss `L0(w)` on `[0, w_max]`: sign changes
     of `dL0/dw` on a grid, refined by `scipy.optimize.brentq`; the zeros of `h(w)` are
-    listed too, so the sign of h between consecutive rows is constant.
+    listed too, so the sign of h between consecutive rows is constant. `w = 0` (critical
+    by symmetry) is always listed; the search starts at `w_min`, because as `w -> 0` the
+    two GLU features `erf(w x)` and `x erf'(w x)` become collinear and `L0` jumps (its
+    limit fits `x` and `x^3`, while `w = 0` fits `x` only).
 
     **Returns:** a `ToyCriticalPoints`.
     """
@@ -122,13 +126,14 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
     losses, hs = np.asarray(vals[0]), np.asarray(vals[3])
     grads = np.asarray(jax.vmap(dL)(jnp.asarray(ws)))
     roots = [0.0]  # L0 is even in w
-    for k in range(1, n_grid - 1):
+    start = max(1, int(np.searchsorted(ws, w_min)))
+    for k in range(start, n_grid - 1):
         if grads[k] == 0 or np.sign(grads[k]) != np.sign(grads[k + 1]):
             roots.append(brentq(lambda t: float(dL(t)), ws[k], ws[k + 1], xtol=1e-12))
     roots = np.array(sorted(set(np.round(roots, 12))))
     hfun = lambda t: float(f(t)[3])  # noqa: E731
     h_zeros = [brentq(hfun, ws[k], ws[k + 1], xtol=1e-12)
-               for k in range(n_grid - 1) if np.sign(hs[k]) * np.sign(hs[k + 1]) < 0]
+               for k in range(start, n_grid - 1) if np.sign(hs[k]) * np.sign(hs[k + 1]) < 0]
     is_h_zero = np.array([False] * len(roots) + [True] * len(h_zeros))
     order = np.argsort(np.concatenate([roots, h_zeros]))
     roots, is_h_zero = np.concatenate([roots, h_zeros])[order], is_h_zero[order]
@@ -150,7 +155,7 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
     after = []
     for k, r in enumerate(roots):
         hi = roots[k + 1] if k + 1 < len(roots) else w_max
-        mid = (ws > r) & (ws < hi)
+        mid = (ws > max(r, w_min)) & (ws < hi)
         s = np.sign(hs[mid]) if mid.any() else np.array([0.0])
         after.append("+" if np.all(s > 0) else "-" if np.all(s < 0) else "mixed")
     return ToyCriticalPoints(w=roots, loss=L, curvature=curv, h=h, kind=tuple(kinds), h_sign_after=tuple(after),

@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity"]
+SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
 
 
 def build_parser() -> argparse.ArgumentParser:
