@@ -23,7 +23,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from invariant_jax.network import init_edge_weights  # noqa: E402

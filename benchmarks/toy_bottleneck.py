@@ -102,7 +102,7 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
         "graph_edges": [list(e) for e in g.edges], "n_per_kind": n_per_kind, "t1": t1,
         "time_convention": "gradient-flow time of L = (1/2N) sum (f - y)^2",
         "loss_nonneg_bound": L_nonneg, "wall_s_including_compile": wall,
-        "ts": ts[0].tolist(), "kinds": {},
+        "ts": ij.log_times(0.0, t1, n_save).tolist(), "kinds": {},
         "verdict_accuracy": float(np.mean(predicted_fail == ~success)),
         "frozen_wrong_all_fail": bool(np.all(~success[predicted_fail])),
         "max_drift_relative": float(np.nanmax(np.where(ok, drift, np.nan))),

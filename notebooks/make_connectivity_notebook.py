@@ -77,7 +77,7 @@ for i, name in enumerate(toy_bottleneck.KINDS):
     ax[0].hist(L, bins=bins, alpha=0.6, label=name)
     th = A["theta_ky"][A["kind"] == i]
     frac = np.nanmean(np.where(np.isfinite(th), th < 0, np.nan), axis=0)
-    ax[1].plot(A["ts"][0][1:], frac[1:], marker="o", ms=3, label=name)
+    ax[1].plot(np.asarray(res["ts"])[1:], frac[1:], marker="o", ms=3, label=name)
 ax[0].axvline(res["loss_nonneg_bound"], color="k", ls="--", lw=1, label="best with theta_ky >= 0")
 ax[0].set_xscale("log"); ax[0].set_xlabel("final loss"); ax[0].set_ylabel("initializations"); ax[0].legend(fontsize=8)
 ax[1].set_xscale("log"); ax[1].set_xlabel("gradient-flow time t"); ax[1].set_ylabel("fraction with theta_ky < 0"); ax[1].legend(fontsize=8)
@@ -111,29 +111,38 @@ plt.tight_layout(); plt.show()"""),
 Cut a sub-network off (zero its boundary edges): `J_G = 2 B~ diag(theta)` loses one rank per
 cut-off group, `sum_W c = 0`, and gradient flow keeps the boundary exactly at zero, so the rank
 is constant. `ij.is_singular_value(g, c)` decides from `c` alone whether `H_G(c)` has such points."""),
-    ("code", """g = ij.mlp([2, 4, 3, 1], bias=True)
-W = {"h1_0", "h2_0"}
-net = ij.DAGNetwork(g, key=jr.key(1))
-theta = np.array(net.edge_weights())
-theta[[k for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)]] = 0.0
-net = net.with_edge_weights(theta)
-c = np.asarray(ij.conserved_quantities(net))
-print("cut-off groups:", ij.singular_subnetworks(net), " rank:", int(ij.jacobian_rank(net)), "of", len(g.hidden))
-print("is_singular_value(c):", ij.is_singular_value(g, c), " | generic c:", ij.is_singular_value(g, np.asarray(ij.conserved_quantities(ij.DAGNetwork(g, key=jr.key(2))))))
-X, Y, _ = ij.teacher_student(g, 16, key=jr.key(0))
-import equinox as eqx, jax.numpy as jnp
-nets = net.with_edge_weights(jnp.stack([net.edge_weights(), ij.DAGNetwork(g, key=jr.key(2)).edge_weights()]))
+    ("code", """import equinox as eqx, jax.numpy as jnp
+g = ij.mlp([2, 4, 3, 1], bias=True)
+W = {"h1_0", "h2_0"}                      # the sub-network to cut off
+X, Y, _ = ij.teacher_student(g, 32, key=jr.key(0))
+nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(7), 4))
+theta = np.array(nets.edge_weights())
+theta[0, [k for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)]] = 0.0   # row 0: cut off W
+nets = nets.with_edge_weights(jnp.asarray(theta))
+net0 = ij.DAGNetwork(g, edge_weights=theta[0])
+c0 = np.asarray(ij.conserved_quantities(net0))
+print("cut-off groups:", ij.singular_subnetworks(net0), " rank:", int(ij.jacobian_rank(net0)), "of", len(g.hidden))
+print("is_singular_value(c):", ij.is_singular_value(g, c0), " | generic c:",
+      ij.is_singular_value(g, np.asarray(ij.conserved_quantities(ij.DAGNetwork(g, edge_weights=theta[1])))))
 flows = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 4.0 if SMALL else 20.0, n_save=12, spacing="log")))(nets)
 B = g.incidence()
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for i, name in enumerate(("cut-off init", "generic init")):
+fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
+for i in range(4):
     th = np.asarray(flows.thetas[i])
     s = np.array([np.linalg.svd(2 * B * t[None], compute_uv=False) for t in th])
     rk = [int(np.linalg.matrix_rank(2 * B * t[None])) for t in th]
-    print(name, "ranks along the flow:", sorted(set(rk)), "| smallest nonzero singular value:",
-          f"{s[:, max(rk) - 1].min():.3g}")
-    ax.plot(np.asarray(flows.ts[i])[1:], s[1:, max(rk) - 1], marker="o", ms=3, label=f"{name}: smallest nonzero singular value of J_G")
-ax.set_xscale("log"); ax.set_yscale("log"); ax.set_xlabel("t"); ax.legend(fontsize=8); plt.tight_layout(); plt.show()"""),
+    node_norm = np.min(np.sqrt((th**2) @ np.abs(B).T), axis=1) * 2   # smallest row norm of J_G
+    name = "cut-off init" if i == 0 else f"generic init {i}"
+    print(f"{name}: ranks along the flow {sorted(set(rk))}, loss {float(flows.losses[i][0]):.3f} -> {float(flows.losses[i][-1]):.4f}, "
+          f"edges that moved: {int(np.sum(np.abs(th[-1] - th[0]) > 1e-6))}/{len(g.edges)}")
+    smin = s[:, max(rk) - 1]
+    ax[0].plot(np.asarray(flows.ts[i])[1:], smin[1:], marker="o", ms=3, label=name)
+    ax[1].plot(np.asarray(flows.ts[i])[1:], (smin / node_norm)[1:], marker="o", ms=3, label=name)
+ax[0].set_ylabel("smallest nonzero singular value of J_G"); ax[1].set_ylabel("... / smallest row norm of J_G")
+for a in ax:
+    a.set_xscale("log"); a.set_xlabel("gradient-flow time t"); a.legend(fontsize=8)
+ax[1].set_ylim(0, 1.05)
+plt.tight_layout(); plt.show()"""),
 ]
 
 

@@ -322,3 +322,23 @@ def test_cli_connectivity(tmp_path, capsys):
     f.write_text("[1.0, 2.0]")
     assert main(["connectivity", "--c", str(f)]) == 2
     assert "expected (5,)" in capsys.readouterr().err
+
+
+def test_boundary_bottleneck_gives_singular_point():
+    """A bottleneck condition met with equality (a closed S with sum_S c = 0, edge not
+    frozen) means H_G(c) contains a singular point (S is cut off where theta_e = 0)."""
+    rng = np.random.default_rng(5)
+    n = 0
+    for i in range(60):
+        g = ij.random_dag(2, int(rng.integers(2, 6)), 1, 0.4, 500 + i)
+        if not g.out_bottlenecks and not g.in_bottlenecks:
+            continue
+        c = np.abs(rng.integers(1, 4, size=len(g.hidden))).astype(float)
+        v = (g.out_bottlenecks + g.in_bottlenecks)[0]
+        c[g.hidden.index(v)] = 0.0  # S = {v} sits exactly on the boundary
+        r = connectivity(g, c)
+        k = [cd for cd in r.conditions if cd.bottleneck == v][0]
+        if k.edge_index not in r.frozen_index:  # (the other side may still freeze it)
+            assert ij.is_singular_value(g, c)
+            n += 1
+    assert n >= 10

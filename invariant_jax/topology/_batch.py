@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from jaxtyping import Bool, Float
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from ..graph import DAG
 from ._closure import _as_array, closed_sets, exact_scale

@@ -20,7 +20,7 @@ from fractions import Fraction
 import networkx as nx
 import numpy as np
 
-__all__ = ["exact_scale", "max_weight_closure"]
+__all__ = ["exact_scale", "max_weight_closure", "closed_sets"]
 
 
 class _Terminal:
@@ -82,25 +82,23 @@ def closed_sets(nodes: Sequence[Hashable], requires: Iterable[tuple[Hashable, Ha
     out: list[frozenset] = []
 
     def rec(i, chosen, excluded):
+        # decide nodes in order; prune a choice that already breaks a requirement between
+        # decided nodes, and filter the survivors at the end
         if len(out) > limit:
             return
         if i == len(order):
             out.append(frozenset(chosen))
             return
         x = order[i]
-        # exclude x: anything requiring x must be excluded too (checked when reached)
-        if not any(x in req[z] for z in chosen):
+        if not any(x in req[z] for z in chosen):  # leave x out
             rec(i + 1, chosen, excluded | {x})
-        if not (req[x] & excluded):
+        if not (req[x] & excluded):  # take x
             rec(i + 1, chosen | {x}, excluded)
 
-    # `order` must list a node after every node it requires being decided... we instead
-    # check both directions: chosen nodes' requirements against excluded and vice versa.
     rec(0, frozenset(), frozenset())
     if len(out) > limit:
         return None
-    good = [S for S in out if all(req[x] <= S for x in S)]
-    return good
+    return [S for S in out if all(req[x] <= S for x in S)]
 
 
 def _as_array(sets: list[frozenset], index: dict, n: int) -> np.ndarray:
