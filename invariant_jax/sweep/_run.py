@@ -262,11 +262,11 @@ def run_sweep(
     pc = jax.process_count() if process_count is None else int(process_count)
     if not (0 <= pi < pc):
         raise ValueError(f"Need 0 <= process_index < process_count; got {pi}, {pc}.")
+    graph = config.build_graph()  # graph and data errors come before the folder is touched
+    X, Y = config.build_data(graph)
     store = ResultsStore(out, process_index=pi) if out is not None else None
     if store is not None:
         store.open(manifest_for(config), resume=resume, overwrite=overwrite)
-    graph = config.build_graph()
-    X, Y = config.build_data(graph)
     template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
     problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
                            atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
