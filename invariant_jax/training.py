@@ -52,7 +52,6 @@ OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "gd": optax.sgd,
     "momentum": lambda lr: optax.sgd(lr, momentum=0.9),
     "adam": optax.adam,
-    "adamw0": lambda lr: optax.adamw(lr, weight_decay=0.0),
 }
 
 

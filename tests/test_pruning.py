@@ -240,3 +240,5 @@ def test_cli_prune_bad_input(capsys):
     assert "Unknown optimizer 'rmsprop'" in capsys.readouterr().err
     assert main(["prune", "--strength", "-1", "--epochs", "20"]) == 2
     assert "strength must be a finite number >= 0" in capsys.readouterr().err
+    assert main(["prune", "--hidden", "4,3", "--epochs", "20"]) == 2
+    assert "add --subgradient and choose --tol > 0" in capsys.readouterr().err
