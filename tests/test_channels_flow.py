@@ -23,14 +23,10 @@ def test_loss_floor_and_norm_ceiling_stop(problem):
     assert bool(f.result == ij.flow.diffrax.RESULTS.event_occurred) and float(f.t_final) < 1e4
     assert float(f.loss_final) < 1e-3 and float(f.losses[1]) > 1e-3
     net = ij.DAGNetwork(net.graph, "softplus", key=jr.key(2), scale=0.1)  # small init: the norm grows
-    free = ij.gradient_flow(net, X, Y, 1e2, n_save=21)
-    norms = jnp.linalg.norm(free.thetas, axis=1)
-    ceiling = float(0.5 * (norms[0] + jnp.max(norms)))
-    assert float(jnp.max(norms)) > float(norms[0])
+    ceiling = 2.0 * float(jnp.linalg.norm(net.edge_weights()))
     f2 = ij.gradient_flow(net, X, Y, 1e2, n_save=21, max_param_norm=ceiling)
     assert float(f2.t_final) < 1e2 and float(jnp.linalg.norm(f2.theta_final)) > ceiling
     assert float(jnp.linalg.norm(f2.thetas[1])) <= ceiling  # it did not stop at once
-
 
 def test_wall_time_stop_excludes_compilation(problem):
     import diffrax
@@ -51,6 +47,7 @@ def test_stopping_rule_bad_values(problem):
             ij.gradient_flow(net, X, Y, 1.0, **{name: -1.0})
 
 
+@pytest.mark.slow
 def test_kvaerno5_reaches_t_1e6_on_a_stiff_channel():
     X, Y, loss = toy_data(201)
     net = toy_network(0.55, 0.7, 3.0, -2.5)

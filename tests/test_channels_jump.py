@@ -67,7 +67,7 @@ def _dense_limit_loss(w):
 
 
 def test_toy_critical_points_against_dense_reference():
-    cp = toy_critical_points(w_max=3.0, n_grid=151)
+    cp = toy_critical_points(w_max=3.0, n_grid=101)
     kinds = list(cp.kind)
     assert "channel minimum" in kinds and "saddle" in kinds and "global minimum" in kinds
     assert cp.w[0] == 0.0 and kinds[0] == "saddle"
