@@ -4,7 +4,6 @@ zero sums, is_singular_value vs brute force, and rank invariance along gradient 
 import itertools
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
