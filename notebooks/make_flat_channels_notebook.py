@@ -61,7 +61,8 @@ print(report.table())""")
 code("""ts = np.asarray(flow.ts)[1:]
 th = np.asarray(flow.thetas)[1:]
 fig, ax = plt.subplots(1, 3, figsize=(13, 3.4))
-ax[0].loglog(ts, np.asarray(flow.losses)[1:] - float(ch.toy_limit_loss(0.6126)[0]))
+L_channel = float(jax.jit(ch.toy_limit_loss)(0.6126)[0])  # limit loss at the channel minimum (section 4)
+ax[0].loglog(ts, np.asarray(flow.losses)[1:] - L_channel)
 ax[0].set(xlabel="t", ylabel="loss - L0(channel minimum)", title="loss creeps down")
 ax[1].semilogx(ts, th[:, 2], label="a1"); ax[1].semilogx(ts, th[:, 3], label="a2")
 ax[1].set(xlabel="t", title="output weights diverge"); ax[1].legend()
@@ -160,14 +161,17 @@ also counts merging pairs with diverging, opposite output weights below that nor
 
 code("""bench = Path("../benchmarks/results/channels_frequency.json")
 if SMALL or not bench.exists():
-    st = ch.channel_frequency(widths=(2,), n_inits=2, n_samples=16, t1=1e2, progress=False)
+    st = ch.channel_frequency(activations=("softplus",), roughness=(0.5, 10.0), widths=(2,), n_inits=2,
+                              n_samples=16, t1=1e2, progress=False)
     freq = st.to_dict()
     print(st.table())
 else:
     freq = json.loads(bench.read_text())
     print(f"from {bench}: {freq['n_flows']} flows, t1 = {freq['settings']['t1']:g}")
 cand = np.asarray(freq["candidate_fraction"]); chan = np.asarray(freq["channel_fraction"])
-fig, ax = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
+fig, ax = plt.subplots(1, len(freq["activations"]), figsize=(5 * len(freq["activations"]), 3.4), sharey=True,
+                       squeeze=False)
+ax = ax[0]
 for a, act in enumerate(freq["activations"]):
     for m, w in enumerate(freq["widths"]):
         ax[a].semilogx(freq["roughness"], cand[a, :, m], "o-", label=f"width {w}: channel + candidate")
