@@ -28,7 +28,7 @@ not Adam's per-coordinate one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 import equinox as eqx
@@ -79,6 +79,7 @@ def _active_adjacency(graph: DAG, theta, tol):
     return A + jnp.swapaxes(A, -1, -2)
 
 
+@partial(jax.jit, static_argnums=(0, 2))
 def _cut_off_and_groups(graph: DAG, theta, tol):
     n = graph.n_nodes
     H = len(graph.hidden)

@@ -48,7 +48,7 @@ def test_nuclear_norm_value_deep_graph_matches_scipy():
 def test_nuclear_norm_gradient_matches_finite_differences(graph, method):
     g = _deep_graph() if graph == "deep" else ij.mlp([3, 4, 2], bias=True)
     net = ij.DAGNetwork(g, key=jr.key(2))
-    f = lambda th: ij.nuclear_norm(net.with_edge_weights(jnp.asarray(th)), method=method)  # noqa: E731
+    f = jax.jit(lambda th: ij.nuclear_norm(net.with_edge_weights(jnp.asarray(th)), method=method))
     theta = np.asarray(net.edge_weights())
     grad = np.asarray(jax.grad(f)(jnp.asarray(theta)))
     np.testing.assert_allclose(grad, _fd_grad(f, theta), rtol=1e-6, atol=1e-8)
@@ -70,7 +70,7 @@ def test_nuclear_norm_gradient_finite_and_a_subgradient_at_zero_singular_value(m
     net, theta = _cut_off_net()
     s = scipy.linalg.svdvals(np.asarray(ij.jacobian(net)))
     assert s.min() < 1e-14  # a zero singular value: not differentiable here
-    f = lambda th: ij.nuclear_norm(net.with_edge_weights(jnp.asarray(th)), method=method)  # noqa: E731
+    f = jax.jit(lambda th: ij.nuclear_norm(net.with_edge_weights(jnp.asarray(th)), method=method))
     g = np.asarray(jax.grad(f)(jnp.asarray(theta)))
     assert np.all(np.isfinite(g))
     # the documented choice: minimum-norm subgradient, 0 on the cut-off group's edges

@@ -27,7 +27,7 @@ def test_l2_gradient_flow_decays_c_like_exp_minus_2_lambda_t(small, how):
     g, X, Y, _, net = small
     lam = 0.7
     kw = dict(regularizer="l2", strength=lam) if how == "regularizer" else dict(weight_decay=lam)
-    flow = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, n_save=11, **kw)
+    flow = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, n_save=6, **kw)
     c0 = np.asarray(ij.conserved_quantities(net))
     expected = c0[None, :] * np.exp(-2 * lam * np.asarray(flow.ts))[:, None]
     np.testing.assert_allclose(flow.conserved, expected, atol=1e-7)
@@ -45,9 +45,10 @@ def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
     res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=6, log_every=3,
                  regularizer="l2", strength=lam)
     L = ij.edge_loss_fn(net, X, Yb, "bce")
+    grad = jax.jit(jax.grad(L))
     theta = net.edge_weights()
     for _ in range(6):
-        theta = theta - lr * (jax.grad(L)(theta) + lam * theta)
+        theta = theta - lr * (grad(theta) + lam * theta)
     np.testing.assert_allclose(res.network.edge_weights(), theta, rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(res.log.epochs, [0, 3, 6])
     assert float(res.log.loss[-1]) == pytest.approx(float(L(theta)), rel=1e-12)
@@ -59,11 +60,12 @@ def test_minibatch_epoch_matches_hand_written_permutation(small):
     lr, bs, key = 0.05, 10, jr.key(7)
     res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=2, log_every=1, batch_size=bs, key=key)
     theta, k = net.edge_weights(), key
+    grad = jax.jit(lambda th, Xb, Yb: jax.grad(ij.edge_loss_fn(net, Xb, Yb, "bce"))(th))
     for _ in range(2):
         k, sub = jr.split(k)
         perm = jr.permutation(sub, X.shape[0])[: 2 * bs].reshape(2, bs)
         for idx in perm:
-            theta = theta - lr * jax.grad(ij.edge_loss_fn(net, X[idx], Yb[idx], "bce"))(theta)
+            theta = theta - lr * grad(theta, X[idx], Yb[idx])
     np.testing.assert_allclose(res.network.edge_weights(), theta, rtol=1e-12, atol=1e-14)
 
 
@@ -115,7 +117,7 @@ def test_proximal_steps_match_their_formulas(small):
     np.testing.assert_allclose(nuc.network.edge_weights(), expected, atol=1e-14)
     # the group prox is the prox of ||J_G||_*: it minimises ||t - step||^2/2 + lr lam ||J_G(t)||_*
     t = jnp.asarray(expected)
-    obj = lambda th: 0.5 * jnp.sum((th - step) ** 2) + lr * lam * ij.nuclear_norm(net.with_edge_weights(th))  # noqa: E731
+    obj = jax.jit(lambda th: 0.5 * jnp.sum((th - step) ** 2) + lr * lam * ij.nuclear_norm(net.with_edge_weights(th)))
     rng = np.random.default_rng(0)
     for _ in range(20):
         assert float(obj(t + 1e-3 * rng.normal(size=t.shape))) >= float(obj(t)) - 1e-12
@@ -124,7 +126,7 @@ def test_proximal_steps_match_their_formulas(small):
 
 def test_cut_off_counts_agree_with_singular_subnetworks():
     rng = np.random.default_rng(0)
-    for seed in range(4):
+    for seed in range(3):
         g = ij.random_dag(3, 7, 2, 0.45, seed, bias=bool(seed % 2))
         theta = rng.normal(size=len(g.edges))
         theta[rng.random(len(g.edges)) < 0.5] = rng.choice([0.0, 1e-9], size=1)
@@ -156,10 +158,10 @@ def test_nuclear_disconnects_more_neurons_than_unregularized():
 def test_optax_transformation_passes_through(small):
     g, X, _, Yb, net = small
     res = ij.fit(net, X, Yb, optimizer=optax.sgd(0.1), epochs=2, log_every=1)
-    L = ij.edge_loss_fn(net, X, Yb, "bce")
+    grad = jax.jit(jax.grad(ij.edge_loss_fn(net, X, Yb, "bce")))
     theta = net.edge_weights()
     for _ in range(2):
-        theta = theta - 0.1 * jax.grad(L)(theta)
+        theta = theta - 0.1 * grad(theta)
     np.testing.assert_allclose(res.network.edge_weights(), theta, rtol=1e-12)
 
 
