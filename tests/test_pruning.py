@@ -230,6 +230,8 @@ def test_cli_prune_on_csv(tmp_path, capsys):
     assert rep["hidden_before"] == 6 and rep["hidden_after"] < 6
     assert rep["max_abs_change_test"] <= 1e-12
     assert rep["test_accuracy_pruned"] == rep["test_accuracy"]
+    assert 0 <= rep["baseline_test_accuracy_magnitude_pruned"] <= 1
+    assert "baseline (none, same seed)" in text
 
 
 def test_cli_prune_bad_input(capsys):

@@ -41,6 +41,10 @@ def add_parser(sub) -> None:
                    help="use the regularizer's (sub)gradient instead of its proximal map")
     p.add_argument("--tol", type=float, default=0.0, help="prune: |theta| <= tol counts as zero (default 0)")
     p.add_argument("--dead-on-data", action="store_true", help="also remove neurons that never fire on the training data")
+    p.add_argument("--baseline", default="none",
+                   help="also train this arm (none, l2 or off) from the same seed and magnitude-prune it "
+                   "to the same size (default: none, i.e. unregularized)")
+    p.add_argument("--baseline-strength", type=float, default=1e-3, help="strength of an l2 baseline")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the report to this JSON file")
     p.set_defaults(run=run)
@@ -69,6 +73,8 @@ def run(args) -> int:
     reg = args.regularizer
     if reg not in REGULARIZERS and reg != "none":
         raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")
+    if args.baseline not in ("none", "l2", "off"):
+        raise ValueError(f"--baseline must be none, l2 or off; got {args.baseline!r}.")
     if args.tol < 0:
         raise ValueError(f"--tol must be >= 0; got {args.tol}.")
     try:
@@ -93,6 +99,14 @@ def run(args) -> int:
     change_test = float(np.max(np.abs(pruned.forward(d.X_test) - trained.forward(d.X_test))))
     n_keep = len(pruned.graph.hidden)
     mag, mrep = magnitude_prune(trained, n_keep, X=d.X_test)
+    base_acc = None
+    if args.baseline != "off":
+        base = fit(net, d.X_train, d.Y_train, regularizer=None if args.baseline == "none" else args.baseline,
+                   strength=0.0 if args.baseline == "none" else args.baseline_strength,
+                   optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs, batch_size=args.batch_size,
+                   log_every=_log_every(args.epochs), key=jr.key(args.seed + 1))
+        bmag, _ = magnitude_prune(base.network, n_keep)
+        base_acc = (_acc(base.network, d.X_test, d.Y_test), _acc(bmag, d.X_test, d.Y_test))
     log = res.log
     out = {
         "data": d.name, "n_train": int(d.X_train.shape[0]), "n_test": int(d.X_test.shape[0]),
@@ -107,6 +121,9 @@ def run(args) -> int:
         "test_accuracy_pruned": _acc(pruned, d.X_test, d.Y_test),
         "test_accuracy_magnitude_pruned": _acc(mag, d.X_test, d.Y_test),
         "magnitude_max_abs_change_test": mrep.max_abs_change,
+        "baseline": args.baseline,
+        "baseline_test_accuracy": None if base_acc is None else base_acc[0],
+        "baseline_test_accuracy_magnitude_pruned": None if base_acc is None else base_acc[1],
     }
     print(f"data: {d!r}  net: {out['widths']} ReLU, bias={out['bias']}  loss: BCE on logits")
     print(f"train: {args.optimizer} lr={args.lr:g} epochs={args.epochs} regularizer={reg} strength={args.strength:g}"
@@ -118,6 +135,9 @@ def run(args) -> int:
     print(f"test accuracy: trained {out['test_accuracy']:.4f}  pruned {out['test_accuracy_pruned']:.4f}  "
           f"magnitude-pruned to {n_keep} neurons {out['test_accuracy_magnitude_pruned']:.4f} "
           f"(max |change| on test {mrep.max_abs_change:.3g})")
+    if base_acc is not None:
+        print(f"baseline ({args.baseline}, same seed): test accuracy {base_acc[0]:.4f}, magnitude-pruned to "
+              f"{n_keep} neurons {base_acc[1]:.4f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
