@@ -127,7 +127,7 @@ G_FLOW = ij.mlp([2, 4, 3, 1], bias=True)
 GROUPS = [{"h1_0", "h2_0"}, {"h1_3"}]  # cut off: a 2-node sub-network, and one neuron
 
 
-def _flow_batch(n_generic, solver, rtol, t1=4.0, n_save=9):
+def _flow_batch(n_generic, solver, rtol, t1=4.0, n_save=9, max_steps=100_000):
     """Flows (one vmapped solve) from one init per cut-off group in GROUPS followed by
     `n_generic` generic inits. Returns thetas (n, T, E), s (n, T, H) singular values of
     J_G, the smallest node-weight norm (n, T), success (n,)."""
@@ -144,7 +144,8 @@ def _flow_batch(n_generic, solver, rtol, t1=4.0, n_save=9):
     @eqx.filter_jit
     def run(nets):
         def one(net):
-            f = ij.gradient_flow(net, X, Y, t1, solver=solver, rtol=rtol, atol=rtol, n_save=n_save)
+            f = ij.gradient_flow(net, X, Y, t1, solver=solver, rtol=rtol, atol=rtol, n_save=n_save,
+                                 max_steps=max_steps)
             J = 2 * B[None] * f.thetas[:, None, :]
             s = jnp.linalg.svd(J, compute_uv=False)
             rownorm = jnp.min(jnp.linalg.norm(J, axis=2), axis=1)
@@ -199,7 +200,7 @@ def test_rank_invariant_along_flow_tight(solver, rtol):
 
 @pytest.mark.slow
 def test_generic_inits_keep_full_rank_1000():
-    out = _flow_batch(1000, "tsit5", 1e-8)
+    out = _flow_batch(1000, "tsit5", 1e-6, max_steps=20_000)
     ratio, ok, reached = _check(*out, require_success=False)
     s = out[1][len(GROUPS):]
     print(f"1000 inits: solver success {ok:.3f}, saved times reached {reached:.3f}, "
