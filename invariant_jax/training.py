@@ -251,17 +251,6 @@ def _compiled(cfg: _Config, n_logs: int, batched: bool):
     return eqx.filter_jit(seg)
 
 
-@lru_cache(maxsize=64)
-def _compiled_first(cfg: _Config, batched: bool):
-    def first(base, th, strength, data):
-        c0 = conserved_quantities(base.with_edge_weights(th))
-        return _metrics(cfg, base, th, strength, data, c0), c0, _optimizer(cfg).init(th)
-
-    if batched:
-        first = jax.vmap(first, in_axes=(None, 0, None, None))
-    return eqx.filter_jit(first)
-
-
 def _optimizer(cfg: _Config) -> optax.GradientTransformation:
     return get_optimizer(cfg.optimizer_spec, cfg.learning_rate)
 
@@ -278,6 +267,7 @@ def _make_segment(cfg: _Config, n_logs: int):
     opt = _optimizer(cfg)
 
     def segment(net, theta, opt_state, key, strength, data, c0):
+        start = _metrics(cfg, net, theta, strength, data, c0)  # cheap; saves a second compile
         X, Y = data[0], data[1]
         N = X.shape[0]
 
@@ -315,7 +305,7 @@ def _make_segment(cfg: _Config, n_logs: int):
             return carry, _metrics(cfg, net, carry[0], strength, data, c0)
 
         (theta, opt_state, key), logs = jax.lax.scan(log_block, (theta, opt_state, key), None, length=n_logs)
-        return theta, opt_state, key, logs
+        return theta, opt_state, key, logs, start
 
     return segment
 
@@ -430,7 +420,8 @@ def fit(
     n_logs = epochs // log_every
     chunk = _chunk(n_logs) if progress else n_logs
     keys = jr.split(key, theta0.shape[0]) if batched else key
-    log0, c0, opt_state = _compiled_first(cfg, batched)(base, theta0, strength_a, data)
+    c0 = conserved_quantities(net.with_edge_weights(theta0))
+    opt_state = (jax.vmap(_optimizer(cfg).init) if batched else _optimizer(cfg).init)(theta0)
     run_seg = _compiled(cfg, chunk, batched)
 
     theta, k = theta0, keys
@@ -441,7 +432,9 @@ def fit(
 
         bar = tqdm(total=epochs, desc=f"fit ({reg_name})", unit="epoch")
     for _ in range(n_logs // chunk):
-        theta, opt_state, k, logs = run_seg(base, theta, opt_state, k, strength_a, data, c0)
+        theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, strength_a, data, c0)
+        if not pieces:
+            log0 = start
         pieces.append(logs)
         if bar is not None:
             bar.update(chunk * log_every)
