@@ -45,7 +45,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from .flow import Flow, _check_tolerances, _make_flow, get_solver, log_times
 from .losses import check_data, get_loss
 from .network import DAGNetwork, _plan
-from .solvers import GaussLegendre, count_evaluations, gl_step
+from .solvers import GaussLegendre, count_evaluations, count_extra, gl_step
 
 __all__ = ["KinkFlow", "kink_aware_flow", "pattern_field"]
 
@@ -171,6 +171,7 @@ class _Problem(eqx.Module):
             return jax.jvp(lambda d: self.grad(theta, d.reshape(N, H)), (Dbase.reshape(-1),), (e,))[1]
 
         Fj = jax.vmap(dir_j)(jnp.arange(self.max_sliding))  # (M, E)
+        count_extra(2 * self.max_sliding)  # M JVPs of the gradient and M VJPs of z
         _, vjp = jax.vjp(lambda th: self.Z(th, Dbase).reshape(-1), theta)
         eye = jnp.zeros((self.max_sliding, N * H), theta.dtype).at[jnp.arange(self.max_sliding), idx].set(1.0)
         normals = jax.vmap(lambda ct: vjp(ct)[0])(eye)  # (M, E)
@@ -277,7 +278,7 @@ def kink_aware_flow(
     spacing: str = "linear",
     max_steps: int = 10_000,
     max_events: int = 1_000,
-    max_sliding: int = 2,
+    max_sliding: int = 8,
     event_tol: float = 1e-13,
     surface_tol: float = 1e-9,
     loss: str | Callable = "mse",

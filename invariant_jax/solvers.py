@@ -78,6 +78,14 @@ def count_evaluations(y):
     return _tap(y)
 
 
+def count_extra(n: int, dtype=jnp.float64):
+    """Report `n` further vector-field-equivalent evaluations to the benchmark hook (for
+    derivative work that `count_evaluations` cannot see, e.g. JVPs in other arguments).
+    Does nothing when the hook is unset."""
+    if _EVAL_HOOK is not None and n > 0:
+        jax.debug.callback(_hook_primal, jnp.ones((n,), dtype))
+
+
 def gauss_legendre_tableau(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Butcher tableau `(A, b, c)` of the `stages`-stage Gauss-Legendre method (order
     `2 * stages`), computed from the Legendre nodes."""
