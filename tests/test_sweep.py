@@ -219,3 +219,17 @@ def test_unwritable_folder(tmp_path):
 
 def test_statuses_names():
     assert STATUSES[:3] == ("ok", "stopped", "max_steps")
+
+
+def test_implicit_solver_matches_gradient_flow():
+    """Kvaerno5 (root finder takes the controller's tolerances, as in diffeqsolve)."""
+    g = ij.mlp([2, 3, 1], bias=True)
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
+    keys = jax.random.split(jax.random.key(1), 3)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "softplus", key=k))(keys)
+    r = ij.sweep_flows(nets, X, Y, 5.0, solver="kvaerno5", rtol=1e-8, atol=1e-8, slots=2, n_save=11)
+    for i, k in enumerate(keys):
+        f = ij.gradient_flow(ij.DAGNetwork(g, "softplus", key=k), X, Y, 5.0, solver="kvaerno5",
+                             rtol=1e-8, atol=1e-8, n_save=11)
+        assert int(r.num_steps[i]) == int(f.stats["num_steps"])
+        np.testing.assert_array_equal(np.asarray(r.theta_final[i]), np.asarray(f.theta_final))

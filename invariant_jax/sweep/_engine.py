@@ -136,11 +136,25 @@ def make_problem(net, X, Y, t1, *, t0=0.0, solver="tsit5", rtol=1e-8, atol=1e-8,
     field = _vector_field(net, loss, weight_decay, None, 0.0)
     term = _WrapTerm(diffrax.ODETerm(field), direction)
     return _Problem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
-                    solver=get_solver(solver), controller=ctrl, terms=term,
+                    solver=_with_controller_tols(get_solver(solver), ctrl), controller=ctrl, terms=term,
                     dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
                     max_steps=int(max_steps), loss=loss, weight_decay=float(weight_decay),
                     grad_norm_tol=_opt(grad_norm_tol), loss_floor=_opt(loss_floor),
                     max_param_norm=_opt(max_param_norm))
+
+
+def _with_controller_tols(solver, ctrl):
+    """As `diffeqsolve` does: an implicit solver's root finder takes the controller's
+    rtol/atol/norm wherever it was left at `use_stepsize_tol`."""
+    if not isinstance(solver, diffrax.AbstractImplicitSolver):
+        return solver
+    from diffrax._root_finder import use_stepsize_tol
+
+    attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
+    if not attrs:
+        return solver
+    return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
+                       tuple(getattr(ctrl, a) for a in attrs))
 
 
 def _opt(v):
@@ -336,6 +350,10 @@ class Engine:
         P = PartitionSpec("slots")
 
         def local(f, n_in, n_out):
+            # One device: no shard_map. Inside shard_map, lineax's structure check fails on
+            # the manual-axis sharding of implicit solvers' Newton operators (Kvaerno5).
+            if nd == 1:
+                return f
             return jax.shard_map(f, mesh=self.mesh, in_specs=(P,) * n_in,
                                  out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
 
