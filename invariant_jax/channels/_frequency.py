@@ -121,11 +121,11 @@ def channel_frequency(
     final state with `detect_channels(net, X, Y, norm_threshold=..., pair_tol=...)` (the
     late update is `-grad L` at the final state).
 
-    With an explicit solver the flows go through the sweep engine
-    (`ij.sweep.sweep_flows`: continuous batching, sharded over all JAX devices), so the
-    same call scales to many initializations and devices unchanged. Implicit solvers
-    (Kvaerno, for stiff channels) run as one `eqx.filter_vmap` of `gradient_flow`
-    (`engine="vmap"`), because the sweep engine does not step them. Time is
+    The flows go through the sweep engine (`ij.sweep.sweep_flows`: continuous batching,
+    sharded over all JAX devices), so the same call scales to many initializations and
+    devices unchanged. On more than one device, implicit solvers (Kvaerno, for stiff
+    channels) run as one `eqx.filter_vmap` of `gradient_flow` (`engine="vmap"`), because
+    lineax's Newton operators do not yet pass through the engine's `shard_map`. Time is
     gradient-flow time of `L = (1/2N) sum (f - y)^2`.
 
     **Returns:** a `FrequencyStudy`.
@@ -143,8 +143,8 @@ def channel_frequency(
         raise ValueError(f"n_inits must be a positive integer; got {n_inits!r}.")
     if engine not in ("auto", "sweep", "vmap"):
         raise ValueError(f"engine must be 'auto', 'sweep' or 'vmap'; got {engine!r}.")
-    if engine == "auto":  # the sweep engine steps explicit solvers; implicit ones go through vmap
-        engine = "vmap" if solver.lower() in _IMPLICIT else "sweep"
+    if engine == "auto":  # implicit solvers are not sharded by the sweep engine: vmap them on >1 device
+        engine = "vmap" if (solver.lower() in _IMPLICIT and jax.device_count() > 1) else "sweep"
     shape = (len(activations), len(roughness), len(widths), n_inits)
     channel, candidate = np.zeros(shape, bool), np.zeros(shape, bool)
     loss_final, norm, t_final = np.zeros(shape), np.zeros(shape), np.zeros(shape)
