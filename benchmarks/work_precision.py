@@ -296,7 +296,7 @@ def plot(results):
         axes[1, j].set_xlabel("wall time [s]")
         axes[0, j].set_ylabel("error of theta(t1)")
         axes[1, j].set_ylabel("error of theta(t1)")
-    axes[0, 0].legend(fontsize=7)
+        axes[0, j].legend(fontsize=7)  # methods differ per case
     fig.tight_layout()
     fig.savefig(os.path.join(OUT, "work_precision.png"), dpi=110)
 
