@@ -32,6 +32,7 @@ __all__ = [
     "ConservationReport",
     "check_conservation",
     "status_message",
+    "save_times",
 ]
 
 SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
@@ -146,6 +147,29 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _check_time_span(t0, t1):
+    if not np.isfinite(t1) or not np.isfinite(t0) or t1 <= t0:
+        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
+
+
+def save_times(t0: float, t1: float, *, saveat=None, n_save: int = 101, spacing: str = "linear") -> np.ndarray:
+    """The save times of a flow: `saveat` (validated: non-empty, 1-D, non-decreasing,
+    within `[t0, t1]`), or `n_save` times spaced `"linear"` or `"log"` (`log_times`)."""
+    _check_time_span(t0, t1)
+    if saveat is None:
+        if spacing == "linear":
+            return np.linspace(t0, t1, n_save)
+        if spacing == "log":
+            return log_times(t0, t1, n_save)
+        raise ValueError(f"spacing must be 'linear' or 'log'; got {spacing!r}.")
+    ts = np.asarray(saveat, dtype=float)
+    if ts.ndim != 1 or ts.size == 0:
+        raise ValueError(f"saveat must be a non-empty 1-D array of times; got shape {ts.shape}.")
+    if ts.min() < t0 or ts.max() > t1 or np.any(np.diff(ts) < 0):
+        raise ValueError(f"saveat must be non-decreasing within [t0, t1] = [{t0}, {t1}].")
+    return ts
+
+
 def _check_tolerances(rtol, atol, dtype):
     for name, v in (("rtol", rtol), ("atol", atol)):
         if not (np.isfinite(v) and v > 0):
@@ -240,8 +264,7 @@ def gradient_flow(
     if _is_concrete(theta0) and not bool(jnp.all(jnp.isfinite(theta0))):
         bad = int(np.flatnonzero(~np.isfinite(np.asarray(theta0)))[0])
         raise ValueError(f"Initial weight of edge {net.graph.edges[bad]!r} is not finite; re-initialize.")
-    if not np.isfinite(t1) or not np.isfinite(t0) or t1 <= t0:
-        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
+    _check_time_span(t0, t1)
     _check_tolerances(rtol, atol, dtype)
     for name, v in (("weight_decay", weight_decay), ("strength", strength)):
         if not (np.isfinite(v) and v >= 0):
@@ -257,20 +280,7 @@ def gradient_flow(
     get_loss(loss)
     reg = get_regularizer(regularizer) if regularizer is not None else None
 
-    if saveat is None:
-        if spacing == "linear":
-            ts = np.linspace(t0, t1, n_save)
-        elif spacing == "log":
-            ts = log_times(t0, t1, n_save)
-        else:
-            raise ValueError(f"spacing must be 'linear' or 'log'; got {spacing!r}.")
-    else:
-        ts = np.asarray(saveat, dtype=float)
-        if ts.ndim != 1 or ts.size == 0:
-            raise ValueError(f"saveat must be a non-empty 1-D array of times; got shape {ts.shape}.")
-        if ts.min() < t0 or ts.max() > t1 or np.any(np.diff(ts) < 0):
-            raise ValueError(f"saveat must be non-decreasing within [t0, t1] = [{t0}, {t1}].")
-    ts = jnp.asarray(ts, dtype=dtype)
+    ts = jnp.asarray(save_times(t0, t1, saveat=saveat, n_save=n_save, spacing=spacing), dtype=dtype)
 
     field = _vector_field(net, loss, weight_decay, reg, strength)
     event = None

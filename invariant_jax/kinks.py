@@ -42,9 +42,9 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .flow import Flow, _check_tolerances, _make_flow, get_solver, log_times
+from .flow import Flow, _check_time_span, _check_tolerances, _make_flow, get_solver, save_times
 from .losses import check_data, get_loss
-from .network import DAGNetwork, _plan
+from .network import DAGNetwork
 from .solvers import GaussLegendre, count_evaluations, count_extra, gl_step
 
 __all__ = ["KinkFlow", "kink_aware_flow", "pattern_field"]
@@ -99,24 +99,7 @@ class KinkFlow(eqx.Module):
 
 def _forward_D(net: DAGNetwork, theta, X, D):
     """Forward pass with activation `a = D * z` per (sample, hidden node)."""
-    g = net.graph
-    plan = _plan(g)
-    rows, cols = g.edge_index
-    n = g.n_nodes
-    W = jnp.zeros((n, n), theta.dtype).at[rows, cols].set(theta)
-    N = X.shape[0]
-    A0 = jnp.concatenate([X, jnp.ones((N, plan.n_const), X.dtype)], axis=1)[:, plan.input_perm]
-    blocks, zs, k = [A0], [], 0
-    for preds, s, e in plan.levels:
-        A = jnp.concatenate(blocks, axis=1)
-        z = A[:, preds] @ W[preds, s:e]
-        zs.append(z)
-        blocks.append(D[:, k : k + (e - s)] * z)
-        k += e - s
-    A = jnp.concatenate(blocks, axis=1)
-    out = A[:, plan.out_preds] @ W[plan.out_preds, A.shape[1] :]
-    Z = jnp.concatenate(zs, axis=1) if zs else jnp.zeros((N, 0), X.dtype)
-    return out, Z
+    return net.with_edge_weights(theta)._run(X, activate=lambda z, k0, k1: D[:, k0:k1] * z)
 
 
 def pattern_field(net: DAGNetwork, X, Y, D, *, loss="mse"):
@@ -312,8 +295,7 @@ def kink_aware_flow(
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)
     theta0, X, Y = theta0.astype(dtype), X.astype(dtype), Y.astype(dtype)
-    if not np.isfinite(t1) or not np.isfinite(t0) or t1 <= t0:
-        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
+    _check_time_span(t0, t1)
     _check_tolerances(rtol, atol, dtype)
     for name, v in (("event_tol", event_tol), ("surface_tol", surface_tol)):
         if not (np.isfinite(v) and v > 0):
@@ -322,18 +304,7 @@ def kink_aware_flow(
         if not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}; got {v!r}.")
     get_loss(loss)
-    if saveat is None:
-        if spacing == "linear":
-            ts = np.linspace(t0, t1, n_save)
-        elif spacing == "log":
-            ts = log_times(t0, t1, n_save)
-        else:
-            raise ValueError(f"spacing must be 'linear' or 'log'; got {spacing!r}.")
-    else:
-        ts = np.asarray(saveat, dtype=float)
-        if ts.ndim != 1 or ts.size == 0 or ts.min() < t0 or ts.max() > t1 or np.any(np.diff(ts) < 0):
-            raise ValueError(f"saveat must be a non-empty, non-decreasing 1-D array within [t0, t1] = [{t0}, {t1}].")
-    ts = jnp.asarray(ts, dtype)
+    ts = jnp.asarray(save_times(t0, t1, saveat=saveat, n_save=n_save, spacing=spacing), dtype)
     inner = get_solver(solver)
     sol, extra = _integrate(
         net, theta0, X, Y, ts, inner, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), t0=float(t0), t1=float(t1),

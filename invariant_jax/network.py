@@ -212,7 +212,10 @@ class DAGNetwork(eqx.Module):
         """Hidden pre-activations `z_v` on a batch, columns ordered as `graph.hidden`."""
         return self._run(X)[1]
 
-    def _run(self, X):
+    def _run(self, X, activate=None):
+        """`(outputs, hidden pre-activations)`. `activate(z, k0, k1)` overrides the
+        activation of hidden nodes `k0:k1` (e.g. a frozen ReLU pattern)."""
+        activate = self._apply if activate is None else activate
         g = self.graph
         X = jnp.asarray(X)
         if X.ndim != 2 or X.shape[1] != g.n_in:
@@ -233,7 +236,7 @@ class DAGNetwork(eqx.Module):
             A = jnp.concatenate(blocks, axis=1)
             z = A[:, preds] @ W[preds, s:e]
             zs.append(z)
-            blocks.append(self._apply(z, k, k + (e - s)))
+            blocks.append(activate(z, k, k + (e - s)))
             k += e - s
         A = jnp.concatenate(blocks, axis=1)
         start = A.shape[1]

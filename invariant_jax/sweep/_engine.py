@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from diffrax._term import WrapTerm as _WrapTerm  # what diffeqsolve wraps terms in
 
-from ..flow import _vector_field, get_solver
+from ..flow import _vector_field, get_solver, save_times
 from ..invariants import conservation_scale, conserved_quantities
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
@@ -123,7 +123,7 @@ def make_problem(net, X, Y, t1, *, t0=0.0, solver="tsit5", rtol=1e-8, atol=1e-8,
     """Build the shared problem exactly as `gradient_flow` hands it to `diffeqsolve`."""
     theta = net.edge_weights()
     dtype = jnp.result_type(theta.dtype, X.dtype)
-    ts = np.linspace(t0, t1, n_save) if saveat is None else np.asarray(saveat, dtype=float)
+    ts = save_times(t0, t1, saveat=saveat, n_save=n_save)
     ts = jnp.asarray(ts, dtype=dtype)
     time_dtype = jnp.result_type(t0, t1, ts.dtype)
     direction = jnp.asarray(1)  # t0 < t1 always: diffeqsolve's direction is +1
