@@ -63,6 +63,8 @@ class KinkFlow(eqx.Module):
     - `num_simultaneous`: events at which more than one pair was at its surface.
     - `num_ambiguous`: events resolved by the fallback (see the module docstring).
     - `sliding_time`: total time spent on sliding modes.
+    - `max_sliding_pairs`: most pairs sliding at once (> 1: motion on an intersection
+        of surfaces).
     - `surface_residual`: max `|z|` of sliding pairs at the events and at the end (how
         well the state stays on the surfaces).
     - `event_times`: the event times, padded with `inf`, `(max_events,)`.
@@ -79,6 +81,7 @@ class KinkFlow(eqx.Module):
     num_simultaneous: Int[Array, ""]
     num_ambiguous: Int[Array, ""]
     sliding_time: Float[Array, ""]
+    max_sliding_pairs: Int[Array, ""]
     surface_residual: Float[Array, ""]
     event_times: Float[Array, " K"]
     pattern_final: Bool[Array, "N H"]
@@ -226,6 +229,7 @@ class _Carry(eqx.Module):
     n_simul: Array
     n_amb: Array
     t_slide: Array
+    max_slide: Array
     resid: Array
     ev_times: Array
     steps: Array
@@ -394,93 +398,117 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
         t_keep = jnp.where(failed, c.t, c_new.t)
         return eqx.tree_at(lambda c: (c.done, c.result, c.theta, c.t), c_new, (done, res, theta_keep, t_keep))
 
-    def _handle_event(c: _Carry, t_ev, th):
-        P, slots = c.P, c.slots
+    def _rates(th, P, slots):
+        """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`."""
         D = prob.D_of(P)
-        Zev = prob.Z(th, D)
-        scale = jnp.max(jnp.abs(Zev)) + 1e-300
-        ztol = surface_tol * scale
-        sm = _slot_mask(slots, N, H)
-        on = prob.kinky[None, :] & ~sm
-        sz = jnp.where(P, Zev, -Zev)
-        f_old = prob.field(th, P, slots)
-        dZ_old = jax.jvp(lambda y: prob.Z(y, D), (th,), (f_old,))[1]
-        rate_old = jnp.where(P, dZ_old, -dZ_old)
-        near = on & (sz + c.margin <= ztol)
-        K = near & (rate_old <= 0)
-        # sliding exits
-        if M:
-            lam = prob.lam(th, P, slots)
-            act = slots >= 0
-            exit_lo = act & (lam <= surface_tol)
-            exit_hi = act & (1.0 - lam <= surface_tol)
-            exits = exit_lo | exit_hi
-            idx = jnp.where(act, slots, 0)
-            Pf = P.reshape(-1)
-            Pf = Pf.at[idx].set(jnp.where(exits, exit_hi, Pf[idx]))
-            P = Pf.reshape(N, H)
-            slots = jnp.where(exits, -1, slots)
-            n_exit = jnp.sum(exits)
-            resid = jnp.max(jnp.where(act, jnp.abs(Zev.reshape(-1)[idx]), 0.0))
-        else:
-            exits = jnp.zeros((0,), bool)
-            n_exit = jnp.asarray(0)
-            resid = jnp.asarray(0.0, th.dtype)
-        # crossings: flip K, check which are carried away
-        P_new = P ^ K
-        D_new = prob.D_of(P_new)
-        f_new = prob.field(th, P_new, slots)
-        dZ_new = jax.jvp(lambda y: prob.Z(y, D_new), (th,), (f_new,))[1]
-        rate_new = jnp.where(P_new, dZ_new, -dZ_new)
-        want_slide = K & (rate_new < 0)
-        n_ambig = jnp.asarray(0)
-        n_enter = jnp.asarray(0)
-        if M:
-            # put sliding pairs into free slots (in flat order), the sliding pair keeps
-            # P = False (its "off" side is the base of the Filippov combination).
-            flat_want = want_slide.reshape(-1)
-            order = jnp.argsort(~flat_want, stable=True)  # wanted pairs first
+        f = prob.field(th, P, slots)
+        lam = prob.lam(th, P, slots)
+        return lam, jax.jvp(lambda y: prob.Z(y, D), (th,), (f,))[1]
+
+    def _violations(th, P, slots, cand, utol):
+        """Flat (N*H,) mask of pairs whose mode is inconsistent at `th`: a sliding pair
+        with its weight outside `[tol, 1 - tol]`, or a candidate pair whose side the
+        field pushes it out of."""
+        lam, u = _rates(th, P, slots)
+        act = slots >= 0
+        lam_bad = act & ~((lam >= surface_tol) & (lam <= 1.0 - surface_tol))  # NaN is bad
+        su = jnp.where(P, u, -u)
+        bad = (cand & ~_slot_mask(slots, N, H) & (su < -utol)).reshape(-1)
+        bad = bad.at[jnp.where(act, slots, 0)].max(lam_bad)
+        return bad, lam
+
+    def _resolve(th, P, slots, cand, utol):
+        """Modes of the pairs at a surface point: each candidate pair either stays on a
+        side whose field keeps it there, or slides with weight in (0, 1) (a
+        box-constrained complementarity problem). Single pivots on the least-index
+        violation: a pushed pair first crosses; pushed again, it slides; a sliding pair
+        whose weight leaves (0, 1) leaves to that side. Returns `(P, slots, resolved)`."""
+
+        def body(s):
+            P, slots, tried, it, _ = s
+            bad, lam = _violations(th, P, slots, cand, utol)
+            k = jnp.argmax(bad)
+            is_k = (slots == k) & (slots >= 0)
+            sliding_k = jnp.any(is_k)
+            lam_k = jnp.sum(jnp.where(is_k, lam, 0.0))
             free = slots < 0
-            free_rank = jnp.cumsum(free) - 1
-            n_want = jnp.sum(flat_want)
-            take = free & (free_rank < n_want)
-            cand = order[jnp.clip(free_rank, 0, N * H - 1)]
-            slots_try = jnp.where(take, cand, slots)
-            placed = jnp.zeros((N * H,), bool).at[jnp.where(take, cand, 0)].max(take).reshape(N, H)
-            P_try = jnp.where(placed, False, P_new)
-            lam_try = prob.lam(th, P_try, slots_try)
-            consistent = jnp.all(jnp.where(slots_try >= 0, (lam_try > 0) & (lam_try < 1), True))
-            ok = consistent & (n_want == jnp.sum(take))
-            slots = jnp.where(ok, slots_try, slots)
-            P_new = jnp.where(ok, P_try, P_new)
-            n_enter = jnp.where(ok, jnp.sum(take), 0)
-            n_ambig = jnp.where(ok | (n_want == 0), 0, 1)
-            placed = placed & ok
-        else:
-            placed = jnp.zeros((N, H), bool)
-            n_ambig = jnp.where(jnp.any(want_slide), 1, 0)
-        flipped = K & ~placed
-        # margins: pairs flipped now or near their surface but moving away get a margin
-        sz_new = jnp.where(P_new, Zev, -Zev)
-        guard = (flipped | (near & ~K)) & ~_slot_mask(slots, N, H)
-        margin = jnp.where(guard, jnp.maximum(0.0, -sz_new) + ztol, 0.0)
-        n_near = jnp.sum(K) + n_exit
+            slide = ~sliding_k & tried[k] & jnp.any(free)
+            Pf = P.reshape(-1)
+            side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
+            slots_new = jnp.where(sliding_k, jnp.where(is_k, -1, slots), jnp.where(slide, slots.at[jnp.argmax(free)].set(k), slots))
+            pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide)
+            P = jnp.where(pivot, Pf.at[k].set(side), Pf).reshape(N, H)
+            slots = jnp.where(pivot, slots_new, slots)
+            tried = tried.at[k].set(tried[k] | pivot)
+            return P, slots, tried, it + 1, ~jnp.any(bad) | ~pivot
+
+        def cond(s):
+            return (s[3] < 4 * M + 16) & ~s[4]
+
+        if M == 0:  # no sliding: crossings only
+            bad, _ = _violations(th, P, slots, cand, utol)
+            P = P ^ bad.reshape(N, H)
+            bad, _ = _violations(th, P, slots, cand, utol)
+            return P, slots, ~jnp.any(bad)
+        init = (P, slots, jnp.zeros((N * H,), bool), jnp.asarray(0), jnp.asarray(False))
+        P, slots, _, _, _ = jax.lax.while_loop(cond, body, init)
+        bad, _ = _violations(th, P, slots, cand, utol)
+        return P, slots, ~jnp.any(bad)
+
+    def _handle_event(c: _Carry, t_ev, th):
+        P0, slots0 = c.P, c.slots
+        Zev = prob.Z(th, prob.D_of(P0))
+        ztol = surface_tol * (jnp.max(jnp.abs(Zev)) + 1e-300)
+        sm0 = _slot_mask(slots0, N, H)
+        sz = jnp.where(P0, Zev, -Zev)
+        on = prob.kinky[None, :]
+        # candidates: the pair(s) that triggered the event, every pair at its surface,
+        # and the sliding pairs
+        cand = (on & ((sz + c.margin <= ztol) | (jnp.abs(Zev) <= ztol))) | sm0
+        _, u0 = _rates(th, P0, slots0)
+        utol = surface_tol * (jnp.max(jnp.where(on, jnp.abs(u0), 0.0)) + 1e-300)
+        P, slots, ok = _resolve(th, P0, slots0, cand, utol)
+
+        def fallback(P, slots):
+            # Unresolved (no free slot, or no consistent modes): sliding pairs with bad
+            # weights leave to the nearer side, pushed pairs flip; flagged as ambiguous.
+            bad, lam = _violations(th, P, slots, cand, utol)
+            act = slots >= 0
+            idx = jnp.where(act, slots, 0)
+            rel = act & bad[idx]
+            Pf = P.reshape(-1)
+            Pf = Pf.at[idx].set(jnp.where(rel, lam > 0.5, Pf[idx]))
+            slots = jnp.where(rel, -1, slots)
+            flip = bad & ~_slot_mask(slots, N, H).reshape(-1) & ~jnp.zeros_like(bad).at[idx].max(rel)
+            return (Pf ^ flip).reshape(N, H), slots
+
+        P, slots = jax.lax.cond(ok, lambda: (P, slots), lambda: fallback(P, slots))
+        sm = _slot_mask(slots, N, H)
+        entries, exits = sm & ~sm0, sm0 & ~sm
+        crossings = ~sm0 & ~sm & (P != P0)
+        n_changed = jnp.sum(entries) + jnp.sum(exits) + jnp.sum(crossings)
+        resid = jnp.max(jnp.where(sm0, jnp.abs(Zev), 0.0))
+        # pairs left at their surface (not sliding) get a margin so the restart does
+        # not re-trigger on them
+        sz_new = jnp.where(P, Zev, -Zev)
+        margin = jnp.where(cand & ~sm, jnp.maximum(0.0, -sz_new) + ztol, 0.0)
         k = c.n_events
         return eqx.tree_at(
-            lambda c: (c.t, c.theta, c.P, c.slots, c.margin, c.n_events, c.n_cross, c.n_sin, c.n_sout, c.n_simul, c.n_amb, c.resid, c.ev_times),
+            lambda c: (c.t, c.theta, c.P, c.slots, c.margin, c.n_events, c.n_cross, c.n_sin, c.n_sout, c.n_simul, c.n_amb, c.max_slide, c.resid, c.ev_times),
             c,
             (
                 t_ev,
                 th,
-                P_new,
+                P,
                 slots,
                 margin,
                 k + 1,
-                c.n_cross + jnp.sum(flipped),
-                c.n_sin + n_enter,
-                c.n_sout + n_exit,
-                c.n_simul + jnp.where(n_near > 1, 1, 0),
-                c.n_amb + n_ambig,
+                c.n_cross + jnp.sum(crossings),
+                c.n_sin + jnp.sum(entries),
+                c.n_sout + jnp.sum(exits),
+                c.n_simul + jnp.where(n_changed > 1, 1, 0),
+                c.n_amb + jnp.where(ok, 0, 1),
+                jnp.maximum(c.max_slide, jnp.sum(slots >= 0)),
                 jnp.maximum(c.resid, resid),
                 c.ev_times.at[jnp.minimum(k, max_events - 1)].set(t_ev),
             ),
@@ -493,7 +521,7 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
     carry = _Carry(
         t=jnp.asarray(t0, dtype), theta=theta0, P=P0, slots=-jnp.ones((M,), int), margin=jnp.zeros((N, H), dtype),
         ys=jnp.full((T, theta0.shape[0]), jnp.inf, dtype), filled=jnp.zeros((T,), bool),
-        n_events=i0, n_cross=i0, n_sin=i0, n_sout=i0, n_simul=i0, n_amb=i0, t_slide=zero, resid=zero,
+        n_events=i0, n_cross=i0, n_sin=i0, n_sout=i0, n_simul=i0, n_amb=i0, t_slide=zero, max_slide=i0, resid=zero,
         ev_times=jnp.full((max_events,), jnp.inf, dtype), steps=i0, acc=i0, rej=i0, result=diffrax.RESULTS.successful, done=jnp.asarray(False),
     )
     out = jax.lax.while_loop(lambda c: ~c.done, segment, carry)
@@ -518,6 +546,7 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
         num_simultaneous=out.n_simul,
         num_ambiguous=out.n_amb,
         sliding_time=out.t_slide,
+        max_sliding_pairs=out.max_slide,
         surface_residual=jnp.maximum(out.resid, rf),
         event_times=out.ev_times,
         pattern_final=out.P,
