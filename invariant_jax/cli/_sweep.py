@@ -58,6 +58,9 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")
     f.add_argument("--max-param-norm", type=float, default=S, help="stop a trajectory once |theta| > this")
     f.add_argument("--weight-decay", type=float, default=S)
+    f.add_argument("--kink-aware", action="store_true", default=S,
+                   help="relu/leaky_relu: integrate within activation patterns, locate kinks as events, "
+                        "follow sliding modes (--solver is then the solver inside a pattern, e.g. gauss4)")
     e = p.add_argument_group("engine and output")
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
     e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")
@@ -131,7 +134,7 @@ def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=64, resume=F
     out = Path(out)
     print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
           f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver} rtol={config.rtol:g} "
-          f"atol={config.atol:g} float64 -> {out}")
+          f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}")
     result = run_sweep(config, out, resume=resume, overwrite=overwrite, slots=slots,
                        steps_per_call=steps_per_call, exact=exact, progress=progress)
     summary = summarize_sweep(config, result)

@@ -33,6 +33,9 @@ class SweepConfig:
     - `n_inits`, `seed`: initialization `i` uses `jax.random.fold_in(key(seed), i)`.
     - `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `grad_norm_tol`,
         `loss_floor`, `max_param_norm` (stopping rules), `loss`, `weight_decay`: as in `ij.gradient_flow` (MSE time scale: `L = (1/2N) sum ||f - y||^2`).
+    - `kink_aware`: integrate with `ij.kink_aware_flow` (relu / leaky_relu only; `solver`
+        is then the solver inside each activation pattern; no stopping rules or weight
+        decay).
     """
 
     graph: str = "example"
@@ -66,6 +69,7 @@ class SweepConfig:
     max_param_norm: float | None = None
     loss: str = "mse"
     weight_decay: float = 0.0
+    kink_aware: bool = False
 
     def __post_init__(self):
         for name in ("widths", "edges", "inputs", "outputs", "constants"):
@@ -116,6 +120,14 @@ class SweepConfig:
             raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}.")
         if self.loss not in ("mse", "bce"):
             raise ValueError(f"Unknown loss {self.loss!r}; choose 'mse' or 'bce'.")
+        if self.kink_aware:
+            if not ACTIVATIONS[self.activation].piecewise_linear or self.activation == "linear":
+                raise ValueError(f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
+                                 f"{self.activation!r}. For smooth activations set kink_aware = false.")
+            from ._run import _check_kink_options
+
+            _check_kink_options(weight_decay=self.weight_decay, grad_norm_tol=self.grad_norm_tol,
+                                loss_floor=self.loss_floor, max_param_norm=self.max_param_norm)
         if self.graph == "edges" and not (self.edges and self.inputs and self.outputs):
             raise ValueError("graph='edges' needs `edges`, `inputs` and `outputs`.")
 

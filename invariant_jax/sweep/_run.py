@@ -19,6 +19,7 @@ from ..losses import check_data
 from ..network import DAGNetwork, init_edge_weights
 from ._config import SweepConfig
 from ._engine import STATUSES, Engine, EngineStats, make_problem
+from ._kink import KINK_FIELDS, KinkEngine
 from ._store import ResultsStore
 
 _FIELDS = ("index", "theta0", "theta_final", "t_final", "c0", "loss_initial", "loss_final", "drift",
@@ -43,6 +44,9 @@ class SweepResult(eqx.Module):
     - `stats`: `useful_steps`, `slot_iterations`, `work_efficiency`, `seconds`, `calls`
         of the engine run that produced them (summed over resumptions in this process).
     - `rtol`, `atol`.
+    - `kink`: for kink-aware sweeps, a dict of per-trajectory event counts
+        (`num_events`, `num_crossings`, `num_sliding_entries`, `num_sliding_exits`,
+        `num_ambiguous`, `max_sliding_pairs`, `sliding_time`); otherwise `None`.
     """
 
     index: np.ndarray
@@ -64,6 +68,7 @@ class SweepResult(eqx.Module):
     stats: dict = eqx.field(static=True)
     rtol: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)
+    kink: dict | None = None
 
     @property
     def status_names(self) -> tuple[str, ...]:
@@ -79,9 +84,11 @@ class SweepResult(eqx.Module):
 
 def _result_from_records(rec: dict[str, np.ndarray], stats: dict, rtol: float, atol: float) -> SweepResult:
     order = np.argsort(rec["index"], kind="stable")
+    kink = {k: np.asarray(rec[k])[order] for k in KINK_FIELDS if k in rec} or None
     rec = {k: np.asarray(v)[order] for k, v in rec.items() if k in _FIELDS}
     tol = atol + rtol * rec["scale"]
-    return SweepResult(**rec, drift_in_tol=rec["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol))
+    return SweepResult(**rec, drift_in_tol=rec["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol),
+                       kink=kink)
 
 
 def _stats_dict(st: EngineStats, slots: int, n_devices: int) -> dict[str, Any]:
@@ -128,6 +135,7 @@ def sweep_flows(
     exact: bool = True,
     devices=None,
     progress: bool = False,
+    kink_aware: bool = False,
 ) -> SweepResult:
     """Gradient flow from every network of a batch, through the continuous-batching
     engine. Trajectory `i` equals `ij.gradient_flow(nets[i], X, Y, t1, ...)` with the same
@@ -147,6 +155,10 @@ def sweep_flows(
         which suits GPUs.
     - `devices`: JAX devices to shard the slots over (default: all local devices).
     - `progress`: show a progress bar.
+    - `kink_aware`: integrate each trajectory with `ij.kink_aware_flow` (relu /
+        leaky_relu; `solver` is then the solver inside each activation pattern, e.g.
+        `"gauss4"` to conserve `c` to round-off). Trajectory `i` equals
+        `kink_aware_flow(nets[i], ...)`; event counts land in `SweepResult.kink`.
 
     **Returns:** a `SweepResult` (`index` = position in the batch).
     """
@@ -163,11 +175,17 @@ def sweep_flows(
     _check_options(rtol=rtol, atol=atol, max_steps=max_steps, n_save=n_save, weight_decay=weight_decay,
                    grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
     template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
-    problem = make_problem(template, X, Y, t1, solver=solver, rtol=rtol, atol=atol, n_save=n_save,
-                           max_steps=max_steps, dt0=dt0, loss=loss, weight_decay=weight_decay,
-                           grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
-    engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call,
-                    devices=devices, exact=exact)
+    if kink_aware:
+        _check_kink_options(weight_decay=weight_decay, dt0=dt0, grad_norm_tol=grad_norm_tol,
+                            loss_floor=loss_floor, max_param_norm=max_param_norm)
+        engine = KinkEngine(template, X, Y, t1, lambda i: thetas[i], slots=slots, devices=devices, exact=exact,
+                            solver=solver, rtol=rtol, atol=atol, n_save=n_save, max_steps=max_steps, loss=loss)
+    else:
+        problem = make_problem(template, X, Y, t1, solver=solver, rtol=rtol, atol=atol, n_save=n_save,
+                               max_steps=max_steps, dt0=dt0, loss=loss, weight_decay=weight_decay,
+                               grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
+        engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call,
+                        devices=devices, exact=exact)
     parts: list[dict] = []
     bar, update = _progress(len(thetas), 0, progress)
     try:
@@ -192,6 +210,14 @@ def _check_options(*, rtol, atol, max_steps, n_save, weight_decay, grad_norm_tol
     for name, v in (("grad_norm_tol", grad_norm_tol), ("loss_floor", loss_floor), ("max_param_norm", max_param_norm)):
         if v is not None and not (np.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a positive finite number (or None); got {v!r}.")
+
+
+def _check_kink_options(*, weight_decay, dt0=None, grad_norm_tol, loss_floor, max_param_norm):
+    used = [n for n, v in (("weight_decay", weight_decay or None), ("dt0", dt0), ("grad_norm_tol", grad_norm_tol),
+                           ("loss_floor", loss_floor), ("max_param_norm", max_param_norm)) if v is not None]
+    if used:
+        raise ValueError(f"The kink-aware integrator does not support {', '.join(used)}; drop "
+                         f"{'it' if len(used) == 1 else 'them'} or use kink_aware=False.")
 
 
 def init_theta(config: SweepConfig, graph, index) -> jax.Array:
@@ -268,17 +294,25 @@ def run_sweep(
     if store is not None:
         store.open(manifest_for(config), resume=resume, overwrite=overwrite)
     template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
-    problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
-                           atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
-                           loss=config.loss, weight_decay=config.weight_decay,
-                           grad_norm_tol=config.grad_norm_tol, loss_floor=config.loss_floor,
-                           max_param_norm=config.max_param_norm)
+    if config.kink_aware:
+        def make_engine():
+            return KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
+                              devices=devices, exact=exact, solver=config.solver, rtol=config.rtol,
+                              atol=config.atol, n_save=config.n_save, max_steps=config.max_steps, loss=config.loss)
+    else:
+        def make_engine():
+            problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
+                                   atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
+                                   loss=config.loss, weight_decay=config.weight_decay,
+                                   grad_norm_tol=config.grad_norm_tol, loss_floor=config.loss_floor,
+                                   max_param_norm=config.max_param_norm)
+            return Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
+                          steps_per_call=steps_per_call, devices=devices, exact=exact)
     key = (json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
            slots, steps_per_call, exact, None if devices is None else tuple(devices))
     engine = _ENGINES.get(key)
     if engine is None:  # compiled engines are reused by later sweeps of the same problem
-        engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
-                        steps_per_call=steps_per_call, devices=devices, exact=exact)
+        engine = make_engine()
         if len(_ENGINES) >= 8:
             _ENGINES.pop(next(iter(_ENGINES)))
         _ENGINES[key] = engine

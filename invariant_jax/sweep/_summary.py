@@ -245,6 +245,15 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
         "connectivity checked": n_check,
         "connectivity mismatches": int(mismatches),
     }
+    if result.kink is not None:
+        kk = result.kink
+        agg.update({
+            "kink events median": float(np.median(kk["num_events"])) if len(st) else 0.0,
+            "kink crossings total": int(np.sum(kk["num_crossings"])),
+            "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
+            "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if len(st) else 0,
+            "ambiguous events": int(np.sum(kk["num_ambiguous"])),
+        })
     for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
         if k in result.stats:
             agg[f"engine {k}"] = result.stats[k]
