@@ -434,9 +434,25 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
         if is_gl:
             # Recompute the event state by one Gauss step from the last step's start, so
             # the restart point conserves c exactly (the interpolant does not).
+            # The event time is then refined by Newton on the Gauss solution itself,
+            # t <- t - g(y(t)) / (dg/dt), so the restart is on the surface (the root of the
+            # interpolant can be ~h^4 off, which costs a spurious event). Skipped if it
+            # would move the event across a save time.
             _, t_prev, y_prev = sol.solver_state
             f = lambda tt, yy: prob.field(yy, c.P, c.slots)  # noqa: E731
             J = jax.jacfwd(lambda yy: f(t_prev, yy))(y_prev)
+            g = lambda yy: prob.cond_value(yy, c.P, c.slots, margin)  # noqa: E731
+
+            def newton(_, tt):
+                yy, _ = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
+                v, dv = jax.jvp(g, (yy,), (f(tt, yy),))
+                t_new = tt - v / jnp.where(dv == 0, jnp.inf, dv)
+                return jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt)
+
+            t_ref = jax.lax.fori_loop(0, 3, newton, t_end)
+            lo, hi = jnp.minimum(t_ref, t_end), jnp.maximum(t_ref, t_end)
+            use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
+            t_end = jnp.where(use_ref, t_ref, t_end)
             y_gl, ok = gl_step(f, J, t_prev, y_prev, t_end - t_prev, inner)
             y_end = jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
         # merge saves made in this segment
