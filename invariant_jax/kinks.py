@@ -9,25 +9,33 @@ vector field jumps. `kink_aware_flow`:
    (sample, node) pair uses the fixed slope `D_{i,v}` (1 on the active side, the
    negative slope on the other) in the forward and the backward pass;
 2. stops at the first pair about to cross, with a diffrax `Event` whose condition is the
-   smallest signed pre-activation and whose root finder (bisection) locates the time;
-3. decides what happens at the surface: if the field on the far side carries the state
-   away, the pair flips (a *crossing*); if the fields on both sides push into the
-   surface, the state *slides* on it: the Filippov field, the convex combination
-   `lambda f_+ + (1 - lambda) f_-` tangent to the surface, is integrated until `lambda`
-   reaches 0 or 1 and the state leaves the surface on that side;
+   smallest signed pre-activation and whose root finder (`Illinois`, bracketed false
+   position) locates the time;
+3. decides what happens at the surface: every candidate pair (the one that triggered
+   the event, any other at its surface, and every sliding pair) must end in a
+   consistent mode: on a side whose field keeps it there, or *sliding* with the
+   Filippov field (the combination `f0 + sum_j lambda_j dF/dD_j` tangent to all
+   sliding surfaces, every `lambda_j` in `(0, 1)`). This box-constrained
+   complementarity problem is solved by single pivots on the least-index violation
+   (a pushed pair crosses; pushed back, it slides; a sliding pair whose `lambda`
+   leaves `(0, 1)` leaves to that side), so a neighbour's crossing can end a sliding
+   mode;
 4. restarts from the located point.
 
-Several pairs at the surface at once are handled together (a small linear system for
-the sliding weights) and counted in `num_simultaneous`; a configuration it cannot
-resolve consistently (sliding weights outside `[0, 1]`, or more sliding pairs than
-`max_sliding`) falls back to flipping and is counted in `num_ambiguous`.
+Events where more than one pair changes mode are counted in `num_simultaneous`. If no
+consistent modes are found (more than `max_sliding` pairs want to slide, or the
+pivoting cycles) the pushed pairs flip, and the event is counted in `num_ambiguous`.
+On sliding modes brute-force explicit solvers chatter and are no reference; the flow
+here converges to the smooth limit (ReLU replaced by `softplus(beta z) / beta`,
+`beta -> inf`) at first order in `1/beta` (tests/test_kinks.py).
 
 Conservation: every field used (pattern-frozen or Filippov) has the form
 `-grad L_D` with `L_D` positively homogeneous per node (or a linear combination of
 derivatives of such fields in `D`), so `B~ (theta * f) = 0` holds for every `theta`.
 With a Gauss-Legendre inner solver `c = B~ theta^2` is then conserved to round-off, on
-sliding modes too. At each event the restart point is recomputed by one Gauss-Legendre
-step from the last step's start to the event time, so the restart is exact as well.
+sliding modes too. At each event the event time is refined by Newton on the Gauss
+solution and the restart point recomputed by one Gauss-Legendre step from the last
+step's start, so the restart is on the surface and exact as well.
 """
 
 from __future__ import annotations
@@ -60,8 +68,9 @@ class KinkFlow(eqx.Module):
     - `num_events`: number of located events (crossings, sliding entries and exits).
     - `num_crossings`: pairs that flipped pattern transversally.
     - `num_sliding_entries`, `num_sliding_exits`: sliding modes entered and left.
-    - `num_simultaneous`: events at which more than one pair was at its surface.
-    - `num_ambiguous`: events resolved by the fallback (see the module docstring).
+    - `num_simultaneous`: events at which more than one pair changed mode.
+    - `num_ambiguous`: events without consistent modes, resolved by the fallback (see
+        the module docstring).
     - `sliding_time`: total time spent on sliding modes.
     - `max_sliding_pairs`: most pairs sliding at once (> 1: motion on an intersection
         of surfaces).

@@ -96,6 +96,10 @@ def test_gauss_kink_aware_conserves_on_random_relu_dags(kind):
     assert bool(kf.success)
     if kind == "mlp":
         assert int(kf.num_crossings) >= 2
+        # events located on the Gauss solution itself: no spurious extra events
+        kt = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, n_save=11)
+        assert int(kf.num_events) == int(kt.num_events)
+        np.testing.assert_allclose(kf.event_times, kt.event_times, atol=1e-6)
     assert float(kf.flow.drift_relative) < 1e-12
     assert float(ft.drift_relative) > 1e3 * max(float(kf.flow.drift_relative), 1e-16)
 
