@@ -8,6 +8,7 @@ rate `dt`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -281,6 +282,16 @@ def gradient_flow(
     reg = get_regularizer(regularizer) if regularizer is not None else None
 
     ts = jnp.asarray(save_times(t0, t1, saveat=saveat, n_save=n_save, spacing=spacing), dtype=dtype)
+    kinked = [a.name for a in net.activations if a.piecewise_linear and a.name != "linear"]
+    from .solvers import GaussLegendre  # noqa: PLC0415 (solvers imports flow)
+
+    if kinked and isinstance(get_solver(solver), (diffrax.AbstractImplicitSolver, GaussLegendre)):
+        warnings.warn(
+            f"An implicit solver on {kinked[0]} (a kinked activation): steps that straddle a kink "
+            "cannot converge, so the step size collapses there. Use ij.kink_aware_flow(..., "
+            "solver=...) for relu / leaky_relu, or an explicit solver such as 'tsit5'.",
+            stacklevel=2,
+        )
 
     field = _vector_field(net, loss, weight_decay, reg, strength)
     event = None

@@ -1,5 +1,7 @@
 """Gauss-Legendre solvers, projection, and Kvaerno5 with the exact Hessian."""
 
+import warnings
+
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -123,3 +125,14 @@ def test_hessian_kvaerno5_matches_tsit5():
     ft = ij.gradient_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-11, atol=1e-11, n_save=3)
     assert bool(fk.success)
     assert float(jnp.max(jnp.abs(fk.theta_final - ft.theta_final))) < 1e-6
+
+
+def test_implicit_solver_on_relu_warns_and_names_kink_aware_flow():
+    g = ij.mlp([2, 3, 1])
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    X, Y, _ = ij.teacher_student(g, 6, key=jax.random.PRNGKey(1))
+    with pytest.warns(UserWarning, match="kink.*ij.kink_aware_flow"):
+        ij.gradient_flow(net, X, Y, 0.01, solver="gauss2", n_save=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ij.gradient_flow(net, X, Y, 0.01, solver="tsit5", n_save=2)
