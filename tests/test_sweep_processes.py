@@ -41,8 +41,8 @@ def reference():
     return run_sweep(SweepConfig(**CFG), slots=2, steps_per_call=8, progress=False)
 
 
-def _child(mode, out, env=None):
-    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(CFG), mode, str(out)],
+def _child(mode, out, env=None, cfg=CFG):
+    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg), mode, str(out)],
                             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -73,10 +73,15 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
 
 
 @pytest.mark.slow
-def test_four_devices_equal_one_device(tmp_path, reference):
+@pytest.mark.parametrize("kink_aware", [False, True])
+def test_four_devices_equal_one_device(tmp_path, reference, kink_aware):
+    cfg = dict(CFG, graph="mlp", widths=[3, 6, 1], n_inits=8, kink_aware=True) if kink_aware else CFG
+    if kink_aware:  # the kink-aware engine shards whole trajectories
+        reference = run_sweep(SweepConfig(**cfg), slots=2, progress=False)
+        assert int(reference.kink["num_events"].sum()) > 0
     path = tmp_path / "four.npz"
     flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
-    proc = _child("shard", path, env={"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"})
+    proc = _child("shard", path, env={"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}, cfg=cfg)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err.decode()[-3000:]
     with np.load(path) as z:
