@@ -86,6 +86,12 @@ def count_extra(n: int, dtype=jnp.float64):
         jax.debug.callback(_hook_primal, jnp.ones((n,), dtype))
 
 
+def count_extra_dynamic(n):
+    """As `count_extra`, for a count known only at run time (a traced integer)."""
+    if _EVAL_HOOK is not None:
+        jax.debug.callback(lambda k: _EVAL_HOOK(int(k)), n)
+
+
 def gauss_legendre_tableau(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Butcher tableau `(A, b, c)` of the `stages`-stage Gauss-Legendre method (order
     `2 * stages`), computed from the Legendre nodes."""
