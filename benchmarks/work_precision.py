@@ -261,16 +261,22 @@ def plot(results):
     import matplotlib.pyplot as plt
 
     cases = sorted({r["case"] for r in results["rows"]})
+    methods = sorted({r["method"] for r in results["rows"]})
+    color = {m: f"C{i}" for i, m in enumerate(methods)}  # one colour per method in every panel
     fig, axes = plt.subplots(2, len(cases), figsize=(4.2 * len(cases), 7), squeeze=False)
     for j, case in enumerate(cases):
-        for m in sorted({r["method"] for r in results["rows"] if r["case"] == case}):
-            rs = [r for r in results["rows"] if r["case"] == case and r["method"] == m and r["ok"] and r["error"]]
+        failed = []
+        for m in methods:
+            rows = [r for r in results["rows"] if r["case"] == case and r["method"] == m]
+            rs = [r for r in rows if r["ok"] and r["error"]]
+            if rows and not rs:
+                failed.append(m)
             if not rs:
                 continue
             err = [max(r["error"], 1e-16) for r in rs]
-            axes[0, j].loglog([r["nfe"] for r in rs], err, "o-", label=m, ms=3)
-            axes[1, j].loglog([max(r["wall_s"], 1e-5) for r in rs], err, "o-", label=m, ms=3)
-        axes[0, j].set_title(case)
+            axes[0, j].loglog([r["nfe"] for r in rs], err, "o-", label=m, ms=3, color=color[m])
+            axes[1, j].loglog([max(r["wall_s"], 1e-5) for r in rs], err, "o-", label=m, ms=3, color=color[m])
+        axes[0, j].set_title(case + (f"\n(failed at every tol: {', '.join(failed)})" if failed else ""), fontsize=9)
         axes[0, j].set_xlabel("vector-field evaluations")
         axes[1, j].set_xlabel("wall time [s]")
         axes[0, j].set_ylabel("error of theta(t1)")
