@@ -30,7 +30,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from invariant_jax.kinks import kink_aware_flow  # noqa: E402
 from invariant_jax.sweep._engine import Engine, make_problem  # noqa: E402
 from invariant_jax.sweep._kink import KinkEngine  # noqa: E402
 

@@ -53,7 +53,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from .flow import Flow, _check_time_span, _check_tolerances, _make_flow, get_solver, save_times
 from .losses import check_data, get_loss
 from .network import DAGNetwork
-from .solvers import GaussLegendre, count_evaluations, count_extra_dynamic, gl_step
+from .solvers import GaussLegendre, count_evaluations, count_extra, gl_step
 
 __all__ = ["KinkFlow", "kink_aware_flow", "pattern_field"]
 
@@ -234,7 +234,7 @@ class _Problem(eqx.Module):
 
         zeros = jnp.zeros((M, E), theta.dtype)
         Fj, normals = jax.lax.fori_loop(0, k_act, row, (zeros, zeros))
-        count_extra_dynamic(k_act)  # the k VJPs of z (the k JVPs of the gradient count themselves)
+        count_extra(k_act)  # the k VJPs of z (the k JVPs of the gradient count themselves)
         Amat = normals @ Fj.T
         b = normals @ f0
         both = act[:, None] & act[None, :]

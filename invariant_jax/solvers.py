@@ -78,16 +78,10 @@ def count_evaluations(y):
     return _tap(y)
 
 
-def count_extra(n: int, dtype=jnp.float64):
+def count_extra(n):
     """Report `n` further vector-field-equivalent evaluations to the benchmark hook (for
     derivative work that `count_evaluations` cannot see, e.g. JVPs in other arguments).
-    Does nothing when the hook is unset."""
-    if _EVAL_HOOK is not None and n > 0:
-        jax.debug.callback(_hook_primal, jnp.ones((n,), dtype))
-
-
-def count_extra_dynamic(n):
-    """As `count_extra`, for a count known only at run time (a traced integer)."""
+    `n` may be a traced integer. Does nothing when the hook is unset."""
     if _EVAL_HOOK is not None:
         jax.debug.callback(lambda k: _EVAL_HOOK(int(k)), n)
 
