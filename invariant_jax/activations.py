@@ -26,7 +26,8 @@ class Activation:
     """A scalar activation function with its analytic properties.
 
     **Fields:** `name`, `fn` (elementwise), `derivative` (elementwise `sigma'`),
-    `positively_homogeneous`, `piecewise_linear`, `smooth`.
+    `positively_homogeneous`, `piecewise_linear`, `smooth`, and `negative_slope` (the
+    slope for `x < 0` of a piecewise-linear activation: 0 for relu, 1 for linear).
     """
 
     name: str
@@ -39,6 +40,11 @@ class Activation:
 
     def __call__(self, x):
         return self.fn(x)
+
+    @property
+    def kinked(self) -> bool:
+        """Piecewise linear with a kink at 0 (relu, leaky_relu; not linear)."""
+        return self.piecewise_linear and self.negative_slope != 1.0
 
     def __repr__(self) -> str:
         return f"Activation({self.name!r})"
@@ -82,7 +88,7 @@ ACTIVATIONS: dict[str, Activation] = {
     for a in [
         Activation("relu", jax.nn.relu, _relu_d, True, True, False),
         leaky_relu(0.01),
-        Activation("linear", lambda x: x, jnp.ones_like, True, True, True),
+        Activation("linear", lambda x: x, jnp.ones_like, True, True, True, negative_slope=1.0),
         Activation("softplus", jax.nn.softplus, jax.nn.sigmoid, False, False, True),
         Activation("erf", _erf, lambda x: (2 / jnp.sqrt(jnp.pi)) * jnp.exp(-(x**2)), False, False, True),
         Activation("tanh", jnp.tanh, lambda x: 1 - jnp.tanh(x) ** 2, False, False, True),

@@ -282,7 +282,7 @@ def gradient_flow(
     reg = get_regularizer(regularizer) if regularizer is not None else None
 
     ts = jnp.asarray(save_times(t0, t1, saveat=saveat, n_save=n_save, spacing=spacing), dtype=dtype)
-    kinked = [a.name for a in net.activations if a.piecewise_linear and a.name != "linear"]
+    kinked = [a.name for a in net.activations if a.kinked]
     from .solvers import GaussLegendre  # noqa: PLC0415 (solvers imports flow)
 
     if kinked and isinstance(get_solver(solver), (diffrax.AbstractImplicitSolver, GaussLegendre)):

@@ -243,16 +243,8 @@ class _Problem(eqx.Module):
         return f0 + lam @ Fj, jnp.zeros((M,), theta.dtype).at[order].set(lam)
 
     def field(self, theta, P, slots):
-        D = self.D_of(P)
-        if self.max_sliding == 0:
-            return self.grad(theta, D)
-        return jax.lax.cond(
-            jnp.any(slots >= 0),
-            lambda: self.sliding(theta, D, slots)[0],
-            lambda: self.grad(theta, D),
-        )
-
-    def field_and_lam(self, theta, P, slots):
+        """`(field, lam)`: the pattern-frozen field, or the Filippov field and the
+        sliding weights while any pair slides (`lam` is zeros otherwise)."""
         D = self.D_of(P)
         if self.max_sliding == 0:
             return self.grad(theta, D), jnp.zeros((0,), theta.dtype)
@@ -260,15 +252,6 @@ class _Problem(eqx.Module):
             jnp.any(slots >= 0),
             lambda: self.sliding(theta, D, slots),
             lambda: (self.grad(theta, D), jnp.zeros((self.max_sliding,), theta.dtype)),
-        )
-
-    def lam(self, theta, P, slots):
-        if self.max_sliding == 0:
-            return jnp.zeros((0,), theta.dtype)
-        return jax.lax.cond(
-            jnp.any(slots >= 0),
-            lambda: self.sliding(theta, self.D_of(P), slots)[1],
-            lambda: jnp.zeros((self.max_sliding,), theta.dtype),
         )
 
     def cond_value(self, theta, P, slots, margin):
@@ -282,7 +265,7 @@ class _Problem(eqx.Module):
         big = jnp.asarray(jnp.inf, theta.dtype)
         m = jnp.min(jnp.where(on, sz, big))
         if self.max_sliding:
-            lam = self.lam(theta, P, slots)
+            lam = self.field(theta, P, slots)[1]
             act = slots >= 0
             m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
         return m
@@ -408,8 +391,8 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
     is_gl = isinstance(inner, GaussLegendre)
     H = len(net.graph.hidden)
     acts = [net.activation_of(k) for k in range(H)]
-    slope = jnp.asarray([1.0 if a.name == "linear" else a.negative_slope for a in acts], dtype)
-    kinky = jnp.asarray([a.name != "linear" for a in acts])
+    slope = jnp.asarray([a.negative_slope for a in acts], dtype)
+    kinky = jnp.asarray([a.kinked for a in acts])
     prob = _Problem(net, X, Y, slope, kinky, get_loss(loss), int(max_sliding))
     N = X.shape[0]
     T = ts.shape[0]
@@ -417,7 +400,7 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
 
     def vf(t, theta, args):
         P, slots = args
-        return prob.field(theta, P, slots)
+        return prob.field(theta, P, slots)[0]
 
     term = diffrax.ODETerm(vf)
     root_finder = Illinois(atol=event_tol)
@@ -456,7 +439,7 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
             # interpolant can be ~h^4 off, which costs a spurious event). Skipped if it
             # would move the event across a save time.
             _, t_prev, y_prev = sol.solver_state
-            f = lambda tt, yy: prob.field(yy, c.P, c.slots)  # noqa: E731
+            f = lambda tt, yy: prob.field(yy, c.P, c.slots)[0]  # noqa: E731
             J = jax.jacfwd(lambda yy: f(t_prev, yy))(y_prev)
             g = lambda yy: prob.cond_value(yy, c.P, c.slots, margin)  # noqa: E731
 
@@ -500,7 +483,7 @@ def _integrate(net, theta0, X, Y, ts, inner, rtol, atol, *, t0, t1, max_steps, m
     def _rates(th, P, slots):
         """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`."""
         D = prob.D_of(P)
-        f, lam = prob.field_and_lam(th, P, slots)
+        f, lam = prob.field(th, P, slots)
         return lam, jax.jvp(lambda y: prob.Z(y, D), (th,), (f,))[1]
 
     def _violations(th, P, slots, cand, utol):

@@ -136,3 +136,4 @@ def test_implicit_solver_on_relu_warns_and_names_kink_aware_flow():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ij.gradient_flow(net, X, Y, 0.01, solver="tsit5", n_save=2)
+        ij.gradient_flow(ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0)), X, Y, 0.01, solver="gauss2", n_save=2)

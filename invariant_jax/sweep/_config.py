@@ -121,7 +121,7 @@ class SweepConfig:
         if self.loss not in ("mse", "bce"):
             raise ValueError(f"Unknown loss {self.loss!r}; choose 'mse' or 'bce'.")
         if self.kink_aware:
-            if not ACTIVATIONS[self.activation].piecewise_linear or self.activation == "linear":
+            if not ACTIVATIONS[self.activation].kinked:
                 raise ValueError(f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
                                  f"{self.activation!r}. For smooth activations set kink_aware = false.")
             from ._run import _check_kink_options

@@ -238,6 +238,13 @@ def _step_slot(p: _Problem, s: _Slot) -> _Slot:
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
 
 
+def status_code(result, finite) -> jax.Array:
+    """Index into `STATUSES` from a diffrax result code and whether the final state,
+    loss and gradient are finite."""
+    status = jnp.where(result == _SUCC, 0, jnp.where(result == _EVENT, 1, jnp.where(result == _MAXSTEPS, 2, 4)))
+    return jnp.where(finite, status, 3).astype(jnp.int32)
+
+
 def _finalize_slot(p: _Problem, s: _Slot) -> dict:
     """The per-trajectory record, computed as `gradient_flow`'s `Flow` computes it."""
     final_ok = jnp.isfinite(s.tprev) & jnp.all(jnp.isfinite(s.y))
@@ -253,15 +260,14 @@ def _finalize_slot(p: _Problem, s: _Slot) -> dict:
     loss_final = L(theta_final)
     grad_final = p.field(t_final, theta_final)
     finite = jnp.isfinite(loss_final) & jnp.all(jnp.isfinite(grad_final)) & jnp.all(jnp.isfinite(theta_final))
-    status = jnp.where(result == _SUCC, 0, jnp.where(result == _EVENT, 1, jnp.where(result == _MAXSTEPS, 2, 4)))
-    status = jnp.where(finite, status, 3)
+    status = status_code(result, finite)
     return dict(
         index=s.index, theta0=s.theta0, theta_final=theta_final, t_final=t_final, c0=s.c0,
         loss_initial=L(s.theta0), loss_final=loss_final, drift=drift,
         drift_relative=drift / jnp.where(scale > 0, scale, 1.0), scale=scale,
         num_steps=s.num_steps, num_accepted_steps=s.num_accepted,
         num_rejected_steps=s.num_rejected, result=result.astype(jnp.int32),
-        status=status.astype(jnp.int32),
+        status=status,
     )
 
 

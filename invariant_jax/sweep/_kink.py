@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,14 +23,11 @@ from ..invariants import conservation_scale, conserved_quantities
 from ..kinks import kink_aware_flow
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
-from ._engine import EngineStats
+from ._engine import EngineStats, status_code
 
 KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits",
                "num_ambiguous", "max_sliding_pairs", "sliding_time")
 """Extra per-trajectory records of a kink-aware sweep (see `ij.KinkFlow`)."""
-
-_SUCC = int(diffrax.RESULTS.successful._value)
-_MAXSTEPS = int(diffrax.RESULTS.max_steps_reached._value)
 
 
 class KinkEngine:
@@ -63,7 +59,6 @@ class KinkEngine:
             L = edge_loss_fn(net, X, Y, flow_options.get("loss", "mse"))
             code = jnp.asarray(fl.result._value, jnp.int32)
             finite = jnp.isfinite(fl.loss_final) & jnp.all(jnp.isfinite(fl.theta_final))
-            status = jnp.where(code == _SUCC, 0, jnp.where(code == _MAXSTEPS, 2, 4))
             rec = dict(
                 index=i, theta0=theta0, theta_final=fl.theta_final, t_final=fl.t_final,
                 c0=conserved_quantities(net.with_edge_weights(theta0)), loss_initial=L(theta0),
@@ -71,7 +66,7 @@ class KinkEngine:
                 scale=conservation_scale(net.with_edge_weights(theta0)),
                 num_steps=fl.stats["num_steps"], num_accepted_steps=fl.stats["num_accepted_steps"],
                 num_rejected_steps=fl.stats["num_rejected_steps"], result=code,
-                status=jnp.where(finite, status, 3).astype(jnp.int32),
+                status=status_code(code, finite),
             )
             rec.update({k: getattr(kf, k) for k in KINK_FIELDS})
             return rec
