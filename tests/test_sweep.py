@@ -12,6 +12,9 @@ import pytest
 
 import invariant_jax as ij
 from invariant_jax.sweep import STATUSES, SweepConfig, init_theta, load_sweep, run_sweep, summarize_sweep
+from tolerances import assert_step_counts_close, assert_within_tolerance, tolerance_bound
+
+TOL = dict(rtol=1e-8, atol=1e-8)  # the defaults of sweep_flows and gradient_flow
 
 SMALL = dict(n_inits=10, t1=0.5, n_samples=10, n_save=11)
 
@@ -41,18 +44,32 @@ def exact(problem):
     return ij.sweep_flows(nets, X, Y, 0.5, slots=4, steps_per_call=8, n_save=11)
 
 
+def _bound(res, i, f):
+    """Tolerance bound for trajectory `i`: weights of size max|theta|, over its steps."""
+    return dict(TOL, scale=np.abs(f.theta_final).max(), num_steps=f.stats["num_steps"])
+
+
+@pytest.mark.exactness
 def test_matches_gradient_flow_one_at_a_time(problem, exact):
+    # two separately compiled programs: equal to round-off amplified by adaptive
+    # stepping (tests/tolerances.py), not bit for bit
     g, X, Y, nets = problem
     res = exact
     assert list(res.index) == list(range(6))
     for i, f in enumerate(_flows(nets, X, Y, 0.5)):
-        assert int(res.num_steps[i]) == int(f.stats["num_steps"])
-        assert int(res.num_accepted_steps[i]) == int(f.stats["num_accepted_steps"])
+        assert_step_counts_close(res.num_steps[i], f.stats["num_steps"])
+        assert_step_counts_close(res.num_accepted_steps[i], f.stats["num_accepted_steps"])
         assert int(res.result[i]) == int(f.result._value)
-        np.testing.assert_allclose(res.theta_final[i], f.theta_final, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(res.loss_final[i], f.loss_final, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(res.drift[i], f.drift, rtol=0, atol=1e-14)
-        np.testing.assert_allclose(res.t_final[i], f.t_final, rtol=0, atol=0)
+        b = _bound(res, i, f)
+        assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
+        # c = B~ theta^2 moves by at most 2 |theta| |dtheta| per weight and node degree
+        dc = 2 * b["scale"] * int(np.abs(g.incidence()).sum(1).max()) * tolerance_bound(**b)
+        np.testing.assert_allclose(res.drift[i], f.drift, rtol=0, atol=dc)
+        # to first order |dL| <= sum_e |dL/dtheta_e| |dtheta_e| (twice that for the second order)
+        _, grad = ij.loss_gradient(f.final, X, Y)
+        dl = 2 * float(np.abs(grad).sum()) * tolerance_bound(**b) + 1e-15
+        np.testing.assert_allclose(res.loss_final[i], f.loss_final, rtol=0, atol=dl)
+        assert float(res.t_final[i]) == float(f.t_final) == 0.5  # both reach t1 exactly
     assert res.stats["useful_steps"] == int(res.num_steps.sum())
     assert 0 < res.stats["work_efficiency"] <= 1
 
@@ -68,6 +85,7 @@ def test_vmap_mode_agrees_to_tolerance(problem, exact):
     assert np.all(vm.status == 0) and np.all(vm.drift_in_tol < 100)
 
 
+@pytest.mark.exactness
 def test_failures_are_data(problem):
     g, X, Y, nets = problem
     theta = np.array(nets.edge_weights())
@@ -82,8 +100,11 @@ def test_failures_are_data(problem):
         want = "ok" if bool(f.success) else "max_steps"
         assert names[i] == want
         assert int(res.result[i]) == int(f.result._value)
-        np.testing.assert_allclose(res.theta_final[i], f.theta_final, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(res.t_final[i], f.t_final, rtol=0, atol=1e-12)
+        b = _bound(res, i, f)
+        assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
+        # t_final after a spent budget is a sum of controller-chosen steps; each step
+        # size follows the state, so it inherits the same per-step bound (scale ~ t)
+        assert_within_tolerance(res.t_final[i], f.t_final, **dict(b, scale=0.5))
     assert "max_steps" in names  # the sweep went on past failures
     assert res.n_failed == sum(n in ("max_steps", "nonfinite") for n in names)
 
@@ -95,11 +116,15 @@ def test_stopping_rule_matches_gradient_flow(problem):
     for i, f in enumerate(_flows(nets, X, Y, 0.5, loss_floor=0.05)):
         stopped = int(f.result._value) == int(ij.flow.diffrax.RESULTS.event_occurred._value)
         assert res.status_names[i] == ("stopped" if stopped else "ok")
-        np.testing.assert_allclose(res.t_final[i], f.t_final, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(res.theta_final[i], f.theta_final, rtol=0, atol=1e-10)
+        b = _bound(res, i, f)
+        # the event time is located by a root finder on the interpolant: its error
+        # follows the state's (the loss has slope |grad L|^2 <= the weights' scale)
+        assert_within_tolerance(res.t_final[i], f.t_final, **dict(b, scale=0.5))
+        assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
     assert "stopped" in res.status_names
 
 
+@pytest.mark.exactness
 def test_run_sweep_equals_gradient_flow_and_fold_in_keys():
     cfg = SweepConfig(**SMALL)
     a = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
@@ -111,12 +136,16 @@ def test_run_sweep_equals_gradient_flow_and_fold_in_keys():
         np.testing.assert_array_equal(a.theta0[i], net.edge_weights())
         np.testing.assert_array_equal(init_theta(cfg, g, i), net.edge_weights())
         f = flow(net)
-        np.testing.assert_array_equal(a.theta_final[i], f.theta_final)  # bit for bit
-        assert a.num_steps[i] == int(f.stats["num_steps"])
+        # two compiled programs: within the tolerance bound, not bit for bit
+        assert_within_tolerance(a.theta_final[i], f.theta_final, rtol=cfg.rtol, atol=cfg.atol,
+                                scale=np.abs(f.theta_final).max(), num_steps=f.stats["num_steps"])
+        assert_step_counts_close(a.num_steps[i], f.stats["num_steps"])
 
 
 @pytest.mark.slow
+@pytest.mark.exactness
 def test_results_independent_of_slots_and_chunking():
+    # one compiled step program run again: bit for bit on any machine
     cfg = SweepConfig(**SMALL)
     a = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
     b = run_sweep(cfg, slots=7, steps_per_call=64, progress=False)
@@ -124,6 +153,7 @@ def test_results_independent_of_slots_and_chunking():
         np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
 
 
+@pytest.mark.exactness
 def test_persistence_manifest_and_resume(tmp_path):
     cfg = SweepConfig(**SMALL)
     out = tmp_path / "run"
@@ -221,6 +251,7 @@ def test_statuses_names():
     assert STATUSES[:3] == ("ok", "stopped", "max_steps")
 
 
+@pytest.mark.exactness
 def test_implicit_solver_matches_gradient_flow():
     """Kvaerno5 (root finder takes the controller's tolerances, as in diffeqsolve)."""
     g = ij.mlp([2, 3, 1], bias=True)
@@ -231,5 +262,8 @@ def test_implicit_solver_matches_gradient_flow():
     for i, k in enumerate(keys):
         f = ij.gradient_flow(ij.DAGNetwork(g, "softplus", key=k), X, Y, 5.0, solver="kvaerno5",
                              rtol=1e-8, atol=1e-8, n_save=11)
-        assert int(r.num_steps[i]) == int(f.stats["num_steps"])
-        np.testing.assert_array_equal(np.asarray(r.theta_final[i]), np.asarray(f.theta_final))
+        assert_step_counts_close(r.num_steps[i], f.stats["num_steps"])
+        # two compiled programs; the Newton solves stop at their own tolerance, which
+        # the controller's tolerance bounds as well
+        assert_within_tolerance(r.theta_final[i], f.theta_final, rtol=1e-8, atol=1e-8,
+                                scale=np.abs(f.theta_final).max(), num_steps=f.stats["num_steps"])

@@ -47,6 +47,7 @@ def _child(mode, out, env=None, cfg=CFG):
 
 
 @pytest.mark.slow
+@pytest.mark.exactness
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
     out = tmp_path / "run"
     proc = _child("slow", out)
@@ -73,6 +74,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
 
 
 @pytest.mark.slow
+@pytest.mark.exactness
 @pytest.mark.parametrize("kink_aware", [False, True])
 def test_four_devices_equal_one_device(tmp_path, reference, kink_aware):
     cfg = dict(CFG, graph="mlp", widths=[3, 6, 1], n_inits=8, kink_aware=True) if kink_aware else CFG

@@ -39,6 +39,7 @@ def test_l2_gradient_flow_decays_c_like_exp_minus_2_lambda_t(small, how):
         assert float(flow.drift) == pytest.approx(np.abs(expected - c0).max(), rel=1e-5)
 
 
+@pytest.mark.exactness  # fixed steps: round-off only, never amplified by a controller
 def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
     g, X, _, Yb, net = small
     lr, lam = 0.1, 0.01
@@ -55,6 +56,7 @@ def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
     assert float(res.log.objective[-1]) == pytest.approx(float(L(theta)) + lam * 0.5 * float(theta @ theta), rel=1e-12)
 
 
+@pytest.mark.exactness  # fixed steps: round-off only, never amplified by a controller
 def test_minibatch_epoch_matches_hand_written_permutation(small):
     g, X, _, Yb, net = small
     lr, bs, key = 0.05, 10, jr.key(7)

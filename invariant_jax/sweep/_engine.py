@@ -313,10 +313,12 @@ class Engine:
         p = problem
         K = self.steps_per_call
         self.exact = bool(exact)
-        # exact: each slot runs the unbatched step program, bit-for-bit what gradient_flow
-        # computes alone (XLA rounds batched kernels differently, by ~1e-16, and adaptive
-        # stepping amplifies that to ~tolerance); a loop over the active slots only, so an
-        # idle slot costs nothing. Otherwise vmap over all slots (for GPUs).
+        # exact: each slot runs the unbatched step program (XLA rounds batched kernels
+        # differently, by ~1e-16, and adaptive stepping amplifies that to ~tolerance), so
+        # results do not depend on slots, chunking, resume or devices; a loop over the
+        # active slots only, so an idle slot costs nothing. Otherwise vmap over all slots
+        # (for GPUs). Against gradient_flow (another compiled program) it agrees to
+        # round-off amplified by adaptive stepping.
         map_all = jax.lax.map if exact else (lambda f, x: jax.vmap(f)(x))
         active_all = jax.vmap(lambda s: _active(p, s))
 

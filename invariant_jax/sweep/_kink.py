@@ -3,8 +3,8 @@
 A kink-aware trajectory is a loop over segments between events, each a diffeqsolve with
 its own activation pattern and sliding set, so it does not fit the step-level slots of
 `Engine`. `KinkEngine` runs fixed-size batches of whole trajectories instead: with
-`exact=True` one trajectory after another inside one jitted call (`lax.map`; each is
-bit-for-bit `kink_aware_flow` run alone), otherwise `vmap` over the batch (each
+`exact=True` one trajectory after another inside one jitted call (`lax.map`; each equals
+`kink_aware_flow` run alone to round-off amplified by adaptive stepping), otherwise `vmap` over the batch (each
 trajectory keeps its own pattern, sliding slots and event log). It has `Engine`'s `run`
 interface, so `run_sweep` persists, resumes and reports its records the same way.
 """

@@ -139,7 +139,9 @@ def sweep_flows(
 ) -> SweepResult:
     """Gradient flow from every network of a batch, through the continuous-batching
     engine. Trajectory `i` equals `ij.gradient_flow(nets[i], X, Y, t1, ...)` with the same
-    options (bit for bit with `exact=True`; to about the tolerance with `exact=False`).
+    options, to round-off amplified by adaptive stepping (two compiled programs; see
+    docs/sweep.md). Results are bit-identical across slot counts, `steps_per_call`,
+    resume and device counts (one compiled program).
 
     **Arguments:**
 
@@ -150,8 +152,8 @@ def sweep_flows(
         `ij.gradient_flow` (linear save times).
     - `slots`: trajectories integrated at once (rounded up to a multiple of the devices).
     - `steps_per_call`: loop iterations between harvests.
-    - `exact`: evaluate each slot with the unbatched program (default; bit-identical to
-        `gradient_flow`, and an idle slot costs nothing on CPU). `False` vmaps over slots,
+    - `exact`: evaluate each slot with the unbatched program (default; an idle slot
+        costs nothing on CPU, and results do not depend on the number of slots). `False` vmaps over slots,
         which suits GPUs.
     - `devices`: JAX devices to shard the slots over (default: all local devices).
     - `progress`: show a progress bar.
