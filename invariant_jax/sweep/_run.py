@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from ..network import DAGNetwork, init_edge_weights
 from ._config import SweepConfig
 from ._engine import STATUSES, Engine, EngineStats, make_problem
 from ._kink import KINK_FIELDS, KinkEngine
-from ._store import ResultsStore
+from ._store import BUSY, DONE, ResultsStore
 
 _FIELDS = ("index", "theta0", "theta_final", "t_final", "c0", "loss_initial", "loss_final", "drift",
            "drift_relative", "scale", "num_steps", "num_accepted_steps", "num_rejected_steps",
@@ -242,6 +244,42 @@ def manifest_for(config: SweepConfig) -> dict:
 
 _ENGINES: dict = {}
 
+# job-array environment variables: (index, first index, count) per scheduler
+_JOB_ARRAYS = (("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT"),
+               ("SGE_TASK_ID", "SGE_TASK_FIRST", None), ("PBS_ARRAY_INDEX", None, None),
+               ("LSB_JOBINDEX", None, None))
+
+
+def job_array_share(environ=None) -> tuple[int, int] | None:
+    """`(process_index, process_count)` of a job-array task from the environment (Slurm
+    `SLURM_ARRAY_TASK_ID/_MIN/_COUNT`, Grid Engine `SGE_TASK_ID/_FIRST/_LAST/_STEPSIZE`),
+    or `None` outside a job array (or when the count is not known)."""
+    env = os.environ if environ is None else environ
+    if env.get("SLURM_ARRAY_TASK_ID") and env.get("SLURM_ARRAY_TASK_COUNT"):
+        first = int(env.get("SLURM_ARRAY_TASK_MIN") or 0)
+        step = int(env.get("SLURM_ARRAY_TASK_STEP") or 1)
+        return (int(env["SLURM_ARRAY_TASK_ID"]) - first) // step, int(env["SLURM_ARRAY_TASK_COUNT"])
+    if env.get("SGE_TASK_ID", "undefined") != "undefined" and env.get("SGE_TASK_LAST", "undefined") != "undefined":
+        first, last = int(env.get("SGE_TASK_FIRST") or 1), int(env["SGE_TASK_LAST"])
+        step = int(env.get("SGE_TASK_STEPSIZE") or 1)
+        return (int(env["SGE_TASK_ID"]) - first) // step, (last - first) // step + 1
+    return None
+
+
+def _share(process_index, process_count) -> tuple[int, int]:
+    if process_index is None and process_count is None:
+        if jax.process_count() > 1:
+            return jax.process_index(), jax.process_count()
+        return job_array_share() or (0, 1)
+    pi = 0 if process_index is None else int(process_index)
+    pc = (jax.process_count() if process_count is None else int(process_count))
+    return pi, pc
+
+
+def default_block_size(n_inits: int) -> int:
+    """Initializations per claim: about 64 blocks per sweep, between 1 and 256."""
+    return max(1, min(256, -(-int(n_inits) // 64)))
+
 
 def run_sweep(
     config: SweepConfig,
@@ -258,116 +296,247 @@ def run_sweep(
     chunk_size: int = 1024,
     process_index: int | None = None,
     process_count: int | None = None,
+    stale_seconds: float = 120.0,
     on_chunk: Callable[[Path], None] | None = None,
 ) -> SweepResult:
     """Run (or finish) the sweep `config`, writing records to the folder `out`.
 
+    Many writers (processes, hosts, job-array tasks, restarts) may work on one folder at
+    once: they claim blocks of indices (`claims/`), so each block is computed once, and a
+    writer that finishes early helps with what is left. Each returns when the whole sweep
+    is done.
+
     **Arguments:**
 
     - `config`: a `SweepConfig` (validated on construction).
-    - `out`: results folder (`manifest.json` + `chunks/*.npz`); `None` keeps everything in
-        memory.
+    - `out`: results folder (`manifest.json` + `chunks/*.parquet`); `None` keeps
+        everything in memory.
     - `resume`: finish a sweep already in `out` (its config must match); finished
-        trajectories are loaded, never recomputed.
-    - `overwrite`: delete whatever `out` holds first.
+        trajectories are loaded, never recomputed. Damaged chunks are moved to
+        `quarantine/` and recomputed; a lost manifest is rebuilt from the chunks.
+    - `overwrite`: delete the files the store wrote in `out` first (a folder holding
+        other files is refused).
     - `slots`, `steps_per_call`, `exact`, `devices`: engine settings (see
         `sweep_flows`); they never change the results.
-    - `progress`: progress bar (done, failures, ETA).
+    - `progress`: progress bar (done by all writers, failures, ETA).
     - `flush_seconds`, `chunk_size`: finished records are written at least this often /
         in chunks of at most this many.
-    - `process_index`, `process_count`: multi-host share: this process runs indices
-        `i` with `i % process_count == process_index` on its local devices (default:
-        `jax.process_index()`, `jax.process_count()` after `jax.distributed.initialize()`).
+    - `process_index`, `process_count`: where in the sweep this writer starts claiming
+        (writer `p` of `P` starts at block `p * n_blocks / P`, then helps the others).
+        Default: `jax.process_index()`/`jax.process_count()` after
+        `jax.distributed.initialize()`, else the job-array variables
+        (`SLURM_ARRAY_TASK_ID`, ...; see `job_array_share`), else `0, 1`. Without `out`,
+        process `p` runs the indices `i % P == p`.
+    - `stale_seconds`: a claim whose writer's heartbeat is older than this is taken
+        over (a writer on the same host whose process is gone is taken over at once).
+    - `on_chunk`: called with the path of each chunk written.
 
-    **Returns:** a `SweepResult` with every record found in `out` (all processes).
+    **Returns:** a `SweepResult` with every record found in `out` (all writers).
     """
     if not isinstance(config, SweepConfig):
         raise TypeError(f"config must be a SweepConfig; got {type(config).__name__}.")
     if not jax.config.jax_enable_x64:
         raise ValueError("Sweeps check conservation laws and need float64: call "
                          "jax.config.update('jax_enable_x64', True) first.")
-    pi = jax.process_index() if process_index is None else int(process_index)
-    pc = jax.process_count() if process_count is None else int(process_count)
+    for name, v, lo in (("slots", slots, 1), ("steps_per_call", steps_per_call, 1), ("chunk_size", chunk_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}; got {v!r}.")
+    if not (np.isfinite(flush_seconds) and flush_seconds >= 0):
+        raise ValueError(f"flush_seconds must be a finite number >= 0; got {flush_seconds!r}.")
+    if not (np.isfinite(stale_seconds) and stale_seconds > 0):
+        raise ValueError(f"stale_seconds must be a positive number; got {stale_seconds!r}.")
+    pi, pc = _share(process_index, process_count)
     if not (0 <= pi < pc):
         raise ValueError(f"Need 0 <= process_index < process_count; got {pi}, {pc}.")
-    graph = config.build_graph()  # graph and data errors come before the folder is touched
+    graph = config.build_graph()  # graph, data and engine errors come before the folder is touched
     X, Y = config.build_data(graph)
-    store = ResultsStore(out, process_index=pi) if out is not None else None
-    if store is not None:
-        store.open(manifest_for(config), resume=resume, overwrite=overwrite)
+    engine = _engine(config, graph, X, Y, slots=slots, steps_per_call=steps_per_call, exact=exact, devices=devices)
+    if out is None:
+        return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], progress)
+    store = ResultsStore(out)
+    store.open({**manifest_for(config), "block_size": default_block_size(config.n_inits)},
+               resume=resume, overwrite=overwrite)
+    for note in store.notes:
+        warnings.warn(note, SweepStoreWarning, stacklevel=2)
+    stats = _run_claimed(config, engine, store, pi=pi, pc=pc, progress=progress, flush_seconds=flush_seconds,
+                         chunk_size=chunk_size, stale_seconds=stale_seconds, on_chunk=on_chunk)
+    rec = store.load_records()
+    if rec is None:
+        raise ValueError("The sweep produced no records.")
+    return _result_from_records(rec, stats, config.rtol, config.atol)
+
+
+class SweepStoreWarning(UserWarning):
+    """What the store did to a results folder: a damaged file set aside, a manifest rebuilt."""
+
+
+def _engine(config, graph, X, Y, *, slots, steps_per_call, exact, devices):
     template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
-    if config.kink_aware:
-        def make_engine():
-            return KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
-                              devices=devices, exact=exact, solver=config.solver, rtol=config.rtol,
-                              atol=config.atol, n_save=config.n_save, max_steps=config.max_steps, loss=config.loss)
-    else:
-        def make_engine():
-            problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
-                                   atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
-                                   loss=config.loss, weight_decay=config.weight_decay,
-                                   grad_norm_tol=config.grad_norm_tol, loss_floor=config.loss_floor,
-                                   max_param_norm=config.max_param_norm)
-            return Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
-                          steps_per_call=steps_per_call, devices=devices, exact=exact)
     key = (json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
            slots, steps_per_call, exact, None if devices is None else tuple(devices))
     engine = _ENGINES.get(key)
-    if engine is None:  # compiled engines are reused by later sweeps of the same problem
-        engine = make_engine()
-        if len(_ENGINES) >= 8:
-            _ENGINES.pop(next(iter(_ENGINES)))
-        _ENGINES[key] = engine
-    mine = np.arange(config.n_inits)[pi::pc]
-    done = store.done_indices() if store is not None else np.zeros(0, np.int64)
-    todo = np.setdiff1d(mine, done)
+    if engine is not None:  # compiled engines are reused by later sweeps of the same problem
+        return engine
+    if config.kink_aware:
+        engine = KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
+                            devices=devices, exact=exact, solver=config.solver, rtol=config.rtol,
+                            atol=config.atol, n_save=config.n_save, max_steps=config.max_steps, loss=config.loss)
+    else:
+        problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
+                               atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
+                               loss=config.loss, weight_decay=config.weight_decay,
+                               grad_norm_tol=config.grad_norm_tol, loss_floor=config.loss_floor,
+                               max_param_norm=config.max_param_norm)
+        engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
+                        steps_per_call=steps_per_call, devices=devices, exact=exact)
+    if len(_ENGINES) >= 8:
+        _ENGINES.pop(next(iter(_ENGINES)))
+    _ENGINES[key] = engine
+    return engine
+
+
+def _stats_of(st: EngineStats | None, engine) -> dict:
+    st = st or EngineStats(0, 0, 0, 0.0)
+    return _stats_dict(st, engine.slots, len(engine.mesh.devices.flat))
+
+
+def _run_in_memory(config, engine, todo, progress) -> SweepResult:
     memory: list[dict] = []
+    bar, update = _progress(len(todo), 0, progress)
+    try:
+        st = engine.run(todo, on_results=memory.append, progress=update)
+    finally:
+        if bar is not None:
+            bar.close()
+    rec = {k: np.concatenate([m[k] for m in memory]) for k in memory[0]}
+    return _result_from_records(rec, _stats_of(st, engine), config.rtol, config.atol)
+
+
+def _add_stats(a: EngineStats | None, b: EngineStats) -> EngineStats:
+    if a is None:
+        return b
+    return EngineStats(a.useful_steps + b.useful_steps, a.slot_iterations + b.slot_iterations,
+                       a.calls + b.calls, a.seconds + b.seconds)
+
+
+def _run_claimed(config, engine, store: ResultsStore, *, pi, pc, progress, flush_seconds, chunk_size,
+                 stale_seconds, on_chunk) -> dict:
+    """Claim blocks of indices, run them, write their records, until the sweep is done."""
+    n = config.n_inits
+    bs = int(store.manifest.get("block_size") or default_block_size(n))
+    n_blocks = -(-n // bs)
+    done = np.zeros(n, bool)
+    done[store.done_indices()] = True
+    store.new_indices()  # mark the chunks read so far as seen
+    blocks = [np.arange(k * bs, min(n, (k + 1) * bs)) for k in range(n_blocks)]
+    start = (pi * n_blocks) // pc
+    pending = [(start + j) % n_blocks for j in range(n_blocks)]
+    pending = [k for k in pending if not done[blocks[k]].all()]
+    target = 2 * engine.slots  # indices per round: enough to keep every slot busy
+    bar, update = _progress(n, int(done.sum()), progress)
+    claims = store.claims(stale_seconds=stale_seconds, heartbeat_seconds=min(5.0, stale_seconds / 4))
     buffer: list[dict] = []
+    written: list[str] = []
     last = [time.monotonic()]
+    stats = None
+
+    def refresh():
+        new = store.new_indices()
+        new = new[(new >= 0) & (new < n)]
+        fresh = np.unique(new[~done[new]])
+        done[fresh] = True
+        if bar is not None and fresh.size:
+            bar.update(int(fresh.size))
 
     def flush():
-        if buffer and store is not None:
+        if buffer:
             rec = {k: np.concatenate([b[k] for b in buffer]) for k in buffer[0]}
             path = store.write_chunk(rec)
+            store._seen_indices[path.name] = rec["index"]
+            written.append(path.name)
             if on_chunk is not None:
                 on_chunk(path)
         buffer.clear()
         last[0] = time.monotonic()
 
     def on_results(rec):
-        memory.append(rec)
-        if store is None:
-            return
+        done[rec["index"]] = True
         for s in range(0, len(rec["index"]), chunk_size):
             buffer.append({k: v[s:s + chunk_size] for k, v in rec.items()})
             if sum(len(b["index"]) for b in buffer) >= chunk_size:
                 flush()
         if time.monotonic() - last[0] >= flush_seconds:
             flush()
+        update(rec)
 
-    bar, update = _progress(len(mine), len(mine) - len(todo), progress)
+    claims.start()
+    mine: list[int] = []
     try:
-        st = engine.run(todo, on_results=on_results, progress=update)
+        while pending:
+            mine, todo, busy = [], [], []
+            for k in pending:
+                if sum(map(len, todo)) >= target:
+                    busy.append(k)  # not looked at this round
+                    continue
+                if done[blocks[k]].all():
+                    continue
+                got = claims.try_claim(k)
+                if got == DONE:
+                    refresh()
+                    if done[blocks[k]].all():
+                        continue
+                    got = claims.try_claim(k, force=True)  # its records were lost (quarantined)
+                if got == BUSY:
+                    busy.append(k)
+                    continue
+                refresh()  # another writer may have finished part of it meanwhile
+                rest = blocks[k][~done[blocks[k]]]
+                if rest.size == 0:
+                    claims.mark_done(k, [])
+                    continue
+                mine.append(k)
+                todo.append(rest)
+            pending = busy
+            if not mine:
+                if pending:  # the rest is claimed by live writers: wait, and take over the dead
+                    time.sleep(min(1.0, stale_seconds / 10))
+                    refresh()
+                continue
+            written.clear()
+            st = engine.run(np.concatenate(todo), on_results=on_results)
+            flush()
+            stats = _add_stats(stats, st)
+            for k in mine:
+                claims.mark_done(k, written)
+            mine = []
     finally:
         flush()
+        for k in mine:  # interrupted: give the unfinished blocks back at once
+            claims.release(k)
+        claims.stop()
         if bar is not None:
             bar.close()
-    stats = _stats_dict(st, engine.slots, len(engine.mesh.devices.flat))
-    if store is not None:
-        rec = store.load_records()
-    else:
-        rec = {k: np.concatenate([m[k] for m in memory]) for k in memory[0]} if memory else None
-    if rec is None:
-        raise ValueError("The sweep produced no records.")
-    return _result_from_records(rec, stats, config.rtol, config.atol)
+    return _stats_of(stats, engine)
 
 
 def load_sweep(out: str | Path) -> tuple[SweepConfig, SweepResult]:
-    """Read a results folder: its `SweepConfig` and every finished record."""
+    """Read a results folder: its `SweepConfig` and every finished record.
+
+    Reads Parquet folders and the `.npz` folders of earlier versions. A damaged chunk is
+    skipped with a warning naming it (`run_sweep(..., resume=True)` recomputes it); a
+    chunk of another sweep, or two different records for one index, raise `ValueError`
+    naming the files. A lost or damaged manifest is rebuilt from the chunks (in memory).
+    """
     store = ResultsStore(out)
-    man = store.read_manifest()
+    if not Path(out).is_dir():
+        raise FileNotFoundError(f"{str(out)!r} is not a results folder (no such directory).")
+    man, why = store._manifest_or_rebuild()
     if man is None:
-        raise FileNotFoundError(f"{str(out)!r} holds no sweep manifest ({str(Path(out) / 'manifest.json')!r}).")
+        raise FileNotFoundError(f"{str(out)!r} holds no sweep: {why}, and no chunk to rebuild it from.")
+    if why is not None:
+        warnings.warn(f"{why}: config read from {man['rebuilt_from']}; `--resume` rewrites the manifest.",
+                      SweepStoreWarning, stacklevel=2)
+    store.manifest = man
     config = SweepConfig.from_dict(man["config"])
     rec = store.load_records()
     if rec is None:
