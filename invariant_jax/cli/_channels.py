@@ -3,8 +3,7 @@ Glorot-normal initializations ends in a flat channel) from flags."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from ._common import check_output_path, write_json
 
 
 def _floats(text: str, flag: str) -> list[float]:
@@ -54,6 +53,7 @@ def run(args) -> int:
     from ..activations import get_activation
     from ..channels import channel_frequency
 
+    out = check_output_path(args.out, "--out")  # before the study, not after it
     acts = [a.strip() for a in args.activations.split(",") if a.strip()]
     for a in acts:
         if not get_activation(a).smooth:
@@ -71,11 +71,6 @@ def run(args) -> int:
     n_fail = int((st.status >= 2).sum())
     if n_fail:
         print(f"{n_fail} trajectories failed (e.g. max steps); raise --max-steps or loosen --rtol.")
-    if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(st.to_dict(), indent=1))
-        tmp.replace(path)
-        print(f"wrote {path}")
+    if out is not None:
+        print(f"wrote {write_json(out, st.to_dict())}")
     return 0

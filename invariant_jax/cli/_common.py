@@ -30,10 +30,20 @@ def read_edge_list(path: str | Path) -> DAG:
     `inputs: ...`, `outputs: ...` and optionally `constants: ...` (space-separated
     labels). `#` starts a comment."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"Edge-list file {str(path)!r} is a directory; give a text file of 'u v' lines "
+                         "with 'inputs: ...' and 'outputs: ...'.")
     if not path.is_file():
         raise FileNotFoundError(f"Edge-list file {str(path)!r} does not exist.")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
+                         "give a text file of 'u v' lines with 'inputs: ...' and 'outputs: ...'.") from None
+    if "\x00" in text:
+        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (it contains NUL bytes).")
     edges, roles = [], {"inputs": [], "outputs": [], "constants": []}
-    for lineno, raw in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -47,6 +57,15 @@ def read_edge_list(path: str | Path) -> DAG:
         edges.append((parts[0], parts[1]))
     if not roles["inputs"] or not roles["outputs"]:
         raise ValueError(f"{path}: add lines 'inputs: ...' and 'outputs: ...' naming the input and output nodes.")
+    if not edges:
+        raise ValueError(f"{path}: no edges; add one 'u v' line per edge (e.g. '{roles['inputs'][0]} "
+                         f"{roles['outputs'][0]}').")
+    used = {u for u, _ in edges} | {v for _, v in edges}
+    for role in ("inputs", "outputs", "constants"):
+        unused = [v for v in roles[role] if v not in used]
+        if unused:
+            raise ValueError(f"{path}: {role} {unused} appear in no edge; add their edges or drop them from "
+                             f"'{role}:'.")
     return DAG.from_edges(edges, inputs=roles["inputs"], outputs=roles["outputs"], constants=roles["constants"])
 
 
@@ -79,3 +98,23 @@ def teacher_data(graph: DAG, args, activation: str):
 
     X, Y, _ = teacher_student(graph, args.n_samples, key=jr.key(args.data_seed), activation=activation)
     return X, Y
+
+
+def check_output_path(path, flag: str):
+    """Check an output file flag (e.g. `--out`, `--json`) before any work; `None` passes.
+
+    **Raises:** `ValueError` naming the path and the fix (a directory, an unwritable place)."""
+    from ..sweep._store import check_output_file
+
+    return None if path is None else check_output_file(path, flag)
+
+
+def write_json(path, obj) -> Path:
+    """Write `obj` to `path` as strict JSON (NaN as null), atomically (write, then rename),
+    creating the parent folder."""
+    from ..sweep._store import atomic_write_json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, obj, indent=1)
+    return path

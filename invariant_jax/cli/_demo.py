@@ -10,7 +10,8 @@ def add_parser(sub) -> None:
         "demo", help="run the built-in sweep (example DAG, teacher-student data) into runs/demo",
         description="The default sweep: gradient flow from 256 initializations of the example DAG "
         "(skip connections and an out-bottleneck) on teacher-student data. Prints the summary table "
-        f"and writes the results folder and figures to {DEMO_OUT} (replacing an earlier demo).")
+        f"and writes the results folder and figures to {DEMO_OUT}, replacing an earlier demo there. It "
+        "deletes only the files an earlier sweep wrote; a folder holding anything else is refused.")
     p.add_argument("--out", default=DEMO_OUT, help=f"results folder (default {DEMO_OUT})")
     p.add_argument("--n-inits", type=int, default=256)
     p.set_defaults(run=run)
@@ -20,4 +21,5 @@ def run(args) -> int:
     from ..sweep import SweepConfig
     from ._sweep import run_config
 
+    # overwrite deletes only what an earlier sweep wrote, and refuses a folder with other files
     return run_config(SweepConfig(n_inits=args.n_inits), out=args.out, overwrite=True, rows=15)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -14,6 +12,7 @@ from ..network import DAGNetwork
 from ..pruning import magnitude_prune, prune
 from ..regularizers import REGULARIZERS
 from ..training import OPTIMIZERS, fit
+from ._common import check_output_path, write_json
 
 DATASETS = ("breast_cancer",)
 
@@ -70,6 +69,7 @@ def _acc(net, X, Y) -> float:
 
 
 def run(args) -> int:
+    json_out = check_output_path(args.json, "--json")  # before training, not after it
     reg = args.regularizer
     if reg not in REGULARIZERS and reg != "none":
         raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")
@@ -138,8 +138,6 @@ def run(args) -> int:
     if base_acc is not None:
         print(f"baseline ({args.baseline}, same seed): test accuracy {base_acc[0]:.4f}, magnitude-pruned to "
               f"{n_keep} neurons {base_acc[1]:.4f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"wrote {args.json}")
+    if json_out is not None:
+        print(f"wrote {write_json(json_out, out)}")
     return 0

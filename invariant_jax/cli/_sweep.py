@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import tempfile
 from pathlib import Path
 
 from ._common import read_edge_list
 
 DEFAULT_OUT = "runs/sweep"
+FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "overview")
 _ENGINE_KEYS = ("out", "slots", "steps_per_call", "resume", "overwrite", "progress", "exact",
-                "rows", "figures")
+                "rows", "figures", "process_index", "process_count")
 
 
 def add_parser(sub) -> None:
@@ -66,7 +67,17 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")
     e.add_argument("--steps-per-call", type=int, default=S, help="steps between harvests (default 64)")
     e.add_argument("--resume", action="store_true", default=S, help="finish the sweep in --out")
-    e.add_argument("--overwrite", action="store_true", default=S, help="delete what --out holds first")
+    e.add_argument("--overwrite", action="store_true", default=S,
+                   help="delete the files an earlier sweep wrote in --out first (a folder holding other "
+                        "files is refused)")
+    e.add_argument("--process-index", type=int, default=S,
+                   help="this writer's place among --process-count writers sharing --out (default: "
+                        "jax.process_index(), or the job-array task: SLURM_ARRAY_TASK_ID, SGE_TASK_ID)")
+    e.add_argument("--process-count", type=int, default=S,
+                   help="number of writers (default: jax.process_count(), or SLURM_ARRAY_TASK_COUNT, ...); "
+                        "writers claim blocks of work, so a fast one helps a slow one")
+    e.add_argument("--status", metavar="DIR", default=S,
+                   help="print the progress of the sweep in DIR across all writers, and exit")
     e.add_argument("--vmap", dest="exact", action="store_false", default=S,
                    help="vmap over slots (for GPUs) instead of the exact per-slot program")
     e.add_argument("--no-progress", dest="progress", action="store_false", default=S)
@@ -122,28 +133,85 @@ def config_from_args(args) -> tuple:
 
 
 def run(args) -> int:
+    if "status" in vars(args):
+        return print_status(vars(args)["status"])
     config, engine = config_from_args(args)
     return run_config(config, **engine)
 
 
+def print_status(folder) -> int:
+    """`--status DIR`: records done, writers and their heartbeats, claims, quarantined files."""
+    from ..sweep._store import ResultsStore
+
+    if not Path(folder).is_dir():
+        raise FileNotFoundError(f"--status: {str(folder)!r} is not a folder.")
+    st = ResultsStore(folder).status()
+    print(f"sweep {st['folder']} (config {st['config_hash']}): {st['done']} of {st['n_inits']} "
+          f"initializations done, {st['remaining']} to go")
+    if st["manifest"] != "ok":
+        print(f"  manifest: {st['manifest']} (--resume rebuilds it from the chunks)")
+    for w, n in sorted(st["records_by_writer"].items()):
+        print(f"  records written by {w}: {n}")
+    for w in st["writers"]:
+        print(f"  writer {w.get('host')}:{w.get('pid')}:{w.get('id')} running, heartbeat "
+              f"{w['heartbeat_age_s']:g} s ago")
+    b = st["blocks"]
+    print(f"  claimed blocks: {b['done']} done, {b['live']} in progress, {b['stale']} stale "
+          "(taken over by the next --resume)")
+    for q in st["quarantined"]:
+        print(f"  quarantined: {q}")
+    for d in st["damaged"]:
+        print(f"  damaged (set aside by the next --resume): {d}")
+    return 0
+
+
+def _job_share(process_index, process_count):
+    if process_index is None and process_count is None:
+        return None, None
+    from ..sweep._run import job_array_share
+
+    env = job_array_share()
+    if process_count is None:
+        if env is None:
+            raise ValueError("--process-index needs --process-count (no job-array variables found).")
+        process_count = env[1]
+    if process_index is None:
+        process_index = env[0] if env is not None else 0
+    if not (0 <= process_index < process_count):
+        raise ValueError(f"Need 0 <= --process-index < --process-count; got {process_index}, {process_count}.")
+    return process_index, process_count
+
+
 def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=64, resume=False, overwrite=False,
-               progress=True, exact=True, rows=20, figures=True) -> int:
+               progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None) -> int:
     """Run a sweep, print its summary, and write table.csv, summary.json and figures."""
     from ..sweep import run_sweep, summarize_sweep
+    from ..sweep._store import ResultsStore, atomic_write_bytes, atomic_write_json, check_output_folder
 
-    out = Path(out)
+    out = check_output_folder(out)
+    process_index, process_count = _job_share(process_index, process_count)
     print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
           f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver} rtol={config.rtol:g} "
           f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}")
     result = run_sweep(config, out, resume=resume, overwrite=overwrite, slots=slots,
-                       steps_per_call=steps_per_call, exact=exact, progress=progress)
+                       steps_per_call=steps_per_call, exact=exact, progress=progress,
+                       process_index=process_index, process_count=process_count)
     summary = summarize_sweep(config, result)
     print(summary.table(max_rows=rows))
     print(summary.aggregate_table())
-    summary.to_csv(out / "table.csv")
-    (out / "summary.json").write_text(json.dumps(summary.aggregate, indent=2))
+    store = ResultsStore(out)
+    written = [out / "table.csv", out / "summary.json"]
+    store.add_outputs(written)  # listed before they exist: --overwrite may delete them later
+    with tempfile.TemporaryDirectory() as tmp:
+        summary.to_csv(Path(tmp) / "table.csv")
+        text = (Path(tmp) / "table.csv").read_bytes()
+    atomic_write_bytes(out / "table.csv", lambda f: f.write(text))
+    atomic_write_json(out / "summary.json", summary.aggregate)
     if figures:
+        names = [out / "figures" / f"{n}.png" for n in FIGURES]
+        store.add_outputs(names)
         paths = summary.save_figures(out / "figures")
+        store.add_outputs(paths)
         print(f"figures: {', '.join(str(p) for p in paths)}")
-    print(f"results: {out}/manifest.json, {out}/chunks/*.npz, {out}/table.csv, {out}/summary.json")
+    print(f"results: {out}/manifest.json, {out}/chunks/*.parquet, {out}/table.csv, {out}/summary.json")
     return 0  # failed trajectories are data (status column), not an error
