@@ -8,6 +8,7 @@ import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import invariant_jax as ij
@@ -160,7 +161,7 @@ def test_persistence_manifest_and_resume(tmp_path):
     full = run_sweep(cfg, out, slots=2, steps_per_call=8, progress=False, flush_seconds=0.0)
     man = json.loads((out / "manifest.json").read_text())
     assert man["config"] == cfg.to_dict() and man["version"] == ij.__version__
-    chunks = sorted((out / "chunks").glob("*.npz"))
+    chunks = sorted((out / "chunks").glob("*.parquet"))
     assert len(chunks) >= 2 and not list(out.rglob("*.tmp"))
     cfg2, loaded = load_sweep(out)
     assert cfg2 == cfg
@@ -169,8 +170,7 @@ def test_persistence_manifest_and_resume(tmp_path):
     again = run_sweep(cfg, out, resume=True, slots=2, steps_per_call=8, progress=False)
     assert again.stats["useful_steps"] == 0
     # lose one chunk: resume recomputes exactly those trajectories, with equal results
-    with np.load(chunks[0]) as z:
-        lost = set(z["index"].tolist())
+    lost = set(pq.read_table(chunks[0], columns=["index"]).column("index").to_pylist())
     chunks[0].unlink()
     resumed = run_sweep(cfg, out, resume=True, slots=2, steps_per_call=8, progress=False)
     assert resumed.stats["useful_steps"] == int(full.num_steps[sorted(lost)].sum())

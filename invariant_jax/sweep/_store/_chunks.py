@@ -24,6 +24,7 @@ class DamagedChunk(Exception):
     """A chunk file that cannot be read or fails its checksum (`path`, `reason`)."""
 
     def __init__(self, path: Path, reason: str):
+        reason = " ".join(str(reason).split())  # one line
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = Path(path), reason
 

@@ -1,0 +1,387 @@
+"""The results store never loses a record: Parquet chunks that pandas/DuckDB read,
+unique names per writer, deduplication, damaged and foreign chunks, lost manifests,
+claims of dead writers, and `--overwrite`/`demo` deleting only the store's own files.
+Each test compares against an uninterrupted in-memory run (the same compiled program,
+so records are bit-identical) or against the files' bytes themselves."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from invariant_jax.cli import main
+from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
+from invariant_jax.sweep._run import _FIELDS, job_array_share, manifest_for
+from invariant_jax.sweep._store import (BUSY, CLAIMED, DONE, SCHEMA_VERSION, Claims, ResultsStore, config_hash,
+                                        new_writer, read_chunk)
+from invariant_jax.sweep._store._chunks import checksum, write_chunk
+
+CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11)
+KW = dict(slots=2, steps_per_call=8, progress=False)
+KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return run_sweep(SweepConfig(**CFG), **KW)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, reference):
+    """A finished folder with one chunk per harvest (several chunks)."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    run_sweep(SweepConfig(**CFG), out, flush_seconds=0.0, **KW)
+    assert len(list((out / "chunks").glob("*.parquet"))) >= 3
+    return out
+
+
+@pytest.fixture
+def folder(tmp_path, finished):
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    return out
+
+
+def _same(res, ref):
+    for k in KEYS:
+        np.testing.assert_array_equal(getattr(res, k), getattr(ref, k), err_msg=k)
+
+
+def _records(res, rows):
+    return {k: np.asarray(getattr(res, k))[rows] for k in _FIELDS}
+
+
+# ------------------------------------------------------------ format (item 4)
+
+
+def test_chunks_are_parquet_with_hash_schema_and_checksum(folder, reference):
+    cfg = SweepConfig(**CFG)
+    table = pq.read_table(folder / "chunks")  # a whole folder, read by pyarrow alone
+    assert table.num_rows == CFG["n_inits"]
+    n_edges = reference.theta0.shape[1]
+    assert table.schema.field("theta0").type.list_size == n_edges  # fixed-size list column
+    order = np.argsort(table.column("index").to_numpy())
+    theta0 = np.stack(table.column("theta0").to_numpy(zero_copy_only=False))[order]
+    np.testing.assert_array_equal(theta0, reference.theta0)
+    for f in sorted((folder / "chunks").glob("*.parquet")):
+        rec, meta = read_chunk(f)
+        assert meta["schema_version"] == SCHEMA_VERSION == 2
+        assert meta["config_hash"] == config_hash(cfg.to_dict())
+        assert meta["checksum"] == checksum(rec)
+        assert json.loads(pq.read_schema(f).metadata[b"invariant_jax"])["config"] == cfg.to_dict()
+    assert not list(folder.rglob("*.tmp"))
+
+
+def test_pandas_and_duckdb_read_the_folder(folder, reference):
+    pd = pytest.importorskip("pandas")
+    duckdb = pytest.importorskip("duckdb")
+    df = pd.read_parquet(folder / "chunks").sort_values("index")  # the docs' example
+    np.testing.assert_array_equal(df["loss_final"].to_numpy(), reference.loss_final)
+    n, worst = duckdb.sql(f"SELECT count(*), max(drift) FROM '{folder}/chunks/*.parquet'").fetchall()[0]
+    assert n == CFG["n_inits"] and worst == reference.drift.max()
+
+
+def test_chunk_file_mode_follows_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        import importlib
+
+        import invariant_jax.sweep._store._files as files
+
+        importlib.reload(files)  # FILE_MODE is read from the umask at import
+        p = tmp_path / "x.bin"
+        files.atomic_write_bytes(p, lambda f: f.write(b"x"))
+        assert p.stat().st_mode & 0o777 == 0o644  # mkstemp alone gives 0600
+    finally:
+        os.umask(old)
+
+
+def test_old_npz_folder_loads_and_resumes(tmp_path, reference):
+    """Folders written before Parquet (format 1: npz chunks) are read and finished."""
+    cfg = SweepConfig(**CFG)
+    out = tmp_path / "old"
+    (out / "chunks").mkdir(parents=True)
+    (out / "manifest.json").write_text(json.dumps({**manifest_for(cfg), "format": "invariant_jax.sweep/1"}))
+    np.savez(out / "chunks" / "chunk-p000-000000.npz", **_records(reference, [0, 1, 2]))
+    cfg2, part = load_sweep(out)
+    assert cfg2 == cfg and list(part.index) == [0, 1, 2]
+    res = run_sweep(cfg, out, resume=True, **KW)
+    _same(res, reference)
+    assert res.stats["useful_steps"] == int(reference.num_steps[3:].sum())  # npz records were kept
+
+
+# ------------------------------------------------------ many writers (item 2)
+
+
+def test_two_writers_never_write_the_same_chunk_name(folder, reference):
+    """Repro: two processes resuming one folder numbered chunks alike and overwrote each other."""
+    man = manifest_for(SweepConfig(**CFG))
+    a, b = ResultsStore(folder), ResultsStore(folder)
+    a.open(man, resume=True)
+    b.open(man, resume=True)
+    before = set((folder / "chunks").iterdir())
+    pa_, pb_ = a.write_chunk(_records(reference, [0, 1])), b.write_chunk(_records(reference, [2, 3]))
+    assert pa_ != pb_ and set((folder / "chunks").iterdir()) - before == {pa_, pb_}
+    _, res = load_sweep(folder)  # identical duplicates: each index once
+    _same(res, reference)
+
+
+def test_different_duplicate_records_are_an_error_naming_both(folder, reference):
+    rec = _records(reference, [4])
+    rec["loss_final"] = rec["loss_final"] + 1.0
+    store = ResultsStore(folder)
+    store.open(manifest_for(SweepConfig(**CFG)), resume=True)
+    bad = store.write_chunk(rec)
+    with pytest.raises(ValueError, match="Index 4 has different records") as e:
+        load_sweep(folder)
+    assert bad.name in str(e.value) and str(e.value).count(".parquet") == 2
+
+
+def test_claims_busy_stale_dead_and_done(tmp_path):
+    a, b = (Claims(tmp_path, new_writer(), stale_seconds=30) for _ in range(2))
+    a.start()
+    b.start()
+    try:
+        assert a.try_claim(0) == CLAIMED and b.try_claim(0) == BUSY  # a is alive
+        a.mark_done(0, ["c.parquet"])
+        assert b.try_claim(0) == DONE and b.try_claim(0, force=True) == CLAIMED
+        assert a.try_claim(1) == CLAIMED
+        old = a.heartbeat_path.stat().st_mtime - 60
+        a._stop.set()
+        a._thread.join()
+        os.utime(a.heartbeat_path, (old, old))  # a hangs: its heartbeat is 60 s old
+        assert b.try_claim(1) == CLAIMED
+        dead = {**new_writer(), "pid": 2**22 + 12345}  # no such process on this host
+        c = Claims(tmp_path, dead, stale_seconds=1e9)
+        c.start()
+        c._stop.set()
+        assert c.try_claim(2) == CLAIMED and b.try_claim(2) == CLAIMED  # dead at once, whatever its heartbeat
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_resume_takes_over_a_dead_writers_claims(tmp_path, reference):
+    cfg = SweepConfig(**CFG)
+    out = tmp_path / "run"
+    store = ResultsStore(out)
+    store.open({**manifest_for(cfg), "block_size": 1})
+    store.write_chunk(_records(reference, [0, 1]))
+    dead = Claims(store.claim_dir, {**new_writer(), "pid": 2**22 + 12345}, stale_seconds=1e9)
+    dead.start()
+    dead._stop.set()
+    for k in range(CFG["n_inits"]):  # the dead writer claimed everything
+        assert dead.try_claim(k) == CLAIMED
+    res = run_sweep(cfg, out, resume=True, **KW)  # would wait forever if the claims were honoured
+    _same(res, reference)
+    assert res.stats["useful_steps"] == int(reference.num_steps[2:].sum())
+
+
+# ----------------------------------------------- self-verifying files (item 3)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "altered", "garbage"])
+def test_damaged_chunk_is_named_quarantined_and_recomputed(folder, reference, damage):
+    victim = sorted((folder / "chunks").glob("*.parquet"))[1]
+    data = victim.read_bytes()
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "altered":  # a valid Parquet file with one value changed: only the checksum notices
+        t = pq.read_table(victim)
+        i = t.column_names.index("loss_final")
+        t = t.set_column(i, "loss_final", pa.array(t.column(i).to_numpy() * (1 + 1e-15)))
+        pq.write_table(t.replace_schema_metadata(pq.read_schema(victim).metadata), victim)
+        data = victim.read_bytes()
+    else:
+        data = os.urandom(len(data))
+    victim.write_bytes(data)
+    why = "checksum mismatch" if damage == "altered" else "unreadable"
+    with pytest.warns(UserWarning, match=f"{victim.name}.*{why}"):
+        _, part = load_sweep(folder)
+    assert len(part) < CFG["n_inits"]
+    with pytest.warns(UserWarning, match=f"damaged chunk .*{victim.name}.*quarantine"):
+        res = run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)
+    _same(res, reference)
+    assert (folder / "quarantine" / victim.name).read_bytes() == data  # set aside, not deleted
+
+
+def test_foreign_chunk_is_refused_by_name(folder, reference):
+    """Repro: a chunk of a t1 = 0.2 sweep copied into a t1 = 0.5 folder was merged silently."""
+    other = {**SweepConfig(**CFG).to_dict(), "t1": 0.2}
+    alien = folder / "chunks" / "chunk-elsewhere-1-abcd-000000.parquet"
+    write_chunk(alien, _records(reference, [0]), config_hash=config_hash(other), config=other,
+                writer=new_writer())
+    for call in (lambda: load_sweep(folder), lambda: run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)):
+        with pytest.raises(ValueError, match=rf"{alien.name}.*another sweep.*differs in \['t1'\]"):
+            call()
+    assert alien.exists()
+
+
+@pytest.mark.parametrize("how", ["deleted", "garbage"])
+def test_lost_manifest_is_rebuilt_from_the_chunks(folder, reference, how):
+    man = folder / "manifest.json"
+    if how == "deleted":
+        man.unlink()
+    else:
+        man.write_text("{ not json")
+    cfg, part = load_sweep(folder)  # readable without it
+    assert cfg == SweepConfig(**CFG) and len(part) == CFG["n_inits"]
+    with pytest.warns(UserWarning, match="manifest rebuilt from the chunks"):
+        res = run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)
+    _same(res, reference)
+    assert res.stats["useful_steps"] == 0  # nothing recomputed, nothing deleted
+    assert json.loads(man.read_text())["config"] == SweepConfig(**CFG).to_dict()
+    if how == "garbage":
+        assert (folder / "quarantine" / "manifest.json").read_text() == "{ not json"
+
+
+# ------------------------------------------- never delete foreign files (item 1)
+
+
+def test_demo_refuses_a_folder_with_user_files(tmp_path, capsys):
+    """Repro: `mkdir d && echo x > d/notes.txt && invariant-jax demo --n-inits 2 --out d`."""
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "notes.txt").write_text("x")
+    (d / "sub" / "data.csv").write_text("1,2")
+    assert main(["demo", "--n-inits", "2", "--out", str(d)]) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert (d / "notes.txt").read_text() == "x" and (d / "sub" / "data.csv").read_text() == "1,2"
+    assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "sub"]
+
+
+@pytest.mark.parametrize("out", ["", ".", "CWD"])
+def test_empty_or_current_directory_out_is_refused(tmp_path, monkeypatch, capsys, out):
+    """Repro: `demo --out ""` emptied the current directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("x")
+    out = str(tmp_path) if out == "CWD" else out
+    for cmd in (["demo", "--n-inits", "2", "--out", out], ["sweep", "--n-inits", "2", "--out", out, "--overwrite"]):
+        assert main(cmd) == 2
+        assert "--out" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_overwrite_deletes_only_what_the_store_wrote(folder, capsys):
+    base = ["sweep", *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in CFG.items()), []),
+            "--slots", "2", "--steps-per-call", "8", "--no-progress", "--no-figures", "--out", str(folder)]
+    (folder / "chunks" / "mine.parquet").write_text("user file in chunks/")
+    (folder / "README").write_text("user notes")
+    assert main([*base, "--n-inits", "3", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "chunks/mine.parquet" in err and "README" in err
+    assert len(list((folder / "chunks").glob("chunk-*.parquet"))) >= 3  # nothing deleted
+    (folder / "chunks" / "mine.parquet").unlink()
+    (folder / "README").unlink()
+    assert main([*base, "--resume"]) == 0  # writes table.csv and summary.json, listed in the manifest
+    assert sorted(json.loads((folder / "manifest.json").read_text())["outputs"]) == ["summary.json", "table.csv"]
+    assert main([*base, "--n-inits", "3", "--overwrite"]) == 0
+    _, res = load_sweep(folder)
+    assert list(res.index) == [0, 1, 2]
+    assert not (folder / "quarantine").exists()
+
+
+# ---------------------------------------- validate before any work (item 6)
+
+
+@pytest.mark.parametrize("flag", ["--slots", "--steps-per-call"])
+def test_bad_engine_flags_are_refused_before_the_folder_exists(tmp_path, capsys, flag):
+    out = tmp_path / "run"
+    assert main(["sweep", "--n-inits", "2", flag, "0", "--out", str(out), "--no-progress"]) == 2
+    assert "must be an integer >= 1; got 0" in capsys.readouterr().err
+    assert not out.exists()  # the corrected command needs no --resume/--overwrite
+
+
+@pytest.mark.parametrize("cmd, flag", [("channels", "--out"), ("prune", "--json")])
+@pytest.mark.parametrize("where", ["directory", "under_a_file"])
+def test_output_paths_are_checked_before_work(tmp_path, monkeypatch, capsys, cmd, flag, where):
+    """Repro: `channels --out DIR` and `prune --json DIR` failed after the whole computation."""
+    import invariant_jax.channels as channels
+    import invariant_jax.cli._prune as prune_cli
+
+    def no_work(*a, **k):
+        raise AssertionError("the computation started before the output path was checked")
+
+    monkeypatch.setattr(channels, "channel_frequency", no_work)
+    monkeypatch.setattr(prune_cli, "fit", no_work)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    path = tmp_path if where == "directory" else blocker / "out.json"
+    assert main([cmd, flag, str(path)]) == 2
+    assert str(path) in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_json_outputs_are_strict(tmp_path):
+    from invariant_jax.cli._common import write_json
+
+    p = write_json(tmp_path / "sub" / "x.json", {"a": float("nan"), "b": [np.float64(np.inf), 1.5], "c": np.arange(2)})
+    assert json.loads(p.read_text()) == {"a": None, "b": [None, 1.5], "c": [0, 1]}
+
+
+@pytest.mark.slow
+def test_summary_json_is_strict_json(tmp_path):
+    """Repro: summary.json held bare NaN (every trajectory failed: no final-loss median)."""
+    out = tmp_path / "run"
+    assert main(["sweep", "--n-inits", "2", "--max-steps", "2", "--t1", "0.5", "--n-samples", "10", "--n-save",
+                 "11", "--slots", "2", "--no-progress", "--no-figures", "--out", str(out)]) == 0
+    text = (out / "summary.json").read_text()
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    agg = json.loads(text, parse_constant=refuse)
+    assert agg["final loss median"] is None and agg["initializations"] == 2
+
+
+def test_check_names_the_step_budget(capsys):
+    """Repro: `check --max-steps 10` said 'NOT within 100 tolerance units' (drifts were < 1)."""
+    assert main(["check", "--max-steps", "10", "--n-inits", "2"]) == 1
+    out = capsys.readouterr().out
+    verdict = out.strip().splitlines()[-1]
+    assert "step budget (--max-steps 10)" in verdict and "NOT" not in verdict
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe garbage", "is not a text file"),
+    (b"inputs: a\noutputs: b\n", "no edges; add one 'u v' line per edge"),
+    (b"inputs: a z\noutputs: b\na b\n", "inputs ['z'] appear in no edge"),
+    (None, "is a directory"),
+])
+def test_graph_file_errors(tmp_path, capsys, content, message):
+    g = tmp_path / "g.txt"
+    if content is None:
+        g.mkdir()
+    else:
+        g.write_bytes(content)
+    out = tmp_path / "run"
+    assert main(["sweep", "--graph", str(g), "--out", str(out), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+# --------------------------------------------------- across hosts (item 5)
+
+
+def test_job_array_variables():
+    assert job_array_share({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "3",
+                            "SLURM_ARRAY_TASK_COUNT": "4"}) == (2, 4)
+    assert job_array_share({"SGE_TASK_ID": "5", "SGE_TASK_FIRST": "1", "SGE_TASK_LAST": "7",
+                            "SGE_TASK_STEPSIZE": "2"}) == (2, 4)
+    assert job_array_share({"SGE_TASK_ID": "undefined"}) is None and job_array_share({}) is None
+
+
+def test_status_shows_progress_across_writers(folder, reference, capsys):
+    other = ResultsStore(folder)  # a second writer adds a chunk
+    other.open(manifest_for(SweepConfig(**CFG)), resume=True)
+    other.write_chunk(_records(reference, [5]))
+    victim = sorted((folder / "chunks").glob("*.parquet"))[0]
+    victim.write_bytes(b"damaged")
+    assert main(["sweep", "--status", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"of {CFG['n_inits']} initializations done" in out
+    assert f"{other.writer['host']}:{other.writer['pid']}:{other.writer['id']}" in out
+    assert f"damaged (set aside by the next --resume): {victim.name}" in out
