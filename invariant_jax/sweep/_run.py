@@ -312,7 +312,7 @@ def run_sweep(
     - `out`: results folder (`manifest.json` + `chunks/*.parquet`); `None` keeps
         everything in memory.
     - `resume`: finish a sweep already in `out` (its config must match); finished
-        trajectories are loaded, never recomputed. Damaged chunks are moved to
+        trajectories are loaded, never recomputed. Implied when `process_count > 1`. Damaged chunks are moved to
         `quarantine/` and recomputed; a lost manifest is rebuilt from the chunks.
     - `overwrite`: delete the files the store wrote in `out` first (a folder holding
         other files is refused).
@@ -354,6 +354,7 @@ def run_sweep(
     if out is None:
         return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], progress)
     store = ResultsStore(out)
+    resume = resume or pc > 1  # the writers of a multi-process sweep join one folder
     store.open({**manifest_for(config), "block_size": default_block_size(config.n_inits)},
                resume=resume, overwrite=overwrite)
     for note in store.notes:

@@ -198,17 +198,19 @@ class ResultsStore:
         manifest.setdefault("outputs", [])
         if self.folder.is_dir() and any(self.folder.iterdir()):
             old, why = self._manifest_or_rebuild()
-            if old is None and why is not None and (self.folder / MANIFEST).exists() and not self.chunk_files():
-                # a damaged manifest and no records: nothing to lose, set it aside
+            if old is None and why is not None and (self.folder / MANIFEST).exists():
+                # a damaged manifest and no readable chunk to rebuild it from: set it aside
                 self._quarantine(self.folder / MANIFEST, why)
                 old, why = None, None
             foreign = self.foreign_files(old)
-            if old is None:
+            if old is None and not foreign:
+                pass  # only the store's own empty folders (another writer is creating it): join
+            elif old is None:
                 raise ValueError(
                     f"Output folder {str(self.folder)!r} holds files this store did not write "
                     f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}) and no sweep; "
                     "choose another --out (nothing was deleted).")
-            if overwrite:
+            elif overwrite:
                 if foreign:
                     raise ValueError(
                         f"--overwrite refused: {str(self.folder)!r} also holds files this store did not write "
