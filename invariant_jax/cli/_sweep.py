@@ -153,7 +153,8 @@ def print_status(folder) -> int:
     for w, n in sorted(st["records_by_writer"].items()):
         print(f"  records written by {w}: {n}")
     for w in st["writers"]:
-        print(f"  writer {w.get('host')}:{w.get('pid')}:{w.get('id')} running, heartbeat "
+        state = "running" if w["alive"] else "gone (its claims are taken over by the next --resume)"
+        print(f"  writer {w.get('host')}:{w.get('pid')}:{w.get('id')} {state}, heartbeat "
               f"{w['heartbeat_age_s']:g} s ago")
     b = st["blocks"]
     print(f"  claimed blocks: {b['done']} done, {b['live']} in progress, {b['stale']} stale "

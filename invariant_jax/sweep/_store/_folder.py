@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ._chunks import SCHEMA_VERSION, DamagedChunk, read_chunk, read_indices, read_meta, write_chunk
-from ._claims import Claims, new_writer
+from ._claims import Claims, _pid_alive, new_writer
 from ._files import atomic_write_json, check_output_folder
 
 MANIFEST = "manifest.json"
@@ -50,7 +50,7 @@ class ResultsStore:
     - `writer`: this writer's identity (`host`, `pid`, `id`); default: a new one.
     """
 
-    def __init__(self, folder: str | Path, *, writer: dict | None = None, process_index: int | None = None):
+    def __init__(self, folder: str | Path, *, writer: dict | None = None):
         self.folder = Path(folder)
         self.writer = new_writer() if writer is None else dict(writer)
         self.notes: list[str] = []  # what open/load did to the folder, in words
@@ -379,29 +379,29 @@ class ResultsStore:
             done.update(int(i) for i in idx)
             key = f"{w.get('host', '?')}:{w.get('pid', '?')}:{w.get('id', 'npz')}"
             per_writer[key] = per_writer.get(key, 0) + len(idx)
-        cl = Claims(self.claim_dir, {"host": None, "id": None})
         blocks = {"done": 0, "live": 0, "stale": 0}
         writers = []
         if self.claim_dir.is_dir():
+            me = new_writer()
             now = max([p.stat().st_mtime for p in self.claim_dir.iterdir()] + [0.0])
-            for p in sorted(self.claim_dir.glob("block-*.json")):
-                c = cl.read(int(p.stem.split("-")[1])) or {}
-                blocks["done" if c.get("done") else "live" if self._alive(cl, c) else "stale"] += 1
+            beats = {}
             for p in sorted(self.claim_dir.glob("writer-*.json")):
                 try:
                     w = json.loads(p.read_text())
+                    age = now - p.stat().st_mtime
                 except (OSError, ValueError):
                     continue
-                writers.append({**w, "heartbeat_age_s": round(now - p.stat().st_mtime, 1)})
+                alive = age < 120 and (w.get("host") != me["host"] or _pid_alive(w.get("pid", -1)))
+                beats[w.get("id")] = alive
+                writers.append({**w, "heartbeat_age_s": round(age, 1), "alive": alive})
+            for p in sorted(self.claim_dir.glob("block-*.json")):
+                try:
+                    c = json.loads(p.read_text())
+                except (OSError, ValueError):
+                    c = {}
+                blocks["done" if c.get("done") else "live" if beats.get(c.get("id")) else "stale"] += 1
         quarantined = sorted(p.name for p in self.quarantine_dir.iterdir()) if self.quarantine_dir.is_dir() else []
         return {"folder": str(self.folder), "config_hash": config_hash(man["config"]), "n_inits": n_inits,
                 "done": len(done), "remaining": n_inits - len(done), "records_by_writer": per_writer,
                 "writers": writers, "blocks": blocks, "quarantined": quarantined, "damaged": damaged,
                 "manifest": "ok" if why is None else why}
-
-    @staticmethod
-    def _alive(cl: Claims, c: dict) -> bool:
-        if not c:
-            return False
-        hb = cl.dir / f"writer-{c.get('id')}.json"
-        return hb.exists()
