@@ -42,15 +42,15 @@ def main():
     rows = []
     for T in [float(t) for t in args.horizons.split(",")]:
         for solver in ("kvaerno5", "tsit5"):
-            run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T, loss=loss, solver=solver, rtol=1e-8, atol=1e-8,
-                                                            max_steps=args.max_steps, n_save=2))
+            run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T, loss=loss, n_save=2, solver=ij.SolverOptions(
+                solver, rtol=1e-8, atol=1e-8, max_steps=args.max_steps)))
             jax.block_until_ready(run(net))  # compile
             t = time.perf_counter()
             f = jax.block_until_ready(run(net))
             dt = time.perf_counter() - t
             rows.append(dict(horizon=T, solver=solver, seconds=dt, steps=int(f.num_steps),
                              ok=bool(f.success), t_final=float(f.t_final), loss_final=float(f.loss_final),
-                             status=ij.status_message(f.result)))
+                             status=ij.result_message(f.result) if not bool(f.success) else ""))
     print(f"toy channel start: eps = {float(pair.eps):.3e}, sharpness = {sharp:.3e}, rtol = atol = 1e-8, float64")
     head = f"{'t1':>8} {'solver':>9} {'ok':>3} {'steps':>8} {'seconds':>9} {'t reached':>10} {'loss':>14} {'tsit5/kv5 time':>15}"
     print(head + "\n" + "-" * len(head))

@@ -60,10 +60,12 @@ def main():
     init = lambda i: thetas[i]  # noqa: E731
 
     arms = {}
-    plain = Engine(make_problem(template, X, Y, 1.0, rtol=1e-8, atol=1e-8, n_save=11), init, slots=args.slots)
+    plain = Engine(make_problem(template, X, Y, 1.0, options=ij.SolverOptions(rtol=1e-8, atol=1e-8),
+                                saveat=ij.SaveTimes(n=11)), init, slots=args.slots)
     arms["engine tsit5 1e-8"] = run_engine(plain, n)
     for name, solver, tol in (("kink tsit5 1e-8", "tsit5", 1e-8), ("kink gauss4 1e-6", "gauss4", 1e-6)):
-        eng = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, solver=solver, rtol=tol, atol=tol, n_save=11)
+        eng = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, solver=ij.SolverOptions(solver, rtol=tol, atol=tol),
+                         n_save=11)
         arms[name] = run_engine(eng, n)
 
     ref = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, solver="tsit5", rtol=1e-12, atol=1e-12, n_save=2)

@@ -76,7 +76,7 @@ def run_engine(nets, X, Y, slots, exact):
 
     thetas = nets.edge_weights()
     template = jax.tree.map(lambda a: a[0] if getattr(a, "ndim", 0) == 3 else a, nets)
-    problem = make_problem(template, X, Y, T1, rtol=TOL, atol=TOL, n_save=N_SAVE)
+    problem = make_problem(template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL), saveat=ij.SaveTimes(n=N_SAVE))
     eng = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=args.steps_per_call, exact=exact)
     eng.run(np.arange(2), on_results=lambda r: None)  # compile
     parts = []

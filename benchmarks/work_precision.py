@@ -72,7 +72,7 @@ def make_runner(name, field, t1, max_steps):
             stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
             saveat=diffrax.SaveAt(t1=True), max_steps=max_steps, throw=False,
         )
-        return sol.ys[-1], sol.stats["num_steps"], sol.result._value
+        return sol.ys[-1], sol.stats["num_steps"], ij.result_code(sol.result)
 
     return run
 
@@ -109,9 +109,11 @@ def sweep(label, net, X, Y, t1, methods, kink_methods, tols, ref, max_steps):
                              drift_rel=drift_rel(net, th) if ok else None))
     for m in kink_methods:
         inner = m.split("+")[1]
-        kink_aware_flow(net, X, Y, t1, solver=inner, rtol=tols[0], atol=tols[0], n_save=2, max_steps=max_steps)
+        kink_aware_flow(net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tols[0], atol=tols[0], max_steps=max_steps),
+                        n_save=2)
         for tol in tols:
-            kf, nfe, wall = timed(lambda: kink_aware_flow(net, X, Y, t1, solver=inner, rtol=tol, atol=tol, n_save=2, max_steps=max_steps))
+            kf, nfe, wall = timed(lambda: kink_aware_flow(
+                net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tol, atol=tol, max_steps=max_steps), n_save=2))
             ok = bool(kf.success)
             th = kf.flow.theta_final
             rows.append(dict(case=label, method=m, tol=tol, ok=ok, steps=int(kf.flow.num_steps), nfe=nfe, wall_s=wall,
@@ -159,9 +161,10 @@ def main():
     cases.append(("softplus_init0", ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(0))))
     for label, net in tqdm(cases, desc="cases"):
         if net.is_positively_homogeneous:
-            rf = kink_aware_flow(net, X, Y, t1, solver="tsit5", rtol=1e-12, atol=1e-12, n_save=2, max_steps=max_steps)
+            rf = kink_aware_flow(net, X, Y, t1, solver=ij.SolverOptions("tsit5", rtol=1e-12, atol=1e-12, max_steps=max_steps),
+                                 n_save=2)
             ref = rf.flow.theta_final
-            bf = ij.gradient_flow(net, X, Y, t1, rtol=1e-13, atol=1e-13, n_save=2, max_steps=100_000)
+            bf = ij.gradient_flow(net, X, Y, t1, n_save=2, solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=100_000))
             results["references"][label] = dict(
                 kind="kink+tsit5 at 1e-12", events=int(rf.num_events), sliding_entries=int(rf.num_sliding_entries),
                 max_sliding_pairs=int(rf.max_sliding_pairs), ambiguous=int(rf.num_ambiguous),
@@ -211,7 +214,8 @@ def smooth_limit(net, X, Y, t1, ref, betas=(1e3, 1e4, 1e5)):
         act = Activation(f"softplus_beta{beta:g}", lambda z, b=beta: jax.nn.softplus(b * z) / b,
                          lambda z, b=beta: jax.nn.sigmoid(b * z), False, False, True)
         sm = ij.DAGNetwork(net.graph, act, edge_weights=net.edge_weights())
-        fl = ij.gradient_flow(sm, X, Y, t1, solver="kvaerno5", rtol=1e-10, atol=1e-10, n_save=2, max_steps=200_000)
+        fl = ij.gradient_flow(sm, X, Y, t1, n_save=2,
+                              solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000))
         out[f"{beta:g}"] = float(jnp.max(jnp.abs(fl.theta_final - ref))) if bool(fl.success) else None
     return out
 

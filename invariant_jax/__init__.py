@@ -1,7 +1,7 @@
 """invariant_jax: exact gradient flow on DAG networks, its conservation laws, the
 topology of the invariant sets, and the singularities and channels of training."""
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
 from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
@@ -16,15 +16,9 @@ from .invariants import (
     singular_subnetworks,
 )
 from .regularizers import get_regularizer, l1, l2, nuclear_norm
-from .flow import (
-    ConservationReport,
-    Flow,
-    check_conservation,
-    get_solver,
-    gradient_flow,
-    log_times,
-    status_message,
-)
+from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
+from .options import SaveTimes, SolverOptions, StopRules, log_times
+from .flow import ConservationReport, Flow, check_conservation, flow_field, gradient_flow, trajectory_record
 from .datasets import teacher_student
 from .invariants import SingularPoint, is_singular_value, singular_point
 from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
@@ -48,5 +42,5 @@ from .channels import (
     jump_procedure,
     saddle_line,
 )
-from .solvers import GaussLegendre, Projected, hessian_kvaerno5, rescale_to_conserved
+from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
 from .kinks import KinkFlow, kink_aware_flow

@@ -50,9 +50,10 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .flow import Flow, _check_time_span, _check_tolerances, _make_flow, get_solver, save_times
+from .flow import Flow
 from .losses import check_data, get_loss
 from .network import DAGNetwork
+from .options import SaveTimes, SolverOptions, as_save_times, as_solver_options, check_integer, check_positive
 from .solvers import GaussLegendre, count_evaluations, count_extra, gl_step
 
 __all__ = ["KinkFlow", "kink_aware_flow", "pattern_field"]
@@ -322,13 +323,11 @@ def kink_aware_flow(
     t1: float,
     *,
     t0: float = 0.0,
-    solver: str | diffrax.AbstractSolver = "gauss4",
-    rtol: float = 1e-8,
-    atol: float = 1e-8,
-    saveat: ArrayLike | None = None,
-    n_save: int = 101,
-    spacing: str = "linear",
-    max_steps: int = 10_000,
+    solver: str | diffrax.AbstractSolver | SolverOptions = "gauss4",
+    rtol: float | None = None,
+    atol: float | None = None,
+    saveat: SaveTimes | ArrayLike | None = None,
+    n_save: int | None = None,
     max_events: int = 1_000,
     max_sliding: int = 16,
     event_tol: float = 1e-13,
@@ -340,12 +339,14 @@ def kink_aware_flow(
 
     **Arguments:**
 
-    - `net`, `X`, `Y`, `t1`, `t0`, `rtol`, `atol`, `saveat`, `n_save`, `spacing`,
-        `loss`: as in `gradient_flow`.
-    - `solver`: the solver inside each pattern: a name in `flow.SOLVERS` or a diffrax
-        solver. The default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to
-        round-off; `"tsit5"` is cheaper per step but conserves only to tolerance.
-    - `max_steps`: step budget of each segment between events.
+    - `net`, `X`, `Y`, `t1`, `t0`, `rtol`, `atol`, `saveat`, `n_save`, `loss`: as in
+        `gradient_flow`.
+    - `solver`: the solver inside each pattern: an `ij.SolverOptions`, or a name in
+        `ij.SOLVERS` or a diffrax solver (then with `rtol`, `atol` and a step budget
+        `max_steps=10_000`). `SolverOptions.max_steps` is the step budget of each
+        segment between events; `dt0` and `stepsize_controller` are not used. The
+        default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to round-off;
+        `"tsit5"` is cheaper per step but conserves only to tolerance.
     - `max_events`: cap on located events (each restart is one); hitting it sets
         `events_exhausted` and `flow.result` to `max_steps_reached`.
     - `max_sliding`: most pairs that may slide at once (static: the size of the slot
@@ -365,23 +366,22 @@ def kink_aware_flow(
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)
     theta0, X, Y = theta0.astype(dtype), X.astype(dtype), Y.astype(dtype)
-    _check_time_span(t0, t1)
-    _check_tolerances(rtol, atol, dtype)
-    for name, v in (("event_tol", event_tol), ("surface_tol", surface_tol)):
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive finite number; got {v!r}.")
-    for name, v, lo in (("max_steps", max_steps, 1), ("max_events", max_events, 1), ("max_sliding", max_sliding, 0)):
-        if not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}; got {v!r}.")
+    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=10_000)
+    ts = jnp.asarray(as_save_times(saveat, n_save).times(t0, t1), dtype)
+    opts.check_dtype(dtype)
+    check_positive("event_tol", event_tol)
+    check_positive("surface_tol", surface_tol)
+    check_integer("max_events", max_events, minimum=1)
+    check_integer("max_sliding", max_sliding, minimum=0)
     get_loss(loss)
-    ts = jnp.asarray(save_times(t0, t1, saveat=saveat, n_save=n_save, spacing=spacing), dtype)
-    inner = get_solver(solver)
+    inner = opts.get_solver()
+    rtol, atol, max_steps = opts.rtol, opts.atol, opts.max_steps
     sol, extra = _integrate(
         net, theta0, X, Y, ts, inner, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), t0=float(t0), t1=float(t1),
         max_steps=int(max_steps), max_events=int(max_events), max_sliding=int(max_sliding),
         event_tol=float(event_tol), surface_tol=float(surface_tol), loss=loss,
     )
-    fl = _make_flow(net, X, Y, loss, 0.0, sol, rtol, atol, theta0, t0)
+    fl = Flow.from_solution(net, X, Y, sol, theta0=theta0, t0=t0, loss=loss, rtol=rtol, atol=atol)
     return KinkFlow(flow=fl, **extra)
 
 

@@ -5,7 +5,7 @@
   derivative along the field vanishes *everywhere* (`Q'(y) f(y) = 0` for all `y`). For
   a positively homogeneous network `B~ (theta * grad L(theta)) = 0` holds for every
   `theta`, so `c = B~ theta^2` is conserved up to the stage solve and round-off.
-  Registered as `"gauss2"`, `"gauss4"`, `"gauss6"` in `flow.SOLVERS`.
+  Registered as `"gauss2"`, `"gauss4"`, `"gauss6"` in `SOLVERS`.
 - `Projected(solver)`: after each step rescale each hidden neuron's in-/out-weights by
   `alpha_v`, `1/alpha_v` so that `c` equals its initial value exactly. The network
   function is unchanged by the rescaling; the drift check becomes meaningless (it is
@@ -37,9 +37,16 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
-from .flow import SOLVERS
-
-__all__ = ["GaussLegendre", "Projected", "hessian_kvaerno5", "gauss_legendre_tableau", "rescale_to_conserved"]
+__all__ = [
+    "SOLVERS",
+    "get_solver",
+    "is_implicit",
+    "GaussLegendre",
+    "Projected",
+    "hessian_kvaerno5",
+    "gauss_legendre_tableau",
+    "rescale_to_conserved",
+]
 
 
 # Instrumentation for benchmarks (never set by the library): a Python callable that
@@ -352,11 +359,36 @@ class _SymmetricLU(lx.AbstractLinearSolver):
         return False
 
 
-SOLVERS.update(
-    {
-        "gauss2": lambda: GaussLegendre(stages=1),
-        "gauss4": lambda: GaussLegendre(stages=2),
-        "gauss6": lambda: GaussLegendre(stages=3),
-        "kvaerno5_hessian": hessian_kvaerno5,
-    }
-)
+# ------------------------------------------------------------------ the registry
+
+SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "kvaerno5": diffrax.Kvaerno5,
+    "heun": diffrax.Heun,
+    "euler": diffrax.Euler,
+    "gauss2": lambda: GaussLegendre(stages=1),
+    "gauss4": lambda: GaussLegendre(stages=2),
+    "gauss6": lambda: GaussLegendre(stages=3),
+    "kvaerno5_hessian": hessian_kvaerno5,
+}
+"""Solver names accepted wherever a solver is chosen (`SolverOptions(solver=...)`,
+`SweepConfig.solver`, the CLI's `--solver`), each mapped to a factory of a fresh
+diffrax solver. Read-only by convention: pass a solver instance for anything else."""
+
+
+def get_solver(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolver:
+    """A diffrax solver instance, by name (see `SOLVERS`, case-insensitive) or passed
+    through."""
+    if isinstance(solver, diffrax.AbstractSolver):
+        return solver
+    if isinstance(solver, str) and solver.lower() in SOLVERS:
+        return SOLVERS[solver.lower()]()
+    raise ValueError(f"Unknown solver {solver!r}; choose one of {sorted(SOLVERS)} or pass a diffrax solver.")
+
+
+def is_implicit(solver: diffrax.AbstractSolver) -> bool:
+    """Whether `solver` solves an implicit stage equation (diffrax's implicit solvers and
+    `GaussLegendre`): such solvers cannot step across a kink of relu / leaky_relu."""
+    return isinstance(solver, (diffrax.AbstractImplicitSolver, GaussLegendre))

@@ -35,7 +35,7 @@ def critical_net():
     """A minimum of a width-1 erf net (gradient ~1e-13 after Newton)."""
     X, Y, _ = ij.teacher_student(ij.mlp([2, 2, 1]), 40, key=jr.key(0), activation="erf")
     net = ij.DAGNetwork(ij.mlp([2, 1, 1]), "erf", key=jr.key(10))
-    f = ij.gradient_flow(net, X, Y, 1e4, spacing="log", grad_norm_tol=1e-9)
+    f = ij.gradient_flow(net, X, Y, 1e4, saveat=ij.SaveTimes(spacing="log"), stop=ij.StopRules(grad_norm_tol=1e-9))
     return refine_critical_point(f.final, X, Y), X, Y
 
 
@@ -105,7 +105,7 @@ def test_zero_gradient_stays_zero_along_the_saddle_line(critical_net):
 def test_escape_from_saddle_lowers_the_loss(critical_net):
     net, X, Y = critical_net
     start = duplicate_neuron(net, 0, 2.0)  # outside [0, 1]: a saddle for this minimum (see saddle_line test)
-    esc = escape_saddle(start, X, Y, size=1e-2, t1=2e3, spacing="log", n_save=11)
+    esc = escape_saddle(start, X, Y, size=1e-2, t1=2e3, saveat=ij.SaveTimes(n=11, spacing="log"))
     assert float(esc.min_eigenvalue) < 0
     assert float(esc.loss_final) < float(esc.loss_saddle) - 1e-4
 

@@ -20,8 +20,8 @@ def test_drift_shrinks_with_tolerance(relu_setup):
     g, X, Y, net = relu_setup
     drifts = []
     for tol in (1e-6, 1e-8, 1e-10):
-        f = ij.gradient_flow(net, X, Y, 2.0, rtol=tol, atol=tol, max_steps=200_000)
-        assert bool(f.success), ij.status_message(f.result)
+        f = ij.gradient_flow(net, X, Y, 2.0, solver=ij.SolverOptions(rtol=tol, atol=tol, max_steps=200_000))
+        assert bool(f.success), ij.result_message(f.result)
         drifts.append(float(f.drift))
     assert drifts[2] < 1e-7
     assert drifts[0] > drifts[1] > drifts[2]
@@ -73,9 +73,9 @@ def test_vmap_and_jit_over_initial_networks(relu_setup):
 
 def test_failure_is_recorded_not_raised(relu_setup):
     g, X, Y, net = relu_setup
-    f = ij.gradient_flow(net, X, Y, 5.0, rtol=1e-10, atol=1e-10, max_steps=5)
+    f = ij.gradient_flow(net, X, Y, 5.0, solver=ij.SolverOptions(rtol=1e-10, atol=1e-10, max_steps=5))
     assert not bool(f.success)
-    assert "max_steps" in ij.status_message(f.result)
+    assert "max_steps" in ij.result_message(f.result)
     assert 0 <= float(f.t_final) < 5.0  # last saved state is kept
     assert bool(jnp.all(jnp.isfinite(f.theta_final)))
 
@@ -84,7 +84,8 @@ def test_grad_norm_stopping_rule():
     g = ij.mlp([2, 3, 1])
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
     net = ij.DAGNetwork(g, "tanh", key=jax.random.key(1))
-    f = ij.gradient_flow(net, X, Y, 1e4, rtol=1e-8, atol=1e-8, grad_norm_tol=1e-3, spacing="log")
+    f = ij.gradient_flow(net, X, Y, 1e4, rtol=1e-8, atol=1e-8, stop=ij.StopRules(grad_norm_tol=1e-3),
+                         saveat=ij.SaveTimes(spacing="log"))
     gn = jnp.linalg.norm(jax.grad(ij.edge_loss_fn(net, X, Y))(f.theta_final))
     assert bool(f.success) and float(f.t_final) < 1e4
     assert float(gn) < 1e-3

@@ -110,7 +110,7 @@ def test_agrees_with_brute_force_on_crossings():
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, n_save=11)
-    ref = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-13, atol=1e-13, n_save=11, max_steps=500_000)
+    ref = ij.gradient_flow(net, X, Y, 2.0, n_save=11, solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=500_000))
     assert bool(ref.success) and bool(kf.success)
     assert int(kf.num_crossings) >= 2 and int(kf.num_sliding_entries) == 0
     np.testing.assert_allclose(kf.flow.thetas, ref.thetas, atol=1e-7)
@@ -179,7 +179,8 @@ def test_multi_surface_sliding_matches_the_smooth_limit():
     errs = []
     for beta in (1e3, 1e4):
         sm = ij.DAGNetwork(g, smoothed_relu(beta), edge_weights=net.edge_weights())
-        fl = ij.gradient_flow(sm, X, Y, 2.0, solver="kvaerno5", rtol=1e-10, atol=1e-10, saveat=ts, max_steps=100_000)
+        fl = ij.gradient_flow(sm, X, Y, 2.0, saveat=ts,
+                              solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=100_000))
         assert bool(fl.success)
         errs.append(float(jnp.max(jnp.abs(fl.thetas - kf.flow.thetas))))
     assert errs[1] < 5e-4

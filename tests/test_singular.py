@@ -144,8 +144,8 @@ def _flow_batch(n_generic, solver, rtol, t1=4.0, n_save=9, max_steps=100_000):
     @eqx.filter_jit
     def run(nets):
         def one(net):
-            f = ij.gradient_flow(net, X, Y, t1, solver=solver, rtol=rtol, atol=rtol, n_save=n_save,
-                                 max_steps=max_steps)
+            f = ij.gradient_flow(net, X, Y, t1, n_save=n_save, solver=ij.SolverOptions(
+                solver, rtol=rtol, atol=rtol, max_steps=max_steps))
             J = 2 * B[None] * f.thetas[:, None, :]
             s = jnp.linalg.svd(J, compute_uv=False)
             rownorm = jnp.min(jnp.linalg.norm(J, axis=2), axis=1)

@@ -59,7 +59,7 @@ def test_nonconverged_stage_solve_is_never_accepted():
     bad = GaussLegendre(stages=2, max_newton=1)
     sol = diffrax.diffeqsolve(term, bad, 0.0, 1.0, jnp.asarray(0.1), y0,
                               stepsize_controller=diffrax.ConstantStepSize(), throw=False)
-    assert ij.status_message(sol.result) != ""  # recorded failure, not a silent step
+    assert ij.result_message(sol.result) != ""  # recorded failure, not a silent step
     # Adaptive: a discontinuous field makes the stage solve fail across the jump;
     # those steps are rejected and the step size shrinks.
     term = diffrax.ODETerm(lambda t, y, a: jnp.where(t < 0.5, 1.0, -1.0) * jnp.ones_like(y) + 0 * y)
@@ -83,7 +83,8 @@ def test_gauss_conserves_on_homogeneous_dag_where_tsit5_drifts():
     X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(1), activation="tanh")
     ts = np.linspace(0.0, 3.0, 7)
     ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)
-    fg = ij.gradient_flow(net, X, Y, 3.0, solver="gauss4", saveat=ts, rtol=1e-4, atol=1e-4, stepsize_controller=ctrl)
+    fg = ij.gradient_flow(net, X, Y, 3.0, saveat=ts,
+                          solver=ij.SolverOptions("gauss4", rtol=1e-4, atol=1e-4, stepsize_controller=ctrl))
     ft = ij.gradient_flow(net, X, Y, 3.0, solver="tsit5", saveat=ts, rtol=1e-4, atol=1e-4)
     assert bool(fg.success) and bool(ft.success)
     assert float(fg.drift_relative) < 1e-13
@@ -111,7 +112,8 @@ def test_projected_tsit5_has_zero_drift():
     solver = Projected(diffrax.Tsit5(), c0=ij.conserved_quantities(net), graph=g)
     ts = np.linspace(0.0, 1.0, 5)
     ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)  # saves on projected step ends
-    f = ij.gradient_flow(net, X, Y, 1.0, solver=solver, saveat=ts, stepsize_controller=ctrl, rtol=1e-4, atol=1e-4)
+    f = ij.gradient_flow(net, X, Y, 1.0, saveat=ts,
+                         solver=ij.SolverOptions(solver, stepsize_controller=ctrl, rtol=1e-4, atol=1e-4))
     ref = ij.gradient_flow(net, X, Y, 1.0, rtol=1e-10, atol=1e-10, saveat=ts)
     assert float(f.drift_relative) < 1e-12
     assert float(jnp.max(jnp.abs(f.network_at(-1).forward(X) - ref.network_at(-1).forward(X)))) < 1e-3

@@ -60,7 +60,7 @@ def test_matches_gradient_flow_one_at_a_time(problem, exact):
     for i, f in enumerate(_flows(nets, X, Y, 0.5)):
         assert_step_counts_close(res.num_steps[i], f.stats["num_steps"])
         assert_step_counts_close(res.num_accepted_steps[i], f.stats["num_accepted_steps"])
-        assert int(res.result[i]) == int(f.result._value)
+        assert int(res.result[i]) == int(ij.result_code(f.result))
         b = _bound(res, i, f)
         assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
         # c = B~ theta^2 moves by at most 2 |theta| |dtheta| per weight and node degree
@@ -92,15 +92,15 @@ def test_failures_are_data(problem):
     theta = np.array(nets.edge_weights())
     theta[2] = 1e160  # the forward pass overflows: non-finite loss
     nets = nets.with_edge_weights(theta)
-    res = ij.sweep_flows(nets, X, Y, 0.5, slots=3, steps_per_call=4, max_steps=12, n_save=11)
+    res = ij.sweep_flows(nets, X, Y, 0.5, slots=3, steps_per_call=4, solver=ij.SolverOptions(max_steps=12), n_save=11)
     names = res.status_names
     assert names[2] == "nonfinite"
-    for i, f in enumerate(_flows(nets, X, Y, 0.5, max_steps=12)):
+    for i, f in enumerate(_flows(nets, X, Y, 0.5, solver=ij.SolverOptions(max_steps=12))):
         if i == 2:
             continue
         want = "ok" if bool(f.success) else "max_steps"
         assert names[i] == want
-        assert int(res.result[i]) == int(f.result._value)
+        assert int(res.result[i]) == int(ij.result_code(f.result))
         b = _bound(res, i, f)
         assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
         # t_final after a spent budget is a sum of controller-chosen steps; each step
@@ -113,9 +113,9 @@ def test_failures_are_data(problem):
 @pytest.mark.slow
 def test_stopping_rule_matches_gradient_flow(problem):
     g, X, Y, nets = problem
-    res = ij.sweep_flows(nets, X, Y, 0.5, slots=2, steps_per_call=16, loss_floor=0.05, n_save=11)
-    for i, f in enumerate(_flows(nets, X, Y, 0.5, loss_floor=0.05)):
-        stopped = int(f.result._value) == int(ij.flow.diffrax.RESULTS.event_occurred._value)
+    res = ij.sweep_flows(nets, X, Y, 0.5, slots=2, steps_per_call=16, stop=ij.StopRules(loss_floor=0.05), n_save=11)
+    for i, f in enumerate(_flows(nets, X, Y, 0.5, stop=ij.StopRules(loss_floor=0.05))):
+        stopped = bool(f.result == ij.RESULTS.stopped_loss_floor)
         assert res.status_names[i] == ("stopped" if stopped else "ok")
         b = _bound(res, i, f)
         # the event time is located by a root finder on the interpolant: its error

@@ -15,7 +15,9 @@ from tqdm.auto import tqdm
 
 from ..datasets import gp_data
 from ..graph import mlp
+from .._results import result_code, status_code
 from ..network import DAGNetwork
+from ..options import SolverOptions
 from ._detect import detect_channels
 
 __all__ = ["FrequencyStudy", "channel_frequency"]
@@ -81,16 +83,15 @@ class _Batch(eqx.Module):
 def _run_batch(nets, X, Y, t1, solver, rtol, atol, max_steps):
     from ..flow import gradient_flow
 
-    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=solver, rtol=rtol, atol=atol,
-                                                max_steps=max_steps))(nets)
-    return f.theta_final, f.loss_final, f.t_final, f.result._value
+    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
+    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=opts))(nets)
+    return f.theta_final, f.loss_final, f.t_final, result_code(f.result)
 
 
 def _vmapped_flows(nets, X, Y, t1, *, solver, rtol, atol, max_steps) -> _Batch:
     # one compilation per graph and activation; new data reuse it
     th, L, t, r = (np.asarray(v) for v in _run_batch(nets, X, Y, t1, solver, rtol, atol, max_steps))
-    ok = np.isin(r, [0, 1])  # diffrax codes: successful, event_occurred
-    return _Batch(theta_final=th, loss_final=L, t_final=t, status=np.where(ok, 0, 2))
+    return _Batch(theta_final=th, loss_final=L, t_final=t, status=np.asarray(status_code(r)))
 
 
 def channel_frequency(
@@ -158,8 +159,8 @@ def channel_frequency(
         keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(n_inits))
         nets = eqx.filter_vmap(lambda key: DAGNetwork(g, act, key=key, init="glorot"))(keys)
         if engine == "sweep":
-            res = sweep_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps,
-                              n_save=2, slots=slots)
+            res = sweep_flows(nets, X, Y, t1, solver=SolverOptions(solver, rtol=rtol, atol=atol,
+                                                                   max_steps=max_steps), n_save=2, slots=slots)
         else:
             res = _vmapped_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps)
         for n in range(n_inits):

@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from ..flow import gradient_flow
 from ..losses import _require_smooth, check_data, get_loss, hessian
 from ..network import DAGNetwork
+from ..options import SolverOptions
 from ._glu import ChannelPair, channel_coordinates, collapse_channel, glu_limit, pair_output, set_channel_coordinates
 
 __all__ = ["PowerLaw", "power_law_fit", "JumpResult", "jump_procedure", "GLUConvergence", "glu_convergence"]
@@ -152,8 +153,8 @@ def jump_procedure(
     fn = get_loss(loss)
     Lfun = jax.jit(lambda n: fn(n.forward(X), Y))
     top = jax.jit(lambda n: jnp.linalg.eigvalsh(hessian(n, X, Y, loss=loss))[-1])
-    flow = eqx.filter_jit(lambda n: gradient_flow(n, X, Y, t_flow, loss=loss, solver=solver, rtol=rtol,
-                                                  atol=atol, max_steps=max_steps, n_save=2).final)
+    flow = eqx.filter_jit(lambda n: gradient_flow(n, X, Y, t_flow, loss=loss, n_save=2, solver=SolverOptions(
+        solver, rtol=rtol, atol=atol, max_steps=max_steps)).final)
     p = channel_coordinates(net, *ij)
     rec = {k: [] for k in ("eps", "loss", "limit", "sharp", "norm")}
     pairs = []

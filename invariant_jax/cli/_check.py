@@ -7,6 +7,7 @@ import jax.random as jr
 
 from ..flow import check_conservation
 from ..network import DAGNetwork
+from ..options import SolverOptions
 from ._common import add_data_args, add_graph_args, graph_from_args, teacher_data
 
 
@@ -41,8 +42,8 @@ def run(args) -> int:
     X, Y = teacher_data(g, args, args.activation)
     keys = jr.split(jr.key(args.seed), args.n_inits)
     nets = eqx.filter_vmap(lambda k: DAGNetwork(g, args.activation, key=k, init=args.init))(keys)
-    rep = check_conservation(nets, X, Y, t1=args.t1, rtol=args.rtol, atol=args.atol,
-                             solver=args.solver, max_steps=args.max_steps, force=args.force)
+    opts = SolverOptions(args.solver, rtol=args.rtol, atol=args.atol, max_steps=args.max_steps)
+    rep = check_conservation(nets, X, Y, t1=args.t1, solver=opts, force=args.force)
     print(f"graph: {g}  activation: {args.activation}  data: {X.shape[0]} teacher samples  "
           f"t1={args.t1:g} (gradient-flow time of L = (1/2N) sum ||f - y||^2)")
     print(f"solver: {args.solver}  rtol={args.rtol:g}  atol={args.atol:g}  float64")

@@ -12,8 +12,22 @@ import numpy as np
 from ..activations import ACTIVATIONS
 from ..graph import DAG, example_dag, mlp, random_dag
 from ..network import INITIALIZERS
+from ..options import SaveTimes, SolverOptions, StopRules, check_integer, check_positive
 
 BUILDERS = ("example", "mlp", "random", "edges")
+
+
+def check_kink_options(options: SolverOptions, stop: StopRules, weight_decay: float) -> None:
+    """Raise `ValueError` for options the kink-aware integrator does not support
+    (stopping rules, weight decay, `dt0`, a step-size controller)."""
+    used = [n for n, v in (("weight_decay", weight_decay or None), ("dt0", options.dt0),
+                           ("stepsize_controller", options.stepsize_controller),
+                           ("grad_norm_tol", stop.grad_norm_tol), ("loss_floor", stop.loss_floor),
+                           ("max_param_norm", stop.max_param_norm), ("max_wall_time", stop.max_wall_time))
+            if v is not None]
+    if used:
+        raise ValueError(f"The kink-aware integrator does not support {', '.join(used)}; drop "
+                         f"{'it' if len(used) == 1 else 'them'} or use kink_aware=False.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -31,8 +45,12 @@ class SweepConfig:
     - `n_samples`, `data_seed`, `teacher_activation`: teacher-student data
         (`ij.teacher_student`; the teacher uses `activation` unless given).
     - `n_inits`, `seed`: initialization `i` uses `jax.random.fold_in(key(seed), i)`.
-    - `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `grad_norm_tol`,
-        `loss_floor`, `max_param_norm` (stopping rules), `loss`, `weight_decay`: as in `ij.gradient_flow` (MSE time scale: `L = (1/2N) sum ||f - y||^2`).
+    - `t1`, `loss`, `weight_decay`: as in `ij.gradient_flow` (MSE time scale:
+        `L = (1/2N) sum ||f - y||^2`).
+    - `solver`, `rtol`, `atol`, `max_steps`: the fields of `ij.SolverOptions`
+        (`config.solver_options`); `n_save`: of `ij.SaveTimes` (`config.save_times`);
+        `grad_norm_tol`, `loss_floor`, `max_param_norm`: of `ij.StopRules`
+        (`config.stop_rules`). Validated by those objects, as everywhere else.
     - `kink_aware`: integrate with `ij.kink_aware_flow` (relu / leaky_relu only; `solver`
         is then the solver inside each activation pattern; no stopping rules or weight
         decay).
@@ -84,9 +102,10 @@ class SweepConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise `ValueError` for anything that would fail later."""
-        from ..flow import SOLVERS
-
+        """Raise `ValueError` (or `TypeError`) for anything that would fail later. The
+        solver, save-time and stopping options are checked by the option objects
+        themselves (`solver_options`, `save_times`, `stop_rules`), exactly as
+        `gradient_flow` checks them."""
         if self.graph not in BUILDERS:
             raise ValueError(f"Unknown graph builder {self.graph!r}; choose one of {list(BUILDERS)} "
                              "(for an edge-list file use the CLI's --graph PATH).")
@@ -96,40 +115,36 @@ class SweepConfig:
                 raise ValueError(f"Unknown {name} {act!r}; choose one of {sorted(ACTIVATIONS)}.")
         if self.init not in INITIALIZERS:
             raise ValueError(f"Unknown init {self.init!r}; choose one of {list(INITIALIZERS)}.")
-        if isinstance(self.n_inits, bool) or not isinstance(self.n_inits, (int, np.integer)) or self.n_inits <= 0:
-            raise ValueError(f"n_inits must be a positive integer; got {self.n_inits!r}.")
-        if self.solver.lower() not in SOLVERS:
-            raise ValueError(f"Unknown solver {self.solver!r}; choose one of {sorted(SOLVERS)}.")
-        if not (np.isfinite(self.t1) and self.t1 > 0):
-            raise ValueError(f"t1 must be a positive finite time; got {self.t1!r}.")
-        for name in ("rtol", "atol"):
-            v = getattr(self, name)
-            if not (np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive finite number; got {v!r}.")
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1; got {self.max_steps!r}.")
-        if self.n_save < 2:
-            raise ValueError(f"n_save must be >= 2; got {self.n_save!r}.")
-        if self.n_samples < 1:
-            raise ValueError(f"n_samples must be >= 1; got {self.n_samples!r}.")
-        for name in ("grad_norm_tol", "loss_floor", "max_param_norm"):
-            v = getattr(self, name)
-            if v is not None and not (np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive finite number (or None); got {v!r}.")
-        if not (np.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}.")
+        check_integer("n_inits", self.n_inits, minimum=1)
+        check_integer("n_samples", self.n_samples, minimum=1)
+        check_positive("t1", self.t1)
+        check_positive("weight_decay", self.weight_decay, allow_zero=True)
+        options, _, stop = self.solver_options, self.save_times, self.stop_rules
         if self.loss not in ("mse", "bce"):
             raise ValueError(f"Unknown loss {self.loss!r}; choose 'mse' or 'bce'.")
         if self.kink_aware:
             if not ACTIVATIONS[self.activation].kinked:
                 raise ValueError(f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
                                  f"{self.activation!r}. For smooth activations set kink_aware = false.")
-            from ._run import _check_kink_options
-
-            _check_kink_options(weight_decay=self.weight_decay, grad_norm_tol=self.grad_norm_tol,
-                                loss_floor=self.loss_floor, max_param_norm=self.max_param_norm)
+            check_kink_options(options, stop, self.weight_decay)
         if self.graph == "edges" and not (self.edges and self.inputs and self.outputs):
             raise ValueError("graph='edges' needs `edges`, `inputs` and `outputs`.")
+
+    @property
+    def solver_options(self) -> SolverOptions:
+        """`SolverOptions(solver, rtol, atol, max_steps)` of this sweep."""
+        return SolverOptions(self.solver, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps)
+
+    @property
+    def save_times(self) -> SaveTimes:
+        """`SaveTimes(n=n_save)` (linearly spaced from 0 to `t1`)."""
+        return SaveTimes(n=self.n_save)
+
+    @property
+    def stop_rules(self) -> StopRules:
+        """`StopRules(grad_norm_tol, loss_floor, max_param_norm)` of this sweep."""
+        return StopRules(grad_norm_tol=self.grad_norm_tol, loss_floor=self.loss_floor,
+                         max_param_norm=self.max_param_norm)
 
     # ------------------------------------------------------------------ io
 

@@ -25,26 +25,18 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from diffrax._term import WrapTerm as _WrapTerm  # what diffeqsolve wraps terms in
-
-from ..flow import _vector_field, get_solver, save_times
-from ..invariants import conservation_scale, conserved_quantities
+from .._diffrax_compat import WrapTerm, use_stepsize_tol
+from .._results import RESULTS, STATUSES, result_code
+from ..flow import flow_field, trajectory_record
+from ..invariants import conserved_quantities
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
+from ..options import SaveTimes, SolverOptions, StopRules
 
-STATUSES = ("ok", "stopped", "max_steps", "nonfinite", "failed")
-"""Per-trajectory status names, indexed by the integer `status` codes: `ok` reached
-`t1`; `stopped` met the stopping rule (`grad_norm_tol`); `max_steps` ran out of steps;
-`nonfinite` has a non-finite loss or gradient at its final state; `failed` is any other
-diffrax failure (its code is kept in `result`)."""
-
-_SUCC = int(diffrax.RESULTS.successful._value)
-_EVENT = int(diffrax.RESULTS.event_occurred._value)
-_MAXSTEPS = int(diffrax.RESULTS.max_steps_reached._value)
-
-
-def _code(r) -> jax.Array:
-    return jnp.asarray(getattr(r, "_value", r), dtype=jnp.int32)
+_SUCC = int(result_code(RESULTS.successful))
+_EVENT = int(result_code(RESULTS.event_occurred))
+_MAXSTEPS = int(result_code(RESULTS.max_steps_reached))
+_code = result_code
 
 
 class _Slot(NamedTuple):
@@ -65,6 +57,7 @@ class _Slot(NamedTuple):
     last_y: Any
     theta0: Any
     c0: Any
+    clock: Any
 
 
 class _Problem(eqx.Module):
@@ -84,20 +77,18 @@ class _Problem(eqx.Module):
     max_steps: int = eqx.field(static=True)
     loss: Any = eqx.field(static=True)
     weight_decay: float = eqx.field(static=True)
-    grad_norm_tol: float | None = eqx.field(static=True)
-    loss_floor: float | None = eqx.field(static=True)
-    max_param_norm: float | None = eqx.field(static=True)
+    stop: StopRules = eqx.field(static=True)
 
     @property
     def has_stop_rule(self) -> bool:
-        return any(v is not None for v in (self.grad_norm_tol, self.loss_floor, self.max_param_norm))
+        return self.stop.enabled
 
     @property
     def args(self):
         return (self.X, self.Y)
 
     def field(self, t, y):
-        return _vector_field(self.net, self.loss, self.weight_decay, None, 0.0)(t, y, self.args)
+        return flow_field(self.net, loss=self.loss, weight_decay=self.weight_decay)(t, y, self.args)
 
     def conserved(self, theta):
         return conserved_quantities(self.net.with_edge_weights(theta))
@@ -105,26 +96,21 @@ class _Problem(eqx.Module):
     def decay(self, t):
         return jnp.exp(-2.0 * self.weight_decay * (t - self.t0))
 
-    def stop_rule(self, t, y):
-        # gradient_flow's boolean Event conditions, combined with "any".
-        hit = jnp.asarray(False)
-        if self.grad_norm_tol is not None:
-            hit = hit | (jnp.linalg.norm(self.field(t, y) + self.weight_decay * y) < self.grad_norm_tol)
-        if self.loss_floor is not None:
-            hit = hit | (edge_loss_fn(self.net, self.X, self.Y, self.loss)(y) < self.loss_floor)
-        if self.max_param_norm is not None:
-            hit = hit | (jnp.linalg.norm(y) > self.max_param_norm)
-        return hit
+    def stop_hits(self, t, y, clock_start):
+        # gradient_flow's Event condition: the same StopRules.hits with the same arguments
+        return self.stop.hits(t, y, gradient=lambda th: self.field(t, th) + self.weight_decay * th,
+                              loss=edge_loss_fn(self.net, self.X, self.Y, self.loss), clock_start=clock_start)
 
 
-def make_problem(net, X, Y, t1, *, t0=0.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=101,
-                 saveat=None, max_steps=100_000, dt0=None, loss="mse", weight_decay=0.0,
-                 grad_norm_tol=None, loss_floor=None, max_param_norm=None) -> _Problem:
+def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOptions(),
+                 saveat: SaveTimes = SaveTimes(), stop: StopRules = StopRules(), loss="mse",
+                 weight_decay=0.0) -> _Problem:
     """Build the shared problem exactly as `gradient_flow` hands it to `diffeqsolve`."""
+    if options.stepsize_controller is not None:
+        raise ValueError("The sweep engine uses PIDController(rtol, atol); drop SolverOptions.stepsize_controller.")
     theta = net.edge_weights()
     dtype = jnp.result_type(theta.dtype, X.dtype)
-    ts = save_times(t0, t1, saveat=saveat, n_save=n_save)
-    ts = jnp.asarray(ts, dtype=dtype)
+    ts = jnp.asarray(saveat.times(t0, t1), dtype=dtype)
     time_dtype = jnp.result_type(t0, t1, ts.dtype)
     direction = jnp.asarray(1)  # t0 < t1 always: diffeqsolve's direction is +1
     t0_ = jnp.asarray(t0, dtype=time_dtype) * direction
@@ -132,15 +118,14 @@ def make_problem(net, X, Y, t1, *, t0=0.0, solver="tsit5", rtol=1e-8, atol=1e-8,
     floor = t1_
     for _ in range(100):
         floor = eqxi.prevbefore(floor)
-    ctrl = diffrax.PIDController(rtol=rtol, atol=atol).wrap(direction)
-    field = _vector_field(net, loss, weight_decay, None, 0.0)
-    term = _WrapTerm(diffrax.ODETerm(field), direction)
+    ctrl = options.get_controller().wrap(direction)
+    field = flow_field(net, loss=loss, weight_decay=weight_decay)
+    term = WrapTerm(diffrax.ODETerm(field), direction)
+    dt0 = options.dt0
     return _Problem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
-                    solver=_with_controller_tols(get_solver(solver), ctrl), controller=ctrl, terms=term,
+                    solver=_with_controller_tols(options.get_solver(), ctrl), controller=ctrl, terms=term,
                     dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
-                    max_steps=int(max_steps), loss=loss, weight_decay=float(weight_decay),
-                    grad_norm_tol=_opt(grad_norm_tol), loss_floor=_opt(loss_floor),
-                    max_param_norm=_opt(max_param_norm))
+                    max_steps=int(options.max_steps), loss=loss, weight_decay=float(weight_decay), stop=stop)
 
 
 def _with_controller_tols(solver, ctrl):
@@ -148,17 +133,11 @@ def _with_controller_tols(solver, ctrl):
     rtol/atol/norm wherever it was left at `use_stepsize_tol`."""
     if not isinstance(solver, diffrax.AbstractImplicitSolver):
         return solver
-    from diffrax._root_finder import use_stepsize_tol
-
     attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
     if not attrs:
         return solver
     return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
                        tuple(getattr(ctrl, a) for a in attrs))
-
-
-def _opt(v):
-    return None if v is None else float(v)
 
 
 def _dtype(p: _Problem):
@@ -172,15 +151,16 @@ def _init_slot(p: _Problem, theta0, index, occupied) -> _Slot:
     tnext = jnp.minimum(tnext, p.t1)
     sstate = p.solver.init(p.terms, p.t0, tnext, y0, p.args)
     result = jnp.asarray(_SUCC, jnp.int32)
+    clock = p.stop.start_clock()
     if p.has_stop_rule:
-        result = jnp.where(p.stop_rule(p.t0, y0), _EVENT, result).astype(jnp.int32)
+        result = StopRules.result_code(p.stop_hits(p.t0, y0, clock), result)
     zero = jnp.asarray(0, jnp.int32)
     return _Slot(
         occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), y=y0,
         tprev=p.t0, tnext=tnext, solver_state=sstate, controller_state=cstate,
         result=result, num_steps=zero, num_accepted=zero, num_rejected=zero, save_i=zero,
         drift=jnp.zeros((), y0.dtype), last_t=jnp.asarray(jnp.nan, p.t0.dtype),
-        last_y=jnp.full_like(y0, jnp.nan), theta0=y0, c0=p.conserved(y0),
+        last_y=jnp.full_like(y0, jnp.nan), theta0=y0, c0=p.conserved(y0), clock=clock,
     )
 
 
@@ -227,7 +207,7 @@ def _step_slot(p: _Problem, s: _Slot) -> _Slot:
     save_i, drift, last_t, last_y = jax.lax.while_loop(cond, body, (s.save_i, s.drift, s.last_t, s.last_y))
 
     if p.has_stop_rule:
-        result = jnp.where(p.stop_rule(tprev, y), _EVENT, result)
+        result = StopRules.result_code(p.stop_hits(tprev, y, s.clock), result)
     new = s._replace(
         y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate,
         result=result.astype(jnp.int32), num_steps=s.num_steps + 1,
@@ -238,37 +218,18 @@ def _step_slot(p: _Problem, s: _Slot) -> _Slot:
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
 
 
-def status_code(result, finite) -> jax.Array:
-    """Index into `STATUSES` from a diffrax result code and whether the final state,
-    loss and gradient are finite."""
-    status = jnp.where(result == _SUCC, 0, jnp.where(result == _EVENT, 1, jnp.where(result == _MAXSTEPS, 2, 4)))
-    return jnp.where(finite, status, 3).astype(jnp.int32)
-
-
 def _finalize_slot(p: _Problem, s: _Slot) -> dict:
-    """The per-trajectory record, computed as `gradient_flow`'s `Flow` computes it."""
+    """The per-trajectory record (`trajectory_record`, as `gradient_flow` builds it)."""
     final_ok = jnp.isfinite(s.tprev) & jnp.all(jnp.isfinite(s.y))
     have_save = jnp.isfinite(s.last_t)
     t_final = jnp.where(final_ok, s.tprev, jnp.where(have_save, s.last_t, p.t0))
     theta_final = jnp.where(final_ok, s.y, jnp.where(have_save, s.last_y, s.theta0))
     result = jnp.where((s.tprev < p.t1) & (s.result == _SUCC), _MAXSTEPS, s.result)
-    dev_final = jnp.max(jnp.abs(p.conserved(theta_final) - s.c0 * p.decay(t_final)), initial=0.0)
-    drift = jnp.maximum(s.drift, dev_final)
-    net0 = p.net.with_edge_weights(s.theta0)
-    scale = conservation_scale(net0)
-    L = edge_loss_fn(p.net, p.X, p.Y, p.loss)
-    loss_final = L(theta_final)
-    grad_final = p.field(t_final, theta_final)
-    finite = jnp.isfinite(loss_final) & jnp.all(jnp.isfinite(grad_final)) & jnp.all(jnp.isfinite(theta_final))
-    status = status_code(result, finite)
-    return dict(
-        index=s.index, theta0=s.theta0, theta_final=theta_final, t_final=t_final, c0=s.c0,
-        loss_initial=L(s.theta0), loss_final=loss_final, drift=drift,
-        drift_relative=drift / jnp.where(scale > 0, scale, 1.0), scale=scale,
-        num_steps=s.num_steps, num_accepted_steps=s.num_accepted,
-        num_rejected_steps=s.num_rejected, result=result.astype(jnp.int32),
-        status=status,
-    )
+    stats = dict(num_steps=s.num_steps, num_accepted_steps=s.num_accepted, num_rejected_steps=s.num_rejected)
+    rec = trajectory_record(p.net, p.X, p.Y, theta0=s.theta0, t_final=t_final, theta_final=theta_final,
+                            result=result, stats=stats, saved_drift=s.drift, t0=p.t0, loss=p.loss,
+                            weight_decay=p.weight_decay)
+    return dict(index=s.index, **rec)
 
 
 class EngineStats(NamedTuple):

@@ -19,11 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..invariants import conservation_scale, conserved_quantities
+from ..flow import trajectory_record
 from ..kinks import kink_aware_flow
-from ..losses import edge_loss_fn
 from ..network import DAGNetwork
-from ._engine import EngineStats, status_code
+from ._engine import EngineStats
 
 KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits",
                "num_ambiguous", "max_sliding_pairs", "sliding_time")
@@ -56,18 +55,10 @@ class KinkEngine:
             theta0 = init_fn(i)
             kf = kink_aware_flow(net.with_edge_weights(theta0), X, Y, t1, **flow_options)
             fl = kf.flow
-            L = edge_loss_fn(net, X, Y, flow_options.get("loss", "mse"))
-            code = jnp.asarray(fl.result._value, jnp.int32)
-            finite = jnp.isfinite(fl.loss_final) & jnp.all(jnp.isfinite(fl.theta_final))
-            rec = dict(
-                index=i, theta0=theta0, theta_final=fl.theta_final, t_final=fl.t_final,
-                c0=conserved_quantities(net.with_edge_weights(theta0)), loss_initial=L(theta0),
-                loss_final=fl.loss_final, drift=fl.drift, drift_relative=fl.drift_relative,
-                scale=conservation_scale(net.with_edge_weights(theta0)),
-                num_steps=fl.stats["num_steps"], num_accepted_steps=fl.stats["num_accepted_steps"],
-                num_rejected_steps=fl.stats["num_rejected_steps"], result=code,
-                status=status_code(code, finite),
-            )
+            rec = dict(index=i, **trajectory_record(
+                net, X, Y, theta0=theta0, t_final=fl.t_final, theta_final=fl.theta_final, result=fl.result,
+                stats=fl.stats, saved_drift=fl.drift, t0=flow_options.get("t0", 0.0),
+                loss=flow_options.get("loss", "mse")))
             rec.update({k: getattr(kf, k) for k in KINK_FIELDS})
             return rec
 

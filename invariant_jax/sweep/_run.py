@@ -17,10 +17,13 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._results import STATUSES
+from .._version import __version__
 from ..losses import check_data
 from ..network import DAGNetwork, init_edge_weights
-from ._config import SweepConfig
-from ._engine import STATUSES, Engine, EngineStats, make_problem
+from ..options import SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
+from ._config import SweepConfig, check_kink_options
+from ._engine import Engine, EngineStats, make_problem
 from ._kink import KINK_FIELDS, KinkEngine
 from ._store import BUSY, DONE, ResultsStore
 
@@ -121,17 +124,14 @@ def sweep_flows(
     Y,
     t1: float,
     *,
-    solver: str = "tsit5",
-    rtol: float = 1e-8,
-    atol: float = 1e-8,
-    max_steps: int = 100_000,
-    n_save: int = 101,
-    dt0: float | None = None,
+    solver: str | SolverOptions = "tsit5",
+    rtol: float | None = None,
+    atol: float | None = None,
+    saveat: SaveTimes | None = None,
+    n_save: int | None = None,
+    stop: StopRules | None = None,
     loss: str = "mse",
     weight_decay: float = 0.0,
-    grad_norm_tol: float | None = None,
-    loss_floor: float | None = None,
-    max_param_norm: float | None = None,
     slots: int = 64,
     steps_per_call: int = 64,
     exact: bool = True,
@@ -149,9 +149,8 @@ def sweep_flows(
 
     - `nets`: a batch of `DAGNetwork`s (leading axis on `weights`, e.g. from
         `eqx.filter_vmap`), or one network.
-    - `X`, `Y`, `t1`, `solver`, `rtol`, `atol`, `max_steps`, `n_save`, `dt0`, `loss`,
-        `weight_decay`, `grad_norm_tol`, `loss_floor`, `max_param_norm`: as in
-        `ij.gradient_flow` (linear save times).
+    - `X`, `Y`, `t1`, `solver`, `rtol`, `atol`, `saveat`, `n_save`, `stop`, `loss`,
+        `weight_decay`: as in `ij.gradient_flow` (the same option objects).
     - `slots`: trajectories integrated at once (rounded up to a multiple of the devices).
     - `steps_per_call`: loop iterations between harvests.
     - `exact`: evaluate each slot with the unbatched program (default; an idle slot
@@ -174,20 +173,20 @@ def sweep_flows(
         thetas = thetas[None]
     if not bool(jnp.all(jnp.isfinite(thetas))):
         raise ValueError("Some initial weights are not finite; re-initialize those networks.")
-    if not (np.isfinite(t1) and t1 > 0):
-        raise ValueError(f"t1 must be a positive finite time; got {t1!r}.")
-    _check_options(rtol=rtol, atol=atol, max_steps=max_steps, n_save=n_save, weight_decay=weight_decay,
-                   grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
+    check_positive("t1", t1)
+    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=10_000 if kink_aware else 100_000)
+    save = as_save_times(saveat, n_save)
+    stop = StopRules() if stop is None else stop
+    opts.check_dtype(jnp.zeros(()).dtype)
+    check_positive("weight_decay", weight_decay, allow_zero=True)
     template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
     if kink_aware:
-        _check_kink_options(weight_decay=weight_decay, dt0=dt0, grad_norm_tol=grad_norm_tol,
-                            loss_floor=loss_floor, max_param_norm=max_param_norm)
+        check_kink_options(opts, stop, weight_decay)
         engine = KinkEngine(template, X, Y, t1, lambda i: thetas[i], slots=slots, devices=devices, exact=exact,
-                            solver=solver, rtol=rtol, atol=atol, n_save=n_save, max_steps=max_steps, loss=loss)
+                            solver=opts, saveat=save, loss=loss)
     else:
-        problem = make_problem(template, X, Y, t1, solver=solver, rtol=rtol, atol=atol, n_save=n_save,
-                               max_steps=max_steps, dt0=dt0, loss=loss, weight_decay=weight_decay,
-                               grad_norm_tol=grad_norm_tol, loss_floor=loss_floor, max_param_norm=max_param_norm)
+        problem = make_problem(template, X, Y, t1, options=opts, saveat=save, stop=stop, loss=loss,
+                               weight_decay=weight_decay)
         engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call,
                         devices=devices, exact=exact)
     parts: list[dict] = []
@@ -198,30 +197,8 @@ def sweep_flows(
         if bar is not None:
             bar.close()
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return _result_from_records(rec, _stats_dict(st, engine.slots, len(engine.mesh.devices.flat)), rtol, atol)
-
-
-def _check_options(*, rtol, atol, max_steps, n_save, weight_decay, grad_norm_tol, loss_floor, max_param_norm):
-    from ..flow import _check_tolerances
-
-    _check_tolerances(rtol, atol, jnp.zeros(()).dtype)
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1; got {max_steps!r}.")
-    if n_save < 2:
-        raise ValueError(f"n_save must be >= 2; got {n_save!r}.")
-    if not (np.isfinite(weight_decay) and weight_decay >= 0):
-        raise ValueError(f"weight_decay must be a finite number >= 0; got {weight_decay!r}.")
-    for name, v in (("grad_norm_tol", grad_norm_tol), ("loss_floor", loss_floor), ("max_param_norm", max_param_norm)):
-        if v is not None and not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive finite number (or None); got {v!r}.")
-
-
-def _check_kink_options(*, weight_decay, dt0=None, grad_norm_tol, loss_floor, max_param_norm):
-    used = [n for n, v in (("weight_decay", weight_decay or None), ("dt0", dt0), ("grad_norm_tol", grad_norm_tol),
-                           ("loss_floor", loss_floor), ("max_param_norm", max_param_norm)) if v is not None]
-    if used:
-        raise ValueError(f"The kink-aware integrator does not support {', '.join(used)}; drop "
-                         f"{'it' if len(used) == 1 else 'them'} or use kink_aware=False.")
+    return _result_from_records(rec, _stats_dict(st, engine.slots, len(engine.mesh.devices.flat)), opts.rtol,
+                                opts.atol)
 
 
 def init_theta(config: SweepConfig, graph, index) -> jax.Array:
@@ -234,8 +211,6 @@ def init_theta(config: SweepConfig, graph, index) -> jax.Array:
 
 
 def manifest_for(config: SweepConfig) -> dict:
-    from .. import __version__
-
     return {"format": "invariant_jax.sweep/1", "package": "invariant_jax", "version": __version__,
             "config": config.to_dict(), "jax_version": jax.__version__,
             "float64": bool(jax.config.jax_enable_x64),
@@ -380,14 +355,12 @@ def _engine(config, graph, X, Y, *, slots, steps_per_call, exact, devices):
         return engine
     if config.kink_aware:
         engine = KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
-                            devices=devices, exact=exact, solver=config.solver, rtol=config.rtol,
-                            atol=config.atol, n_save=config.n_save, max_steps=config.max_steps, loss=config.loss)
+                            devices=devices, exact=exact, solver=config.solver_options,
+                            saveat=config.save_times, loss=config.loss)
     else:
-        problem = make_problem(template, X, Y, config.t1, solver=config.solver, rtol=config.rtol,
-                               atol=config.atol, n_save=config.n_save, max_steps=config.max_steps,
-                               loss=config.loss, weight_decay=config.weight_decay,
-                               grad_norm_tol=config.grad_norm_tol, loss_floor=config.loss_floor,
-                               max_param_norm=config.max_param_norm)
+        problem = make_problem(template, X, Y, config.t1, options=config.solver_options,
+                               saveat=config.save_times, stop=config.stop_rules, loss=config.loss,
+                               weight_decay=config.weight_decay)
         engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
                         steps_per_call=steps_per_call, devices=devices, exact=exact)
     if len(_ENGINES) >= 8:
