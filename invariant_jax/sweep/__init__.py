@@ -7,7 +7,8 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
 """
 
 from ._config import BUILDERS, SweepConfig
-from ._engine import STATUSES, EngineStats
+from .._results import STATUSES, status_code
+from ._engine import EngineStats
 from ._run import SweepResult, init_theta, load_sweep, run_sweep, sweep_flows
 from ._summary import SweepSummary, summarize_sweep
 
@@ -21,6 +22,7 @@ __all__ = [
     "init_theta",
     "load_sweep",
     "run_sweep",
+    "status_code",
     "summarize_sweep",
     "sweep_flows",
 ]

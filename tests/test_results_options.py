@@ -1,0 +1,108 @@
+"""The status enumeration and the option objects, on the public API only: codes against
+diffrax's own, one validator and one wording for every entry point, and the stop rule
+reported by its own member."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import invariant_jax as ij
+from invariant_jax.sweep import STATUSES, SweepConfig
+
+
+def test_diffrax_codes_are_kept_and_decoded():
+    # every diffrax member keeps its integer code, so stored codes mean the same thing
+    for name in ("successful", "max_steps_reached", "event_occurred", "dt_min_reached", "singular"):
+        item = getattr(diffrax.RESULTS, name)
+        code = int(ij.result_code(item))
+        assert ij.result_name(code) == name
+        assert ij.result_message(item) == diffrax.RESULTS[item]
+        assert bool(ij.RESULTS.promote(item) == ij.result_from_code(code))
+    # a batch (as vmap returns) decodes element-wise
+    codes = np.array([int(ij.result_code(ij.RESULTS.stopped_loss_floor)), 0,
+                      int(ij.result_code(ij.RESULTS.max_steps_reached))])
+    batch = ij.result_from_code(codes)
+    assert list(ij.result_name(batch)) == ["stopped_loss_floor", "successful", "max_steps_reached"]
+    assert list(np.asarray(ij.is_success(batch))) == [True, True, False]
+    assert "max_steps" in ij.result_message(batch)[2]
+    with pytest.raises(ValueError, match="Invalid RESULTS code"):
+        ij.result_name(10_000)
+
+
+def test_every_new_member_says_a_fix_and_maps_to_a_status():
+    for name in ("stopped_grad_norm", "stopped_loss_floor", "stopped_param_norm", "stopped_wall_time",
+                 "nonfinite_state", "max_events_reached", "training_diverged", "drift_exceeded",
+                 "lp_disagrees", "undecided"):
+        msg = ij.result_message(getattr(ij.RESULTS, name))
+        assert len(msg) > 40 and "`" in msg  # names the option to change
+    expect = {"successful": "ok", "stopped_grad_norm": "stopped", "event_occurred": "stopped",
+              "max_steps_reached": "max_steps", "nonfinite_state": "nonfinite", "dt_min_reached": "failed"}
+    for name, status in expect.items():
+        code = ij.result_code(getattr(ij.RESULTS, name))
+        assert STATUSES[int(jax.jit(ij.sweep.status_code)(code))] == status
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (dict(rtol=0.0), ValueError, "rtol must be a positive finite number"),
+    (dict(atol=float("nan")), ValueError, "atol must be a positive finite number"),
+    (dict(max_steps=1.5), TypeError, "max_steps must be a positive integer"),
+    (dict(max_steps=True), TypeError, "max_steps must be a positive integer"),
+    (dict(max_steps=0), ValueError, "max_steps must be a positive integer"),
+    (dict(solver="rk99"), ValueError, "Unknown solver 'rk99'"),
+    (dict(dt0=-1.0), ValueError, "dt0 must be a positive finite number"),
+])
+def test_solver_options_one_validator_everywhere(bad, err, match):
+    with pytest.raises(err, match=match):
+        ij.SolverOptions(**bad)
+    # SweepConfig goes through the same validator, with the same words
+    with pytest.raises(err, match=match):
+        SweepConfig(**{k: v for k, v in bad.items()})
+
+
+def test_save_times_and_stop_rules_validate_on_construction():
+    with pytest.raises(ValueError, match="n must be an integer >= 2"):
+        ij.SaveTimes(n=1)
+    with pytest.raises(ValueError, match="spacing must be 'linear' or 'log'"):
+        ij.SaveTimes(spacing="cubic")
+    with pytest.raises(ValueError, match="non-decreasing"):
+        ij.SaveTimes([0.0, 0.5, 0.2])
+    with pytest.raises(TypeError, match="grad_norm_tol must be a real number"):
+        ij.StopRules(grad_norm_tol="small")
+    with pytest.raises(ValueError, match="n_save must be a positive integer|n must be an integer >= 2"):
+        SweepConfig(n_save=1)
+    np.testing.assert_allclose(ij.SaveTimes(n=5).times(0.0, 2.0), np.linspace(0.0, 2.0, 5), rtol=0, atol=0)
+    np.testing.assert_allclose(ij.SaveTimes(n=4, spacing="log").times(0.0, 1.0), ij.log_times(0.0, 1.0, 4))
+    with pytest.raises(ValueError, match="within"):
+        ij.SaveTimes([0.0, 3.0]).times(0.0, 2.0)
+
+
+def test_thin_keywords_and_objects_give_the_same_flow():
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(0))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
+    a = ij.gradient_flow(net, X, Y, 0.5, rtol=1e-9, atol=1e-9, n_save=5)
+    b = ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9),
+                         saveat=ij.SaveTimes(n=5))
+    assert bool(jnp.array_equal(a.thetas, b.thetas))  # the same compiled program, run twice
+    with pytest.raises(ValueError, match="not both"):
+        ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions(), rtol=1e-9)
+    with pytest.raises(ValueError, match="not both"):
+        ij.gradient_flow(net, X, Y, 0.5, saveat=ij.SaveTimes(n=5), n_save=5)
+
+
+def test_each_stop_rule_reports_its_member_and_the_record_agrees():
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
+    net = ij.DAGNetwork(g, "tanh", key=jax.random.key(1))
+    f = ij.gradient_flow(net, X, Y, 1e4, stop=ij.StopRules(grad_norm_tol=1e-3), saveat=ij.SaveTimes(spacing="log"))
+    assert bool(f.result == ij.RESULTS.stopped_grad_norm) and bool(f.success)
+    # the independent check: the gradient norm at the stop is below the tolerance
+    assert float(jnp.linalg.norm(jax.grad(ij.edge_loss_fn(net, X, Y))(f.theta_final))) < 1e-3
+    # the per-trajectory record of the same flow, built by the one public builder
+    rec = ij.trajectory_record(net, X, Y, theta0=net.edge_weights(), t_final=f.t_final, theta_final=f.theta_final,
+                               result=f.result, stats=f.stats, saved_drift=f.drift)
+    assert int(rec["result"]) == int(ij.result_code(f.result))
+    assert float(rec["drift"]) == float(f.drift) and float(rec["loss_final"]) == float(f.loss_final)
+    np.testing.assert_allclose(rec["c0"], ij.conserved_quantities(net), rtol=0, atol=0)
