@@ -57,8 +57,9 @@ def test_solver_options_one_validator_everywhere(bad, err, match):
     with pytest.raises(err, match=match):
         ij.SolverOptions(**bad)
     # SweepConfig goes through the same validator, with the same words
-    with pytest.raises(err, match=match):
-        SweepConfig(**{k: v for k, v in bad.items()})
+    if "dt0" not in bad:  # SweepConfig has no dt0
+        with pytest.raises(err, match=match):
+            SweepConfig(**bad)
 
 
 def test_save_times_and_stop_rules_validate_on_construction():
