@@ -5,6 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.random as jr
 
+from .._results import RESULTS, is_success, result_code, result_message
 from ..flow import check_conservation
 from ..network import DAGNetwork
 from ..options import SolverOptions
@@ -61,12 +62,14 @@ def _verdict(rep, args) -> str:
     import numpy as np
 
     n = len(rep.drift)
-    failed = [i for i, s in enumerate(rep.status) if s]
+    codes = np.asarray(result_code(rep.result))
+    drifted = codes == int(result_code(RESULTS.drift_exceeded))  # judged below, on finished ones
+    failed = [i for i in range(n) if not (bool(is_success(codes[i])) or drifted[i])]
     nonfinite = [i for i in range(n) if not (np.isfinite(rep.loss_final[i]) and np.isfinite(rep.drift[i]))]
     parts = []
     if failed:
         budget = [i for i in failed if int(rep.num_steps[i]) >= args.max_steps]
-        msgs = sorted({str(rep.status[i]) for i in failed})
+        msgs = sorted({str(result_message(codes[i])) for i in failed})
         what = (f"{len(budget)} of {n} trajectories used the whole step budget (--max-steps {args.max_steps}); "
                 "raise --max-steps, shorten --t1 or loosen --rtol/--atol" if budget else
                 f"{len(failed)} of {n} trajectories failed ({'; '.join(msgs)})")
