@@ -292,6 +292,20 @@ def test_overwrite_deletes_only_what_the_store_wrote(folder, capsys):
     assert not (folder / "quarantine").exists()
 
 
+def test_overwrite_is_refused_while_a_writer_works(folder):
+    man = manifest_for(SweepConfig(**CFG))
+    live = Claims(folder / "claims", new_writer())
+    live.start()
+    try:
+        with pytest.raises(ValueError, match="still work on"):
+            ResultsStore(folder).open(man, overwrite=True)
+        assert len(list((folder / "chunks").glob("chunk-*.parquet"))) >= 3
+    finally:
+        live.stop()
+    ResultsStore(folder).open(man, overwrite=True)  # the writer is gone: allowed
+    assert not list((folder / "chunks").glob("chunk-*"))
+
+
 # ---------------------------------------- validate before any work (item 6)
 
 
@@ -384,8 +398,8 @@ def test_job_array_variables():
 def test_status_shows_progress_across_writers(folder, reference, capsys):
     other = ResultsStore(folder)  # a second writer adds a chunk
     other.open(manifest_for(SweepConfig(**CFG)), resume=True)
-    other.write_chunk(_records(reference, [5]))
-    victim = sorted((folder / "chunks").glob("*.parquet"))[0]
+    mine = other.write_chunk(_records(reference, [5]))
+    victim = next(p for p in sorted((folder / "chunks").glob("*.parquet")) if p != mine)
     victim.write_bytes(b"damaged")
     assert main(["sweep", "--status", str(folder)]) == 0
     out = capsys.readouterr().out

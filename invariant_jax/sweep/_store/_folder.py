@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -216,6 +217,11 @@ class ResultsStore:
                         f"--overwrite refused: {str(self.folder)!r} also holds files this store did not write "
                         f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}). Move them away or "
                         "choose another --out (nothing was deleted).")
+                busy = [f"{w.get('host')}:{w.get('pid')}" for w in self.writers() if w["alive"]]
+                if busy:
+                    raise ValueError(
+                        f"--overwrite refused: writer(s) {', '.join(busy)} still work on {str(self.folder)!r} "
+                        "(see `invariant-jax sweep --status`). Stop them first, or choose another --out.")
                 n = self._clear(old)
                 self.notes.append(f"--overwrite: deleted {n} files the store had written in {self.folder}")
             elif config_hash(old["config"]) != manifest["config_hash"]:
@@ -268,7 +274,11 @@ class ResultsStore:
         while dest.exists():
             dest = self.quarantine_dir / f"{path.name}.{k}"
             k += 1
-        os.replace(path, dest)
+        try:
+            os.replace(path, dest)
+        except FileNotFoundError:  # another writer set it aside first
+            self.notes.append(f"{why}; already moved to {self.quarantine_dir} by another writer")
+            return dest
         self.notes.append(f"{why}; moved to {dest}")
         return dest
 
@@ -362,6 +372,24 @@ class ResultsStore:
         return Claims(self.claim_dir, self.writer, **kw)
 
     # -- status ----------------------------------------------------------------
+    def writers(self, stale_seconds: float = 120.0) -> list[dict]:
+        """The writers with a heartbeat file: identity, `heartbeat_age_s` and `alive`
+        (heartbeat younger than `stale_seconds` and, on this host, a running process)."""
+        if not self.claim_dir.is_dir():
+            return []
+        me = new_writer()
+        now = time.time()
+        out = []
+        for p in sorted(self.claim_dir.glob("writer-*.json")):
+            try:
+                w = json.loads(p.read_text())
+                age = now - p.stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            alive = age < stale_seconds and (w.get("host") != me["host"] or _pid_alive(w.get("pid", -1)))
+            out.append({**w, "heartbeat_age_s": round(age, 1), "alive": alive})
+        return out
+
     def status(self) -> dict:
         """Progress across all writers: records, writers, claims, quarantined files."""
         man, why = self._manifest_or_rebuild()
@@ -379,27 +407,15 @@ class ResultsStore:
             done.update(int(i) for i in idx)
             key = f"{w.get('host', '?')}:{w.get('pid', '?')}:{w.get('id', 'npz')}"
             per_writer[key] = per_writer.get(key, 0) + len(idx)
+        writers = self.writers()
+        beats = {w.get("id"): w["alive"] for w in writers}
         blocks = {"done": 0, "live": 0, "stale": 0}
-        writers = []
-        if self.claim_dir.is_dir():
-            me = new_writer()
-            now = max([p.stat().st_mtime for p in self.claim_dir.iterdir()] + [0.0])
-            beats = {}
-            for p in sorted(self.claim_dir.glob("writer-*.json")):
-                try:
-                    w = json.loads(p.read_text())
-                    age = now - p.stat().st_mtime
-                except (OSError, ValueError):
-                    continue
-                alive = age < 120 and (w.get("host") != me["host"] or _pid_alive(w.get("pid", -1)))
-                beats[w.get("id")] = alive
-                writers.append({**w, "heartbeat_age_s": round(age, 1), "alive": alive})
-            for p in sorted(self.claim_dir.glob("block-*.json")):
-                try:
-                    c = json.loads(p.read_text())
-                except (OSError, ValueError):
-                    c = {}
-                blocks["done" if c.get("done") else "live" if beats.get(c.get("id")) else "stale"] += 1
+        for p in sorted(self.claim_dir.glob("block-*.json")) if self.claim_dir.is_dir() else []:
+            try:
+                c = json.loads(p.read_text())
+            except (OSError, ValueError):
+                c = {}
+            blocks["done" if c.get("done") else "live" if beats.get(c.get("id")) else "stale"] += 1
         quarantined = sorted(p.name for p in self.quarantine_dir.iterdir()) if self.quarantine_dir.is_dir() else []
         return {"folder": str(self.folder), "config_hash": config_hash(man["config"]), "n_inits": n_inits,
                 "done": len(done), "remaining": n_inits - len(done), "records_by_writer": per_writer,
