@@ -314,6 +314,8 @@ def run_sweep(
         raise ValueError("Sweeps check conservation laws and need float64: call "
                          "jax.config.update('jax_enable_x64', True) first.")
     for name, v, lo in (("slots", slots, 1), ("steps_per_call", steps_per_call, 1), ("chunk_size", chunk_size, 1)):
+        if v is None and name == "steps_per_call":
+            continue  # the engine's default
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}; got {v!r}.")
     if not (np.isfinite(flush_seconds) and flush_seconds >= 0):
@@ -362,7 +364,8 @@ def _engine(config, graph, X, Y, *, slots, steps_per_call, exact, devices):
                                saveat=config.save_times, stop=config.stop_rules, loss=config.loss,
                                weight_decay=config.weight_decay)
         engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
-                        steps_per_call=steps_per_call, devices=devices, exact=exact)
+                        steps_per_call=64 if steps_per_call is None else steps_per_call, devices=devices,
+                        exact=exact)
     if len(_ENGINES) >= 8:
         _ENGINES.pop(next(iter(_ENGINES)))
     _ENGINES[key] = engine
