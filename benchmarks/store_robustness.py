@@ -283,7 +283,8 @@ lost = {u: sum(r["lost"] for r in rows if r["unit"] == u) for u in ("records", "
 print(f"TOTAL cases {len(rows)} clean {sum(r['clean'] for r in rows)} records lost {lost['records']} "
       f"user files lost {lost['user files']}")
 res = Path(__file__).resolve().parent / "results" / f"store_robustness_{args.label}.json"
-res.write_text(json.dumps({"command": "PYTHONPATH=<code> python " + " ".join(sys.argv), "label": args.label,
+res.write_text(json.dumps({"command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} python " + " ".join(sys.argv),
+                           "label": args.label,
                            "cases": len(rows), "clean": sum(r["clean"] for r in rows),
                            "records_lost": lost["records"], "user_files_lost": lost["user files"], "rows": rows}, indent=1))
 print(f"wrote {res}")
