@@ -90,6 +90,10 @@ def test_pandas_and_duckdb_read_the_folder(folder, reference):
     got = {s: (n, worst) for s, n, worst in rows.fetchall()}
     assert got == {int(s): (int(np.sum(reference.status == s)), float(reference.drift[reference.status == s].max()))
                    for s in np.unique(reference.status)}
+    from invariant_jax import result_name
+
+    np.testing.assert_array_equal(df["result_name"].to_numpy(dtype=str), result_name(reference.result))
+    assert list(df["status_name"]) == list(reference.status_names)
 
 
 def test_chunk_file_mode_follows_umask(tmp_path):

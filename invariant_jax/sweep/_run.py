@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._results import STATUSES
+from .._results import STATUSES, result_name
 from .._version import __version__
 from ..losses import check_data
 from ..network import DAGNetwork, init_edge_weights
@@ -428,6 +428,9 @@ def _run_claimed(config, engine, store: ResultsStore, *, pi, pc, progress, flush
     def flush():
         if buffer:
             rec = {k: np.concatenate([b[k] for b in buffer]) for k in buffer[0]}
+            # readable columns for pandas/DuckDB users (SweepResult keeps the codes)
+            rec["result_name"] = np.asarray(result_name(rec["result"]), dtype=str)
+            rec["status_name"] = np.asarray(STATUSES, dtype=str)[rec["status"]]
             path = store.write_chunk(rec)
             store._seen_indices[path.name] = rec["index"]
             written.append(path.name)
