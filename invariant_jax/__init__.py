@@ -28,7 +28,8 @@ from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
 from .datasets import TabularData, breast_cancer, load_csv
 from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows
 from .losses import gauss_hermite, hessian, hessian_spectrum, loss_gradient, population_loss, weighted_mse
-from .datasets import gp_data, gp_sample, matern32_kernel, modified_rosenbrock, rosenbrock_data
+from .datasets import gp_data, gp_sample, matern32_kernel, modified_rosenbrock, rosenbrock_data, regular_grid, rosenbrock_grid
+from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
 from . import channels
 from .channels import (
     ChannelPair,

@@ -3,4 +3,5 @@ targets (modified Rosenbrock, Gaussian-process samples). One private module per 
 
 from ._teacher import teacher_student
 from ._tabular import TabularData, breast_cancer, load_csv, split_standardize
-from ._targets import gp_data, gp_sample, matern32_kernel, modified_rosenbrock, rosenbrock_data
+from ._targets import (PAPER_GP_SCALINGS, gp_data, gp_sample, matern32_kernel, modified_rosenbrock, regular_grid,
+                       rosenbrock_data, rosenbrock_grid)

@@ -8,7 +8,12 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-__all__ = ["modified_rosenbrock", "rosenbrock_data", "matern32_kernel", "gp_sample", "gp_data"]
+__all__ = ["modified_rosenbrock", "rosenbrock_data", "rosenbrock_grid", "regular_grid", "matern32_kernel", "gp_sample",
+           "gp_data", "PAPER_GP_SCALINGS"]
+
+PAPER_GP_SCALINGS = (0.1, 0.5, 2.0, 10.0)
+"""The kernel input scalings of the paper's four GP teachers (`ScaleTransform(s)` of a
+Matérn-3/2 kernel, i.e. length scale `1/s`; `gp_teacher1..4` in channels-to-infinity)."""
 
 
 def _check_X(X, name="X"):
@@ -23,14 +28,15 @@ def _check_X(X, name="X"):
 
 def modified_rosenbrock(
     X: ArrayLike, *, a: float = 1.0, b: float = 3.0, c: float = 1.0, d: float = 0.1,
-    standardize: bool = True,
+    standardize: bool = True, ddof: int = 0,
 ) -> Float[Array, "N 1"]:
     """The modified Rosenbrock target
     `log10(sum_{i<D} [b (x_{i+1} + c - x_i^2)^2 + (a - x_i)^2] + d)`, z-scored over the
     rows of `X` (mean 0, standard deviation 1) unless `standardize=False`.
 
     **Arguments:** `X` of shape `(N, D)` with `D >= 2`; the constants `a, b, c, d`
-    (`d > 0` keeps the logarithm finite).
+    (`d > 0` keeps the logarithm finite); `ddof` of the standard deviation (the paper's
+    Julia `std` is the corrected one, `ddof=1`).
 
     **Returns:** `Y` of shape `(N, 1)`.
     """
@@ -45,7 +51,7 @@ def modified_rosenbrock(
     if standardize:
         if X.shape[0] < 2:
             raise ValueError("z-scoring needs N >= 2 samples; pass standardize=False for one point.")
-        y = (y - jnp.mean(y)) / jnp.std(y)
+        y = (y - jnp.mean(y)) / jnp.std(y, ddof=ddof)
     return y[:, None]
 
 
@@ -57,6 +63,39 @@ def rosenbrock_data(
     if not isinstance(n_samples, int) or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2; got {n_samples!r}.")
     X = jr.uniform(key, (n_samples, dim), minval=low, maxval=high)
+    return X, modified_rosenbrock(X, **kwargs)
+
+
+def regular_grid(n_samples: int = 10**4, *, half_width: float = float(np.sqrt(3.0))) -> Float[Array, "M 2"]:
+    """The paper's regular 2-D input grid (`regulargrid2D_input` of channels-to-infinity):
+    `res = ceil(sqrt(n_samples))`, step `2 half_width / res`, the points
+    `-half_width : step : half_width` on each axis (`res + 1` of them), first coordinate
+    varying fastest. `n_samples = 10^4` gives 101 x 101 = 10201 points on
+    `[-sqrt3, sqrt3]^2` (unit variance per coordinate, like the uniform inputs).
+
+    **Returns:** `X` of shape `((res + 1)^2, 2)`.
+    """
+    if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}.")
+    if not (np.isfinite(half_width) and half_width > 0):
+        raise ValueError(f"half_width must be positive and finite; got {half_width!r}.")
+    res = int(np.ceil(np.sqrt(n_samples)))
+    step = 2 * half_width / res
+    x = -half_width + step * np.arange(res + 1)
+    x[-1] = min(x[-1], half_width)
+    a, b = np.meshgrid(x, x, indexing="xy")  # a varies fastest along the flattened rows
+    return jnp.asarray(np.stack([a.ravel(), b.ravel()], axis=1))
+
+
+def rosenbrock_grid(n_samples: int = 10**4, **kwargs) -> tuple[Float[Array, "M 2"], Float[Array, "M 1"]]:
+    """The paper's loss-levels data set: the modified Rosenbrock target (a=1, b=3, c=1,
+    offset 0.1), z-scored with the corrected standard deviation as in the authors' code,
+    on `regular_grid(n_samples)` (10201 points for the default).
+
+    **Returns:** `(X, Y)`.
+    """
+    X = regular_grid(n_samples)
+    kwargs.setdefault("ddof", 1)
     return X, modified_rosenbrock(X, **kwargs)
 
 
