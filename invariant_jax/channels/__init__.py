@@ -17,3 +17,12 @@ from ._detect import CLASSIFICATIONS, ChannelReport, detect_channels
 from ._jump import GLUConvergence, JumpResult, PowerLaw, glu_convergence, jump_procedure, power_law_fit
 from ._toy import ToyCriticalPoints, toy_critical_points, toy_data, toy_limit_loss, toy_network, toy_target
 from ._frequency import FrequencyStudy, channel_frequency
+from ._levels import (
+    ConvergenceStudy,
+    cluster_loss_levels,
+    confirm_channel,
+    convergence_study,
+    first_layer_distances,
+    mlpgf_glorot,
+    wilson_interval,
+)

@@ -1,0 +1,172 @@
+"""The flat-channels paper's loss-levels study (its Fig. 2 / App. A.1, A.3), done its way:
+modified Rosenbrock on the regular grid on [-sqrt3, sqrt3]^2, one hidden layer of
+r = 1..5 neurons, activations g and softplus, with and without biases,
+MLPGradientFlow-Glorot inits; a Kvaerno5 gradient-flow phase (rtol 1e-3, atol 1e-6,
+the paper's KenCarp58 tolerances) then trust-region Newton with the exact Hessian
+(`ij.flow_then_newton`); the authors' criteria: infinite when
+weightnorm = sum(theta^2)/(2E) >= 1e3, duplicates when two first-layer rows are within
+L2 distance 1e-6, loss levels clustered at relative tolerance 1e-3 (on the paper's
+MSE = (1/N) sum (f-y)^2 = 2 L). Every infinite run is checked with `confirm_channel`.
+
+Also an SGD / Adam arm (`ij.fit`, full batch and minibatch, a few learning rates, r = 4,
+g, bias) classified with the same criteria.
+
+Full size (the paper's grid, 101 x 101 = 10201 points; >= 100 seeds per cell) is meant
+for a GPU; `--grid 100 --seeds 16` is the reduced size run on the shared 2-core CPU.
+
+Usage: python benchmarks/channels_loss_levels.py [--grid 10000] [--seeds 100]
+       [--activations g,softplus] [--biases 0,1] [--widths 1,2,3,4,5] [--out ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import equinox as eqx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import jax.random as jr  # noqa: E402
+import numpy as np  # noqa: E402
+
+import invariant_jax as ij  # noqa: E402
+from invariant_jax import channels as ch  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size):
+    """SGD / Adam from the same inits (r = 4, g, bias), classified like the Newton runs."""
+    g = ij.mlp([2, 4, 1], bias=True)
+    keys = jax.vmap(lambda n: jr.fold_in(jr.key(0), n))(jnp.arange(seeds))
+    thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(keys)
+    net0 = ij.DAGNetwork(g, "g", edge_weights=thetas[0])
+    nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
+    rows = []
+    for opt in ("sgd", "adam"):
+        for lr in lrs[opt]:
+            for bs in (None, batch_size):
+                t = time.perf_counter()
+                res = ij.fit(nets, X, Y, loss="mse", optimizer=opt, learning_rate=lr, epochs=epochs,
+                             batch_size=bs, log_every=epochs, key=jr.key(1))
+                theta = np.asarray(res.network.edge_weights())
+                wn = np.asarray(ij.weightnorm(theta))
+                inf, conf, near = 0, 0, 0
+                for n in range(seeds):
+                    net = net0.with_edge_weights(theta[n])
+                    l2, cos = ch.first_layer_distances(net)
+                    rep = ch.detect_channels(net, pair_tol=1e-2, norm_threshold=1.0)
+                    near += any(p.classification in ("channel", "candidate") for p in rep.pairs)
+                    if wn[n] >= maxnorm:
+                        inf += 1
+                        conf += ch.confirm_channel(net, X, Y, maxnorm=maxnorm)[0]
+                L = np.asarray(jax.vmap(lambda th: ij.losses.network_loss(net0.with_edge_weights(th), X, Y))(theta))
+                lo, hi = ch.wilson_interval(near, seeds)
+                rows.append(dict(optimizer=opt, lr=lr, batch_size=bs, epochs=epochs, n=seeds, infinite=inf,
+                                 confirmed=conf, channel_like=near, channel_like_ci=(lo, hi),
+                                 median_weightnorm=float(np.median(wn)), max_weightnorm=float(wn.max()),
+                                 median_mse=float(np.median(2 * L)), seconds=time.perf_counter() - t))
+                r = rows[-1]
+                print(f"{opt:>5} lr={lr:<6g} batch={str(bs):>5}: weightnorm median {r['median_weightnorm']:.3g} max "
+                      f"{r['max_weightnorm']:.3g}; infinite {inf}/{seeds}; merging pair with opposite diverging "
+                      f"output weights {near}/{seeds} [{100 * lo:.0f}, {100 * hi:.0f}]%; median MSE "
+                      f"{r['median_mse']:.4g} ({r['seconds']:.0f} s)", flush=True)
+    return rows
+
+
+def figures(study, out_png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rec = study.records
+    combos = [(a, b) for a in study.settings["activations"] for b in study.settings["biases"]]
+    fig, axes = plt.subplots(3, len(combos), figsize=(3.2 * len(combos), 9), squeeze=False)
+    cmap = plt.get_cmap("plasma", 6)
+    for c, (act, bias) in enumerate(combos):
+        m = study.select(activation=act, bias=bias)
+        mse, inf, r = rec["mse"][m], rec["infinite"][m], rec["r"][m]
+        order = np.argsort(mse)[::-1]
+        levels, members = ch.cluster_loss_levels(mse[order], 1e-3)
+        ax = axes[0, c]
+        for lv, mem in zip(levels, members):
+            idx = order[mem]
+            n_inf = int(inf[idx].sum())
+            ax.barh(lv, len(idx) - n_inf, height=lv * 0.03, color="tab:blue")
+            ax.barh(lv, n_inf, left=len(idx) - n_inf, height=lv * 0.03, color="tab:red")
+        ax.set_yscale("log")
+        ax.set_title(f"{act}, bias={bias}")
+        ax.set_xlabel("runs at the loss level")
+        ax.set_ylabel("MSE (paper's (1/N) sum)")
+        ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color="tab:blue"), plt.Rectangle((0, 0), 1, 1, color="tab:red")],
+                  labels=["finite", "infinite"], fontsize=7)
+        summ = {s["r"]: s for s in study.summary(("activation", "bias", "r")) if s["activation"] == act and s["bias"] == bias}
+        rs = sorted(summ)
+        for row, key, title in ((1, "infinite", "% infinite"), (2, "duplicate", "% duplicate neurons")):
+            ax = axes[row, c]
+            f = np.array([summ[k][f"{key}_fraction"] for k in rs]) * 100
+            ci = np.array([summ[k][f"{key}_ci"] for k in rs]) * 100
+            ax.bar(rs, f, color=[cmap(k) for k in rs], edgecolor="k")
+            ax.errorbar(rs, f, yerr=[f - ci[:, 0], ci[:, 1] - f], fmt="none", ecolor="k", capsize=3)
+            if key == "infinite":
+                conf = np.array([summ[k]["confirmed"] / summ[k]["n"] for k in rs]) * 100
+                ax.plot(rs, conf, "kx", label="confirmed channel")
+                ax.legend(fontsize=7)
+            ax.set_ylim(0, 105)
+            ax.set_xlabel("network size r")
+            ax.set_ylabel(title + " (Wilson 95%)")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    print(f"wrote {out_png}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grid", type=int, default=10**4, help="requested samples of the regular grid (paper: 10^4)")
+    ap.add_argument("--seeds", type=int, default=100)
+    ap.add_argument("--widths", default="1,2,3,4,5")
+    ap.add_argument("--activations", default="g,softplus")
+    ap.add_argument("--biases", default="0,1")
+    ap.add_argument("--max-flow-steps", type=int, default=2000)
+    ap.add_argument("--max-steps", type=int, default=2000)
+    ap.add_argument("--patience", type=int, default=100)
+    ap.add_argument("--optimizers", action="store_true", help="also run the SGD / Adam arm")
+    ap.add_argument("--opt-seeds", type=int, default=32)
+    ap.add_argument("--opt-epochs", type=int, default=20000)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+    X, Y = ij.rosenbrock_grid(args.grid)
+    tag = args.tag or f"grid{X.shape[0]}_seeds{args.seeds}"
+    print(f"{jax.devices()}; {X.shape[0]} grid points; {args.seeds} seeds per cell", flush=True)
+    t = time.perf_counter()
+    study = ch.convergence_study(X, Y, widths=[int(w) for w in args.widths.split(",")],
+                                 activations=args.activations.split(","),
+                                 biases=[bool(int(b)) for b in args.biases.split(",")], n_seeds=args.seeds,
+                                 max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,
+                                 patience=args.patience, label="rosenbrock")
+    dt = time.perf_counter() - t
+    print(study.table())
+    print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included)")
+    out = dict(benchmark="channels_loss_levels", command=" ".join(["python"] + sys.argv), platform=platform.platform(),
+               devices=[str(d) for d in jax.devices()], jax=jax.__version__, seconds=dt, n_grid=int(X.shape[0]),
+               summary=study.summary(), **study.to_dict())
+    if args.optimizers:
+        out["optimizers"] = optimizer_arm(X, Y, seeds=args.opt_seeds, lrs=dict(sgd=[0.1, 1.0], adam=[1e-3, 1e-2]),
+                                          epochs=args.opt_epochs, maxnorm=1e3, batch_size=32)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"channels_loss_levels_{tag}.json"
+    path.write_text(json.dumps(out, indent=1, default=str))
+    print(f"wrote {path}")
+    figures(study, RESULTS / f"channels_loss_levels_{tag}.png")
+
+
+if __name__ == "__main__":
+    main()

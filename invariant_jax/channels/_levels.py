@@ -1,0 +1,300 @@
+"""The paper's loss-levels study, done its way: one-hidden-layer networks from
+MLPGradientFlow's Glorot-normal initialization, a gradient-flow phase then a
+second-order phase (`ij.flow_then_newton`), and the authors' criteria:
+
+- infinite: `weightnorm(theta) = sum(theta^2) / (2 E) >= maxnorm` (1e3);
+- duplicate neurons: the smallest L2 distance between two rows of the first-layer
+  weight matrix (bias column included) is below 1e-6;
+- loss levels: greedy clustering of the losses at relative tolerance 1e-3
+  (`cluster_loss_levels` of channels-to-infinity/src/helper_analyse.jl);
+- channel (the GP / scaling study): infinite and the smallest cosine distance between
+  first-layer rows below 1e-2.
+
+On top, every infinite run is checked with `detect_channels` (a merging pair whose
+output weights diverge with opposite signs, the late update along the channel) and the
+GLU limit (the pair's output equals `c sigma(w.u) + a (Delta.u) sigma'(w.u)` to within
+`glu_tol` relative). Fractions carry Wilson 95% intervals (the authors' `binomial_CI`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..graph import DAG, mlp
+from ..network import DAGNetwork
+from ._detect import detect_channels
+from ._glu import glu_limit, pair_output
+
+__all__ = ["ConvergenceStudy", "convergence_study", "mlpgf_glorot", "wilson_interval", "cluster_loss_levels",
+           "confirm_channel", "first_layer_distances"]
+
+
+def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for `k` successes in `n` trials (`scipy.stats.binomtest`).
+    `(nan, nan)` when `n == 0`."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return (float("nan"), float("nan"))
+    if not 0 <= k <= n:
+        raise ValueError(f"Need 0 <= k <= n; got k={k}, n={n}.")
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return (float(ci.low), float(ci.high))
+
+
+def cluster_loss_levels(losses, rtol: float = 1e-3) -> tuple[np.ndarray, list[list[int]]]:
+    """The authors' greedy clustering: walk the losses in the given order; a loss joins
+    the first level `lc` with `1 - rtol < l / lc < 1 + rtol`, else opens a new level. NaNs
+    are skipped (the first entry always opens a level, as in their code).
+
+    **Returns:** `(levels, members)`: the level values and the indices in each.
+    """
+    losses = np.asarray(losses, dtype=float)
+    if losses.size == 0:
+        return np.zeros(0), []
+    levels, members = [losses[0]], [[0]]
+    for i in range(1, losses.size):
+        l_ = losses[i]
+        if np.isnan(l_):
+            continue
+        for k, lc in enumerate(levels):
+            if 1 - rtol < l_ / lc < 1 + rtol:
+                members[k].append(i)
+                break
+        else:
+            levels.append(l_)
+            members.append([i])
+    return np.asarray(levels), members
+
+
+def mlpgf_glorot(graph: DAG, key) -> jax.Array:
+    """MLPGradientFlow's `random_params` for a layered MLP: the weights of layer `l` are
+    normal with std `sqrt(2 / (n_{l-1} + n_l))` (fan-in without the bias), biases are 0.
+    **Returns:** `theta` in `graph.edges` order."""
+    const = set(graph.constants) if hasattr(graph, "constants") else set()
+    layer_sizes = {}
+    for u, v in graph.edges:
+        if u in const:
+            continue
+        layer_sizes.setdefault(v, []).append(u)
+    std = np.zeros(len(graph.edges))
+    for n, (u, v) in enumerate(graph.edges):
+        if u in const:
+            continue
+        fan_in = len(layer_sizes[v])
+        fan_out = sum(1 for s in graph.successors(u))
+        std[n] = np.sqrt(2.0 / (fan_in + fan_out))
+    return jr.normal(key, (len(graph.edges),)) * jnp.asarray(std)
+
+
+def first_layer_distances(net: DAGNetwork) -> tuple[float, float]:
+    """Smallest L2 and cosine distances between first-layer weight rows (bias included)
+    of a one-hidden-layer network. `(inf, inf)` for one hidden neuron."""
+    g = net.graph
+    W = np.asarray(net.weights)
+    P = [g.index[u] for u in g.inputs]
+    rows = np.stack([W[P, g.index[v]] for v in g.hidden])
+    l2, cos = np.inf, np.inf
+    for i, j in itertools.combinations(range(rows.shape[0]), 2):
+        l2 = min(l2, float(np.linalg.norm(rows[i] - rows[j])))
+        ni, nj = np.linalg.norm(rows[i]), np.linalg.norm(rows[j])
+        cos = min(cos, 1.0 - float(rows[i] @ rows[j] / (ni * nj)) if ni > 0 and nj > 0 else 1.0)
+    return l2, cos
+
+
+def confirm_channel(net: DAGNetwork, X, Y, *, maxnorm: float = 1e3, pair_tol: float = 1e-2,
+                    glu_tol: float = 1e-2, loss="mse") -> tuple[bool, float, int]:
+    """Confirm that a run counted infinite sits in a flat channel: `detect_channels`
+    finds a `"channel"` pair (merging input weights at cosine distance < `pair_tol`,
+    output weights of opposite sign with `||a_i - a_j||` above the square root of the
+    norm threshold, `||theta||` above the Euclidean norm of `weightnorm = maxnorm`, i.e.
+    `sqrt(2 maxnorm E)`), and each such pair's output equals its GLU limit to relative
+    error < `glu_tol`. The late-update test of `detect_channels` is skipped: at a Newton
+    end point `-grad L` is the residual of the last step, not the direction of travel.
+
+    **Returns:** `(confirmed, worst GLU relative error, number of channel pairs)`.
+    """
+    E = int(net.edge_weights().shape[-1])
+    # no late-update test: at a Newton end point -grad L is what the last step left over,
+    # not the direction of travel; the GLU fit below checks the channel geometry instead
+    rep = detect_channels(net, norm_threshold=float(np.sqrt(2 * maxnorm * E)) * (1 - 1e-9), pair_tol=pair_tol)
+    pairs = rep.channels
+    if not pairs:
+        return False, float("nan"), 0
+    X = jnp.asarray(X)
+    worst = 0.0
+    for p in pairs:
+        lim = np.asarray(glu_limit(p, X, net=net))
+        out = np.asarray(pair_output(p, X))
+        worst = max(worst, float(np.max(np.abs(out - lim)) / max(np.max(np.abs(lim)), 1e-300)))
+    return bool(worst < glu_tol), worst, len(pairs)
+
+
+class ConvergenceStudy(eqx.Module):
+    """Per-run records of `convergence_study` (one entry per run; concatenate studies
+    with `ConvergenceStudy.concatenate`).
+
+    **Fields:** `records`: dict of 1-D arrays: `activation`, `bias`, `r`, `seed`, `label`
+    (the data set), `loss` (`(1/2N) sum (f-y)^2`), `mse` (the paper's `(1/N) sum (f-y)^2`),
+    `weightnorm`, `infinite`, `min_l2`, `min_cos`, `duplicate`, `channel_paper`
+    (infinite and `min_cos < 1e-2`), `confirmed` (`confirm_channel`), `glu_error`,
+    `stopped_by`, `n_steps`, `flow_status`, `t_flow`, `loss_flow`; `settings`;
+    `seconds` (wall time of the runs).
+    """
+
+    records: dict
+    settings: dict
+    seconds: float
+
+    @staticmethod
+    def concatenate(studies) -> "ConvergenceStudy":
+        studies = list(studies)
+        rec = {k: np.concatenate([s.records[k] for s in studies]) for k in studies[0].records}
+        return ConvergenceStudy(records=rec, settings=studies[0].settings, seconds=sum(s.seconds for s in studies))
+
+    def select(self, **where) -> np.ndarray:
+        m = np.ones(len(self.records["loss"]), bool)
+        for k, v in where.items():
+            m &= self.records[k] == v
+        return m
+
+    def summary(self, by=("activation", "bias", "r")) -> list[dict]:
+        """Per group: n, infinite / duplicate / confirmed / paper-channel counts,
+        fractions and Wilson 95% intervals, and the number of loss levels."""
+        keys = [tuple(self.records[b][i] for b in by) for i in range(len(self.records["loss"]))]
+        out = []
+        for key in sorted(set(keys), key=lambda k: tuple(str(x) for x in k)):
+            m = np.array([k == key for k in keys])
+            n = int(m.sum())
+            row = {b: (v.item() if hasattr(v, "item") else v) for b, v in zip(by, key)}
+            row["n"] = n
+            for name in ("infinite", "duplicate", "confirmed", "channel_paper"):
+                k = int(self.records[name][m].sum())
+                lo, hi = wilson_interval(k, n)
+                row[name] = k
+                row[f"{name}_fraction"] = k / n if n else float("nan")
+                row[f"{name}_ci"] = (lo, hi)
+            mse = self.records["mse"][m]
+            row["n_levels"] = len(cluster_loss_levels(np.sort(mse)[::-1], 1e-3)[0])
+            row["median_mse"] = float(np.median(mse))
+            row["stopped_by"] = {r: int((self.records["stopped_by"][m] == r).sum())
+                                 for r in sorted(set(self.records["stopped_by"][m]))}
+            out.append(row)
+        return out
+
+    def table(self, by=("activation", "bias", "r")) -> str:
+        head = (" ".join(f"{b:>10}" for b in by) + f" {'n':>4} {'% inf':>6} {'95% CI':>13} {'confirmed':>9} "
+                f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'stopped by'}")
+        rows = [head, "-" * len(head)]
+        for s in self.summary(by):
+            ci, cd = s["infinite_ci"], s["duplicate_ci"]
+            rows.append(" ".join(f"{str(s[b]):>10}" for b in by)
+                        + f" {s['n']:>4} {100 * s['infinite_fraction']:>6.1f} [{100 * ci[0]:>4.1f}, {100 * ci[1]:>5.1f}]"
+                        f" {s['confirmed']:>4}/{s['infinite']:<4} {100 * s['duplicate_fraction']:>6.1f}"
+                        f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s['stopped_by']}")
+        return "\n".join(rows)
+
+    def to_dict(self) -> dict:
+        rec = {k: np.asarray(v).tolist() for k, v in self.records.items()}
+        return dict(records=rec, settings=self.settings, seconds=self.seconds)
+
+
+def convergence_study(
+    X,
+    Y,
+    *,
+    widths=(1, 2, 3, 4, 5),
+    activations=("g", "softplus"),
+    biases=(False, True),
+    n_seeds: int = 100,
+    seed: int = 0,
+    label: str = "data",
+    maxnorm: float = 1e3,
+    t1: float = 1e12,
+    rtol: float = 1e-3,
+    atol: float = 1e-6,
+    max_flow_steps: int = 2000,
+    max_steps: int = 2000,
+    patience: int = 100,
+    g_tol: float = 1e-12,
+    max_time: float = np.inf,
+    dup_tol: float = 1e-6,
+    channel_cos: float = 1e-2,
+    confirm: bool = True,
+    slots: int | None = None,
+    progress: bool = True,
+) -> ConvergenceStudy:
+    """Train `n_seeds` MLPGradientFlow-Glorot initializations of `mlp([d, r, 1], bias)`
+    for every width `r`, activation and bias setting with `ij.flow_then_newton`
+    (Kvaerno5 flow at `rtol`/`atol` to `t1`, then trust-region Newton), and classify the
+    final points with the paper's criteria (module docstring).
+
+    **Returns:** a `ConvergenceStudy`.
+    """
+    from ..converge import STOP_REASONS, flow_then_newton
+
+    if not isinstance(n_seeds, int) or n_seeds < 1:
+        raise ValueError(f"n_seeds must be a positive integer; got {n_seeds!r}.")
+    if any(not isinstance(r, (int, np.integer)) or r < 1 for r in widths):
+        raise ValueError(f"widths must be positive integers; got {list(widths)}.")
+    X, Y = jnp.asarray(X), jnp.asarray(Y)
+    Y = Y[:, None] if Y.ndim == 1 else Y
+    d = X.shape[1]
+    cols = {k: [] for k in ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite",
+                            "min_l2", "min_cos", "duplicate", "channel_paper", "confirmed", "glu_error",
+                            "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow")}
+    t0 = time.perf_counter()
+    grid = list(itertools.product(activations, biases, widths))
+    for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
+        g = mlp([d, int(r), 1], bias=bool(bias))
+        keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(n_seeds))
+        thetas = jax.vmap(lambda k: mlpgf_glorot(g, k))(keys)
+        net0 = DAGNetwork(g, act, edge_weights=thetas[0])
+        nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
+        res = flow_then_newton(nets, X, Y, t1=t1, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
+                               maxnorm=maxnorm, max_steps=max_steps, patience=patience, g_tol=g_tol,
+                               max_time=max_time, slots=slots or min(n_seeds, 256))
+        theta = np.asarray(res.theta)
+        inf = np.asarray(res.infinite)
+        for n in range(n_seeds):
+            net = net0.with_edge_weights(theta[n])
+            l2, cos = first_layer_distances(net)
+            ok, err, _ = (confirm_channel(net, X, Y, maxnorm=maxnorm, pair_tol=channel_cos)
+                          if (confirm and inf[n] and r >= 2) else (False, float("nan"), 0))
+            cols["min_l2"].append(l2)
+            cols["min_cos"].append(cos)
+            cols["duplicate"].append(l2 < dup_tol)
+            cols["channel_paper"].append(bool(inf[n]) and cos < channel_cos)
+            cols["confirmed"].append(ok)
+            cols["glu_error"].append(err)
+        B = n_seeds
+        cols["activation"] += [act] * B
+        cols["bias"] += [bool(bias)] * B
+        cols["r"] += [int(r)] * B
+        cols["seed"] += list(range(B))
+        cols["label"] += [label] * B
+        cols["loss"] += np.asarray(res.loss).tolist()
+        cols["mse"] += (2 * np.asarray(res.loss)).tolist()
+        cols["weightnorm"] += np.asarray(res.weightnorm).tolist()
+        cols["infinite"] += inf.tolist()
+        cols["stopped_by"] += list(res.reason)
+        cols["n_steps"] += np.asarray(res.n_steps).tolist()
+        cols["flow_status"] += np.asarray(res.flow_status).tolist()
+        cols["t_flow"] += np.asarray(res.t_flow).tolist()
+        cols["loss_flow"] += np.asarray(res.loss_flow).tolist()
+    records = {k: np.asarray(v) for k, v in cols.items()}
+    settings = dict(widths=[int(r) for r in widths], activations=list(activations), biases=[bool(b) for b in biases],
+                    n_seeds=n_seeds, seed=seed, maxnorm=maxnorm, t1=t1, rtol=rtol, atol=atol,
+                    max_flow_steps=max_flow_steps, max_steps=max_steps, patience=patience, g_tol=g_tol,
+                    max_time=max_time, dup_tol=dup_tol, channel_cos=channel_cos, n_samples=int(X.shape[0]),
+                    init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
+                    flow="ij.sweep_flows, Kvaerno5", newton="ij.newton_phase (optimistix trust region, exact |H|)")
+    return ConvergenceStudy(records=records, settings=settings, seconds=time.perf_counter() - t0)
