@@ -156,10 +156,10 @@ def main():
     print(study.table())
     print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included)")
     out = dict(benchmark="channels_loss_levels", command=" ".join(["python"] + sys.argv), platform=platform.platform(),
-               devices=[str(d) for d in jax.devices()], jax=jax.__version__, seconds=dt, n_grid=int(X.shape[0]),
+               devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt, n_grid=int(X.shape[0]),
                summary=study.summary(), **study.to_dict())
     if args.optimizers:
-        out["optimizers"] = optimizer_arm(X, Y, seeds=args.opt_seeds, lrs=dict(sgd=[0.1, 1.0], adam=[1e-3, 1e-2]),
+        out["optimizers"] = optimizer_arm(X, Y, seeds=args.opt_seeds, lrs=dict(sgd=[0.05, 0.3], adam=[1e-3, 1e-2]),
                                           epochs=args.opt_epochs, maxnorm=1e3, batch_size=32)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"channels_loss_levels_{tag}.json"
