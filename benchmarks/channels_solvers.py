@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "channels_solvers.json"))
     args = ap.parse_args()
     X, Y, loss = toy_data()
-    net = toy_network(0.6743, 0.5440, 8.64, -6.98)  # a point in the toy channel at w ~ 0.61 (eps ~ 0.065)
+    net = toy_network(0.6743, 0.5440, 8.64, -6.98, convention="erf")  # a point in the toy channel at w ~ 0.61 (eps ~ 0.065)
     pair = channel_coordinates(net, 0, 1)
     sharp = float(jnp.linalg.eigvalsh(hessian(net, X, Y, loss=loss))[-1])
     rows = []

@@ -50,7 +50,7 @@ def test_stopping_rule_bad_values(problem):
 @pytest.mark.slow
 def test_kvaerno5_reaches_t_1e6_on_a_stiff_channel():
     X, Y, loss = toy_data(201)
-    net = toy_network(0.55, 0.7, 3.0, -2.5)
+    net = toy_network(0.55, 0.7, 3.0, -2.5, convention="erf")
     f = ij.gradient_flow(net, X, Y, 1e6, loss=loss, saveat=ij.SaveTimes(n=31, spacing="log"),
                          solver=ij.SolverOptions("kvaerno5", max_steps=20_000, rtol=1e-8, atol=1e-8))
     assert bool(f.success) and float(f.t_final) == 1e6

@@ -49,7 +49,7 @@ def test_sharpness_exponent_on_constructed_channel():
 @pytest.mark.slow
 def test_jump_procedure_with_flow_on_toy_channel():
     X, Y, loss = toy_data()
-    net = toy_network(0.64331965, 0.58033842, 17.67708378, -16.01127562)  # toy flow at t = 1e7
+    net = toy_network(0.64331965, 0.58033842, 17.67708378, -16.01127562, convention="erf")  # toy flow at t = 1e7
     res = jump_procedure(net, (0, 1), X, Y, loss=loss, n_jumps=5, t_flow=1e3, progress=False)
     assert abs(res.sharpness_fit.exponent - 2.0) < 0.05
     assert abs(res.gap_fit.exponent - 2.0) < 0.05
@@ -67,7 +67,7 @@ def _dense_limit_loss(w):
 
 
 def test_toy_critical_points_against_dense_reference():
-    cp = toy_critical_points(w_max=3.0, n_grid=101)
+    cp = toy_critical_points(w_max=3.0, n_grid=101, convention="erf")
     kinds = list(cp.kind)
     assert "channel minimum" in kinds and "saddle" in kinds and "global minimum" in kinds
     assert cp.w[0] == 0.0 and kinds[0] == "saddle"
@@ -82,11 +82,31 @@ def test_toy_critical_points_against_dense_reference():
 
 def test_toy_limit_loss_is_the_collapsed_network_loss():
     X, Y, loss = toy_data()
-    L0, c, a, h = toy_limit_loss(0.7)
-    net = toy_network(0.7 + 1e-3, 0.7 - 1e-3, 0.5 * (c + a / 1e-3), 0.5 * (c - a / 1e-3))
+    L0, c, a, h = toy_limit_loss(0.7, convention="erf")
+    net = toy_network(0.7 + 1e-3, 0.7 - 1e-3, 0.5 * (c + a / 1e-3), 0.5 * (c - a / 1e-3), convention="erf")
     p = channel_coordinates(net, 0, 1)
     assert np.isclose(float(loss(collapse_channel(net, p).forward(X), Y)), float(L0), rtol=1e-10)
     # L ~ L0 + eps^2 h
     gap = float(loss(net.forward(X), Y)) - float(L0)
     assert np.isclose(gap / 1e-6, float(h), rtol=1e-2)
     assert float(network_loss(net, X, Y, loss)) == float(loss(net.forward(X), Y))
+
+
+def test_toy_paper_convention_is_erf_convention_with_w_times_sqrt2():
+    # the paper's student neuron erf(z/sqrt2) at w*sqrt2 is the erf(z) neuron at w: same function,
+    # so the limit loss and its critical points move to sqrt2 times the erf-convention w
+    X, _, _ = toy_data(101)
+    s2 = np.sqrt(2.0)
+    a = toy_network(0.61 * s2, 0.9 * s2, 1.5, -0.4).forward(X)
+    b = toy_network(0.61, 0.9, 1.5, -0.4, convention="erf").forward(X)
+    assert np.allclose(a, b, rtol=1e-13, atol=1e-14)
+    for w in (0.3, 0.6126, 2.2277):
+        Lp = toy_limit_loss(w * s2, n_points=201)
+        Le = toy_limit_loss(w, n_points=201, convention="erf")
+        assert np.isclose(float(Lp[0]), float(Le[0]), rtol=1e-10)
+        assert np.isclose(float(Lp[3]) * 2, float(Le[3]), rtol=1e-8)  # h: the second-order coefficient in eps
+    cp = toy_critical_points(w_max=4.0, n_grid=81, n_points=201)
+    k = list(cp.kind).index("channel minimum")
+    assert abs(cp.w[k] - 0.6126 * s2) < 2e-3  # the paper's axis: ~0.866
+    with pytest.raises(ValueError, match="convention"):
+        toy_network(0.1, 0.2, 1.0, 1.0, convention="tanh")

@@ -1,7 +1,12 @@
-"""The two-neuron toy model: two erf neurons without bias trained on the population
-loss (x ~ N(0, 1)) for the target `erf((5x + 2.5)/sqrt2) + erf((5x - 2.5)/sqrt2)`; its
-limit loss as a function of the merged input weight `w`, and the critical points of that
-curve."""
+"""The two-neuron toy model: two neurons without bias trained on the population loss
+(x ~ N(0, 1)) for the target `erf((5x + 2.5)/sqrt2) + erf((5x - 2.5)/sqrt2)`; its limit
+loss as a function of the merged input weight `w`, and the critical points of that
+curve.
+
+Student convention: `convention="paper"` (the default) uses the paper's neurons
+`erf(z / sqrt2)` (MLPGradientFlow's `sigmoid2`, the same function as the target's), so
+the critical points lie on the paper's `w` axis; `convention="erf"` uses `erf(z)`
+neurons, whose `w` is the paper's divided by sqrt2 (the earlier convention here)."""
 
 from __future__ import annotations
 
@@ -12,14 +17,34 @@ import numpy as np
 from jax.scipy.special import erf
 from jaxtyping import Array, Float
 
-from ..activations import get_activation
+from ..activations import Activation, get_activation
 from ..graph import mlp
 from ..losses import gauss_hermite, weighted_mse
 from ..network import DAGNetwork
 
-__all__ = ["toy_target", "toy_data", "toy_network", "toy_limit_loss", "ToyCriticalPoints", "toy_critical_points"]
+__all__ = ["toy_target", "toy_data", "toy_network", "toy_limit_loss", "ToyCriticalPoints", "toy_critical_points",
+           "toy_activation", "SIGMOID2", "CONVENTIONS"]
 
 _SQRT2 = float(np.sqrt(2.0))
+
+SIGMOID2 = Activation(
+    "sigmoid2",
+    lambda x: erf(x / _SQRT2),
+    lambda x: jnp.sqrt(2 / jnp.pi) * jnp.exp(-0.5 * x**2),
+    False,
+    False,
+    True,
+)
+"""`erf(z / sqrt2)`: the paper's toy-model neuron (MLPGradientFlow's `sigmoid2`)."""
+
+CONVENTIONS = ("paper", "erf")
+
+
+def toy_activation(convention: str = "paper") -> Activation:
+    """The student neuron: `erf(z / sqrt2)` for `"paper"`, `erf(z)` for `"erf"`."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}; got {convention!r}.")
+    return SIGMOID2 if convention == "paper" else get_activation("erf")
 
 
 def toy_target(X: Float[Array, "N 1"]) -> Float[Array, "N 1"]:
@@ -38,19 +63,21 @@ def toy_data(n_points: int = 401):
     return X, toy_target(X), weighted_mse(w)
 
 
-def toy_network(w1: float, w2: float, a1: float, a2: float) -> DAGNetwork:
-    """`f(x) = a1 erf(w1 x) + a2 erf(w2 x)` as a `DAGNetwork` on `mlp([1, 2, 1])`."""
+def toy_network(w1: float, w2: float, a1: float, a2: float, *, convention: str = "paper") -> DAGNetwork:
+    """`f(x) = a1 s(w1 x) + a2 s(w2 x)` as a `DAGNetwork` on `mlp([1, 2, 1])`, with
+    `s(z) = erf(z / sqrt2)` (`convention="paper"`) or `erf(z)` (`"erf"`)."""
     # edge order: (x0, h1_0), (x0, h1_1), (h1_0, y0), (h1_1, y0)
-    return DAGNetwork(mlp([1, 2, 1]), "erf", edge_weights=jnp.asarray([w1, w2, a1, a2], dtype=float))
+    return DAGNetwork(mlp([1, 2, 1]), toy_activation(convention),
+                      edge_weights=jnp.asarray([w1, w2, a1, a2], dtype=float))
 
 
-def _features(w, X):
-    act = get_activation("erf")
+def _features(w, X, convention):
+    act = toy_activation(convention)
     x = X[:, 0]
     return jnp.stack([act(w * x), x * act.derivative(w * x)], axis=1)
 
 
-def toy_limit_loss(w, *, n_points: int = 401):
+def toy_limit_loss(w, *, n_points: int = 401, convention: str = "paper"):
     """The limit loss at merged input weight `w`: the two-neuron net collapsed to the GLU
     `c erf(w x) + a x erf'(w x)`, with `(c, a)` chosen optimally (weighted least squares
     on the population), and the curvature coefficient `h` of `L ~ L0 + eps^2 h`.
@@ -59,13 +86,13 @@ def toy_limit_loss(w, *, n_points: int = 401):
     """
     X, Y, _ = toy_data(n_points)
     _, q = gauss_hermite(1, n_points)
-    F = _features(w, X)
+    F = _features(w, X, convention)
     G = F.T @ (q[:, None] * F)
     coef = jnp.linalg.solve(G + 1e-14 * jnp.eye(2), F.T @ (q * Y[:, 0]))
     r = F @ coef - Y[:, 0]
     L0 = 0.5 * jnp.sum(q * r**2)
     c, a = coef
-    act = get_activation("erf")
+    act = toy_activation(convention)
     s1 = act.derivative
     s2 = jax.vmap(jax.grad(s1))
     s3 = jax.vmap(jax.grad(jax.grad(s1)))
@@ -106,7 +133,7 @@ class ToyCriticalPoints(eqx.Module):
 
 
 def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int = 401,
-                        w_min: float = 0.05) -> ToyCriticalPoints:
+                        w_min: float = 0.05, convention: str = "paper") -> ToyCriticalPoints:
     """Locate the critical points of the limit loss `L0(w)` on `[0, w_max]`: sign changes
     of `dL0/dw` on a grid, refined by `scipy.optimize.brentq`; the zeros of `h(w)` are
     listed too, so the sign of h between consecutive rows is constant. `w = 0` (critical
@@ -118,9 +145,9 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
     """
     from scipy.optimize import brentq
 
-    f = jax.jit(lambda w: toy_limit_loss(w, n_points=n_points))
-    dL = jax.jit(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points)[0]))
-    d2L = jax.jit(jax.grad(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points)[0])))
+    f = jax.jit(lambda w: toy_limit_loss(w, n_points=n_points, convention=convention))
+    dL = jax.jit(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points, convention=convention)[0]))
+    d2L = jax.jit(jax.grad(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points, convention=convention)[0])))
     ws = np.linspace(0.0, w_max, n_grid)
     vals = jax.vmap(f)(jnp.asarray(ws))
     losses, hs = np.asarray(vals[0]), np.asarray(vals[3])
