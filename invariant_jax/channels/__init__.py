@@ -27,3 +27,4 @@ from ._levels import (
     mlpgf_glorot,
     wilson_interval,
 )
+from ._eos import ChannelGDTrace, gd_channel_trace
