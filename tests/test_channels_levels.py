@@ -21,12 +21,114 @@ def test_frequency_vmap_status_names_nonfinite_and_max_steps_apart():
     g = ij.mlp([1, 2, 1], bias=False)
     X = jnp.linspace(-1, 1, 8)[:, None]
     Y = jnp.sin(3 * X)
-    thetas = jnp.stack([jnp.array([0.5, -0.3, 1.0, 0.7]),           # reaches t1
-                        jnp.array([0.5, -0.3, 1.0, 0.7]) * 1e200])  # loss overflows to inf
+    thetas = jnp.stack([jnp.array([0.5, -0.3, 1.0, 0.7]),            # reaches t1
+                        jnp.array([0.5, -0.3, 1.0, 0.7]) * 1e200,    # loss overflows to inf
+                        jnp.array([0.5, -0.3, 3e3, 2e3])])           # stiff (curvature ~ a^2): runs out of steps
     nets = eqx.filter_vmap(ij.DAGNetwork(g, "erf", edge_weights=thetas[0]).with_edge_weights)(thetas)
     b = _vmapped_flows(nets, X, Y, 1.0, solver="tsit5", rtol=1e-6, atol=1e-6, max_steps=200)
     assert STATUSES[b.status[0]] == "ok"
     assert not np.isfinite(b.loss_final[1]) and STATUSES[b.status[1]] == "nonfinite"
-    b2 = _vmapped_flows(eqx.filter_vmap(nets.with_edge_weights)(thetas[:1]), X, Y, 1e3,
-                        solver="tsit5", rtol=1e-10, atol=1e-10, max_steps=3)
-    assert STATUSES[b2.status[0]] == "max_steps"
+    assert np.isfinite(b.loss_final[2]) and STATUSES[b.status[2]] == "max_steps"
+
+
+def test_regular_grid_is_the_papers_101_by_101_grid():
+    X = np.asarray(ij.regular_grid(10**4))
+    assert X.shape == (10201, 2)
+    x = np.linspace(-np.sqrt(3), np.sqrt(3), 101)  # independent construction
+    assert np.allclose(X[:101, 0], x, atol=1e-14) and np.allclose(X[:101, 1], -np.sqrt(3), atol=1e-14)
+    assert np.allclose(X[::101, 1], x, atol=1e-14)  # first coordinate varies fastest (Julia's product order)
+    X2, Y = ij.rosenbrock_grid(10**4)
+    y = np.asarray(Y[:, 0])
+    raw = np.log10(3 * (X[:, 1] + 1 - X[:, 0] ** 2) ** 2 + (1 - X[:, 0]) ** 2 + 0.1)
+    assert np.allclose(y, (raw - raw.mean()) / raw.std(ddof=1), atol=1e-12)  # corrected std, as Julia's std
+    with pytest.raises(ValueError, match="n_samples"):
+        ij.regular_grid(0)
+
+
+def test_weightnorm_is_half_the_mean_square():
+    th = jnp.array([[3.0, 4.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    assert np.allclose(np.asarray(ij.weightnorm(th)), [26 / 8, 4 / 8])
+
+
+def test_wilson_interval_matches_the_closed_form():
+    z = 1.959963984540054
+    for k, n in ((0, 10), (3, 10), (50, 100), (100, 100)):
+        p = k / n
+        c = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+        h = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
+        assert np.allclose(ch.wilson_interval(k, n), (c - h, c + h), atol=1e-12)
+    assert all(np.isnan(ch.wilson_interval(0, 0)))
+
+
+def test_cluster_loss_levels_is_the_authors_greedy_rule():
+    levels, members = ch.cluster_loss_levels([1.0, 1.0005, 0.5, np.nan, 0.9999, 0.5004, 0.2], rtol=1e-3)
+    assert np.allclose(levels, [1.0, 0.5, 0.2])
+    assert members == [[0, 1, 4], [2, 5], [6]]
+
+
+def _teacher_problem():
+    g = ij.mlp([1, 2, 1], bias=True)
+    X = jnp.linspace(-2, 2, 40)[:, None]
+    teacher = jnp.array([1.2, -0.8, 0.3, 0.5, 0.1, 1.5, -1.0])  # edge order of mlp([1,2,1], bias=True)
+    net = ij.DAGNetwork(g, "softplus", edge_weights=teacher)
+    return net, X, net.forward(X), teacher
+
+
+@pytest.mark.slow
+def test_newton_phase_converges_like_scipy_trust_exact():
+    from scipy.optimize import minimize
+
+    from invariant_jax.losses import edge_loss_fn
+
+    net, X, Y, teacher = _teacher_problem()
+    starts = jnp.stack([teacher + 0.05 * jnp.array([1, -1, 1, 1, -1, 1, -1.0]),
+                        teacher + 0.05 * jnp.array([-1, 1, 1, -1, 1, 1, 1.0])])
+    nets = eqx.filter_vmap(net.with_edge_weights)(starts)
+    r = ij.newton_phase(nets, X, Y, g_tol=1e-11, max_steps=200)
+    assert r.reason == ("gradient", "gradient") and bool(jnp.all(r.success))
+    L = edge_loss_fn(net, X, Y)
+    dL, d2L, L = jax.jit(jax.grad(L)), jax.jit(jax.hessian(L)), jax.jit(L)
+    for k in range(2):  # independent reference: SciPy's exact trust-region Newton
+        ref = minimize(lambda t: float(L(jnp.asarray(t))), np.asarray(starts[k]), method="trust-exact",
+                       jac=lambda t: np.asarray(dL(jnp.asarray(t))), hess=lambda t: np.asarray(d2L(jnp.asarray(t))),
+                       options=dict(gtol=1e-11))
+        assert np.allclose(np.asarray(r.theta[k]), ref.x, atol=1e-6)
+    assert float(jnp.max(r.grad_norm)) <= 1e-11 and float(jnp.max(r.loss)) < 1e-18
+
+
+def test_newton_phase_walks_down_a_channel_to_maxnorm():
+    # a pair in the toy channel: Newton runs along it until weightnorm reaches maxnorm,
+    # and the end point is a confirmed channel (merging pair, opposite diverging output weights, GLU fit)
+    X = jnp.linspace(-3, 3, 61)[:, None]
+    Y = ch.toy_target(X)
+    net = ch.toy_network(1.10, 0.57, 3.83, -2.21)  # gradient flow from (0.55 s2, 0.7 s2, 3, -2.5) at t ~ 2600
+    r = ij.newton_phase(net, X, Y, maxnorm=20.0, max_steps=300)
+    assert r.reason == ("maxnorm",)
+    assert float(r.weightnorm[0]) >= 20.0 and float(r.loss[0]) < float(ij.losses.network_loss(net, X, Y))
+    end = net.with_edge_weights(r.theta[0])
+    ok, err, n = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)
+    assert ok and n == 1 and err < 1e-2
+
+
+def test_newton_phase_bad_input():
+    net, X, Y, _ = _teacher_problem()
+    with pytest.raises(ValueError, match="smooth"):
+        ij.newton_phase(ij.DAGNetwork(net.graph, "relu", edge_weights=net.edge_weights()), X, Y)
+    for kw in (dict(patience=0), dict(maxnorm=-1.0), dict(max_steps=1.5)):
+        with pytest.raises(ValueError):
+            ij.newton_phase(net, X, Y, **kw)
+
+
+@pytest.mark.slow
+def test_convergence_study_tiny_records_follow_the_criteria():
+    X, Y = ij.rosenbrock_grid(16)
+    st = ch.convergence_study(X, Y, widths=(2,), activations=("g",), biases=(True,), n_seeds=3,
+                              max_flow_steps=200, max_steps=200, progress=False)
+    rec = st.records
+    assert len(rec["loss"]) == 3
+    assert np.array_equal(rec["infinite"], rec["weightnorm"] >= 1e3)
+    assert np.allclose(rec["mse"], 2 * rec["loss"])
+    assert np.array_equal(rec["duplicate"], rec["min_l2"] < 1e-6)
+    assert not np.any(rec["confirmed"] & ~rec["infinite"])
+    row = st.summary()[0]
+    assert row["n"] == 3 and row["infinite"] == int(rec["infinite"].sum())
