@@ -310,6 +310,25 @@ def _one_net(nets: DAGNetwork) -> DAGNetwork:
     return nets.with_edge_weights(theta[0]) if theta.ndim == 2 else nets
 
 
+class _FlowBatch(eqx.Module):
+    theta_final: Array
+    loss_final: Array
+    t_final: Array
+    status: Array
+
+
+@eqx.filter_jit
+def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss):
+    from .flow import gradient_flow
+    from .sweep._engine import status_code
+
+    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=solver, rtol=rtol, atol=atol,
+                                                max_steps=max_steps, max_param_norm=ceiling, loss=loss))(nets)
+    finite = jnp.isfinite(f.loss_final) & jnp.all(jnp.isfinite(f.theta_final), axis=-1)
+    return _FlowBatch(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
+                      status=status_code(f.result._value, finite))
+
+
 def flow_then_newton(
     nets: DAGNetwork,
     X,
@@ -323,6 +342,7 @@ def flow_then_newton(
     maxnorm: float = 1e3,
     slots: int = 64,
     exact: bool | None = None,
+    engine: str = "sweep",
     loss="mse",
     **newton_options,
 ) -> ConvergeResult:
@@ -336,6 +356,11 @@ def flow_then_newton(
     The Newton phase starts from the flow's final state (`newton_options` go to
     `newton_phase`).
 
+    `engine="sweep"` (default) flows through `ij.sweep_flows` (`slots`, `exact`);
+    `engine="vmap"` runs one `eqx.filter_vmap` of `gradient_flow`, compiled once per
+    graph, activation and data shape, so new data of the same shape (e.g. a new GP
+    teacher) reuses it (`sweep_flows` compiles again for every call with new data).
+
     **Returns:** a `ConvergeResult` with the flow's state in `theta_flow`, `loss_flow`,
     `t_flow`, `flow_status`.
     """
@@ -345,11 +370,19 @@ def flow_then_newton(
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     E = nets.edge_weights().shape[-1]
     _check_positive("maxnorm", maxnorm)
+    if engine not in ("sweep", "vmap"):
+        raise ValueError(f"engine must be 'sweep' or 'vmap'; got {engine!r}.")
     if exact is None:
         exact = jax.default_backend() == "cpu"
-    res = sweep_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_flow_steps, n_save=2,
-                      max_param_norm=float(np.sqrt(2 * maxnorm * E)), slots=slots, exact=exact, loss=loss)
-    order = np.argsort(np.asarray(res.index))
+    ceiling = float(np.sqrt(2 * maxnorm * E))
+    if engine == "sweep":
+        res = sweep_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_flow_steps, n_save=2,
+                          max_param_norm=ceiling, slots=slots, exact=exact, loss=loss)
+        order = np.argsort(np.asarray(res.index))
+    else:
+        X, Y = check_data(nets.graph, X, Y)
+        res = _vmapped_flow(nets, X, Y, float(t1), solver, float(rtol), float(atol), int(max_flow_steps), ceiling, loss)
+        order = np.arange(res.theta_final.shape[0])
     pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
     theta_flow = pick(res.theta_final)
     one = _one_net(nets)

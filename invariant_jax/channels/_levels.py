@@ -230,12 +230,14 @@ def convergence_study(
     channel_cos: float = 1e-2,
     confirm: bool = True,
     slots: int | None = None,
+    engine: str = "sweep",
     progress: bool = True,
 ) -> ConvergenceStudy:
     """Train `n_seeds` MLPGradientFlow-Glorot initializations of `mlp([d, r, 1], bias)`
     for every width `r`, activation and bias setting with `ij.flow_then_newton`
     (Kvaerno5 flow at `rtol`/`atol` to `t1`, then trust-region Newton), and classify the
-    final points with the paper's criteria (module docstring).
+    final points with the paper's criteria (module docstring). `engine`: the flow phase
+    through `"sweep"` (`ij.sweep_flows`) or `"vmap"` (see `ij.flow_then_newton`).
 
     **Returns:** a `ConvergenceStudy`.
     """
@@ -261,7 +263,7 @@ def convergence_study(
         nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
         res = flow_then_newton(nets, X, Y, t1=t1, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
                                maxnorm=maxnorm, max_steps=max_steps, patience=patience, g_tol=g_tol,
-                               max_time=max_time, slots=slots or min(n_seeds, 256))
+                               max_time=max_time, slots=slots or min(n_seeds, 256), engine=engine)
         theta = np.asarray(res.theta)
         inf = np.asarray(res.infinite)
         for n in range(n_seeds):
@@ -296,5 +298,5 @@ def convergence_study(
                     max_flow_steps=max_flow_steps, max_steps=max_steps, patience=patience, g_tol=g_tol,
                     max_time=max_time, dup_tol=dup_tol, channel_cos=channel_cos, n_samples=int(X.shape[0]),
                     init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
-                    flow="ij.sweep_flows, Kvaerno5", newton="ij.newton_phase (optimistix trust region, exact |H|)")
+                    flow=f"Kvaerno5 via {engine}", newton="ij.newton_phase (optimistix trust region, exact |H|)")
     return ConvergenceStudy(records=records, settings=settings, seconds=time.perf_counter() - t0)
