@@ -87,6 +87,7 @@ def main():
         m &= dL > 0
         dl_eps += list(eps[:-1][m])
         dl += list(dL[m])
+        per_lr_dl = fit(eps[:-1][m], dL[m]) if m.sum() >= 3 else dict(error="fewer than 3 points")
         gn_eps += list(eps[stable])
         gn += list(G[stable])
         if reached:
@@ -96,15 +97,19 @@ def main():
                          sharpness_late_median=float(np.median(lam[late])), late_ratio_to_2_over_lr=ratio,
                          reached_edge=reached, eps_start=float(eps[0]), eps_end=float(eps[-1]),
                          loss_start=float(L[0]), loss_end=float(L[-1]),
-                         loss_monotone=bool(np.all(np.diff(L) <= 1e-15))))
+                         loss_monotone=bool(np.all(np.diff(L) <= 1e-15)),
+                         loss_decrease_per_update_vs_eps_before_edge=per_lr_dl,
+                         grad_norm_vs_eps_before_edge=fit(eps[stable], G[stable]) if first_edge >= 3 else {}))
         print(f"lr={lr:<5g} 2/lr={2 / lr:6.2f}: sharpness {lam[0]:.3f} -> max {lam.max():.3f}, late median "
               f"{np.median(lam[late]):.3f} (= {ratio:.3f} x 2/lr); eps {eps[0]:.4f} -> {eps[-1]:.4f}; loss "
-              f"{L[0]:.7f} -> {L[-1]:.7f}{'' if rows[-1]['loss_monotone'] else ' (not monotone)'}", flush=True)
+              f"{L[0]:.7f} -> {L[-1]:.7f}{'' if rows[-1]['loss_monotone'] else ' (not monotone)'}; before the edge: "
+              f"dL/update ~ eps^{per_lr_dl.get('exponent', float('nan')):.3f} +- {per_lr_dl.get('stderr', float('nan')):.3f}",
+              flush=True)
     fits = dict(
         sharpness_vs_inv_eps_before_edge=fit(1 / np.asarray(pre_eps), pre_lam),
         sharpness_vs_inv_eps_at_edge_across_lrs=fit(1 / np.asarray(edge_eps), edge_lam) if len(edge_eps) >= 3 else
         dict(error=f"{len(edge_eps)} learning rates reached the edge; need 3"),
-        loss_decrease_per_update_vs_eps=fit(dl_eps, dl),
+        loss_decrease_per_update_vs_eps_pooled_over_lrs=fit(dl_eps, dl),
         grad_norm_vs_eps=fit(gn_eps, gn),
     )
     for name, f in fits.items():
@@ -142,7 +147,7 @@ def main():
     axes[1].legend(fontsize=7)
     if dl:
         axes[2].loglog(dl_eps, dl, ".", ms=2)
-        f = fits["loss_decrease_per_update_vs_eps"]
+        f = fits["loss_decrease_per_update_vs_eps_pooled_over_lrs"]
         if "exponent" in f:
             axes[2].set_title(f"slope {f['exponent']:.2f} +- {f['stderr']:.2f}", fontsize=9)
     axes[2].set_xlabel("eps")
