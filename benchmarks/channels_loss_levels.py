@@ -54,8 +54,10 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size):
         for lr in lrs[opt]:
             for bs in (None, batch_size):
                 t = time.perf_counter()
-                res = ij.fit(nets, X, Y, loss="mse", optimizer=opt, learning_rate=lr, epochs=epochs,
-                             batch_size=bs, log_every=epochs, key=jr.key(1))
+                # the same number of updates for full batch and minibatch
+                ep = epochs if bs is None else max(1, epochs * bs // X.shape[0])
+                res = ij.fit(nets, X, Y, loss="mse", optimizer=opt, learning_rate=lr, epochs=ep,
+                             batch_size=bs, log_every=ep, key=jr.key(1))
                 theta = np.asarray(res.network.edge_weights())
                 wn = np.asarray(ij.weightnorm(theta))
                 inf, conf, near = 0, 0, 0
@@ -69,7 +71,8 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size):
                         conf += ch.confirm_channel(net, X, Y, maxnorm=maxnorm)[0]
                 L = np.asarray(jax.vmap(lambda th: ij.losses.network_loss(net0.with_edge_weights(th), X, Y))(theta))
                 lo, hi = ch.wilson_interval(near, seeds)
-                rows.append(dict(optimizer=opt, lr=lr, batch_size=bs, epochs=epochs, n=seeds, infinite=inf,
+                rows.append(dict(optimizer=opt, lr=lr, batch_size=bs, epochs=ep, updates=ep * (1 if bs is None else X.shape[0] // bs),
+                                 n=seeds, infinite=inf,
                                  confirmed=conf, channel_like=near, channel_like_ci=(lo, hi),
                                  median_weightnorm=float(np.median(wn)), max_weightnorm=float(wn.max()),
                                  median_mse=float(np.median(2 * L)), seconds=time.perf_counter() - t))
@@ -140,7 +143,9 @@ def main():
     ap.add_argument("--patience", type=int, default=100)
     ap.add_argument("--optimizers", action="store_true", help="also run the SGD / Adam arm")
     ap.add_argument("--opt-seeds", type=int, default=32)
-    ap.add_argument("--opt-epochs", type=int, default=20000)
+    ap.add_argument("--opt-epochs", type=int, default=20000, help="full-batch updates (minibatch: the same count)")
+    ap.add_argument("--engine", default="sweep", choices=("sweep", "vmap"),
+                    help="flow phase through ij.sweep_flows or one vmap of gradient_flow (suits a GPU)")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     X, Y = ij.rosenbrock_grid(args.grid)
@@ -151,7 +156,7 @@ def main():
                                  activations=args.activations.split(","),
                                  biases=[bool(int(b)) for b in args.biases.split(",")], n_seeds=args.seeds,
                                  max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,
-                                 patience=args.patience, label="rosenbrock")
+                                 patience=args.patience, label="rosenbrock", engine=args.engine)
     dt = time.perf_counter() - t
     print(study.table())
     print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included)")

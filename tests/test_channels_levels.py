@@ -132,3 +132,23 @@ def test_convergence_study_tiny_records_follow_the_criteria():
     assert not np.any(rec["confirmed"] & ~rec["infinite"])
     row = st.summary()[0]
     assert row["n"] == 3 and row["infinite"] == int(rec["infinite"].sum())
+
+
+def test_gd_channel_trace_records_match_direct_computation():
+    X = jnp.linspace(-3, 3, 41)[:, None]
+    Y = ch.toy_target(X)
+    net = ch.toy_network(1.10, 0.57, 3.83, -2.21)
+    tr = ch.gd_channel_trace(net, (0, 1), X, Y, [0.05, 0.2], n_steps=20, record_every=10)
+    assert tr.loss.shape == (2, 3) and list(tr.steps) == [0, 10, 20]
+    for k, lr in enumerate((0.05, 0.2)):
+        th = net.edge_weights()
+        for _ in range(20):  # plain GD, step by step (independent of the scan)
+            th = th - lr * ij.loss_gradient(net.with_edge_weights(th), X, Y)[1]
+        assert np.allclose(np.asarray(tr.theta_final[k]), np.asarray(th), rtol=1e-10, atol=1e-12)
+        end = net.with_edge_weights(th)
+        lam = np.linalg.eigvalsh(np.asarray(ij.hessian(end, X, Y)))[-1]
+        assert np.isclose(float(tr.sharpness[k, -1]), lam, rtol=1e-9)
+        assert np.isclose(float(tr.eps[k, -1]), float(ch.channel_coordinates(end, 0, 1).eps), rtol=1e-12)
+        assert np.isclose(float(tr.loss[k, -1]), float(ij.loss_gradient(end, X, Y)[0]), rtol=1e-12)
+    with pytest.raises(ValueError, match="multiple"):
+        ch.gd_channel_trace(net, (0, 1), X, Y, [0.1], n_steps=30, record_every=20)
