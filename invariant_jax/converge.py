@@ -99,6 +99,19 @@ class ConvergeResult(eqx.Module):
         return jnp.isin(self.stopped_by, jnp.array([_GRAD, _PATIENCE, _MAXNORM]))
 
     @property
+    def result(self):
+        """The stopping reasons as an `ij.RESULTS` item (one code per run; `ij.result_name`
+        names them): gradient -> `stopped_grad_norm`, maxnorm -> `stopped_param_norm`,
+        max_time -> `stopped_wall_time`, max_steps -> `max_steps_reached`, nonfinite ->
+        `nonfinite_state`, patience -> `successful` (converged to its best loss)."""
+        from ._results import RESULTS, result_code, result_from_code
+
+        table = [RESULTS.successful, RESULTS.stopped_grad_norm, RESULTS.successful, RESULTS.stopped_param_norm,
+                 RESULTS.max_steps_reached, RESULTS.stopped_wall_time, RESULTS.nonfinite_state]
+        codes = jnp.stack([result_code(r) for r in table]).astype(jnp.int32)
+        return result_from_code(codes[self.stopped_by])
+
+    @property
     def infinite(self) -> Bool[Array, " B"]:
         """The paper's criterion: `weightnorm >= maxnorm`."""
         return self.weightnorm >= self.settings["maxnorm"]
@@ -319,14 +332,15 @@ class _FlowBatch(eqx.Module):
 
 @eqx.filter_jit
 def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss):
+    from ._results import status_code
     from .flow import gradient_flow
-    from .sweep._engine import status_code
+    from .options import SolverOptions, StopRules
 
-    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=solver, rtol=rtol, atol=atol,
-                                                max_steps=max_steps, max_param_norm=ceiling, loss=loss))(nets)
-    finite = jnp.isfinite(f.loss_final) & jnp.all(jnp.isfinite(f.theta_final), axis=-1)
+    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
+    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=opts,
+                                                stop=StopRules(max_param_norm=ceiling), loss=loss))(nets)
     return _FlowBatch(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
-                      status=status_code(f.result._value, finite))
+                      status=status_code(f.result))
 
 
 def flow_then_newton(
@@ -364,6 +378,7 @@ def flow_then_newton(
     **Returns:** a `ConvergeResult` with the flow's state in `theta_flow`, `loss_flow`,
     `t_flow`, `flow_status`.
     """
+    from .options import SolverOptions, StopRules
     from .sweep import sweep_flows
 
     if not isinstance(nets, DAGNetwork):
@@ -376,8 +391,8 @@ def flow_then_newton(
         exact = jax.default_backend() == "cpu"
     ceiling = float(np.sqrt(2 * maxnorm * E))
     if engine == "sweep":
-        res = sweep_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_flow_steps, n_save=2,
-                          max_param_norm=ceiling, slots=slots, exact=exact, loss=loss)
+        res = sweep_flows(nets, X, Y, t1, solver=SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_flow_steps),
+                          n_save=2, stop=StopRules(max_param_norm=ceiling), slots=slots, exact=exact, loss=loss)
         order = np.argsort(np.asarray(res.index))
     else:
         X, Y = check_data(nets.graph, X, Y)
@@ -389,7 +404,7 @@ def flow_then_newton(
     flowed = eqx.filter_vmap(one.with_edge_weights)(theta_flow)
     out = newton_phase(flowed, X, Y, maxnorm=maxnorm, loss=loss, **newton_options)
     settings = dict(out.settings, t1=float(t1), solver=solver, rtol=float(rtol), atol=float(atol),
-                    max_flow_steps=int(max_flow_steps), flow_stop="weightnorm >= maxnorm (max_param_norm event)")
+                    max_flow_steps=int(max_flow_steps), flow_stop="weightnorm >= maxnorm (StopRules.max_param_norm)")
     return ConvergeResult(
         theta=out.theta, loss=out.loss, grad_norm=out.grad_norm, weightnorm=out.weightnorm, n_steps=out.n_steps,
         stopped_by=out.stopped_by, theta_flow=theta_flow, loss_flow=pick(res.loss_final), t_flow=pick(res.t_final),

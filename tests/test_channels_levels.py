@@ -74,7 +74,6 @@ def _teacher_problem():
     return net, X, net.forward(X), teacher
 
 
-@pytest.mark.slow
 def test_newton_phase_converges_like_scipy_trust_exact():
     from scipy.optimize import minimize
 
@@ -86,6 +85,7 @@ def test_newton_phase_converges_like_scipy_trust_exact():
     nets = eqx.filter_vmap(net.with_edge_weights)(starts)
     r = ij.newton_phase(nets, X, Y, g_tol=1e-11, max_steps=200)
     assert r.reason == ("gradient", "gradient") and bool(jnp.all(r.success))
+    assert list(ij.result_name(r.result)) == ["stopped_grad_norm"] * 2
     L = edge_loss_fn(net, X, Y)
     dL, d2L, L = jax.jit(jax.grad(L)), jax.jit(jax.hessian(L)), jax.jit(L)
     for k in range(2):  # independent reference: SciPy's exact trust-region Newton
@@ -103,7 +103,7 @@ def test_newton_phase_walks_down_a_channel_to_maxnorm():
     Y = ch.toy_target(X)
     net = ch.toy_network(1.10, 0.57, 3.83, -2.21)  # gradient flow from (0.55 s2, 0.7 s2, 3, -2.5) at t ~ 2600
     r = ij.newton_phase(net, X, Y, maxnorm=20.0, max_steps=300)
-    assert r.reason == ("maxnorm",)
+    assert r.reason == ("maxnorm",) and list(ij.result_name(r.result)) == ["stopped_param_norm"]
     assert float(r.weightnorm[0]) >= 20.0 and float(r.loss[0]) < float(ij.losses.network_loss(net, X, Y))
     end = net.with_edge_weights(r.theta[0])
     ok, err, n = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)
