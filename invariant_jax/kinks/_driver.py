@@ -1,0 +1,398 @@
+"""The kink-aware driver: a trajectory is a loop of *segments*. A segment integrates
+the field of the current modes with diffrax until the next event (or `t1`), locates
+the event, resolves the new modes and restarts there.
+
+`KinkIntegrator` exposes the three pieces separately -- `init` (a `KinkState` at `t0`),
+`segment` (one segment) and `finish` (the outputs) -- so that `kink_aware_flow` runs
+them in one `while_loop` and the sweep engine runs them slot by slot, refilling slots
+as trajectories finish."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from .._results import RESULTS
+from ..flow import Flow
+from ..losses import check_data, get_loss
+from ..network import DAGNetwork
+from ..options import SaveTimes, SolverOptions, as_save_times, as_solver_options, check_integer, check_positive
+from ..solvers import GaussLegendre, gl_step
+from ._filippov import KinkProblem, slot_mask
+from ._illinois import Illinois
+from ._modes import resolve_event
+
+
+class KinkFlow(eqx.Module):
+    """The result of `kink_aware_flow`.
+
+    **Fields:**
+
+    - `flow`: a `Flow` (saved times, weights, losses, conserved quantities, drift,
+        result, stats) exactly as from `gradient_flow`.
+    - `num_events`: number of located events (crossings, sliding entries and exits).
+    - `num_crossings`: pairs that flipped pattern transversally.
+    - `num_sliding_entries`, `num_sliding_exits`: sliding modes entered and left.
+    - `num_simultaneous`: events at which more than one pair changed mode.
+    - `num_ambiguous`: events without consistent modes, resolved by the fallback (see
+        the package docstring).
+    - `sliding_time`: total time spent on sliding modes.
+    - `max_sliding_pairs`: most pairs sliding at once (> 1: motion on an intersection
+        of surfaces).
+    - `surface_residual`: max `|z|` of sliding pairs at the events and at the end (how
+        well the state stays on the surfaces).
+    - `event_times`: the event times, padded with `inf`, `(max_events,)`.
+    - `pattern_final`: the final activation pattern, `(N, H)` bool (True = active side).
+    - `sliding_final`: the pairs sliding at the end, `(N, H)` bool.
+    - `events_exhausted`: True when `max_events` stopped the integration.
+    """
+
+    flow: Flow
+    num_events: Int[Array, ""]
+    num_crossings: Int[Array, ""]
+    num_sliding_entries: Int[Array, ""]
+    num_sliding_exits: Int[Array, ""]
+    num_simultaneous: Int[Array, ""]
+    num_ambiguous: Int[Array, ""]
+    sliding_time: Float[Array, ""]
+    max_sliding_pairs: Int[Array, ""]
+    surface_residual: Float[Array, ""]
+    event_times: Float[Array, " K"]
+    pattern_final: Bool[Array, "N H"]
+    sliding_final: Bool[Array, "N H"]
+    events_exhausted: Bool[Array, ""]
+
+    @property
+    def result(self) -> RESULTS:
+        """`flow.result`: `RESULTS.max_events_reached` when `max_events` stopped it."""
+        return self.flow.result
+
+    @property
+    def success(self):
+        return self.flow.success & ~self.events_exhausted
+
+
+class KinkState(eqx.Module):
+    """The state of one kink-aware trajectory between segments."""
+
+    t: Array
+    theta: Array
+    P: Array  # (N, H) bool: active side of each pair
+    slots: Array  # (M,) flat indices of the sliding pairs, -1 = empty
+    margin: Array  # (N, H) restart margins of pairs left at their surface
+    ys: Array  # (T, E) saved states
+    filled: Array  # (T,) which saves are made
+    n_events: Array
+    n_cross: Array
+    n_sin: Array
+    n_sout: Array
+    n_simul: Array
+    n_amb: Array
+    t_slide: Array
+    max_slide: Array
+    resid: Array
+    ev_times: Array
+    steps: Array
+    acc: Array
+    rej: Array
+    result: RESULTS
+    done: Array
+
+
+class _Sol(eqx.Module):
+    ts: Array
+    ys: Array
+    result: RESULTS
+    stats: dict
+
+
+class KinkIntegrator(eqx.Module):
+    """Everything a kink-aware trajectory needs besides its initial weights."""
+
+    prob: KinkProblem
+    ts: Array
+    inner: diffrax.AbstractSolver
+    rtol: Array
+    atol: Array
+    t0: float = eqx.field(static=True)
+    t1: float = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    max_events: int = eqx.field(static=True)
+    event_tol: float = eqx.field(static=True)
+    surface_tol: float = eqx.field(static=True)
+    tolerances: tuple[float, float] = eqx.field(static=True, default=(1e-8, 1e-8))  # (rtol, atol) as floats
+
+    @property
+    def is_gl(self) -> bool:
+        return isinstance(self.inner, GaussLegendre)
+
+    def init(self, theta0) -> KinkState:
+        prob = self.prob
+        N, H = prob.shape
+        dtype = theta0.dtype
+        Z0 = prob.Z(theta0, jnp.ones((N, H), dtype))
+        i0 = jnp.asarray(0)
+        zero = jnp.asarray(0.0, dtype)
+        return KinkState(
+            t=jnp.asarray(self.t0, dtype), theta=theta0, P=Z0 > 0, slots=-jnp.ones((prob.max_sliding,), int),
+            margin=jnp.zeros((N, H), dtype), ys=jnp.full((self.ts.shape[0], theta0.shape[0]), jnp.inf, dtype),
+            filled=jnp.zeros(self.ts.shape, bool), n_events=i0, n_cross=i0, n_sin=i0, n_sout=i0, n_simul=i0,
+            n_amb=i0, t_slide=zero, max_slide=i0, resid=zero, ev_times=jnp.full((self.max_events,), jnp.inf, dtype),
+            steps=i0, acc=i0, rej=i0, result=RESULTS.successful, done=jnp.asarray(False),
+        )
+
+    def segment(self, c: KinkState) -> KinkState:
+        """Integrate from `c.t` to the next event (or `t1`) and resolve the event."""
+        prob, ts, t1 = self.prob, self.ts, self.t1
+        margin = c.margin
+
+        def vf(t, theta, args):
+            P, slots = args
+            return prob.field(theta, P, slots)[0]
+
+        def cond_fn(t, y, args, **kw):
+            P, slots = args
+            return prob.cond_value(y, P, slots, margin)
+
+        tclip = jnp.clip(ts, c.t, t1)
+        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, step_ts=tclip if self.is_gl else None)
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(vf),
+            self.inner,
+            c.t,
+            t1,
+            None,
+            c.theta,
+            args=(c.P, c.slots),
+            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl),
+            stepsize_controller=controller,
+            event=diffrax.Event(cond_fn, root_finder=Illinois(atol=self.event_tol)),
+            max_steps=self.max_steps,
+            throw=False,
+        )
+        t_end = sol.ts[1][-1]
+        y_end = sol.ys[1][-1]
+        event = sol.result == diffrax.RESULTS.event_occurred
+        if self.is_gl:
+            t_end, y_end = self._gauss_restart(c, sol, event, t_end, y_end)
+        # merge saves made in this segment
+        seg_ok = jnp.isfinite(sol.ts[0]) & (ts >= c.t) & (ts <= t_end) & ~c.filled
+        ys = jnp.where(seg_ok[:, None], sol.ys[0], c.ys)
+        st = sol.stats
+        slide_dt = jnp.where(jnp.any(c.slots >= 0), t_end - c.t, 0.0)
+        c = eqx.tree_at(
+            lambda c: (c.ys, c.filled, c.steps, c.acc, c.rej, c.t_slide),
+            c,
+            (ys, c.filled | seg_ok, c.steps + st["num_steps"], c.acc + st["num_accepted_steps"],
+             c.rej + st["num_rejected_steps"], c.t_slide + slide_dt),
+        )
+        failed = ~((sol.result == diffrax.RESULTS.successful) | event)
+        c_new = jax.lax.cond(event & ~failed, lambda: self._restart(c, t_end, y_end),
+                             lambda: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)))
+        done = failed | ~event | (c_new.n_events >= self.max_events)
+        exhausted = event & (c_new.n_events >= self.max_events) & (c_new.t < t1)
+        res = RESULTS.where(
+            failed, RESULTS.promote(sol.result), RESULTS.where(exhausted, RESULTS.max_events_reached, RESULTS.successful)
+        )
+        # keep the last good state on failure
+        theta_keep = jnp.where(failed, c.theta, c_new.theta)
+        t_keep = jnp.where(failed, c.t, c_new.t)
+        return eqx.tree_at(lambda c: (c.done, c.result, c.theta, c.t), c_new, (done, res, theta_keep, t_keep))
+
+    def _gauss_restart(self, c, sol, event, t_end, y_end):
+        # Recompute the event state by one Gauss step from the last step's start, so the
+        # restart point conserves c exactly (the interpolant does not). The event time is
+        # then refined by Newton on the Gauss solution itself, t <- t - g(y(t)) / (dg/dt),
+        # so the restart is on the surface (the root of the interpolant can be ~h^4 off,
+        # which costs a spurious event). Skipped if it would move the event across a save.
+        prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
+        _, t_prev, y_prev = sol.solver_state
+        f = lambda tt, yy: prob.field(yy, c.P, c.slots)[0]  # noqa: E731
+        J = jax.jacfwd(lambda yy: f(t_prev, yy))(y_prev)
+        g = lambda yy: prob.cond_value(yy, c.P, c.slots, c.margin)  # noqa: E731
+
+        def newton(_, tt):
+            yy, _ = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
+            v, dv = jax.jvp(g, (yy,), (f(tt, yy),))
+            t_new = tt - v / jnp.where(dv == 0, jnp.inf, dv)
+            return jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt)
+
+        t_ref = jax.lax.fori_loop(0, 3, newton, t_end)
+        lo, hi = jnp.minimum(t_ref, t_end), jnp.maximum(t_ref, t_end)
+        use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
+        t_end = jnp.where(use_ref, t_ref, t_end)
+        y_gl, ok = gl_step(f, J, t_prev, y_prev, t_end - t_prev, inner)
+        return t_end, jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
+
+    def _restart(self, c: KinkState, t_ev, th) -> KinkState:
+        ev = resolve_event(self.prob, th, c.P, c.slots, c.margin, self.surface_tol)
+        k = c.n_events
+        return eqx.tree_at(
+            lambda c: (c.t, c.theta, c.P, c.slots, c.margin, c.n_events, c.n_cross, c.n_sin, c.n_sout, c.n_simul,
+                       c.n_amb, c.max_slide, c.resid, c.ev_times),
+            c,
+            (t_ev, th, ev.P, ev.slots, ev.margin, k + 1, c.n_cross + ev.crossings, c.n_sin + ev.entries,
+             c.n_sout + ev.exits, c.n_simul + jnp.where(ev.simultaneous, 1, 0), c.n_amb + jnp.where(ev.resolved, 0, 1),
+             jnp.maximum(c.max_slide, jnp.sum(ev.slots >= 0)), jnp.maximum(c.resid, ev.residual),
+             c.ev_times.at[jnp.minimum(k, self.max_events - 1)].set(t_ev)),
+        )
+
+    def finish(self, out: KinkState) -> tuple[_Sol, dict]:
+        """`(solution, event statistics)` of a finished trajectory."""
+        prob = self.prob
+        N, H = prob.shape
+        if prob.max_sliding:  # final surface residual of sliding pairs
+            Zf = prob.Z(out.theta, prob.D_of(out.P)).reshape(-1)
+            act = out.slots >= 0
+            rf = jnp.max(jnp.where(act, jnp.abs(Zf[jnp.where(act, out.slots, 0)]), 0.0))
+        else:
+            rf = jnp.zeros((), out.theta.dtype)
+        ys_all = jnp.concatenate([out.ys, out.theta[None]], axis=0)
+        ts_all = jnp.concatenate([jnp.where(out.filled, self.ts, jnp.inf), out.t[None]])
+        stats = dict(num_steps=out.steps, num_accepted_steps=out.acc, num_rejected_steps=out.rej,
+                     max_steps=self.max_steps)
+        return _Sol(ts_all, ys_all, out.result, stats), dict(
+            num_events=out.n_events,
+            num_crossings=out.n_cross,
+            num_sliding_entries=out.n_sin,
+            num_sliding_exits=out.n_sout,
+            num_simultaneous=out.n_simul,
+            num_ambiguous=out.n_amb,
+            sliding_time=out.t_slide,
+            max_sliding_pairs=out.max_slide,
+            surface_residual=jnp.maximum(out.resid, rf),
+            event_times=out.ev_times,
+            pattern_final=out.P,
+            sliding_final=slot_mask(out.slots, N, H),
+            events_exhausted=(out.n_events >= self.max_events) & (out.t < self.t1),
+        )
+
+    def flow(self, net: DAGNetwork, theta0, out: KinkState, loss) -> KinkFlow:
+        """The `KinkFlow` of a finished trajectory started at `theta0`."""
+        rtol, atol = self.tolerances
+        sol, extra = self.finish(out)
+        fl = Flow.from_solution(net, self.prob.X, self.prob.Y, sol, theta0=theta0, t0=self.t0, loss=loss,
+                                rtol=rtol, atol=atol)
+        return KinkFlow(flow=fl, **extra)
+
+    def run(self, theta0) -> KinkState:
+        """The whole trajectory: segments until done."""
+        return jax.lax.while_loop(lambda c: ~c.done, lambda c: self.segment(c), self.init(theta0))
+
+
+def _check_piecewise_linear(net: DAGNetwork):
+    bad = [a.name for a in net.activations if not a.piecewise_linear]
+    if bad:
+        raise ValueError(
+            f"kink_aware_flow needs piecewise-linear activations (relu, leaky_relu); got {bad}. "
+            "For a smooth activation the flow has no kinks: use ij.gradient_flow with "
+            "solver='tsit5' (explicit), 'kvaerno5_hessian' (stiff, long horizons) or "
+            "'gauss4' (conserves quadratic invariants)."
+        )
+
+
+def make_kink_integrator(
+    net: DAGNetwork,
+    X: ArrayLike,
+    Y: ArrayLike,
+    t1: float,
+    *,
+    t0: float = 0.0,
+    solver: str | diffrax.AbstractSolver | SolverOptions = "gauss4",
+    rtol: float | None = None,
+    atol: float | None = None,
+    saveat: SaveTimes | ArrayLike | None = None,
+    n_save: int | None = None,
+    max_events: int = 1_000,
+    max_sliding: int = 16,
+    event_tol: float = 1e-13,
+    surface_tol: float = 1e-9,
+    loss: str | Callable = "mse",
+) -> KinkIntegrator:
+    """Validate `kink_aware_flow`'s options and build its `KinkIntegrator` (the
+    arguments are `kink_aware_flow`'s; the network's weights are not used)."""
+    if not isinstance(net, DAGNetwork):
+        raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
+    _check_piecewise_linear(net)
+    X, Y = check_data(net.graph, X, Y)
+    dtype = jnp.result_type(net.weights.dtype, X.dtype)
+    X, Y = X.astype(dtype), Y.astype(dtype)
+    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=10_000)
+    ts = jnp.asarray(as_save_times(saveat, n_save).times(t0, t1), dtype)
+    opts.check_dtype(dtype)
+    check_positive("event_tol", event_tol)
+    check_positive("surface_tol", surface_tol)
+    check_integer("max_events", max_events, minimum=1)
+    check_integer("max_sliding", max_sliding, minimum=0)
+    get_loss(loss)
+    return KinkIntegrator(
+        prob=KinkProblem.build(net, X, Y, loss, int(max_sliding)), ts=ts, inner=opts.get_solver(),
+        rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype), t0=float(t0), t1=float(t1),
+        max_steps=int(opts.max_steps), max_events=int(max_events), event_tol=float(event_tol),
+        surface_tol=float(surface_tol), tolerances=(float(opts.rtol), float(opts.atol)),
+    )
+
+
+def kink_aware_flow(
+    net: DAGNetwork,
+    X: ArrayLike,
+    Y: ArrayLike,
+    t1: float,
+    *,
+    t0: float = 0.0,
+    solver: str | diffrax.AbstractSolver | SolverOptions = "gauss4",
+    rtol: float | None = None,
+    atol: float | None = None,
+    saveat: SaveTimes | ArrayLike | None = None,
+    n_save: int | None = None,
+    max_events: int = 1_000,
+    max_sliding: int = 16,
+    event_tol: float = 1e-13,
+    surface_tol: float = 1e-9,
+    loss: str | Callable = "mse",
+) -> KinkFlow:
+    """Gradient flow of a ReLU / leaky-ReLU network that integrates within activation
+    patterns, locates pattern changes as events, and follows sliding modes.
+
+    **Arguments:**
+
+    - `net`, `X`, `Y`, `t1`, `t0`, `rtol`, `atol`, `saveat`, `n_save`, `loss`: as in
+        `gradient_flow`.
+    - `solver`: the solver inside each pattern: an `ij.SolverOptions`, or a name in
+        `ij.SOLVERS` or a diffrax solver (then with `rtol`, `atol` and a step budget
+        `max_steps=10_000`). `SolverOptions.max_steps` is the step budget of each
+        segment between events; `dt0` and `stepsize_controller` are not used. The
+        default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to round-off;
+        `"tsit5"` is cheaper per step but conserves only to tolerance.
+    - `max_events`: cap on located events (each restart is one); hitting it sets
+        `events_exhausted` and `result` to `RESULTS.max_events_reached`.
+    - `max_sliding`: most pairs that may slide at once (static: the size of the slot
+        arrays). Each pair *actually* sliding costs about two gradient evaluations per
+        field evaluation; empty slots cost nothing. 0 disables sliding (the trajectory
+        then crosses back and forth, counted as ambiguous events).
+    - `event_tol`: absolute tolerance, in time, of the root finder that locates events.
+    - `surface_tol`: pre-activations (relative to `max |z|`) and sliding weights within
+        this of 0 at an event count as on their surface.
+
+    **Returns:** a `KinkFlow`.
+
+    The whole computation is one compiled program per configuration (network graph,
+    shapes, solver and options), reused by later calls with other weights or data.
+    """
+    integ = make_kink_integrator(
+        net, X, Y, t1, t0=t0, solver=solver, rtol=rtol, atol=atol, saveat=saveat, n_save=n_save,
+        max_events=max_events, max_sliding=max_sliding, event_tol=event_tol, surface_tol=surface_tol, loss=loss,
+    )
+    dtype = integ.prob.X.dtype
+    return _kink_flow(integ, net, net.edge_weights().astype(dtype), loss)
+
+
+@eqx.filter_jit
+def _kink_flow(integ: KinkIntegrator, net, theta0, loss):
+    return integ.flow(net, theta0, integ.run(theta0), loss)
