@@ -1,20 +1,31 @@
-"""The continuous-batching engine: many gradient flows in a fixed number of slots.
+"""The sweep engine: many trajectories in a fixed number of slots.
 
-Each slot integrates one trajectory with its own step size, using diffrax's solver and
-step-size-controller objects directly (`solver.init`, `solver.step`,
-`controller.init`, `controller.adapt_step_size`). A jitted loop advances every slot
-for up to `steps_per_call` steps; the host then harvests finished slots and refills
-them from the queue. The step logic mirrors `diffrax.diffeqsolve`'s loop
-(`diffrax/_integrate.py`): the same initial step, clipping to `t1`, rejection and
-`max_steps` semantics, and the same dense-output saves at `gradient_flow`'s save times,
-so a trajectory's numbers equal `ij.gradient_flow`'s run one at a time.
+`SweepEngine` (abstract) owns what every sweep shares: the device mesh and the sharding
+of the slots, the compiled refill / advance / finalize programs, and the host loop
+that harvests finished slots and refills them from the queue (continuous batching).
+Its two final subclasses say what one slot integrates:
+
+- `Engine`: plain gradient flow. One unit of work is one solver step, taken with
+  diffrax's solver and step-size-controller objects directly (`solver.init`,
+  `solver.step`, `controller.init`, `controller.adapt_step_size`). The step logic
+  mirrors `diffrax.diffeqsolve`'s loop (`diffrax/_integrate.py`): the same initial step,
+  clipping to `t1`, rejection and `max_steps` semantics, and the same dense-output saves
+  at `gradient_flow`'s save times, so a trajectory's numbers equal `ij.gradient_flow`'s.
+- `KinkEngine` (`_kink.py`): the kink-aware flow. One unit of work is one *segment*
+  (integrate to the next kink event and resolve it, `ij.kinks.KinkIntegrator`), so a
+  slot refills as soon as its trajectory ends, whatever the others do.
+
+Two evaluation modes: `exact=True` (CPU default) loops over the active slots with the
+unbatched per-slot program, so an idle slot costs nothing; `exact=False` vmaps over all
+slots (for GPUs).
 """
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, final
 
 import diffrax
 import equinox as eqx
@@ -233,8 +244,9 @@ def _finalize_slot(p: _Problem, s: _Slot) -> dict:
 
 
 class EngineStats(NamedTuple):
-    """Work accounting of one engine run: `useful_steps` (solver steps of harvested
-    trajectories), `slot_iterations` (slots x loop iterations), `calls`, `seconds`."""
+    """Work accounting of one engine run: `useful_steps` (units of work of harvested
+    trajectories: solver steps, or segments for the kink-aware engine),
+    `slot_iterations` (slots x loop iterations), `calls`, `seconds`."""
 
     useful_steps: int
     slot_iterations: int
@@ -246,20 +258,28 @@ class EngineStats(NamedTuple):
         return self.useful_steps / max(self.slot_iterations, 1)
 
 
-class Engine:
-    """Runs the flows of a queue of initialization indices through `slots` slots.
+class SweepEngine(abc.ABC):
+    """Runs a queue of initialization indices through `slots` slots, refilling each slot
+    as soon as its trajectory finishes.
+
+    Subclasses give the per-slot program: `init_slot(theta0, index, occupied)`,
+    `active(slot)`, `advance_slot(slot)` (one unit of work; an inactive slot is
+    returned unchanged), `record(slot)` (the per-trajectory record, a dict of arrays) and
+    `useful_work(record)` (units of work done, for `EngineStats`).
 
     **Arguments:**
 
-    - `problem`: from `make_problem`.
     - `init_fn`: a JAX function `index -> theta0` (jit- and vmap-able).
     - `slots`: number of slots (rounded up to a multiple of the device count).
-    - `steps_per_call`: loop iterations per jitted call between harvests.
+    - `steps_per_call`: loop iterations (units of work per slot) per jitted call between
+        harvests.
     - `devices`: JAX devices to shard the slots over (default: this process's devices).
+    - `exact`: loop over the active slots with the unbatched program (default), or vmap
+        over all slots.
     """
 
-    def __init__(self, problem: _Problem, init_fn: Callable, *, slots: int = 64,
-                 steps_per_call: int = 64, devices=None, exact: bool = True):
+    def __init__(self, init_fn: Callable, *, slots: int = 64, steps_per_call: int = 64, devices=None,
+                 exact: bool = True):
         if slots < 1:
             raise ValueError(f"slots must be >= 1; got {slots!r}.")
         if steps_per_call < 1:
@@ -268,20 +288,18 @@ class Engine:
         nd = len(devices)
         self.slots = -(-int(slots) // nd) * nd
         self.steps_per_call = int(steps_per_call)
-        self.problem = problem
         self.mesh = Mesh(np.array(devices), ("slots",))
         self.sharding = NamedSharding(self.mesh, PartitionSpec("slots"))
-        p = problem
-        K = self.steps_per_call
         self.exact = bool(exact)
-        # exact: each slot runs the unbatched step program (XLA rounds batched kernels
+        K = self.steps_per_call
+        # exact: each slot runs the unbatched program (XLA rounds batched kernels
         # differently, by ~1e-16, and adaptive stepping amplifies that to ~tolerance), so
         # results do not depend on slots, chunking, resume or devices; a loop over the
         # active slots only, so an idle slot costs nothing. Otherwise vmap over all slots
-        # (for GPUs). Against gradient_flow (another compiled program) it agrees to
-        # round-off amplified by adaptive stepping.
+        # (for GPUs). Against gradient_flow / kink_aware_flow (other compiled programs)
+        # it agrees to round-off amplified by adaptive stepping.
         map_all = jax.lax.map if exact else (lambda f, x: jax.vmap(f)(x))
-        active_all = jax.vmap(lambda s: _active(p, s))
+        active_all = jax.vmap(self.active)
 
         def step_exact(st):
             act = active_all(st)
@@ -289,15 +307,15 @@ class Engine:
 
             def one(j, st):
                 k = order[j]
-                s = _step_slot(p, jtu.tree_map(lambda a: a[k], st))
+                s = self.advance_slot(jtu.tree_map(lambda a: a[k], st))
                 return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s)
 
             return jax.lax.fori_loop(0, jnp.sum(act), one, st)
 
-        step_all = step_exact if exact else jax.vmap(lambda s: _step_slot(p, s))
+        step_all = step_exact if exact else jax.vmap(self.advance_slot)
 
         def refill(state, index, take):
-            fresh = map_all(lambda i: _init_slot(p, init_fn(i), i, True), index)
+            fresh = map_all(lambda i: self.init_slot(init_fn(i), i, True), index)
             return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
 
         def advance(state):
@@ -314,7 +332,7 @@ class Engine:
             return state, n[None], active_all(state)
 
         def empty(index):
-            return map_all(lambda i: _init_slot(p, init_fn(i), i, False), index)
+            return map_all(lambda i: self.init_slot(init_fn(i), i, False), index)
 
         P = PartitionSpec("slots")
 
@@ -328,8 +346,28 @@ class Engine:
 
         self._refill = jax.jit(local(refill, 3, 1), donate_argnums=0)
         self._advance = jax.jit(local(advance, 1, 3), donate_argnums=0)
-        self._finalize = jax.jit(local(lambda st: map_all(lambda s: _finalize_slot(p, s), st), 1, 1))
+        self._finalize = jax.jit(local(lambda st: map_all(self.record, st), 1, 1))
         self._empty = jax.jit(local(empty, 1, 1))
+
+    @abc.abstractmethod
+    def init_slot(self, theta0, index, occupied):
+        """The state of a slot that starts trajectory `index` at `theta0`."""
+
+    @abc.abstractmethod
+    def active(self, s) -> jax.Array:
+        """Whether the slot still has work to do."""
+
+    @abc.abstractmethod
+    def advance_slot(self, s):
+        """One unit of work (an inactive slot is returned unchanged)."""
+
+    @abc.abstractmethod
+    def record(self, s) -> dict:
+        """The per-trajectory record of a finished slot."""
+
+    @abc.abstractmethod
+    def useful_work(self, rec: dict) -> int:
+        """Units of work in a batch of records (for `EngineStats`)."""
 
     def _put(self, a):
         return jax.device_put(a, self.sharding)
@@ -365,7 +403,7 @@ class Engine:
             done = (slot_idx >= 0) & ~np.asarray(active)
             if done.any():
                 rec = {k: np.asarray(v)[done] for k, v in self._finalize(state).items()}
-                useful += int(rec["num_steps"].sum())
+                useful += self.useful_work(rec)
                 slot_idx[done] = -1
                 on_results(rec)
                 if progress is not None:
@@ -373,6 +411,35 @@ class Engine:
             if should_stop is not None and should_stop():
                 break
         return EngineStats(useful, iters, calls, time.perf_counter() - t_start)
+
+
+@final
+class Engine(SweepEngine):
+    """Plain gradient flow (`ij.gradient_flow`) in continuously refilled slots; one unit
+    of work is one solver step.
+
+    **Arguments:** `problem` (from `make_problem`), then `SweepEngine`'s.
+    """
+
+    def __init__(self, problem: _Problem, init_fn: Callable, *, slots: int = 64, steps_per_call: int = 64,
+                 devices=None, exact: bool = True):
+        self.problem = problem
+        super().__init__(init_fn, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
+
+    def init_slot(self, theta0, index, occupied):
+        return _init_slot(self.problem, theta0, index, occupied)
+
+    def active(self, s):
+        return _active(self.problem, s)
+
+    def advance_slot(self, s):
+        return _step_slot(self.problem, s)
+
+    def record(self, s):
+        return _finalize_slot(self.problem, s)
+
+    def useful_work(self, rec):
+        return int(rec["num_steps"].sum())
 
 
 def _bcast(mask, a):
