@@ -24,7 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import jax
 
+    from ._common import enable_compilation_cache
+
     jax.config.update("jax_enable_x64", True)  # the CLI checks laws: float64 throughout
+    enable_compilation_cache()  # a repeated command reuses its compiled programs
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

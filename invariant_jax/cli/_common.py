@@ -118,3 +118,43 @@ def write_json(path, obj) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, obj, indent=1)
     return path
+
+
+CACHE_ENV = "INVARIANT_JAX_CACHE_DIR"
+NO_CACHE_ENV = "INVARIANT_JAX_NO_CACHE"
+
+
+def compilation_cache_dir() -> Path | None:
+    """Where the CLI keeps JAX's persistent compilation cache: `$INVARIANT_JAX_CACHE_DIR`
+    if set, else `$XDG_CACHE_HOME/invariant-jax/jax` (default `~/.cache/invariant-jax/jax`).
+    `None` when `INVARIANT_JAX_NO_CACHE` is set to anything but `0` / empty (the opt-out)."""
+    import os
+
+    if os.environ.get(NO_CACHE_ENV, "") not in ("", "0"):
+        return None
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "invariant-jax" / "jax"
+
+
+def enable_compilation_cache() -> Path | None:
+    """Turn on JAX's persistent compilation cache in `compilation_cache_dir()`, so a
+    repeated command loads its compiled programs instead of compiling them again. A
+    cache folder the user already gave JAX (`JAX_COMPILATION_CACHE_DIR`) is kept. Returns
+    the folder in use, or `None` (opted out, or the folder cannot be created)."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        return Path(jax.config.jax_compilation_cache_dir)
+    path = compilation_cache_dir()
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path

@@ -14,6 +14,8 @@ def add_parser(sub) -> None:
         "deletes only the files an earlier sweep wrote; a folder holding anything else is refused.")
     p.add_argument("--out", default=DEMO_OUT, help=f"results folder (default {DEMO_OUT})")
     p.add_argument("--n-inits", type=int, default=256)
+    p.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=None,
+                   help="plain integration across the ReLU kinks instead of the exact kink-aware flow")
     p.set_defaults(run=run)
 
 
@@ -22,4 +24,4 @@ def run(args) -> int:
     from ._sweep import run_config
 
     # overwrite deletes only what an earlier sweep wrote, and refuses a folder with other files
-    return run_config(SweepConfig(n_inits=args.n_inits), out=args.out, overwrite=True, rows=15)
+    return run_config(SweepConfig(n_inits=args.n_inits, kink_aware=args.kink_aware), out=args.out, overwrite=True, rows=15)

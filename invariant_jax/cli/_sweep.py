@@ -60,8 +60,11 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--max-param-norm", type=float, default=S, help="stop a trajectory once |theta| > this")
     f.add_argument("--weight-decay", type=float, default=S)
     f.add_argument("--kink-aware", action="store_true", default=S,
-                   help="relu/leaky_relu: integrate within activation patterns, locate kinks as events, "
-                        "follow sliding modes (--solver is then the solver inside a pattern, e.g. gauss4)")
+                   help="relu/leaky_relu (the default there, unless a stopping rule or weight decay is set): "
+                        "integrate within activation patterns, locate kinks as events, follow sliding modes "
+                        "(--solver is then the solver inside a pattern, e.g. gauss4)")
+    f.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=S,
+                   help="relu/leaky_relu: plain integration across the kinks (not exact there)")
     e = p.add_argument_group("engine and output")
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
     e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")

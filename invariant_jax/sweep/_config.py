@@ -53,7 +53,9 @@ class SweepConfig:
         (`config.stop_rules`). Validated by those objects, as everywhere else.
     - `kink_aware`: integrate with `ij.kink_aware_flow` (relu / leaky_relu only; `solver`
         is then the solver inside each activation pattern; no stopping rules or weight
-        decay).
+        decay). `None` (the default) resolves on construction: `True` for relu /
+        leaky_relu (the exact method) unless a stopping rule or weight decay is set,
+        `False` otherwise. Set `False` to opt out.
     """
 
     graph: str = "example"
@@ -87,7 +89,7 @@ class SweepConfig:
     max_param_norm: float | None = None
     loss: str = "mse"
     weight_decay: float = 0.0
-    kink_aware: bool = False
+    kink_aware: bool | None = None
 
     def __post_init__(self):
         for name in ("widths", "edges", "inputs", "outputs", "constants"):
@@ -99,6 +101,13 @@ class SweepConfig:
             else:
                 v = tuple(str(x) for x in v)
             object.__setattr__(self, name, v)
+        if self.kink_aware is None and self.activation in ACTIVATIONS:
+            from ._kink import kink_aware_default
+
+            auto = kink_aware_default(None, kinked=ACTIVATIONS[self.activation].kinked, unsupported=dict(
+                weight_decay=self.weight_decay, grad_norm_tol=self.grad_norm_tol, loss_floor=self.loss_floor,
+                max_param_norm=self.max_param_norm))
+            object.__setattr__(self, "kink_aware", auto)
         self.validate()
 
     def validate(self) -> None:

@@ -30,6 +30,17 @@ KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_slidin
 """Extra per-trajectory records of a kink-aware sweep (see `ij.KinkFlow`)."""
 
 
+def kink_aware_default(kink_aware: bool | None, *, kinked: bool, unsupported: dict) -> bool:
+    """Resolve `kink_aware=None` (auto): the exact, kink-aware integrator for networks
+    with kinked piecewise-linear activations (relu, leaky_relu), unless an option it does
+    not support is set (`unsupported`: name -> value, e.g. stopping rules, weight decay).
+    An explicit `True` / `False` is returned as given."""
+    if kink_aware is None:
+        used = [v for v in unsupported.values() if v is not None and not (isinstance(v, (int, float)) and v == 0)]
+        return bool(kinked) and not used
+    return bool(kink_aware)
+
+
 class _KinkSlot(eqx.Module):
     occupied: Array
     index: Array

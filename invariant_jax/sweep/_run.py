@@ -24,7 +24,7 @@ from ..network import DAGNetwork, init_edge_weights
 from ..options import SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
 from ._config import SweepConfig, check_kink_options
 from ._engine import Engine, EngineStats, make_problem
-from ._kink import KINK_FIELDS, KinkEngine
+from ._kink import KINK_FIELDS, KinkEngine, kink_aware_default
 from ._store import BUSY, DONE, ResultsStore
 
 _FIELDS = ("index", "theta0", "theta_final", "t_final", "c0", "loss_initial", "loss_final", "drift",
@@ -137,7 +137,7 @@ def sweep_flows(
     exact: bool = True,
     devices=None,
     progress: bool = False,
-    kink_aware: bool = False,
+    kink_aware: bool | None = None,
 ) -> SweepResult:
     """Gradient flow from every network of a batch, through the continuous-batching
     engine. Trajectory `i` equals `ij.gradient_flow(nets[i], X, Y, t1, ...)` with the same
@@ -162,6 +162,9 @@ def sweep_flows(
         leaky_relu; `solver` is then the solver inside each activation pattern, e.g.
         `"gauss4"` to conserve `c` to round-off). Trajectory `i` equals
         `kink_aware_flow(nets[i], ...)`; event counts land in `SweepResult.kink`.
+        `None` (default): on for networks with kinked piecewise-linear activations
+        (relu, leaky_relu) unless `dt0`, a stopping rule or weight decay is set (the
+        kink-aware integrator does not support them), off otherwise. `False` opts out.
 
     **Returns:** a `SweepResult` (`index` = position in the batch).
     """
@@ -174,12 +177,19 @@ def sweep_flows(
     if not bool(jnp.all(jnp.isfinite(thetas))):
         raise ValueError("Some initial weights are not finite; re-initialize those networks.")
     check_positive("t1", t1)
+    stop = StopRules() if stop is None else stop
+    template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
+    acts = template.activations
+    given = solver if isinstance(solver, SolverOptions) else SolverOptions()
+    kink_aware = kink_aware_default(
+        kink_aware, kinked=all(a.piecewise_linear for a in acts) and any(a.kinked for a in acts),
+        unsupported=dict(weight_decay=weight_decay, dt0=given.dt0, stepsize_controller=given.stepsize_controller,
+                         grad_norm_tol=stop.grad_norm_tol, loss_floor=stop.loss_floor,
+                         max_param_norm=stop.max_param_norm, max_wall_time=stop.max_wall_time))
     opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=10_000 if kink_aware else 100_000)
     save = as_save_times(saveat, n_save)
-    stop = StopRules() if stop is None else stop
     opts.check_dtype(jnp.zeros(()).dtype)
     check_positive("weight_decay", weight_decay, allow_zero=True)
-    template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
     if kink_aware:
         check_kink_options(opts, stop, weight_decay)
         engine = KinkEngine(template, X, Y, t1, lambda i: thetas[i], slots=slots, devices=devices, exact=exact,

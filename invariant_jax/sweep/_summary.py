@@ -93,6 +93,8 @@ class SweepSummary:
         folder.mkdir(parents=True, exist_ok=True)
         panels = [("drift_tol", _drift_panel), ("loss_by_connectivity", _loss_panel),
                   ("disconnected", _disconnected_panel), ("rank", _rank_panel), ("steps", _steps_panel)]
+        if "events" in self.rows:
+            panels.append(("kink_events", _kink_panel))
         paths = []
         for name, fn in panels:
             fig, ax = plt.subplots(figsize=(4.5, 3.4), layout="constrained")
@@ -100,7 +102,8 @@ class SweepSummary:
             paths.append(folder / f"{name}.png")
             fig.savefig(paths[-1], dpi=110)
             plt.close(fig)
-        fig, axs = plt.subplots(2, 3, figsize=(13, 7.5), layout="constrained")
+        cols = -(-(len(panels) + 1) // 2)
+        fig, axs = plt.subplots(2, cols, figsize=(4.4 * cols, 7.5), layout="constrained")
         for ax, (_, fn) in zip(axs.flat, panels):
             fn(ax, self.rows)
         _status_panel(axs.flat[-1], self.rows)
@@ -173,6 +176,21 @@ def _steps_panel(ax, r):
         ax.set_title(f"steps: median {np.median(s):.0f}, max {s.max():.0f}")
 
 
+def _kink_panel(ax, r):
+    ev = np.asarray(r["events"])
+    slide = np.asarray(r["sliding_time"], float) > 0
+    bins = np.arange(ev.max() + 2) - 0.5 if len(ev) and ev.max() < 40 else 30
+    for sel, lab, col in ((~slide, "no sliding", "C0"), (slide, "with sliding", "C1")):
+        if sel.any():
+            ax.hist(ev[sel], bins=bins, alpha=0.7, label=f"{lab} ({int(sel.sum())})", color=col)
+    ax.set_xlabel("kink events (crossings, sliding entries and exits)")
+    ax.set_ylabel("initializations")
+    ax.legend(fontsize=8)
+    if len(ev):
+        t = np.asarray(r["sliding_time"], float)
+        ax.set_title(f"events: median {np.median(ev):.0f}; sliding time median {np.median(t):.2g}, max {t.max():.2g}", fontsize=9)
+
+
 def _status_panel(ax, r):
     st = np.asarray(r["status"])
     ax.bar(STATUSES, [np.sum(st == k) for k in range(len(STATUSES))], color="C7")
@@ -222,6 +240,9 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
         frozen_sign_changes=(flipped & frozen).sum(axis=1).astype(np.int64),
         loss_initial=np.asarray(result.loss_initial, float), loss_final=np.asarray(result.loss_final, float),
     )
+    if result.kink is not None:  # kink-aware sweeps: events and time on sliding modes
+        rows["events"] = np.asarray(result.kink["num_events"], np.int64)
+        rows["sliding_time"] = np.asarray(result.kink["sliding_time"], float)
     st = rows["status"]
     ok = st <= 1
     dt = rows["drift_in_tol"][ok]
@@ -253,6 +274,9 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
             "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
             "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if len(st) else 0,
             "ambiguous events": int(np.sum(kk["num_ambiguous"])),
+            "kink events total": int(np.sum(kk["num_events"])),
+            "sliding time median": float(np.median(kk["sliding_time"])) if len(st) else 0.0,
+            "sliding time max": float(np.max(kk["sliding_time"])) if len(st) else 0.0,
         })
     for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
         if k in result.stats:
