@@ -9,6 +9,7 @@ as trajectories finish."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import diffrax
@@ -105,6 +106,27 @@ class KinkState(eqx.Module):
     done: Array
 
 
+@contextlib.contextmanager
+def _cacheable_checks():
+    """Trace `diffeqsolve`'s input checks without host callbacks.
+
+    `diffeqsolve` checks with `eqx.error_if` that `SaveAt` times lie in `[t0, t1]` and
+    increase. With a traced `t0` (a segment starts where the last event was) each check
+    becomes a host callback, and JAX's persistent compilation cache refuses programs
+    with host callbacks. The segment's save times are clipped into `[t, t1]` and sorted
+    by construction, so these checks cannot fire; they are traced with equinox's
+    `on_error="off"` (a module-level setting of `equinox._errors`, read at trace time).
+    The solve itself runs with `throw=False`, so its failures are data either way."""
+    import equinox._errors as eqx_errors  # equinox internals: the one name below
+
+    old = eqx_errors.EQX_ON_ERROR
+    eqx_errors.EQX_ON_ERROR = "off"
+    try:
+        yield
+    finally:
+        eqx_errors.EQX_ON_ERROR = old
+
+
 class _Sol(eqx.Module):
     ts: Array
     ys: Array
@@ -162,20 +184,8 @@ class KinkIntegrator(eqx.Module):
 
         tclip = jnp.clip(ts, c.t, t1)
         controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, step_ts=tclip if self.is_gl else None)
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(vf),
-            self.inner,
-            c.t,
-            t1,
-            None,
-            c.theta,
-            args=(c.P, c.slots),
-            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl),
-            stepsize_controller=controller,
-            event=diffrax.Event(cond_fn, root_finder=Illinois(atol=self.event_tol)),
-            max_steps=self.max_steps,
-            throw=False,
-        )
+        with _cacheable_checks():
+            sol = self._solve(vf, cond_fn, tclip, controller, c)
         t_end = sol.ts[1][-1]
         y_end = sol.ys[1][-1]
         event = sol.result == diffrax.RESULTS.event_occurred
@@ -204,6 +214,22 @@ class KinkIntegrator(eqx.Module):
         theta_keep = jnp.where(failed, c.theta, c_new.theta)
         t_keep = jnp.where(failed, c.t, c_new.t)
         return eqx.tree_at(lambda c: (c.done, c.result, c.theta, c.t), c_new, (done, res, theta_keep, t_keep))
+
+    def _solve(self, vf, cond_fn, tclip, controller, c: KinkState):
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(vf),
+            self.inner,
+            c.t,
+            self.t1,
+            None,
+            c.theta,
+            args=(c.P, c.slots),
+            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl),
+            stepsize_controller=controller,
+            event=diffrax.Event(cond_fn, root_finder=Illinois(atol=self.event_tol)),
+            max_steps=self.max_steps,
+            throw=False,
+        )
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
         # Recompute the event state by one Gauss step from the last step's start, so the
