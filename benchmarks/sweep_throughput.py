@@ -1,21 +1,33 @@
-"""Trajectories per second for sweeps over many initializations of a heavy-tailed ReLU workload.
+"""Sweep throughput and distance to the bare arithmetic, for plain and kink-aware sweeps.
 
-Compared side by side, same networks, data, solver (Tsit5) and tolerance (rtol = atol = 1e-8,
-t1 = 1, float64, teacher-student data, 20 points):
+Workloads (ReLU, float64, 20 teacher points, t1 = 1, rtol = atol = 1e-8, Tsit5):
 
-- (a) `ij.sweep_flows`: the continuous-batching engine (`exact` per-slot program on CPU,
-  `--vmap` / GPU: vmap over slots);
-- (b) `jax.jit(jax.vmap(diffeqsolve))` over the same batch (through `ij.gradient_flow`);
-- (c) a `scipy.integrate.solve_ivp` (RK45) loop with a jitted JAX gradient, run on a
-  subsample of `--scipy-subsample` initializations spread over the step-count quantiles
-  (including the slowest) and extrapolated by SciPy seconds per engine step.
+- `heavy`: 5-20-1 MLP without bias, teacher key `PRNGKey(1234)`, inits `PRNGKey(i)` (the
+  `kink_sweep.py` / work-precision workload; its median plain trajectory takes thousands
+  of Tsit5 steps because trajectories slide along kinks, where Tsit5 chatters);
+- `light`: 5-20-1 MLP without bias, teacher key `key(1)`, inits `fold_in(key(0), i)`
+  (median ~250 steps).
 
-Work efficiency = useful solver steps / (slots x loop iterations); for (b) it is
-mean(steps) / max(steps) (every batch member waits for the slowest). Everything is
-compiled before it is timed. Writes `benchmarks/results/sweep_throughput.json`.
+Arms, side by side in one process, each compiled (on two trajectories) before it is
+timed:
 
-    .venv/bin/python benchmarks/sweep_throughput.py                 # CPU, 256 inits
-    .venv/bin/python benchmarks/sweep_throughput.py --device gpu --n-inits 256 1024 4096
+- `engine`: `Engine`, exact per-slot program (CPU) or vmap over slots (`--vmap`, GPU);
+- `engine-vmap`: `Engine` in vmap mode (on CPU only with `--also-vmap-engine`);
+- `naive`: `jax.jit(jax.vmap(gradient_flow))` over the whole batch;
+- `kink`: `KinkEngine` (kink-aware flow, Tsit5 inside), exact (CPU) or vmap (GPU): the
+  exact method; its error is not comparable with the plain arms' (see kink_sweep.py).
+
+**Bare cost.** Each arm's vector-field-evaluation equivalents are counted: Tsit5 stages
+(6 per step, accepted or rejected, +3 per trajectory to start); for the kink-aware arm,
+in a separately compiled, instrumented run (`solvers._EVAL_HOOK`), every gradient, every
+JVP/VJP row of the Filippov solve, and every event-condition evaluation (a forward pass,
+priced at the measured forward cost). The count times the measured cost of one gradient
+evaluation in a tight jitted loop, unbatched (exact mode) or per trajectory at the arm's
+batch width (vmap modes), is the bare cost; the table reports wall time / bare cost.
+Writes `benchmarks/results/sweep_throughput.json` (or `--out`).
+
+    .venv/bin/python benchmarks/sweep_throughput.py                      # CPU: heavy, 64 and 256 inits
+    .venv/bin/python benchmarks/sweep_throughput.py --inits 4096 --out benchmarks/results/sweep_throughput_gpu.json   # GPU
 """
 
 from __future__ import annotations
@@ -24,29 +36,29 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 
 def _args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("--n-inits", type=int, nargs="+", default=None,
-                   help="batch sizes (default: 256 on CPU; 256 1024 4096 on GPU)")
-    p.add_argument("--widths", nargs="+", default=["5,20,1", "5,40,1"], help="network sizes")
-    p.add_argument("--slots", type=int, default=None, help="engine slots (default 64 CPU, 1024 GPU)")
+    p.add_argument("--inits", type=int, nargs="+", default=None,
+                   help="batch sizes (default: 64 256 on CPU, 4096 on GPU)")
+    p.add_argument("--workloads", nargs="+", default=["heavy"], choices=["heavy", "light"])
+    p.add_argument("--arms", nargs="+", default=["engine", "naive", "kink"],
+                   choices=["engine", "engine-vmap", "naive", "kink"])
+    p.add_argument("--slots", type=int, default=None, help="engine slots (default 64 CPU, 4096 GPU)")
     p.add_argument("--steps-per-call", type=int, default=128)
-    p.add_argument("--vmap", action="store_true", help="engine: vmap over slots (default on GPU)")
-    p.add_argument("--scipy-subsample", type=int, default=6)
-    p.add_argument("--skip-vmap-baseline", action="store_true")
-    p.add_argument("--also-vmap-engine", action="store_true", help="CPU: also time the engine in vmap mode")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "sweep_throughput.json"))
+    p.add_argument("--vmap", action="store_true", help="engines: vmap over slots (default on GPU)")
+    p.add_argument("--also-vmap-engine", action="store_true", help="CPU: also time the engines in vmap mode")
+    p.add_argument("--count-inits", type=int, default=64,
+                   help="kink arm: count evaluations on this many inits (scaled by steps to all)")
+    p.add_argument("--out", default=None)
     return p.parse_args()
 
 
 args = _args()
-if args.device == "cpu":
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 
@@ -56,135 +68,220 @@ import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy.integrate import solve_ivp  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
+from invariant_jax import solvers  # noqa: E402
+from invariant_jax.kinks import KinkProblem  # noqa: E402
+from invariant_jax.sweep._engine import Engine, make_problem  # noqa: E402
+from invariant_jax.sweep._kink import KinkEngine  # noqa: E402
 
-TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 101
-
-
-def workload(widths, n):
-    g = ij.mlp(widths)
-    X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.key(1))
-    keys = jax.vmap(lambda i: jr.fold_in(jr.key(0), i))(jnp.arange(n))
-    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
-    return g, X, Y, nets
+TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11
+GPU = jax.default_backend() != "cpu"
 
 
-def run_engine(nets, X, Y, slots, exact):
-    from invariant_jax.sweep._engine import Engine, make_problem
+def workload(name, n):
+    g = ij.mlp([5, 20, 1], bias=False)
+    if name == "heavy":
+        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.PRNGKey(1234))
+        keys = [jr.PRNGKey(i) for i in range(n)]
+        thetas = jnp.stack([ij.DAGNetwork(g, "relu", key=k).edge_weights() for k in keys])
+    else:
+        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.key(1))
+        keys = jax.vmap(lambda i: jr.fold_in(jr.key(0), i))(jnp.arange(n))
+        thetas = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys).edge_weights()
+    return g, X, Y, thetas
 
-    thetas = nets.edge_weights()
-    template = jax.tree.map(lambda a: a[0] if getattr(a, "ndim", 0) == 3 else a, nets)
-    problem = make_problem(template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL), saveat=ij.SaveTimes(n=N_SAVE))
-    eng = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=args.steps_per_call, exact=exact)
-    eng.run(np.arange(2), on_results=lambda r: None)  # compile
+
+def bare_costs(g, X, Y, theta, widths, reps=2000):
+    """Seconds per gradient and per forward pass (per trajectory) at each batch width."""
+    net = ij.DAGNetwork(g, "relu", edge_weights=theta)
+    L = ij.edge_loss_fn(net, X, Y)
+    gr = jax.grad(L)
+    fwd = lambda th: net.with_edge_weights(th)._run(X)[1]  # noqa: E731
+
+    def timed(f, y):
+        f(y).block_until_ready()
+        best = np.inf
+        for _ in range(3):
+            t = time.perf_counter()
+            f(y).block_until_ready()
+            best = min(best, time.perf_counter() - t)
+        return best / reps
+
+    out = {}
+    for w in sorted(set(widths)):
+        y = jnp.tile(theta[None], (w, 1)) * (1 + 1e-3 * jnp.arange(w)[:, None])
+        g_loop = jax.jit(lambda y: jax.lax.fori_loop(0, reps, lambda i, y: y - 1e-6 * jax.vmap(gr)(y), y))
+        f_loop = jax.jit(lambda y: jax.lax.fori_loop(
+            0, reps, lambda i, y: y * (1 - 1e-9 * jnp.sum(jax.vmap(fwd)(y), axis=(1, 2))[:, None]), y))
+        out[w] = dict(grad=timed(g_loop, y) / w, forward=timed(f_loop, y) / w)
+    return out
+
+
+def run_engine(eng, n):
+    t = time.perf_counter()
+    eng.run(np.arange(2), on_results=lambda r: None)  # compile (+ two trajectories)
+    compile_s = time.perf_counter() - t
     parts = []
     t = time.perf_counter()
-    st = eng.run(np.arange(thetas.shape[0]), on_results=parts.append)
+    st = eng.run(np.arange(n), on_results=parts.append)
     sec = time.perf_counter() - t
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.argsort(rec["index"])
-    return sec, {k: v[order] for k, v in rec.items()}, st, eng.slots
+    return compile_s, sec, {k: v[order] for k, v in rec.items()}, st
 
 
-def run_vmap(nets, X, Y):
-    template = jax.tree.map(lambda a: a[0] if getattr(a, "ndim", 0) == 3 else a, nets)
-
+def run_naive(template, X, Y, thetas):
     def one(th):
         f = ij.gradient_flow(template.with_edge_weights(th), X, Y, T1, rtol=TOL, atol=TOL, n_save=N_SAVE)
         return f.theta_final, f.stats["num_steps"]
 
-    thetas = nets.edge_weights()
+    t = time.perf_counter()
     compiled = jax.jit(jax.vmap(one)).lower(thetas).compile()
+    compile_s = time.perf_counter() - t
     t = time.perf_counter()
     th, steps = jax.block_until_ready(compiled(thetas))
-    return time.perf_counter() - t, np.asarray(th), np.asarray(steps)
+    return compile_s, time.perf_counter() - t, np.asarray(th), np.asarray(steps)
 
 
-def run_scipy(g, X, Y, nets, pick):
-    L = ij.edge_loss_fn(ij.DAGNetwork(g, "relu", edge_weights=np.zeros(len(g.edges))), X, Y)
-    grad = jax.jit(jax.grad(L))
-    rhs = lambda t, th: -np.asarray(grad(th))  # noqa: E731
-    thetas = np.asarray(nets.edge_weights())[pick]
-    rhs(0.0, thetas[0])
-    secs, steps = [], []
-    for th in thetas:
-        t = time.perf_counter()
-        s = solve_ivp(rhs, (0.0, T1), th, method="RK45", rtol=TOL, atol=TOL)
-        secs.append(time.perf_counter() - t)
-        steps.append(int(s.t.size - 1))
-    return np.array(secs), steps
+def count_kink_work(template, X, Y, thetas):
+    """(gradient-equivalents, condition evaluations) per trajectory, from an instrumented
+    exact-mode run (a separately compiled program with counting callbacks)."""
+    counts = dict(grad=0, cond=0)
+    per = []
+    solvers._EVAL_HOOK = lambda k: counts.__setitem__("grad", counts["grad"] + k)
+    orig = KinkProblem.cond_value
+
+    def counted(self, theta, P, slots, margin):
+        jax.debug.callback(lambda: counts.__setitem__("cond", counts["cond"] + 1))
+        return orig(self, theta, P, slots, margin)
+
+    KinkProblem.cond_value = counted
+    try:
+        eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=1, exact=True, solver="tsit5",
+                         rtol=TOL, atol=TOL, n_save=N_SAVE)
+        for i in range(thetas.shape[0]):
+            counts.update(grad=0, cond=0)
+            rec = []
+            eng.run(np.asarray([i]), on_results=rec.append)
+            jax.effects_barrier()
+            per.append((counts["grad"], counts["cond"], int(rec[0]["num_steps"][0])))
+    finally:
+        solvers._EVAL_HOOK = None
+        KinkProblem.cond_value = orig
+    return np.asarray(per)
 
 
 def main():
-    gpu = args.device == "gpu"
-    ns = args.n_inits or ([256, 1024, 4096] if gpu else [256])
-    slots = args.slots or (1024 if gpu else 64)
-    exact = not (args.vmap or gpu)
+    ns = args.inits or ([4096] if GPU else [64, 256])
+    slots_default = args.slots or (4096 if GPU else 64)
+    vmap_mode = args.vmap or GPU
     rows = []
-    for w in args.widths:
-        widths = [int(x) for x in w.split(",")]
+    for wl in args.workloads:
+        g, X, Y, thetas_all = workload(wl, max(ns))
+        template = ij.DAGNetwork(g, "relu", edge_weights=thetas_all[0])
         for n in ns:
-            g, X, Y, nets = workload(widths, n)
-            ta, ra, st, n_slots = run_engine(nets, X, Y, min(slots, n), exact)
-            steps = ra["num_steps"]
-            row = dict(network="mlp " + "-".join(map(str, widths)), n_inits=n, edges=len(g.edges),
-                       steps_min=int(steps.min()), steps_median=float(np.median(steps)), steps_max=int(steps.max()),
-                       engine_mode="exact per-slot" if exact else "vmap", slots=n_slots,
-                       engine_s=ta, engine_traj_per_s=n / ta, engine_work_efficiency=st.work_efficiency,
-                       engine_failures=int(np.sum(ra["status"] >= 2)))
-            if not args.skip_vmap_baseline:
-                tb, thb, sb = run_vmap(nets, X, Y)
-                row.update(vmap_s=tb, vmap_traj_per_s=n / tb, vmap_work_efficiency=float(sb.mean() / sb.max()),
-                           vmap_max_abs_diff_theta=float(np.max(np.abs(thb - ra["theta_final"]))),
-                           vmap_steps_equal_fraction=float(np.mean(sb == steps)),
-                           ratio_vs_vmap=tb / ta)
-            if exact and args.also_vmap_engine:
-                tv, rv, stv, _ = run_engine(nets, X, Y, min(slots, n), False)
-                row.update(engine_vmap_s=tv, engine_vmap_traj_per_s=n / tv,
-                           engine_vmap_work_efficiency=stv.work_efficiency,
-                           engine_vmap_max_abs_diff_theta=float(np.max(np.abs(rv["theta_final"] - ra["theta_final"]))))
-            k = min(args.scipy_subsample, n)
-            if k > 0:
-                # a subsample spread over the step-count distribution (quantiles 0..1, so
-                # it includes the slowest trajectory); SciPy's total is extrapolated as
-                # (SciPy seconds per engine step on the subsample) x (all engine steps)
-                order = np.argsort(steps, kind="stable")
-                pick = order[np.round(np.linspace(0, n - 1, k)).astype(int)]
-                secs, sc = run_scipy(g, X, Y, nets, pick)
-                total = secs.sum() / steps[pick].sum() * steps.sum()
-                row.update(scipy_subsample=k, scipy_subsample_index=pick.tolist(),
-                           scipy_subsample_engine_steps=steps[pick].tolist(), scipy_steps=sc,
-                           scipy_subsample_s=secs.tolist(), scipy_s_extrapolated=float(total),
-                           scipy_traj_per_s_extrapolated=n / total, ratio_vs_scipy=total / ta)
+            thetas = thetas_all[:n]
+            slots = min(slots_default, n) if vmap_mode else slots_default
+            costs = bare_costs(g, X, Y, thetas[0], [1, slots, n])
+            row = dict(workload=wl, network="mlp 5-20-1 (no bias)", n_inits=n, slots=slots, edges=len(g.edges),
+                       grad_cost_us={str(k): v["grad"] * 1e6 for k, v in costs.items()},
+                       forward_cost_us={str(k): v["forward"] * 1e6 for k, v in costs.items()})
+            arms = []
+            init = lambda i, th=thetas: th[i]  # noqa: E731
+            problem = make_problem(template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL),
+                                 saveat=ij.SaveTimes(n=N_SAVE))
+            plain_modes = ([("engine", vmap_mode)] if "engine" in args.arms else []) + \
+                ([("engine-vmap", True)] if ("engine-vmap" in args.arms or args.also_vmap_engine) and not vmap_mode else [])
+            steps = None
+            for name, vm in plain_modes:
+                eng = Engine(problem, init, slots=slots, steps_per_call=args.steps_per_call, exact=not vm)
+                c, s, rec, st = run_engine(eng, n)
+                steps = rec["num_steps"]
+                evals = 6 * int(steps.sum()) + 3 * n
+                bare = evals * costs[slots if vm else 1]["grad"]
+                arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c, seconds=s, traj_per_s=n / s,
+                                 steps_total=int(steps.sum()), steps_median=float(np.median(steps)),
+                                 steps_max=int(steps.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
+                                 work_efficiency=st.work_efficiency, failures=int(np.sum(rec["status"] >= 2)),
+                                 theta_final=rec["theta_final"]))
+                _print(rows + [dict(row, arms=arms)])
+            if "naive" in args.arms:
+                c, s, th, sb = run_naive(template, X, Y, thetas)
+                evals = 6 * int(sb.sum()) + 3 * n
+                bare = evals * costs[n]["grad"]
+                arms.append(dict(arm="naive jit(vmap(gradient_flow))", mode="vmap", compile_s=c, seconds=s,
+                                 traj_per_s=n / s, steps_total=int(sb.sum()), steps_median=float(np.median(sb)),
+                                 steps_max=int(sb.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
+                                 work_efficiency=float(sb.mean() / sb.max()), theta_final=th))
+                steps = sb if steps is None else steps
+                _print(rows + [dict(row, arms=arms)])
+            if "kink" in args.arms:
+                kink_modes = [vmap_mode] + ([True] if args.also_vmap_engine and not vmap_mode else [])
+                for vm in kink_modes:
+                    eng = KinkEngine(template, X, Y, T1, init, slots=slots, exact=not vm, solver="tsit5", rtol=TOL,
+                                     atol=TOL, n_save=N_SAVE)
+                    c, s, rec, st = run_engine(eng, n)
+                    arms.append(dict(arm="kink-aware (tsit5 inside)", mode="vmap" if vm else "exact", compile_s=c,
+                                     seconds=s, traj_per_s=n / s, steps_total=int(rec["num_steps"].sum()),
+                                     steps_median=float(np.median(rec["num_steps"])),
+                                     steps_max=int(rec["num_steps"].max()),
+                                     events_total=int(rec["num_events"].sum()),
+                                     sliding_trajectories=int(np.sum(rec["num_sliding_entries"] > 0)),
+                                     work_efficiency=st.work_efficiency, failures=int(np.sum(rec["status"] >= 2)),
+                                     theta_final=rec["theta_final"], _steps=rec["num_steps"]))
+                    _print(rows + [dict(row, arms=arms)])
+                k = min(args.count_inits, n)
+                per = count_kink_work(template, X, Y, thetas[:k])
+                for a in arms:
+                    if a["arm"].startswith("kink"):
+                        scale = a["steps_total"] / max(per[:, 2].sum(), 1)  # 1 when k == n
+                        w = slots if a["mode"] == "vmap" else 1
+                        n_grad, n_cond = per[:, 0].sum() * scale, per[:, 1].sum() * scale
+                        a.update(evaluations=float(n_grad), condition_evaluations=float(n_cond),
+                                 counted_on=k, bare_s=n_grad * costs[w]["grad"] + n_cond * costs[w]["forward"])
+                        a["wall_over_bare"] = a["seconds"] / a["bare_s"]
+            naive = next((a for a in arms if a["arm"].startswith("naive")), None)
+            for a in arms:
+                if naive is not None:
+                    a["vs_naive"] = a["traj_per_s"] / naive["traj_per_s"]
+                a.pop("_steps", None)
+            ref = next((a for a in arms if a["arm"].startswith("kink")), None)
+            ref_th = None if ref is None else ref["theta_final"]
+            for a in arms:
+                th = a.pop("theta_final")
+                if ref_th is not None and a is not ref:
+                    a["max_abs_diff_vs_kink"] = float(np.max(np.abs(th - ref_th)))
+            row["arms"] = arms
             rows.append(row)
             _print(rows)
-    meta = dict(benchmark="sweep_throughput", tol=TOL, t1=T1, n_samples=N_SAMPLES, solver="Tsit5 (scipy: RK45)",
-                activation="relu", float64=True, device=args.device, devices=[str(d) for d in jax.devices()],
-                machine=platform.machine(), cpu_count=os.cpu_count(), jax=jax.__version__,
-                steps_per_call=args.steps_per_call,
-                note="(c) runs on scipy_subsample inits at evenly spaced quantiles of the engine's step "
-                     "counts (incl. the slowest) and is extrapolated as SciPy-seconds-per-engine-step x "
-                     "all engine steps.")
-    out = Path(args.out)
+    meta = dict(benchmark="sweep_throughput", tol=TOL, t1=T1, n_samples=N_SAMPLES, n_save=N_SAVE, solver="Tsit5",
+                activation="relu", float64=True, backend=jax.default_backend(),
+                devices=[str(d) for d in jax.devices()], machine=platform.machine(), cpu_count=os.cpu_count(),
+                jax=jax.__version__, steps_per_call=args.steps_per_call, command=" ".join(sys.argv),
+                note="wall/bare: wall seconds / (evaluation equivalents x measured seconds per gradient "
+                     "(per forward pass for kink event conditions) at the arm's batch width). Measured on a "
+                     "shared machine; ratios are side by side in one process.")
+    out = Path(args.out or Path(__file__).parent / "results" / "sweep_throughput.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(meta=meta, results=rows), indent=2))
+    out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1, default=float))
     print(f"wrote {out}")
 
 
 def _print(rows):
-    head = (f"{'network':>12} {'n':>5} {'steps med/max':>14} {'(a) traj/s':>10} {'eff':>5} {'(b) traj/s':>10} "
-            f"{'eff':>5} {'a/b':>6} {'(c) traj/s*':>11} {'a/c':>6}")
+    head = (f"{'workload':>8} {'n':>5} {'slots':>5} {'arm':>30} {'mode':>5} {'compile s':>9} {'traj/s':>8} "
+            f"{'vs naive':>8} {'steps med/max':>14} {'events':>6} {'wall/bare':>9}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['network']:>12} {r['n_inits']:>5} {r['steps_median']:>7.0f}/{r['steps_max']:<6} "
-              f"{r['engine_traj_per_s']:>10.2f} {r['engine_work_efficiency']:>5.2f} "
-              f"{r.get('vmap_traj_per_s', float('nan')):>10.2f} {r.get('vmap_work_efficiency', float('nan')):>5.2f} "
-              f"{r.get('ratio_vs_vmap', float('nan')):>6.1f} {r.get('scipy_traj_per_s_extrapolated', float('nan')):>11.3f} "
-              f"{r.get('ratio_vs_scipy', float('nan')):>6.1f}")
-    print("* (c) extrapolated from a subsample; see the JSON.", flush=True)
+        naive = next((a for a in r["arms"] if a["arm"].startswith("naive")), None)
+        for a in r["arms"]:
+            vs = a["traj_per_s"] / naive["traj_per_s"] if naive else float("nan")
+            print(f"{r['workload']:>8} {r['n_inits']:>5} {r['slots']:>5} {a['arm']:>30} {a['mode']:>5} "
+                  f"{a['compile_s']:>9.1f} {a['traj_per_s']:>8.2f} {vs:>8.2f} "
+                  f"{a['steps_median']:>7.0f}/{a['steps_max']:<6} {a.get('events_total', ''):>6} "
+                  f"{a.get('wall_over_bare', float('nan')):>9.2f}")
+    print(flush=True)
 
 
 if __name__ == "__main__":

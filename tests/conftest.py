@@ -1,3 +1,4 @@
+import os
 import sys
 import time
 from pathlib import Path
@@ -6,6 +7,8 @@ import jax
 import pytest
 
 jax.config.update("jax_enable_x64", True)
+# the CLI's persistent compilation cache stays off in tests (no writes to ~/.cache)
+os.environ.setdefault("INVARIANT_JAX_NO_CACHE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 

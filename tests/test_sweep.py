@@ -17,7 +17,7 @@ from tolerances import assert_step_counts_close, assert_within_tolerance, tolera
 
 TOL = dict(rtol=1e-8, atol=1e-8)  # the defaults of sweep_flows and gradient_flow
 
-SMALL = dict(n_inits=10, t1=0.5, n_samples=10, n_save=11)
+SMALL = dict(n_inits=10, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # the plain engine
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def _flows(nets, X, Y, t1, **kw):
 @pytest.fixture(scope="module")
 def exact(problem):
     g, X, Y, nets = problem
-    return ij.sweep_flows(nets, X, Y, 0.5, slots=4, steps_per_call=8, n_save=11)
+    return ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=4, steps_per_call=8, n_save=11)
 
 
 def _bound(res, i, f):
@@ -80,7 +80,7 @@ def test_vmap_mode_agrees_to_tolerance(problem, exact):
     # gradient_flow up to about the tolerance, not bit for bit
     g, X, Y, nets = problem
     ex = exact
-    vm = ij.sweep_flows(nets, X, Y, 0.5, slots=4, steps_per_call=8, n_save=11, exact=False)
+    vm = ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=4, steps_per_call=8, n_save=11, exact=False)
     np.testing.assert_allclose(vm.theta_final, ex.theta_final, rtol=0, atol=1e-5)
     np.testing.assert_allclose(vm.num_steps, ex.num_steps, rtol=0.05)
     assert np.all(vm.status == 0) and np.all(vm.drift_in_tol < 100)
@@ -92,7 +92,7 @@ def test_failures_are_data(problem):
     theta = np.array(nets.edge_weights())
     theta[2] = 1e160  # the forward pass overflows: non-finite loss
     nets = nets.with_edge_weights(theta)
-    res = ij.sweep_flows(nets, X, Y, 0.5, slots=3, steps_per_call=4, solver=ij.SolverOptions(max_steps=12), n_save=11)
+    res = ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=3, steps_per_call=4, solver=ij.SolverOptions(max_steps=12), n_save=11)
     names = res.status_names
     assert names[2] == "nonfinite"
     for i, f in enumerate(_flows(nets, X, Y, 0.5, solver=ij.SolverOptions(max_steps=12))):
@@ -113,7 +113,7 @@ def test_failures_are_data(problem):
 @pytest.mark.slow
 def test_stopping_rule_matches_gradient_flow(problem):
     g, X, Y, nets = problem
-    res = ij.sweep_flows(nets, X, Y, 0.5, slots=2, steps_per_call=16, stop=ij.StopRules(loss_floor=0.05), n_save=11)
+    res = ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=2, steps_per_call=16, stop=ij.StopRules(loss_floor=0.05), n_save=11)
     for i, f in enumerate(_flows(nets, X, Y, 0.5, stop=ij.StopRules(loss_floor=0.05))):
         stopped = bool(f.result == ij.RESULTS.stopped_loss_floor)
         assert res.status_names[i] == ("stopped" if stopped else "ok")
@@ -258,7 +258,7 @@ def test_implicit_solver_matches_gradient_flow():
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
     keys = jax.random.split(jax.random.key(1), 3)
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "softplus", key=k))(keys)
-    r = ij.sweep_flows(nets, X, Y, 5.0, solver="kvaerno5", rtol=1e-8, atol=1e-8, slots=2, n_save=11)
+    r = ij.sweep_flows(nets, X, Y, 5.0, kink_aware=False, solver="kvaerno5", rtol=1e-8, atol=1e-8, slots=2, n_save=11)
     for i, k in enumerate(keys):
         f = ij.gradient_flow(ij.DAGNetwork(g, "softplus", key=k), X, Y, 5.0, solver="kvaerno5",
                              rtol=1e-8, atol=1e-8, n_save=11)

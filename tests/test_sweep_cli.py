@@ -9,7 +9,7 @@ from invariant_jax.cli import main
 from invariant_jax.sweep import load_sweep
 
 FLAGS = ["--t1", "0.5", "--n-samples", "10", "--n-save", "11", "--slots", "2", "--steps-per-call", "8",
-         "--no-progress"]
+         "--no-progress", "--no-kink-aware"]
 
 
 def test_sweep_flags_write_results_folder(tmp_path, capsys):
@@ -89,3 +89,26 @@ def test_demo_runs_the_default_sweep(tmp_path, capsys):
     cfg, res = load_sweep(out)
     assert cfg.graph == "example" and cfg.n_inits == 2
     assert np.all(res.status == 0) and (out / "figures" / "overview.png").exists()
+
+
+def test_compilation_cache_folder_and_opt_out(tmp_path, monkeypatch):
+    import jax
+
+    from invariant_jax.cli._common import compilation_cache_dir, enable_compilation_cache
+
+    monkeypatch.delenv("INVARIANT_JAX_CACHE_DIR", raising=False)
+    monkeypatch.delenv("INVARIANT_JAX_NO_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compilation_cache_dir() == tmp_path / "xdg" / "invariant-jax" / "jax"
+    monkeypatch.setenv("INVARIANT_JAX_CACHE_DIR", str(tmp_path / "mine"))
+    assert compilation_cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("INVARIANT_JAX_NO_CACHE", "1")
+    assert compilation_cache_dir() is None
+    monkeypatch.delenv("INVARIANT_JAX_NO_CACHE")
+    old = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert enable_compilation_cache() == tmp_path / "mine"
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine") and (tmp_path / "mine").is_dir()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)

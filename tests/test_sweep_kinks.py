@@ -32,10 +32,26 @@ def _bound(kf, rtol=1e-8, atol=1e-8):
     return dict(rtol=rtol, atol=atol, scale=float(np.abs(kf.flow.theta_final).max()), num_steps=steps)
 
 
+def _greedy_makespan(work, slots):
+    """Loop iterations of continuous batching: each slot takes the next trajectory in
+    queue order as soon as it is free (one unit of work per iteration)."""
+    free_at = [0] * slots
+    for w in work:
+        k = int(np.argmin(free_at))
+        free_at[k] += int(w)
+    return max(free_at)
+
+
 @pytest.mark.exactness
 def test_exact_sweep_equals_kink_aware_flow_alone(problem):
     X, Y, nets, alone = problem
-    r = ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, slots=2, **OPTS)
+    r = ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, slots=2, steps_per_call=1, **OPTS)
+    # continuous batching: a slot refills as soon as its trajectory ends, so with one
+    # segment per call the calls equal the greedy schedule of the segment counts (whole
+    # batches of 2 would take sum over batches of the longer one)
+    segments = r.kink["num_events"] + 1
+    assert r.stats["calls"] == _greedy_makespan(segments, 2)
+    assert r.stats["useful_steps"] == int(segments.sum())
     assert list(r.status) == [0] * 5
     assert sum(int(kf.num_crossings) for kf in alone) >= 5  # the batch has crossings
     for i, kf in enumerate(alone):
@@ -72,6 +88,27 @@ def test_run_sweep_persists_event_counts(tmp_path):
     assert_within_tolerance(back.theta_final[1], kf.flow.theta_final, **_bound(kf, 1e-7, 1e-7))
     agg = summarize_sweep(cfg, back).aggregate
     assert agg["kink crossings total"] == int(np.sum(back.kink["num_crossings"]))
+
+
+def test_kink_aware_is_the_default_for_relu():
+    from invariant_jax.cli import build_parser
+    from invariant_jax.cli._sweep import config_from_args
+
+    assert SweepConfig().kink_aware is True  # relu
+    assert SweepConfig(activation="leaky_relu").kink_aware is True
+    assert SweepConfig(activation="softplus").kink_aware is False
+    assert SweepConfig(activation="linear").kink_aware is False  # no kink
+    assert SweepConfig(kink_aware=False).kink_aware is False  # the opt-out
+    # options the kink-aware integrator lacks turn the default off; asked for, they raise
+    assert SweepConfig(grad_norm_tol=1e-6).kink_aware is False
+    assert SweepConfig(weight_decay=0.1).kink_aware is False
+    parse = build_parser().parse_args
+    assert config_from_args(parse(["sweep"]))[0].kink_aware is True
+    assert config_from_args(parse(["sweep", "--no-kink-aware"]))[0].kink_aware is False
+    assert config_from_args(parse(["sweep", "--activation", "erf"]))[0].kink_aware is False
+    assert parse(["demo", "--no-kink-aware"]).kink_aware is False
+    # a stored config keeps what it was run with
+    assert SweepConfig.from_dict(SweepConfig(kink_aware=False).to_dict()).kink_aware is False
 
 
 def test_bad_kink_sweep_options(problem):

@@ -68,7 +68,7 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     e = p.add_argument_group("engine and output")
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
     e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")
-    e.add_argument("--steps-per-call", type=int, default=S, help="steps between harvests (default 64)")
+    e.add_argument("--steps-per-call", type=int, default=S, help="steps (kink-aware: segments) between harvests (default 64; kink-aware --vmap 4)")
     e.add_argument("--resume", action="store_true", default=S, help="finish the sweep in --out")
     e.add_argument("--overwrite", action="store_true", default=S,
                    help="delete the files an earlier sweep wrote in --out first (a folder holding other "
@@ -186,7 +186,7 @@ def _job_share(process_index, process_count):
     return process_index, process_count
 
 
-def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=64, resume=False, overwrite=False,
+def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume=False, overwrite=False,
                progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None) -> int:
     """Run a sweep, print its summary, and write table.csv, summary.json and figures."""
     from ..sweep import run_sweep, summarize_sweep

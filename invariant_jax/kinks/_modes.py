@@ -25,32 +25,44 @@ class EventOutcome(eqx.Module):
     residual: Float[Array, ""]
 
 
-def violations(prob: KinkProblem, th, P, slots, cand, utol, surface_tol):
-    """Flat (N*H,) mask of pairs whose mode is inconsistent at `th`: a sliding pair
-    with its weight outside `[tol, 1 - tol]`, or a candidate pair whose side the
-    field pushes it out of. Returns `(mask, lam)`."""
+def _bad_modes(prob: KinkProblem, lam, u, P, slots, cand, utol, surface_tol):
+    """Flat (N*H,) mask of pairs whose mode is inconsistent, from the sliding weights
+    `lam` and the rates `u = dz/dt`: a sliding pair with its weight outside
+    `[tol, 1 - tol]`, or a candidate pair whose side the field pushes it out of."""
     N, H = prob.shape
-    lam, u = prob.rates(th, P, slots)
     act = slots >= 0
     lam_bad = act & ~((lam >= surface_tol) & (lam <= 1.0 - surface_tol))  # NaN is bad
     su = jnp.where(P, u, -u)
     bad = (cand & ~slot_mask(slots, N, H) & (su < -utol)).reshape(-1)
-    bad = bad.at[jnp.where(act, slots, 0)].max(lam_bad)
-    return bad, lam
+    return bad.at[jnp.where(act, slots, 0)].max(lam_bad)
 
 
-def resolve(prob: KinkProblem, th, P, slots, cand, utol, surface_tol):
+def _rate_tol(prob: KinkProblem, u, surface_tol):
+    """Rates below this (relative to the largest kinked rate) count as zero."""
+    return surface_tol * (jnp.max(jnp.where(prob.kinky[None, :], jnp.abs(u), 0.0)) + 1e-300)
+
+
+def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     """Modes of the pairs at a surface point: each candidate pair either stays on a
     side whose field keeps it there, or slides with weight in (0, 1) (a
     box-constrained complementarity problem). Single pivots on the least-index
     violation: a pushed pair first crosses; pushed again, it slides; a sliding pair
-    whose weight leaves (0, 1) leaves to that side. Returns `(P, slots, resolved)`."""
+    whose weight leaves (0, 1) leaves to that side.
+
+    The field and the rates are evaluated once per pivot, in one place (the loop
+    body): the first evaluation, at the current modes, also gives the rate tolerance;
+    the last, at the final modes (after at most `4 max_sliding + 16` pivots), the
+    verdict. Returns `(P, slots, bad, lam)`: the final modes, the mask of pairs still
+    inconsistent (none when resolved) and the sliding weights there."""
     N, H = prob.shape
     M = prob.max_sliding
+    cap = 4 * M + 16
 
     def body(s):
-        P, slots, tried, it, _ = s
-        bad, lam = violations(prob, th, P, slots, cand, utol, surface_tol)
+        P, slots, tried, it, _, utol, _, _ = s
+        lam, u = prob.rates(th, P, slots)
+        utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
+        bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
         k = jnp.argmax(bad)
         is_k = (slots == k) & (slots >= 0)
         sliding_k = jnp.any(is_k)
@@ -60,24 +72,24 @@ def resolve(prob: KinkProblem, th, P, slots, cand, utol, surface_tol):
         Pf = P.reshape(-1)
         side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
         slots_new = jnp.where(sliding_k, jnp.where(is_k, -1, slots), jnp.where(slide, slots.at[jnp.argmax(free)].set(k), slots))
-        pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide)
-        P = jnp.where(pivot, Pf.at[k].set(side), Pf).reshape(N, H)
+        pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide) & (it < cap)
+        P_new = jnp.where(pivot, Pf.at[k].set(side), Pf).reshape(N, H)
         slots = jnp.where(pivot, slots_new, slots)
         tried = tried.at[k].set(tried[k] | pivot)
-        return P, slots, tried, it + 1, ~jnp.any(bad) | ~pivot
-
-    def cond(s):
-        return (s[3] < 4 * M + 16) & ~s[4]
+        return P_new, slots, tried, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam
 
     if M == 0:  # no sliding: crossings only
-        bad, _ = violations(prob, th, P, slots, cand, utol, surface_tol)
+        lam, u = prob.rates(th, P, slots)
+        utol = _rate_tol(prob, u, surface_tol)
+        bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
         P = P ^ bad.reshape(N, H)
-        bad, _ = violations(prob, th, P, slots, cand, utol, surface_tol)
-        return P, slots, ~jnp.any(bad)
-    init = (P, slots, jnp.zeros((N * H,), bool), jnp.asarray(0), jnp.asarray(False))
-    P, slots, _, _, _ = jax.lax.while_loop(cond, body, init)
-    bad, _ = violations(prob, th, P, slots, cand, utol, surface_tol)
-    return P, slots, ~jnp.any(bad)
+        lam, u = prob.rates(th, P, slots)
+        return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam
+    dtype = th.dtype
+    init = (P, slots, jnp.zeros((N * H,), bool), jnp.asarray(0), jnp.asarray(False), jnp.zeros((), dtype),
+            jnp.zeros((N * H,), bool), jnp.zeros((M,), dtype))
+    P, slots, _, _, _, _, bad, lam = jax.lax.while_loop(lambda s: ~s[4], body, init)
+    return P, slots, bad, lam
 
 
 def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol) -> EventOutcome:
@@ -93,12 +105,10 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol) -> Ev
     # candidates: the pair(s) that triggered the event, every pair at its surface,
     # and the sliding pairs
     cand = (on & ((sz + margin0 <= ztol) | (jnp.abs(Zev) <= ztol))) | sm0
-    _, u0 = prob.rates(th, P0, slots0)
-    utol = surface_tol * (jnp.max(jnp.where(on, jnp.abs(u0), 0.0)) + 1e-300)
-    P, slots, ok = resolve(prob, th, P0, slots0, cand, utol, surface_tol)
+    P, slots, bad, lam = resolve(prob, th, P0, slots0, cand, surface_tol)
+    ok = ~jnp.any(bad)
 
     def fallback(P, slots):
-        bad, lam = violations(prob, th, P, slots, cand, utol, surface_tol)
         act = slots >= 0
         idx = jnp.where(act, slots, 0)
         rel = act & bad[idx]

@@ -346,7 +346,17 @@ class SweepEngine(abc.ABC):
 
         self._refill = jax.jit(local(refill, 3, 1), donate_argnums=0)
         self._advance = jax.jit(local(advance, 1, 3), donate_argnums=0)
-        self._finalize = jax.jit(local(lambda st: map_all(self.record, st), 1, 1))
+        def finalize(st, take):
+            # records of the harvested slots only (exact mode skips the others; under vmap
+            # the cond is a select)
+            def one(s_t):
+                s, t = s_t
+                blank = jax.eval_shape(self.record, s)
+                return jax.lax.cond(t, self.record, lambda s: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank), s)
+
+            return map_all(one, (st, take))
+
+        self._finalize = jax.jit(local(finalize, 2, 1))
         self._empty = jax.jit(local(empty, 1, 1))
 
     @abc.abstractmethod
@@ -402,7 +412,7 @@ class SweepEngine(abc.ABC):
             iters += int(np.sum(np.asarray(n))) * (S // len(self.mesh.devices.flat))
             done = (slot_idx >= 0) & ~np.asarray(active)
             if done.any():
-                rec = {k: np.asarray(v)[done] for k, v in self._finalize(state).items()}
+                rec = {k: np.asarray(v)[done] for k, v in self._finalize(state, self._put(done)).items()}
                 useful += self.useful_work(rec)
                 slot_idx[done] = -1
                 on_results(rec)

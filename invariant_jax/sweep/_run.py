@@ -133,7 +133,7 @@ def sweep_flows(
     loss: str = "mse",
     weight_decay: float = 0.0,
     slots: int = 64,
-    steps_per_call: int = 64,
+    steps_per_call: int | None = None,
     exact: bool = True,
     devices=None,
     progress: bool = False,
@@ -152,7 +152,8 @@ def sweep_flows(
     - `X`, `Y`, `t1`, `solver`, `rtol`, `atol`, `saveat`, `n_save`, `stop`, `loss`,
         `weight_decay`: as in `ij.gradient_flow` (the same option objects).
     - `slots`: trajectories integrated at once (rounded up to a multiple of the devices).
-    - `steps_per_call`: loop iterations between harvests.
+    - `steps_per_call`: loop iterations between harvests (default: 64 solver steps;
+        kink-aware: 64 segments in exact mode, 4 under vmap so finished slots refill soon).
     - `exact`: evaluate each slot with the unbatched program (default; an idle slot
         costs nothing on CPU, and results do not depend on the number of slots). `False` vmaps over slots,
         which suits GPUs.
@@ -193,11 +194,11 @@ def sweep_flows(
     if kink_aware:
         check_kink_options(opts, stop, weight_decay)
         engine = KinkEngine(template, X, Y, t1, lambda i: thetas[i], slots=slots, devices=devices, exact=exact,
-                            solver=opts, saveat=save, loss=loss)
+                            steps_per_call=steps_per_call, solver=opts, saveat=save, loss=loss)
     else:
         problem = make_problem(template, X, Y, t1, options=opts, saveat=save, stop=stop, loss=loss,
                                weight_decay=weight_decay)
-        engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call,
+        engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call or 64,
                         devices=devices, exact=exact)
     parts: list[dict] = []
     bar, update = _progress(len(thetas), 0, progress)
@@ -273,7 +274,7 @@ def run_sweep(
     resume: bool = False,
     overwrite: bool = False,
     slots: int = 64,
-    steps_per_call: int = 64,
+    steps_per_call: int | None = None,
     exact: bool = True,
     devices=None,
     progress: bool = True,
@@ -367,7 +368,7 @@ def _engine(config, graph, X, Y, *, slots, steps_per_call, exact, devices):
         return engine
     if config.kink_aware:
         engine = KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
-                            devices=devices, exact=exact, solver=config.solver_options,
+                            steps_per_call=steps_per_call, devices=devices, exact=exact, solver=config.solver_options,
                             saveat=config.save_times, loss=config.loss)
     else:
         problem = make_problem(template, X, Y, config.t1, options=config.solver_options,
