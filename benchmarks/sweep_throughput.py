@@ -2,9 +2,10 @@
 
 Workloads (ReLU, float64, 20 teacher points, t1 = 1, rtol = atol = 1e-8, Tsit5):
 
-- `heavy`: 5-20-1 MLP without bias, teacher key `PRNGKey(1234)`, inits `PRNGKey(i)` (the
-  `kink_sweep.py` / work-precision workload; its median plain trajectory takes thousands
-  of Tsit5 steps because trajectories slide along kinks, where Tsit5 chatters);
+- `heavy`: 5-20-1 MLP without bias, teacher key `PRNGKey(3)`, inits `PRNGKey(i)`: the
+  median plain trajectory takes ~2,500 Tsit5 steps (trajectories slide along kinks, where
+  Tsit5 chatters). Chosen by a scan of teacher keys 0-3, 7, 1234 (the `kink_sweep.py`
+  workload, key 1234, has median ~220 and a heavy tail);
 - `light`: 5-20-1 MLP without bias, teacher key `key(1)`, inits `fold_in(key(0), i)`
   (median ~250 steps).
 
@@ -82,7 +83,7 @@ GPU = jax.default_backend() != "cpu"
 def workload(name, n):
     g = ij.mlp([5, 20, 1], bias=False)
     if name == "heavy":
-        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.PRNGKey(1234))
+        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.PRNGKey(3))
         keys = [jr.PRNGKey(i) for i in range(n)]
         thetas = jnp.stack([ij.DAGNetwork(g, "relu", key=k).edge_weights() for k in keys])
     else:

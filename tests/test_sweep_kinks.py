@@ -119,3 +119,32 @@ def test_bad_kink_sweep_options(problem):
         SweepConfig(kink_aware=True, grad_norm_tol=1e-6)
     with pytest.raises(ValueError, match="does not support weight_decay"):
         ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, weight_decay=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver", ["tsit5", "gauss4"])
+def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
+    # counts recorded with the code before the kinks package and the segment engine
+    # (tests/data/kink_event_counts.json); a crossing is transversal, so a rearranged
+    # program (round-off apart) crosses the same surfaces and slides on the same ones
+    import json
+    from pathlib import Path
+
+    from invariant_jax.sweep._kink import KinkEngine
+
+    ref = json.loads((Path(__file__).parent / "data" / "kink_event_counts.json").read_text())[solver]
+    g = ij.mlp([5, 20, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
+    thetas = np.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(40)])
+    template = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
+    eng = KinkEngine(template, X, Y, 1.0, lambda i: thetas[i], slots=8, solver=solver, rtol=ref["tol"],
+                     atol=ref["tol"], n_save=11)
+    parts = []
+    eng.run(np.arange(40), on_results=parts.append)
+    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(rec["index"])
+    for k in ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits", "num_ambiguous",
+              "max_sliding_pairs"):
+        assert rec[k][order].tolist() == ref[k], k
+    # steps: equal up to an accept/reject flip per segment
+    assert abs(int(rec["num_steps"].sum()) - sum(ref["num_steps"])) <= 2 * int(rec["num_events"].sum())
