@@ -84,8 +84,8 @@ def workload(name, n):
     g = ij.mlp([5, 20, 1], bias=False)
     if name == "heavy":
         X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.PRNGKey(3))
-        keys = [jr.PRNGKey(i) for i in range(n)]
-        thetas = jnp.stack([ij.DAGNetwork(g, "relu", key=k).edge_weights() for k in keys])
+        keys = jax.vmap(jr.PRNGKey)(jnp.arange(n))  # = PRNGKey(i), i < n
+        thetas = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys).edge_weights()
     else:
         X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.key(1))
         keys = jax.vmap(lambda i: jr.fold_in(jr.key(0), i))(jnp.arange(n))
@@ -248,9 +248,10 @@ def main():
                     a["vs_naive"] = a["traj_per_s"] / naive["traj_per_s"]
                 a.pop("_steps", None)
             ref = next((a for a in arms if a["arm"].startswith("kink")), None)
-            ref_th = None if ref is None else ref["theta_final"]
+            ref_th = None if ref is None else np.array(ref["theta_final"], copy=True)
             for a in arms:
-                th = a.pop("theta_final")
+                th = np.array(a.pop("theta_final"), copy=True)
+                a["theta_final_abs_sum"] = float(np.abs(th).sum())
                 if ref_th is not None and a is not ref:
                     a["max_abs_diff_vs_kink"] = float(np.max(np.abs(th - ref_th)))
             row["arms"] = arms
