@@ -25,7 +25,7 @@ try:  # imported lazily below too, so that the tests of behaviour also run again
 except ImportError:  # pragma: no cover - only when checking that these tests fail on older code
     from invariant_jax.sweep._store import ResultsStore
 
-CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11)
+CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # the plain engine (cheap)
 KW = dict(slots=2, steps_per_call=8, progress=False)
 KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result")
 
@@ -278,7 +278,8 @@ def test_empty_or_current_directory_out_is_refused(tmp_path, monkeypatch, capsys
 
 
 def test_overwrite_deletes_only_what_the_store_wrote(folder, capsys):
-    base = ["sweep", *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in CFG.items()), []),
+    base = ["sweep", *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in CFG.items() if k != "kink_aware"), []),
+            "--no-kink-aware",
             "--slots", "2", "--steps-per-call", "8", "--no-progress", "--no-figures", "--out", str(folder)]
     (folder / "chunks" / "mine.parquet").write_text("user file in chunks/")
     (folder / "README").write_text("user notes")
