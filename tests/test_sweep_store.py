@@ -314,11 +314,16 @@ def test_overwrite_is_refused_while_a_writer_works(folder):
 # ---------------------------------------- validate before any work (item 6)
 
 
-@pytest.mark.parametrize("flag", ["--slots", "--steps-per-call"])
-def test_bad_engine_flags_are_refused_before_the_folder_exists(tmp_path, capsys, flag):
+@pytest.mark.parametrize("argv, message", [
+    (["--slots", "0"], "must be an integer >= 1; got 0"),
+    (["--steps-per-call", "0"], "must be an integer >= 1; got 0"),
+    (["--scale", "-1"], "scale must be a positive finite number"),
+    (["--graph", "random", "--n-hidden", "-1"], "n_hidden must be an integer >= 0"),
+])
+def test_bad_flags_are_refused_before_the_folder_exists(tmp_path, capsys, argv, message):
     out = tmp_path / "run"
-    assert main(["sweep", "--n-inits", "2", flag, "0", "--out", str(out), "--no-progress"]) == 2
-    assert "must be an integer >= 1; got 0" in capsys.readouterr().err
+    assert main(["sweep", "--n-inits", "2", *argv, "--out", str(out), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
     assert not out.exists()  # the corrected command needs no --resume/--overwrite
 
 

@@ -339,6 +339,7 @@ def run_sweep(
     graph = config.build_graph()  # graph, data and engine errors come before the folder is touched
     X, Y = config.build_data(graph)
     engine = _engine(config, graph, X, Y, slots=slots, steps_per_call=steps_per_call, exact=exact, devices=devices)
+    init_theta(config, graph, 0)  # initializer errors (e.g. a bad scale) too
     if out is None:
         return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], progress)
     store = ResultsStore(out)
