@@ -145,11 +145,16 @@ def main():
     axes[1].set_xlabel("eps")
     axes[1].set_ylabel("sharpness")
     axes[1].legend(fontsize=7)
-    if dl:
-        axes[2].loglog(dl_eps, dl, ".", ms=2)
-        f = fits["loss_decrease_per_update_vs_eps_pooled_over_lrs"]
-        if "exponent" in f:
-            axes[2].set_title(f"slope {f['exponent']:.2f} +- {f['stderr']:.2f}", fontsize=9)
+    for k, lr in enumerate(lrs):
+        lam, eps, L = (np.asarray(v[k]) for v in (tr.sharpness, tr.eps, tr.loss))
+        first_edge = int(np.argmax(lam >= 0.9 * 2 / lr)) if np.max(lam) >= 0.95 * 2 / lr else lam.size
+        dL = -np.diff(L) / args.record
+        m = (np.arange(dL.size) < first_edge - 1) & (dL > 0)
+        f = rows[k]["loss_decrease_per_update_vs_eps_before_edge"]
+        lab = f"lr={lr:g}: slope {f['exponent']:.2f} +- {f['stderr']:.2f}" if "exponent" in f else f"lr={lr:g}"
+        axes[2].loglog(eps[:-1][m], dL[m], ".", ms=2, label=lab)
+    axes[2].legend(fontsize=7)
+    axes[2].set_title("before the edge, per learning rate", fontsize=9)
     axes[2].set_xlabel("eps")
     axes[2].set_ylabel("loss decrease per update")
     fig.tight_layout()
