@@ -135,7 +135,7 @@ def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
     ref = json.loads((Path(__file__).parent / "data" / "kink_event_counts.json").read_text())[solver]
     g = ij.mlp([5, 20, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
-    thetas = np.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(40)])
+    thetas = jax.numpy.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(40)])
     template = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
     eng = KinkEngine(template, X, Y, 1.0, lambda i: thetas[i], slots=8, solver=solver, rtol=ref["tol"],
                      atol=ref["tol"], n_save=11)
