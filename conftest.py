@@ -1,32 +1,70 @@
 """Runs every Python block of README.md and docs/*.md as a test (sybil).
 
-Each page is one namespace: its first block is the visible setup that later blocks build
-on, and the blocks run in order. Every page runs in a fresh temporary directory, so the
-results folders the snippets write (`runs/...`) never land in the repository. A block
-preceded by `<!-- skip: next -->` is not run; `<!-- skip: next if(not FULL, reason="...") -->`
-marks a long study that runs only with `IJ_DOCS_FULL=1`. Blocks without a language tag
-and `bash` blocks are not Python; the `invariant-jax` commands in them are checked by
-tests/test_docs_cli.py.
+- Each page is one namespace: its first block is the visible setup that later blocks
+  build on, and the blocks run in order.
+- Every page runs in a fresh temporary directory, so the results folders the snippets
+  write (`runs/...`) never land in the repository.
+- Long studies run at a tiny size: `SMALL` below lists, per page, text replacements made
+  in the block before it runs (e.g. `epochs=3000` -> `epochs=30`). Each replacement must
+  match its page, so a page edit that drops one fails here, and the code that runs is
+  still the page's own (a renamed function or a wrong argument fails). `IJ_DOCS_FULL=1`
+  runs the pages exactly as written.
+- `<!-- skip: next -->` before a block skips it (none does today).
+- `bash` and untagged blocks are not Python; the `invariant-jax` commands in them are
+  parsed and run small by tests/test_docs_cli.py.
 """
 
 import os
 import tempfile
+from pathlib import Path
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
+ROOT = Path(__file__).resolve().parent
+FULL = os.environ.get("IJ_DOCS_FULL") == "1"
+
+# page -> [(text in a block, what runs instead)] unless IJ_DOCS_FULL=1
+SMALL = {
+    "docs/pruning.md": [("jr.split(jr.key(0), 5)", "jr.split(jr.key(0), 2)"),
+                        ("epochs=3000", "epochs=20"), ("log_every=100", "log_every=10")],
+    "docs/channels.md": [("Y, 1e7, loss=loss", "Y, 1e3, loss=loss"),
+                         ("n_jumps=7, t_flow=1e3", "n_jumps=2, t_flow=1e1")],
+}
+
 try:
     from sybil import Sybil
-    from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+    from sybil.evaluators.python import pad
+    from sybil.parsers.markdown import CodeBlockParser, SkipParser
 except ImportError:  # the docs tests need the test extra; the package itself does not
     Sybil = None
+
+
+def _page(path) -> str:
+    return Path(path).resolve().relative_to(ROOT).as_posix()
+
+
+def _evaluate(example) -> None:
+    """sybil's PythonEvaluator, after the page's `SMALL` replacements."""
+    source = str(example.parsed)
+    example.namespace["_page"] = _page(example.path)
+    if not FULL:
+        used = example.namespace["_small_used"]
+        for k, (old, new) in enumerate(SMALL.get(_page(example.path), [])):
+            if old in source:
+                source = source.replace(old, new)
+                used.add(k)
+    code = compile(pad(source, example.line + example.parsed.line_offset), example.path, "exec",
+                   dont_inherit=True)
+    exec(code, example.namespace)
+    example.namespace.pop("__builtins__", None)
 
 
 def _setup(namespace):
     namespace["_cwd"] = os.getcwd()
     namespace["_tmp"] = tempfile.TemporaryDirectory(prefix="ij-docs-")
-    namespace["FULL"] = os.environ.get("IJ_DOCS_FULL") == "1"
+    namespace["_small_used"] = set()
     os.chdir(namespace["_tmp"].name)
 
 
@@ -36,11 +74,15 @@ def _teardown(namespace):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+    page = namespace.get("_page")
+    if not FULL and page in SMALL:
+        unused = [old for k, (old, _) in enumerate(SMALL[page]) if k not in namespace["_small_used"]]
+        assert not unused, f"{page} no longer contains {unused}: update SMALL in conftest.py"
 
 
 if Sybil is not None:
     pytest_collect_file = Sybil(
-        parsers=[PythonCodeBlockParser(), SkipParser()],
+        parsers=[CodeBlockParser(language="python", evaluator=_evaluate), SkipParser()],
         patterns=["README.md", "docs/*.md"],
         setup=_setup,
         teardown=_teardown,

@@ -195,8 +195,8 @@ def test_summary_against_independent_references(tmp_path):
         assert s.rows["bottleneck_sign_changes"][i] == sum(np.sign(th0[e]) != np.sign(th1[e]) for e in bn)
         assert s.rows["frozen_sign_changes"][i] == 0  # a frozen edge cannot change sign
         np.testing.assert_allclose(s.rows["drift_in_tol"][i], res.drift[i] / (cfg.atol + cfg.rtol * res.scale[i]))
-    assert s.aggregate["status ok"] == len(res)
-    assert s.aggregate["fraction disconnected"] == pytest.approx(np.mean(~s.rows["connected"]))
+    assert s.aggregate["status_ok"] == len(res)
+    assert s.aggregate["fraction_disconnected"] == pytest.approx(np.mean(~s.rows["connected"]))
     paths = s.save_figures(tmp_path / "fig")
     assert all(p.stat().st_size > 1000 for p in paths)
     s.to_csv(tmp_path / "t.csv")

@@ -87,7 +87,7 @@ def test_run_sweep_persists_event_counts(tmp_path):
     kf = kink_aware_flow(net, X, Y, 0.5, solver="tsit5", rtol=1e-7, atol=1e-7, n_save=5)
     assert_within_tolerance(back.theta_final[1], kf.flow.theta_final, **_bound(kf, 1e-7, 1e-7))
     agg = summarize_sweep(cfg, back).aggregate
-    assert agg["kink crossings total"] == int(np.sum(back.kink["num_crossings"]))
+    assert agg["kink_crossings_total"] == int(np.sum(back.kink["num_crossings"]))
 
 
 def test_kink_aware_is_the_default_for_relu():

@@ -366,7 +366,7 @@ def test_summary_json_is_strict_json(tmp_path):
         raise ValueError(f"not JSON: {name}")
 
     agg = json.loads(text, parse_constant=refuse)
-    assert agg["final loss median"] is None and agg["initializations"] == 2
+    assert agg["loss_final_median"] is None and agg["initializations"] == 2
 
 
 def test_check_names_the_step_budget(capsys):

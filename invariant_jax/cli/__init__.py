@@ -18,7 +18,40 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"invariant_jax.cli._{name}").add_parser(sub)
+    import dataclasses
+
+    from ..sweep import SweepConfig
+
+    # sweep and demo leave their flags at None so that a TOML file can set them: their
+    # defaults are SweepConfig's
+    config = {f.name: f.default for f in dataclasses.fields(SweepConfig)
+              if f.default is not dataclasses.MISSING}
+    for name, subparser in sub.choices.items():
+        show_defaults(subparser, config if name in ("sweep", "demo") else {})
     return parser
+
+
+def show_defaults(parser: argparse.ArgumentParser, fallback: dict | None = None) -> None:
+    """Append `(default: ...)` to the help of every option that has a default (flags that
+    are off by default and options without a default are left alone). `fallback` gives
+    the defaults of options whose argparse default is None (e.g. a config's fields)."""
+    fallback = fallback or {}
+    for action in parser._actions:
+        default = action.default
+        if default in (None, argparse.SUPPRESS) and fallback.get(action.dest) is not None:
+            default = fallback[action.dest]
+            if isinstance(default, tuple):
+                default = ",".join(map(str, default))
+            text = action.help or ""
+            if "default" not in text.lower() and not isinstance(default, bool):
+                action.help = (text + " " if text else "") + f"(default: {str(default).replace('%', '%%')})"
+            continue
+        if (not action.option_strings or default is None or default is argparse.SUPPRESS
+                or isinstance(default, bool) or action.help is argparse.SUPPRESS):
+            continue
+        text = action.help or ""
+        if "default" not in text.lower():  # some helps name their default in words
+            action.help = (text + " " if text else "") + "(default: %(default)s)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import numpy as np
@@ -248,23 +249,23 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     dt = rows["drift_in_tol"][ok]
     agg = {
         "initializations": int(len(st)),
-        **{f"status {name}": int(np.sum(st == k)) for k, name in enumerate(STATUSES)},
-        "fraction disconnected": float(np.mean(~rows["connected"])) if len(st) else 0.0,
-        "max components": int(rows["n_components"].max()) if len(st) else 0,
-        "drift/tol median": float(np.median(dt)) if dt.size else float("nan"),
-        "drift/tol max": float(np.max(dt)) if dt.size else float("nan"),
-        "within 100 tol units": float(np.mean(dt <= 100)) if dt.size else float("nan"),
-        "rank changed (count)": int(np.sum((rows["rank_start"] != rows["rank_end"]) & ok)),
-        "bottleneck sign changes": int(rows["bottleneck_sign_changes"].sum()),
-        "frozen-edge sign changes": int(rows["frozen_sign_changes"].sum()),
-        "final loss median": float(np.median(rows["loss_final"][ok])) if ok.any() else float("nan"),
-        "final loss median (conn.)": _median(rows["loss_final"][ok & rows["connected"]]),
-        "final loss median (disc.)": _median(rows["loss_final"][ok & ~rows["connected"]]),
-        "steps min": int(rows["steps"].min()) if len(st) else 0,
-        "steps median": float(np.median(rows["steps"])) if len(st) else 0.0,
-        "steps max": int(rows["steps"].max()) if len(st) else 0,
-        "connectivity checked": n_check,
-        "connectivity mismatches": int(mismatches),
+        **{f"status_{name}": int(np.sum(st == k)) for k, name in enumerate(STATUSES)},
+        "fraction_disconnected": float(np.mean(~rows["connected"])) if len(st) else 0.0,
+        "max_components": int(rows["n_components"].max()) if len(st) else 0,
+        "drift_tol_median": float(np.median(dt)) if dt.size else float("nan"),
+        "drift_tol_max": float(np.max(dt)) if dt.size else float("nan"),
+        "fraction_within_100_tol": float(np.mean(dt <= 100)) if dt.size else float("nan"),
+        "rank_changed": int(np.sum((rows["rank_start"] != rows["rank_end"]) & ok)),
+        "bottleneck_sign_changes": int(rows["bottleneck_sign_changes"].sum()),
+        "frozen_sign_changes": int(rows["frozen_sign_changes"].sum()),
+        "loss_final_median": float(np.median(rows["loss_final"][ok])) if ok.any() else float("nan"),
+        "loss_final_median_connected": _median(rows["loss_final"][ok & rows["connected"]]),
+        "loss_final_median_disconnected": _median(rows["loss_final"][ok & ~rows["connected"]]),
+        "steps_min": int(rows["steps"].min()) if len(st) else 0,
+        "steps_median": float(np.median(rows["steps"])) if len(st) else 0.0,
+        "steps_max": int(rows["steps"].max()) if len(st) else 0,
+        "connectivity_checked": n_check,
+        "connectivity_mismatches": int(mismatches),
     }
     if result.kink is not None:
         kk = result.kink
@@ -280,8 +281,13 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
         })
     for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
         if k in result.stats:
-            agg[f"engine {k}"] = result.stats[k]
-    return SweepSummary(rows, agg)
+            agg[f"engine_{k}"] = result.stats[k]
+    return SweepSummary(rows, {_identifier(k): v for k, v in agg.items()})
+
+
+def _identifier(key: str) -> str:
+    """`summary.json` keys are identifiers (`"kink events median"` -> `"kink_events_median"`)."""
+    return re.sub(r"[^0-9a-z]+", "_", key.lower()).strip("_")
 
 
 def _median(a):

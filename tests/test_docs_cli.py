@@ -1,0 +1,120 @@
+"""The shell commands in README.md, docs/*.md and benchmarks/README.md: every
+`invariant-jax ...` line parses with the real argument parser (a renamed subcommand or
+flag fails here), and README's `check` command and a small sweep run as written."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from invariant_jax.cli import SUBCOMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+FENCE = re.compile(r"^\s*```(\S*)\s*$")
+
+
+def shell_commands(page: Path) -> list[str]:
+    """`invariant-jax` command lines inside the page's non-Python fenced blocks, with
+    backslash continuations joined and trailing `# comments` removed."""
+    out, lang, buf = [], None, ""
+    for line in page.read_text().splitlines():
+        m = FENCE.match(line)
+        if m:
+            lang = None if lang is not None else m.group(1)
+            continue
+        if lang is None or lang in ("python", "toml"):
+            continue
+        buf += line.rstrip()
+        if buf.endswith("\\"):
+            buf = buf[:-1] + " "
+            continue
+        cmd, buf = buf.strip(), ""
+        if cmd.startswith("invariant-jax"):
+            out.append(cmd)
+    return out
+
+
+def _argv(cmd: str) -> list[str]:
+    return shlex.split(cmd, comments=True)[1:]
+
+
+COMMANDS = [(p.relative_to(ROOT).as_posix(), c) for p in PAGES for c in shell_commands(p)]
+
+
+def test_the_pages_have_commands():
+    pages = {p for p, _ in COMMANDS}
+    assert {"README.md", "docs/sweep.md", "docs/channels.md"} <= pages, pages
+    assert {_argv(c)[0] for _, c in COMMANDS if _argv(c)} >= {"sweep", "check", "demo", "channels"}
+
+
+@pytest.mark.parametrize("page,cmd", COMMANDS, ids=[f"{p}:{i}" for i, (p, _) in enumerate(COMMANDS)])
+def test_documented_command_parses(page, cmd):
+    argv = _argv(cmd)
+    assert argv and argv[0] in SUBCOMMANDS, f"{page}: unknown subcommand in {cmd!r}"
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as e:
+        pytest.fail(f"{page}: `{cmd}` does not parse (exit {e.code})")
+
+
+def test_a_wrong_flag_fails_the_parse():
+    """The check above can fail: a flag that does not exist is refused."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sweep", "--n-trajectories", "4"])
+
+
+def _readme_command(sub: str) -> list[str]:
+    cmds = [_argv(c) for c in shell_commands(ROOT / "README.md") if _argv(c)[:1] == [sub]]
+    assert cmds, f"README.md has no `invariant-jax {sub}` command"
+    return cmds[0]
+
+
+def test_readme_check_command_passes(capsys):
+    """README's `check` command, exactly as written, exits 0 and says why."""
+    argv = _readme_command("check")
+    assert main(argv) == 0
+    assert "conserved to solver tolerance" in capsys.readouterr().out
+
+
+def test_readme_sweep_command_runs_small(tmp_path, capsys):
+    """README's first `sweep` command with 4 inits into a temporary folder."""
+    argv = _readme_command("sweep")
+    argv = [a for a in argv]
+    for flag, value in (("--n-inits", "4"), ("--out", str(tmp_path / "run"))):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    argv += ["--no-progress", "--no-figures", "--slots", "4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "run" / "manifest.json").exists(), out
+    assert (tmp_path / "run" / "table.csv").exists(), out
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_help_shows_defaults(sub, capsys):
+    """`invariant-jax SUB --help` names the default of every option that has one."""
+    import argparse
+
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args([sub, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    subparser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[sub]
+    n = 0
+    for action in subparser._actions:
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            shown = f"(default: {action.default})" in text
+            named = "default" in (action.help or "").lower()   # a help that says it in words
+            assert shown or named, (sub, action.option_strings, action.default)
+            n += shown
+    assert n >= 1 or sub in ("demo", "sweep"), f"{sub} --help shows no default"
+    if sub == "sweep":   # flags left at None for the TOML file show SweepConfig's defaults
+        assert "--n-inputs N_INPUTS (default: 3)" in text and "--data-seed DATA_SEED (default: 1)" in text
+    if sub == "prune":
+        assert "--epochs EPOCHS (default: 2000)" in text
