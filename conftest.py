@@ -9,7 +9,8 @@
   match its page, so a page edit that drops one fails here, and the code that runs is
   still the page's own (a renamed function or a wrong argument fails). `IJ_DOCS_FULL=1`
   runs the pages exactly as written.
-- `<!-- skip: next -->` before a block skips it (none does today).
+- `<!-- skip: next if(not FULL, reason=...) -->` before a block runs it only with
+  `IJ_DOCS_FULL=1` (blocks that compile for minutes).
 - `bash` and untagged blocks are not Python; the `invariant-jax` commands in them are
   parsed and run small by tests/test_docs_cli.py.
 """
@@ -65,6 +66,7 @@ def _setup(namespace):
     namespace["_cwd"] = os.getcwd()
     namespace["_tmp"] = tempfile.TemporaryDirectory(prefix="ij-docs-")
     namespace["_small_used"] = set()
+    namespace["FULL"] = FULL
     os.chdir(namespace["_tmp"].name)
 
 
