@@ -23,6 +23,7 @@ from .datasets import teacher_student
 from .invariants import SingularPoint, is_singular_value, singular_point
 from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
 from .regularizers import has_hidden_to_hidden_edges, matrix_nuclear_norm
+from .regularizers import WorkingSet, group_lasso, nuclear_upper_bound, nuclear_working_set
 from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
 from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
 from .datasets import TabularData, breast_cancer, load_csv

@@ -43,7 +43,14 @@ from .graph import DAG
 from .invariants import conserved_quantities
 from .losses import check_data, get_loss
 from .network import DAGNetwork
-from .regularizers import get_regularizer, has_hidden_to_hidden_edges, nuclear_norm
+from .regularizers import (
+    _working_set,
+    get_regularizer,
+    gram_nuclear_norm,
+    group_boundary_norms,
+    has_hidden_to_hidden_edges,
+    nuclear_norm,
+)
 
 __all__ = ["OPTIMIZERS", "TrainLog", "TrainResult", "fit", "cut_off_mask", "n_cut_off_groups", "get_optimizer"]
 
@@ -203,13 +210,54 @@ class _Config(NamedTuple):
     log_every: int
     cut_tol: float
     accuracy: bool
+    working_tol: float = 0.0
 
 
-def _prox(name, graph: DAG, theta, step):
+def _is_working_set(cfg) -> bool:
+    return cfg.proximal and cfg.regularizer_name == "nuclear" and has_hidden_to_hidden_edges(cfg.graph)
+
+
+_PROXIMAL = ("l1", "l2", "nuclear", "group_lasso")
+_DEFAULT_WORKING_FACTOR = 20.0
+
+
+def _group_shrink(theta, norms, thresholds, edge_group):
+    """Multiply the edges of group `k` (`edge_group == k`; `-1`: none) by
+    `max(0, 1 - thresholds_k / norms_k)` (0 for a zero group): group soft-thresholding."""
+    factor = jnp.where(norms > thresholds, 1.0 - thresholds / jnp.where(norms > 0, norms, 1.0), 0.0)
+    f_e = jnp.where(edge_group >= 0, factor[jnp.maximum(edge_group, 0)], 1.0)
+    return theta * f_e
+
+
+def _zero_inside_cut_off(graph: DAG, theta):
+    """Set to 0 the edges joining two hidden nodes that the exact zeros cut off. Neither the
+    loss nor any other term depends on them (no path to an output), only `||J_W||_*` of the
+    group's own Jacobian, whose minimum is at 0: this is the exact minimisation over those
+    coordinates (a block-coordinate step). Without it they would hover near 0 under the
+    smooth part's constant-size gradient and blur the rank of `J_G`."""
+    cut = _cut_off_and_groups(graph, theta, 0.0)[0]
+    H = len(graph.hidden)
+    n_in = len(graph.inputs)
+    rows, cols = graph.edge_index
+    cut_n = jnp.zeros(theta.shape[:-1] + (graph.n_nodes,), bool).at[..., n_in : n_in + H].set(cut)
+    inside = cut_n[..., rows] & cut_n[..., cols]
+    return jnp.where(inside, 0.0, theta)
+
+
+def _prox(name, graph: DAG, theta, step, ws=None):
     if name == "l1":
         return jnp.sign(theta) * jnp.maximum(jnp.abs(theta) - step, 0.0)
     if name == "l2":
         return theta / (1.0 + step)
+    if name == "group_lasso":  # fan-in groups: edge e belongs to the group of its head, if hidden
+        heads = np.argmax(graph._incidence > 0, axis=0)
+        heads = np.where((graph._incidence > 0).any(axis=0), heads, -1)
+        Bin = jnp.asarray(graph._incidence > 0, theta.dtype)
+        norms = jnp.sqrt(Bin @ theta**2)
+        return _group_shrink(theta, norms, step, jnp.asarray(heads))
+    if ws is not None:  # nuclear, any DAG: the working-set groups, threshold 2 step / sqrt|W|
+        thr = 2.0 * step / jnp.sqrt(jnp.maximum(ws.size, 1.0))
+        return _group_shrink(theta, group_boundary_norms(ws, theta), thr, ws.edge_group)
     # nuclear, no hidden-hidden edges: group soft-threshold with factor 2
     Babs = jnp.asarray(np.abs(graph._incidence), theta.dtype)  # (H, E), one nonzero per column at most
     norms = jnp.sqrt(Babs @ theta**2)
@@ -271,22 +319,30 @@ def _make_segment(cfg: _Config, n_logs: int):
         X, Y = data[0], data[1]
         N = X.shape[0]
 
-        def objective(th, Xb, Yb):
+        working = _is_working_set(cfg)
+        B = jnp.asarray(cfg.graph._incidence, X.dtype)
+
+        def objective(th, Xb, Yb, proj):
             n = net.with_edge_weights(th)
             L = lossfn(n.forward(Xb), Yb)
             if cfg.regularizer is not None and not cfg.proximal:
                 L = L + strength * cfg.regularizer(n)
+            if working:  # ||(I - P) J_G||_*: the part of the working-set bound smooth near the groups
+                L = L + strength * gram_nuclear_norm(proj, th)
             return L
 
         grad = jax.grad(objective)
 
         def step(carry, batch):
             th, st = carry
-            g = grad(th, *batch)
+            ws = _working_set(cfg.graph, th, cfg.working_tol) if working else None
+            g = grad(th, *batch, (B - ws.projector @ B) if working else None)
             upd, st = opt.update(g, st, th)
             th = optax.apply_updates(th, upd)
             if cfg.proximal:
-                th = _prox(cfg.regularizer_name, cfg.graph, th, cfg.learning_rate * strength)
+                th = _prox(cfg.regularizer_name, cfg.graph, th, cfg.learning_rate * strength, ws)
+            if working:
+                th = _zero_inside_cut_off(cfg.graph, th)
             return (th, st), None
 
         def epoch(carry, _):
@@ -327,6 +383,7 @@ def fit(
     proximal: bool = False,
     log_every: int = 10,
     cut_tol: float = 1e-6,
+    working_tol: float | None = None,
     accuracy: bool | None = None,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
@@ -391,24 +448,23 @@ def fit(
         reg_name = regularizer if isinstance(regularizer, str) else getattr(regularizer, "__name__", "custom")
     get_loss(loss)
     if proximal:
-        if reg_name not in ("l1", "l2", "nuclear"):
+        if reg_name not in _PROXIMAL:
             raise ValueError(
-                f"proximal=True needs regularizer 'l1', 'l2' or 'nuclear'; got {regularizer!r}. "
+                f"proximal=True needs regularizer {', '.join(map(repr, _PROXIMAL[:-1]))} or {_PROXIMAL[-1]!r}; got {regularizer!r}. "
                 "Use proximal=False for other regularizers."
             )
-        if reg_name == "nuclear" and has_hidden_to_hidden_edges(g):
-            raise ValueError(
-                "The proximal map of the nuclear norm is exact only when no edge joins two hidden "
-                "nodes (one hidden layer). Use proximal=False (subgradient) with a cut_tol, or "
-                "regularizer='l1' with proximal=True."
-            )
+    if working_tol is None:
+        working_tol = _DEFAULT_WORKING_FACTOR * float(learning_rate) * float(strength)
+    if not (isinstance(working_tol, (int, float, np.floating, np.integer)) and np.isfinite(working_tol)
+            and working_tol >= 0):
+        raise ValueError(f"working_tol must be a finite number >= 0 (or None for the default); got {working_tol!r}.")
     if accuracy is None:
         accuracy = loss == "bce"
     key = jr.key(0) if key is None else key
 
     cfg = _Config(g, loss, optimizer if isinstance(optimizer, optax.GradientTransformation) else optimizer.lower(),
                   float(learning_rate), reg, reg_name, bool(proximal), int(batch_size), N // int(batch_size),
-                  int(log_every), float(cut_tol), bool(accuracy))
+                  int(log_every), float(cut_tol), bool(accuracy), float(working_tol))
     batched = net.weights.ndim == 3
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)

@@ -183,9 +183,93 @@ def test_bad_training_input(small):
         ij.fit(net, X, Yb, learning_rate=0.0)
     with pytest.raises(ValueError, match="strength must be a finite number >= 0"):
         ij.gradient_flow(net, X, Yb, 1.0, regularizer="l2", strength=-1.0)
-    deep = ij.random_dag(3, 6, 1, 0.6, 3, bias=True)
-    assert ij.has_hidden_to_hidden_edges(deep)
-    with pytest.raises(ValueError, match="proximal map of the nuclear norm is exact only"):
-        ij.fit(ij.DAGNetwork(deep, key=jr.key(0)), X, Yb, regularizer="nuclear", strength=0.1, proximal=True)
+    with pytest.raises(ValueError, match="proximal=True needs regularizer 'l1', 'l2', 'nuclear' or 'group_lasso'"):
+        ij.fit(net, X, Yb, regularizer=lambda n: ij.l1(n), strength=0.1, proximal=True)
+    with pytest.raises(ValueError, match="working_tol must be a finite number >= 0"):
+        ij.fit(net, X, Yb, regularizer="nuclear", strength=0.1, proximal=True, working_tol=-1.0)
     with pytest.raises(ValueError, match="cut-off tolerance must be a finite number >= 0"):
         ij.cut_off_mask(net, -1.0)
+
+
+# ------------------------------------------- the nuclear norm on any DAG: the working-set step
+
+
+def _deep_problem():
+    g = ij.random_dag(3, 7, 1, 0.5, 2, bias=True)
+    assert ij.has_hidden_to_hidden_edges(g)
+    X, Y, _ = ij.teacher_student(ij.mlp([3, 2, 1], bias=True), 40, key=jr.key(3))
+    Yb = (Y > jnp.median(Y)).astype(X.dtype)
+    return g, X, Yb
+
+
+def test_working_set_step_matches_its_formula():
+    # one SGD step: theta' = groupshrink(theta - lr (grad L + lam grad ||(I - P) J_G||_*)), the groups
+    # and P from theta (hidden nodes cut off at working_tol, merged along edges), threshold 2 lr lam / sqrt|W|
+    g, X, Yb = _deep_problem()
+    rng = np.random.default_rng(1)
+    theta = rng.normal(size=len(g.edges))
+    w = g.hidden[2]
+    small = [k for k, (u, v) in enumerate(g.edges) if w in (u, v)]
+    theta[small] *= 1e-3  # hidden node w is nearly cut off
+    net = ij.DAGNetwork(g, edge_weights=theta)
+    lr, lam, tol = 0.3, 0.05, 0.01
+    groups = ij.singular_subnetworks(net, tol)
+    assert groups == [frozenset({w})]  # no edge joins two groups here, so no merging
+    W = groups[0]
+    boundary = [k for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)]
+    P = np.zeros((len(g.hidden),) * 2)
+    i = g.hidden.index(w)
+    P[i, i] = 1.0
+    B = g.incidence()
+    smooth = jax.grad(lambda t: ij.matrix_nuclear_norm(2 * (B - P @ B) * t))(jnp.asarray(theta))  # SVD path
+    step = theta - lr * (np.asarray(jax.grad(ij.edge_loss_fn(net, X, Yb, "bce"))(theta)) + lam * np.asarray(smooth))
+    expected = step.copy()
+    nrm = np.linalg.norm(step[boundary])
+    expected[boundary] *= max(0.0, 1 - 2 * lr * lam / np.sqrt(len(W)) / nrm)
+    res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, regularizer="nuclear",
+                 strength=lam, proximal=True, working_tol=tol)
+    np.testing.assert_allclose(res.network.edge_weights(), expected, atol=1e-13)
+    assert np.all(np.asarray(res.network.edge_weights())[boundary] == 0.0)  # exact zeros in one step
+    assert res.log.rank[-1] == len(g.hidden) - 1 and res.log.n_cut_off[-1] == 1
+
+
+def _train_deep(optimizer, lr, batch_size, lam):
+    g, X, Yb = _deep_problem()
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(0), 2))
+    return g, X, ij.fit(nets, X, Yb, optimizer=optimizer, learning_rate=lr, epochs=150, log_every=150,
+                        batch_size=batch_size, regularizer="nuclear", strength=lam, proximal=True, cut_tol=0.0)
+
+
+@pytest.mark.parametrize("optimizer,lr,batch_size,lam", [("sgd", 0.2, None, 0.05), ("adam", 0.02, 8, 0.02)])
+def test_working_set_reaches_a_true_singular_point_that_prunes_losslessly(optimizer, lr, batch_size, lam):
+    g, X, res = _train_deep(optimizer, lr, batch_size, lam)
+    H = len(g.hidden)
+    c0 = np.asarray(ij.conserved_quantities(res.initial))
+    assert np.all(np.asarray(res.success))
+    for i in range(2):
+        net = jax.tree.map(lambda a: a[i], res.network)
+        groups = ij.singular_subnetworks(net, 0.0)
+        assert len(groups) >= 1  # exact zeros: cut off at tol 0
+        # rank drop (SVD, numpy's threshold) = number of cut-off groups = what fit logged
+        assert np.linalg.matrix_rank(np.asarray(ij.jacobian(net))) == H - len(groups) == int(res.log.rank[i, -1])
+        assert int(ij.jacobian_rank(net)) == H - len(groups)
+        # sum_W c = 0 on each group at the final weights (round-off of theta^2 sums); against c(0)
+        # it is off by at most what training moved c
+        c = np.asarray(ij.conserved_quantities(net))
+        scale = float(ij.conservation_scale(net))
+        hidx = {v: k for k, v in enumerate(g.hidden)}
+        for W in groups:
+            idx = [hidx[v] for v in W]
+            assert abs(c[idx].sum()) <= 1e-13 * scale * len(W)
+            assert abs(c0[i][idx].sum()) <= np.abs(c - c0[i]).max() * len(W) + 1e-12
+        # singular_point finds a singular point of H_G(c) and connectivity freezes no boundary edge
+        sp = ij.singular_point(g, c, tol=1e-9 * scale * H)
+        assert sp.found and not sp.result
+        conn = ij.connectivity(net)
+        assert not conn.result
+        boundary = {k for W in groups for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)}
+        assert not boundary & set(conn.frozen_index)
+        # and prune removes the groups without changing the function beyond round-off
+        pruned, rep = ij.prune(net, 0.0, X=X)
+        assert rep.counts().get("cut off", 0) == sum(len(W) for W in groups)
+        assert rep.max_abs_change <= 1e-12
