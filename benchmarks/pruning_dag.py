@@ -1,7 +1,7 @@
 """Pruning by singularities beyond one hidden layer: a deep MLP and a random DAG.
 
 Breast Cancer (standardised, stratified 75/25 split, seed 0), BCE on logits, ReLU, bias
-edges from a constant node, full-batch gradient descent (lr 0.2), SEEDS initializations
+edges from a constant node, full-batch gradient descent (lr 0.2), 5 initializations
 vmapped in one loop. Two graphs where the rows of J_G overlap (hidden-to-hidden edges),
 so the nuclear norm of J_G is no longer a group lasso:
 
@@ -26,13 +26,17 @@ weights; against c(0) the training's drift), and `connectivity(g, c)` freezes no
 edge of a cut-off group. Then ms/epoch per arm (compiled first, best of 3), as ratios to
 the unregularized loop.
 
-Run: `python benchmarks/pruning_dag.py [--small]`; writes `benchmarks/results/pruning_dag.json`.
+Run: `python benchmarks/pruning_dag.py [--small] [--graphs mlp dag]`; writes
+`benchmarks/results/pruning_dag.json` (the two graphs may run as two processes; each keeps
+the other's results in the file).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -149,7 +153,7 @@ def run_graph(name, d, seeds, epochs, log_every, progress):
     return g, nets, rows
 
 
-def timing(nets, d, t_epochs=200, repeats=3):
+def timing(nets, d, t_epochs=100, repeats=3):
     """ms/epoch per full-batch arm, best of `repeats`, compiled first, arms interleaved."""
     arms = [a for a in ARMS if ARMS[a][5] is None]
     for a in arms:
@@ -169,7 +173,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="2 seeds, 400 epochs (a quick check)")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--epochs", type=int, default=1500)
+    ap.add_argument("--epochs", type=int, default=1000)
+    ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=list(GRAPHS),
+                    help="which graphs to run; results for other graphs already in --out are kept")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pruning_dag.json"))
     args = ap.parse_args(argv)
     seeds, epochs = (2, 400) if args.small else (args.seeds, args.epochs)
@@ -183,11 +189,11 @@ def main(argv=None):
                      "jax_backend": jax.default_backend(),
                      "note": "timings measured on a shared 2-core machine (other jobs running)"},
            "graphs": {}}
-    for name in GRAPHS:
+    for name in args.graphs:
         g, nets, rows = run_graph(name, d, seeds, epochs, log_every, lambda m: print(m, flush=True))
         ms, ratio = timing(nets, d)
         H = len(g.hidden)
-        out["graphs"][name] = {"n_hidden": H, "n_edges": len(g.edges), "rows": rows,
+        out["graphs"][name] = {"command": out["command"], "wall_s": time.perf_counter() - t0, "n_hidden": H, "n_edges": len(g.edges), "rows": rows,
                                "timing_ms_per_epoch": ms, "timing_ratio_to_none": ratio}
         print(f"\n{name}: {GRAPHS[name]}  H={H}, E={len(g.edges)}, {seeds} seeds, {epochs} epochs, cut-off tol 0")
         head = (f"{'arm':>18} {'rank J':>7} {'svd rank':>8} {'cut/' + str(H):>7} {'pruned':>7} {'test acc':>9} "
@@ -216,9 +222,15 @@ def main(argv=None):
                       f"{sum(bool(x['connectivity_result']) for x in s)}")
     out["wall_s"] = time.perf_counter() - t0
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(args.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(args.out)
+    with open(Path(args.out).with_suffix(".lock"), "w") as lock:  # two runs (--graphs) may share --out
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if Path(args.out).exists():
+            old = json.loads(Path(args.out).read_text())
+            out["graphs"] = {**{k: v for k, v in old.get("graphs", {}).items() if k not in out["graphs"]},
+                             **out["graphs"]}
+        tmp = Path(args.out).with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out, indent=1))
+        tmp.replace(args.out)
     print(f"wrote {args.out} ({out['wall_s']:.0f} s)")
 
 

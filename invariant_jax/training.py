@@ -18,11 +18,42 @@ scale the weights hover at.
 
 *Proximal steps* (`proximal=True`) replace the regularizer's gradient by its proximal map
 with step `learning_rate * strength`, applied after each optimizer update:
-soft-thresholding for `"l1"`, shrinking by `1 / (1 + step)` for `"l2"`, and for
-`"nuclear"` group soft-thresholding of the edges of each hidden node, which is exact when
-no edge joins two hidden nodes (then `||J_G||_* = 2 sum_v ||theta_{edges(v)}||`). With
-SGD this is proximal gradient descent; with Adam it is the usual heuristic (the step is
-not Adam's per-coordinate one).
+soft-thresholding for `"l1"`, shrinking by `1 / (1 + step)` for `"l2"`, group
+soft-thresholding of each hidden node's fan-in for `"group_lasso"`, and for `"nuclear"`:
+
+- no edge joins two hidden nodes (one hidden layer): group soft-thresholding of the edges
+  of each hidden node, the exact proximal map (`||J_G||_* = 2 sum_v ||theta_{edges(v)}||`);
+- any other DAG: the *working-set* forward-backward step. At the current weights, take
+  the groups `W` of `regularizers.nuclear_working_set(net, working_tol)` (hidden nodes that
+  the edges with `|theta| > working_tol` leave cut off, merged along edges joining them)
+  and the projector `P` onto their indicators. `||J_G||_*` is bounded above by
+  `sum_W (2/sqrt|W|) ||theta_{dW}|| + ||(I - P) J_G||_*`, with equality wherever the
+  boundaries `dW` are zero (`regularizers` module docstring). The step is a forward
+  (optimizer) step on `loss + strength ||(I - P) J_G||_*`, the part that is smooth near
+  those cut-off sets, then the exact proximal map of the group norms: group
+  soft-thresholding of each boundary `theta_{dW}` with threshold `2 step / sqrt(|W|)`,
+  which sets whole boundaries to exactly zero. Finally the edges joining two hidden nodes
+  that exact zeros cut off are set to 0: nothing but their own `||J_W||_*` depends on
+  them, and its minimum is at 0 (an exact block-coordinate step). The groups are
+  re-chosen at every step; `working_tol` only chooses which cut-off sets are targeted
+  (the bound holds for any choice). Default `working_tol = 20 * learning_rate * strength`,
+  ten times the largest threshold of the group step.
+  This is forward-backward splitting (Combettes and Wajs, 2005) on a bound that is tight
+  exactly on the manifold where the groups are cut off, the manifold along which the
+  nuclear norm is partly smooth (Lewis, 2002); for a partly smooth regulariser,
+  forward-backward reaches such a manifold in finitely many steps (Liang, Fadili and
+  Peyre, 2017), which is why the zeros are exact. The smooth part costs one `H x H`
+  `eigh` per step (`regularizers.gram_nuclear_norm`).
+
+With SGD these are proximal gradient steps; with Adam or momentum they are the usual
+heuristic (the proximal step uses `learning_rate`, not Adam's per-coordinate step).
+
+References: P. L. Combettes, V. R. Wajs, "Signal recovery by proximal forward-backward
+splitting", Multiscale Model. Simul. 4 (2005). A. S. Lewis, "Active sets, nonsmoothness,
+and sensitivity", SIAM J. Optim. 13 (2002). J. Liang, J. Fadili, G. Peyre, "Activity
+identification and local linear convergence of forward-backward-type methods", SIAM J.
+Optim. 27 (2017). M. Yuan, Y. Lin, "Model selection and estimation in regression with
+grouped variables", JRSS B 68 (2006) (group soft-thresholding).
 """
 
 from __future__ import annotations
@@ -403,9 +434,13 @@ def fit(
     - `batch_size`: minibatch size; `None` = full batch. Each epoch draws a fresh
         permutation (from `key`) and drops the last `N mod batch_size` samples.
     - `regularizer`, `strength`: adds `strength * R(net)`; `R` is `"nuclear"`, `"l1"`,
-        `"l2"`, a callable, or `None`/`"none"`. `strength >= 0`.
+        `"l2"`, `"group_lasso"`, a callable, or `None`/`"none"`. `strength >= 0`.
     - `proximal`: use the regularizer's proximal map instead of its gradient (module
-        docstring); gives exact zeros for `"l1"` and `"nuclear"`.
+        docstring); gives exact zeros for `"l1"`, `"group_lasso"` and `"nuclear"` (on any
+        DAG: the working-set step).
+    - `working_tol`: for `regularizer="nuclear", proximal=True` on a graph with
+        hidden-to-hidden edges: the weight size below which edges may delimit a targeted
+        cut-off group (module docstring). `None`: `20 * learning_rate * strength`.
     - `log_every`: log every this many epochs (epoch 0 is always logged).
     - `cut_tol`: a neuron counts as cut off when every edge joining it to the rest has
         `|theta| <= cut_tol` (module docstring).
