@@ -45,8 +45,12 @@ soft-thresholding of each hidden node's fan-in for `"group_lasso"`, and for `"nu
   Peyre, 2017), which is why the zeros are exact. The smooth part costs one `H x H`
   `eigh` per step (`regularizers.gram_nuclear_norm`).
 
-With SGD these are proximal gradient steps; with Adam or momentum they are the usual
-heuristic (the proximal step uses `learning_rate`, not Adam's per-coordinate step).
+With SGD these are proximal gradient steps. With `optimizer="adam"` the proximal step is
+taken in Adam's metric: the threshold of coordinate `e` is multiplied by Adam's step factor
+`1 / (sqrt(v_hat_e) + eps)` (a group's by the smallest factor over its edges), as in ProxGen
+(Yun, Lozano and Yang, "Adaptive proximal gradient methods for structured neural
+networks", NeurIPS 2021). With momentum or a user's optax transformation the proximal step
+uses `learning_rate` alone (a heuristic).
 
 References: P. L. Combettes, V. R. Wajs, "Signal recovery by proximal forward-backward
 splitting", Multiscale Model. Simul. 4 (2005). A. S. Lewis, "Active sets, nonsmoothness,
@@ -252,12 +256,33 @@ _PROXIMAL = ("l1", "l2", "nuclear", "group_lasso")
 _DEFAULT_WORKING_FACTOR = 20.0
 
 
-def _group_shrink(theta, norms, thresholds, edge_group):
+def _group_shrink(theta, norms, thresholds, edge_group, scale=None):
     """Multiply the edges of group `k` (`edge_group == k`; `-1`: none) by
-    `max(0, 1 - thresholds_k / norms_k)` (0 for a zero group): group soft-thresholding."""
+    `max(0, 1 - thresholds_k / norms_k)` (0 for a zero group): group soft-thresholding.
+    With a per-edge metric `scale` (Adam's `1 / (sqrt(v_hat) + eps)`), group `k`'s threshold
+    is multiplied by the smallest `scale` over its edges (see `_adam_scale`)."""
+    if scale is not None:
+        smin = jax.ops.segment_min(jnp.where(edge_group >= 0, scale, jnp.inf), jnp.maximum(edge_group, 0),
+                                   num_segments=norms.shape[-1])
+        thresholds = thresholds * jnp.where(jnp.isfinite(smin), smin, 1.0)
     factor = jnp.where(norms > thresholds, 1.0 - thresholds / jnp.where(norms > 0, norms, 1.0), 0.0)
     f_e = jnp.where(edge_group >= 0, factor[jnp.maximum(edge_group, 0)], 1.0)
     return theta * f_e
+
+
+def _adam_scale(cfg, opt_state):
+    """For `optimizer="adam"`: Adam's per-coordinate step factor `1 / (sqrt(v_hat) + eps)`,
+    so that the proximal step is taken in the metric of Adam's own step (as ProxGen does:
+    Yun, Lozano and Yang, "Adaptive proximal gradient methods for structured neural
+    networks", NeurIPS 2021): exact for L1 and L2 (diagonal metric); for a group, the
+    group's largest metric entry (a scalar metric that dominates the diagonal one, so the
+    step is a majorised proximal step). `None` for other optimizers."""
+    if cfg.optimizer_spec != "adam":
+        return None
+    st = opt_state[0]
+    b2, eps = 0.999, 1e-8  # optax.adam's defaults, which OPTIMIZERS["adam"] uses
+    v_hat = st.nu / (1.0 - b2 ** st.count.astype(st.nu.dtype))
+    return 1.0 / (jnp.sqrt(v_hat) + eps)
 
 
 def _zero_inside_cut_off(graph: DAG, theta):
@@ -275,28 +300,26 @@ def _zero_inside_cut_off(graph: DAG, theta):
     return jnp.where(inside, 0.0, theta)
 
 
-def _prox(name, graph: DAG, theta, step, ws=None):
+def _prox(name, graph: DAG, theta, step, ws=None, scale=None):
     if name == "l1":
-        return jnp.sign(theta) * jnp.maximum(jnp.abs(theta) - step, 0.0)
+        t = step if scale is None else step * scale
+        return jnp.sign(theta) * jnp.maximum(jnp.abs(theta) - t, 0.0)
     if name == "l2":
-        return theta / (1.0 + step)
+        return theta / (1.0 + (step if scale is None else step * scale))
     if name == "group_lasso":  # fan-in groups: edge e belongs to the group of its head, if hidden
-        heads = np.argmax(graph._incidence > 0, axis=0)
-        heads = np.where((graph._incidence > 0).any(axis=0), heads, -1)
-        Bin = jnp.asarray(graph._incidence > 0, theta.dtype)
-        norms = jnp.sqrt(Bin @ theta**2)
-        return _group_shrink(theta, norms, step, jnp.asarray(heads))
+        Bin = graph._incidence > 0
+        heads = jnp.asarray(np.where(Bin.any(axis=0), np.argmax(Bin, axis=0), -1))
+        norms = jnp.sqrt(jnp.asarray(Bin, theta.dtype) @ theta**2)
+        return _group_shrink(theta, norms, jnp.full(norms.shape, step, theta.dtype), heads, scale)
     if ws is not None:  # nuclear, any DAG: the working-set groups, threshold 2 step / sqrt|W|
         thr = 2.0 * step / jnp.sqrt(jnp.maximum(ws.size, 1.0))
-        return _group_shrink(theta, group_boundary_norms(ws, theta), thr, ws.edge_group)
-    # nuclear, no hidden-hidden edges: group soft-threshold with factor 2
-    Babs = jnp.asarray(np.abs(graph._incidence), theta.dtype)  # (H, E), one nonzero per column at most
-    norms = jnp.sqrt(Babs @ theta**2)
-    factor = jnp.maximum(0.0, 1.0 - 2.0 * step / jnp.where(norms > 0, norms, 1.0))
-    factor = jnp.where(norms > 0, factor, 0.0)
-    owned = Babs.sum(axis=0) > 0
-    f_e = jnp.where(owned, factor @ Babs, 1.0)
-    return theta * f_e
+        return _group_shrink(theta, group_boundary_norms(ws, theta), thr, ws.edge_group, scale)
+    # nuclear, no hidden-hidden edges: each edge touches at most one hidden node, its group;
+    # group soft-thresholding with threshold 2 step
+    Babs = np.abs(graph._incidence) > 0
+    owner = jnp.asarray(np.where(Babs.any(axis=0), np.argmax(Babs, axis=0), -1))
+    norms = jnp.sqrt(jnp.asarray(Babs, theta.dtype) @ theta**2)
+    return _group_shrink(theta, norms, jnp.full(norms.shape, 2.0 * step, theta.dtype), owner, scale)
 
 
 def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
@@ -371,7 +394,7 @@ def _make_segment(cfg: _Config, n_logs: int):
             upd, st = opt.update(g, st, th)
             th = optax.apply_updates(th, upd)
             if cfg.proximal:
-                th = _prox(cfg.regularizer_name, cfg.graph, th, cfg.learning_rate * strength, ws)
+                th = _prox(cfg.regularizer_name, cfg.graph, th, cfg.learning_rate * strength, ws, _adam_scale(cfg, st))
             if working:
                 th = _zero_inside_cut_off(cfg.graph, th)
             return (th, st), None

@@ -118,7 +118,7 @@ skip connections of every length). Arms: none, L2, L1 (prox), group lasso on eac
 fan-in (prox), nuclear (working set). The benchmark `benchmarks/pruning_dag.py` runs 5 seeds
 and 1500 epochs; this section runs fewer (and, with `IJ_NOTEBOOK_SMALL=1`, only the DAG with
 none and nuclear)."""),
-    code("""DEEP_SEEDS, DEEP_EPOCHS = (1, 300) if SMALL else (3, 1000)
+    code("""DEEP_SEEDS, DEEP_EPOCHS = (1, 300) if SMALL else (2, 1000)
 GRAPHS = {"DAG": ij.random_dag(30, 40, 1, 0.15, 0, bias=True)}
 if not SMALL:
     GRAPHS = {"MLP 30-20-20-1": ij.mlp([30, 20, 20, 1], bias=True), **GRAPHS}
