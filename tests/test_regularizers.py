@@ -174,7 +174,7 @@ def test_working_set_groups_are_the_cut_off_nodes_merged_along_edges():
     from invariant_jax.regularizers import nuclear_working_set
 
     found = 0
-    for seed in range(6):
+    for seed in range(4):
         g, theta = _net_with_small_weights(seed)
         net = ij.DAGNetwork(g, edge_weights=theta)
         ws = nuclear_working_set(net, 1e-2)
@@ -200,14 +200,14 @@ def test_working_set_groups_are_the_cut_off_nodes_merged_along_edges():
             P[np.ix_(idx, idx)] = 1.0 / len(W)
         np.testing.assert_allclose(ws.projector, P, atol=1e-15)
         np.testing.assert_allclose(np.asarray(ws.projector) @ np.asarray(ws.projector), P, atol=1e-14)
-    assert found >= 3  # the check above is not vacuous
+    assert found >= 2  # the check above is not vacuous
 
 
 def test_nuclear_upper_bound_holds_and_is_tight_exactly_where_the_groups_are_cut_off():
     from invariant_jax.regularizers import nuclear_upper_bound, nuclear_working_set
 
     tight = 0
-    for seed in range(6):
+    for seed in range(4):
         g, theta = _net_with_small_weights(seed)
         net = ij.DAGNetwork(g, edge_weights=theta)
         ref = scipy.linalg.svdvals(np.asarray(ij.jacobian(net))).sum()
@@ -222,7 +222,7 @@ def test_nuclear_upper_bound_holds_and_is_tight_exactly_where_the_groups_are_cut
             n = ij.DAGNetwork(g, edge_weights=th)
             gaps.append(float(nuclear_upper_bound(n, 1e-2)) - scipy.linalg.svdvals(np.asarray(ij.jacobian(n))).sum())
         assert gaps[0] > 0 and gaps[1] <= gaps[0] / 30 and abs(gaps[2]) <= 1e-12
-    assert tight >= 3
+    assert tight >= 2
 
 
 def test_gram_nuclear_norm_matches_svd_and_finite_differences():

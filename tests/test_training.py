@@ -126,6 +126,24 @@ def test_proximal_steps_match_their_formulas(small):
     assert np.allclose(_prox("l2", g, jnp.asarray(step), 0.5), step / 1.5)
 
 
+def test_adam_proximal_step_is_taken_in_adams_metric(small):
+    # one Adam step, then soft-thresholding with threshold lr lam / (sqrt(v_hat) + eps) per coordinate
+    g, X, _, Yb, net = small
+    lr, lam = 0.05, 0.3
+    theta = net.edge_weights()
+    grad = jax.grad(ij.edge_loss_fn(net, X, Yb, "bce"))(theta)
+    opt = optax.adam(lr)
+    upd, st = opt.update(grad, opt.init(theta), theta)
+    step = np.asarray(theta + upd)
+    v_hat = np.asarray(st[0].nu) / (1 - 0.999)
+    thr = lr * lam / (np.sqrt(v_hat) + 1e-8)
+    res = ij.fit(net, X, Yb, optimizer="adam", learning_rate=lr, epochs=1, log_every=1,
+                 regularizer="l1", strength=lam, proximal=True)
+    np.testing.assert_allclose(res.network.edge_weights(), np.sign(step) * np.maximum(np.abs(step) - thr, 0),
+                               atol=1e-14)
+    assert np.sum(np.asarray(res.network.edge_weights()) == 0) > 0
+
+
 def test_cut_off_counts_agree_with_singular_subnetworks():
     rng = np.random.default_rng(0)
     for seed in range(3):
@@ -241,7 +259,10 @@ def _train_deep(optimizer, lr, batch_size, lam):
                         batch_size=batch_size, regularizer="nuclear", strength=lam, proximal=True, cut_tol=0.0)
 
 
-@pytest.mark.parametrize("optimizer,lr,batch_size,lam", [("sgd", 0.2, None, 0.05), ("adam", 0.02, 8, 0.02)])
+@pytest.mark.parametrize("optimizer,lr,batch_size,lam", [
+    ("sgd", 0.2, None, 0.05),
+    pytest.param("adam", 0.02, 8, 0.02, marks=pytest.mark.slow),  # minibatch Adam, proximal step in Adam's metric
+])
 def test_working_set_reaches_a_true_singular_point_that_prunes_losslessly(optimizer, lr, batch_size, lam):
     g, X, res = _train_deep(optimizer, lr, batch_size, lam)
     H = len(g.hidden)
