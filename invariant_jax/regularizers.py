@@ -53,7 +53,8 @@ the bound splits the nuclear norm into the group norms that carry its non-smooth
 the hidden nodes that the edges with `|theta_e| > tol` leave cut off, merged along every
 edge joining two of them (so boundaries are disjoint). This is the partial-smoothness
 structure of Lewis (2002), under which forward-backward steps identify the non-smooth
-manifold in finitely many iterations (Liang, Fadili and Peyre, 2017); see `training.fit`.
+manifold in finitely many iterations under non-degeneracy conditions (Liang, Fadili and
+Peyre, 2017); see `training.fit`.
 """
 
 from __future__ import annotations

@@ -39,10 +39,12 @@ soft-thresholding of each hidden node's fan-in for `"group_lasso"`, and for `"nu
   (the bound holds for any choice). Default `working_tol = 20 * learning_rate * strength`,
   ten times the largest threshold of the group step.
   This is forward-backward splitting (Combettes and Wajs, 2005) on a bound that is tight
-  exactly on the manifold where the groups are cut off, the manifold along which the
-  nuclear norm is partly smooth (Lewis, 2002); for a partly smooth regulariser,
-  forward-backward reaches such a manifold in finitely many steps (Liang, Fadili and
-  Peyre, 2017), which is why the zeros are exact. The smooth part costs one `H x H`
+  exactly on the manifold where the groups are cut off, where the nuclear norm's
+  non-smoothness is that of the group norms (the partial-smoothness structure of Lewis,
+  2002); for such regularisers forward-backward reaches the manifold in finitely many steps
+  under non-degeneracy conditions (Liang, Fadili and Peyre, 2017). The bound changes with
+  the working set, so this motivates the step rather than proves it; `docs/pruning.md`
+  has the evidence. The smooth part costs one `H x H`
   `eigh` per step (`regularizers.gram_nuclear_norm`).
 
 With SGD these are proximal gradient steps. With `optimizer="adam"` the proximal step is
