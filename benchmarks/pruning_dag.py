@@ -176,6 +176,14 @@ def timing(nets, d, t_epochs=100, repeats=5):
     return ms, {a: ms[a] / ms["none"] for a in arms}, cpu, {a: cpu[a] / cpu["none"] for a in arms}
 
 
+def _lock_path(out) -> Path:
+    """A lock file outside the repository, one per output path."""
+    import hashlib
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"pruning_dag_{hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()[:12]}.lock"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="2 seeds, 400 epochs (a quick check)")
@@ -210,7 +218,7 @@ def main(argv=None):
                   {a: round(v, 2) for a, v in ratio.items()})
             print(name, "cpu ms/epoch", {a: round(v, 2) for a, v in cpu.items()}, "ratio",
                   {a: round(v, 2) for a, v in cpu_ratio.items()}, flush=True)
-        with open(Path(args.out).with_suffix(".lock"), "w") as lock:
+        with open(_lock_path(args.out), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             cur = json.loads(Path(args.out).read_text())
             cur["graphs"].update({k: old["graphs"][k] for k in args.graphs})
@@ -253,7 +261,7 @@ def main(argv=None):
                       f"{sum(bool(x['connectivity_result']) for x in s)}")
     out["wall_s"] = time.perf_counter() - t0
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(Path(args.out).with_suffix(".lock"), "w") as lock:  # two runs (--graphs) may share --out
+    with open(_lock_path(args.out), "w") as lock:  # two runs (--graphs) may share --out
         fcntl.flock(lock, fcntl.LOCK_EX)
         if Path(args.out).exists():
             old = json.loads(Path(args.out).read_text())
