@@ -80,6 +80,7 @@ def test_readme_check_command_passes(capsys):
     assert "conserved to solver tolerance" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # ~50 s here (compiles the kink-aware engine); tests/test_sweep_cli.py runs the sweep CLI by default
 def test_readme_sweep_command_runs_small(tmp_path, capsys):
     """README's first `sweep` command with 4 inits into a temporary folder."""
     argv = _readme_command("sweep")
