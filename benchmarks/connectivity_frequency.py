@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -98,6 +99,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-inits", type=int, default=100_000)
     p.add_argument("--n-dags", type=int, default=3)
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/connectivity_frequency.json, ignored by git; pass benchmarks/results/connectivity_frequency.json to replace the committed results)")
     args = p.parse_args()
     t = time.perf_counter()
     timing = timing_and_agreement()
@@ -113,9 +115,8 @@ def main():
               f"{r['mincut_over_batch']:>10.0f} {r['lp_over_mincut']:>7.1f} {r['agree_mincut'] and r['agree_lp']}")
     res = {"n_inits": args.n_inits, "rows": rows, "timing": timing, "wall_s": wall,
            "note": "c = B~ theta^2 at t=0; theta from ij.init_edge_weights; disconnected = some frozen edge"}
-    out = Path(__file__).parent / "results" / "connectivity_frequency.json"
-    out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {out} ({wall:.0f} s)")
+    write_json(output_path(args.out, "connectivity_frequency.json"), res)
+    print(f"({wall:.0f} s)")
 
 
 if __name__ == "__main__":

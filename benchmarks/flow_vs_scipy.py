@@ -18,6 +18,7 @@ import platform
 import time
 from pathlib import Path
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -91,7 +92,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n-inits", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "flow_vs_scipy.json"))
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/flow_vs_scipy.json, ignored by git; pass benchmarks/results/flow_vs_scipy.json to replace the committed results)")
     a = ap.parse_args()
     results = [bench(act, a.n_inits, a.batch) for act in ("relu", "softplus")]
     print(f"{'act':>9} {'diffrax s/traj':>14} {'scipy s/traj':>12} {'vmap s/traj':>11} "
@@ -106,9 +107,7 @@ def main():
     meta = dict(benchmark="flow_vs_scipy", tol=TOL, t1=T1, network="mlp 5-20-1", n_samples=20,
                 devices=[str(d) for d in jax.devices()], machine=platform.machine(),
                 cpu_count=__import__("os").cpu_count(), jax=jax.__version__, solver="Tsit5 vs SciPy RK45")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(dict(meta=meta, results=results), indent=2))
-    print(f"wrote {a.out}")
+    write_json(output_path(a.out, "flow_vs_scipy.json"), dict(meta=meta, results=results), indent=2)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import json
 import os
 import time
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -51,6 +52,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-inits", type=int, default=40)
     ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/kink_sweep.json, ignored by git; pass benchmarks/results/kink_sweep.json to replace the committed results)")
     args = ap.parse_args()
     n = args.n_inits
     g = ij.mlp([5, 20, 1], bias=False)
@@ -96,9 +98,7 @@ def main():
         print(f"{r['arm']:<18} {r['seconds']:>7.2f} {r['traj_per_s']:>7.2f} {r['steps_total']:>8} {r['steps_max']:>7} "
               f"{r['err_median']:>8.1e} {r['err_max']:>8.1e} {r['err_max_sliding'] or 0:>8.1e} "
               f"{r['err_max_not_sliding'] or 0:>8.1e} {r['drift_rel_max']:>8.1e}")
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "kink_sweep.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(output_path(args.out, "kink_sweep.json"), res)
 
 
 if __name__ == "__main__":

@@ -55,12 +55,13 @@ def _args():
     p.add_argument("--also-vmap-engine", action="store_true", help="CPU: also time the engines in vmap mode")
     p.add_argument("--count-inits", type=int, default=64,
                    help="kink arm: count evaluations on this many inits (scaled by steps to all)")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/sweep_throughput.json, ignored by git; pass benchmarks/results/sweep_throughput.json to replace the committed results)")
     return p.parse_args()
 
 
 args = _args()
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -279,10 +280,7 @@ def main():
                 note="wall/bare: wall seconds / (evaluation equivalents x measured seconds per gradient "
                      "(per forward pass for kink event conditions) at the arm's batch width). Measured on a "
                      "shared machine; ratios are side by side in one process.")
-    out = Path(args.out or Path(__file__).parent / "results" / "sweep_throughput.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1, default=float))
-    print(f"wrote {out}")
+    write_json(output_path(args.out, "sweep_throughput.json"), dict(meta=meta, results=rows), default=float)
 
 
 def _print(rows):

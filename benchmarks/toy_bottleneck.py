@@ -26,6 +26,7 @@ import json
 import time
 from pathlib import Path
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -128,6 +129,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-per-kind", type=int, default=100)
     p.add_argument("--t1", type=float, default=30.0)
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; pass benchmarks/results/toy_bottleneck.json to replace the committed results)")
     args = p.parse_args()
     res = run_toy(args.n_per_kind, t1=args.t1)
     res.pop("_arrays")
@@ -140,8 +142,7 @@ def main():
               f"{r['frac_theta_ky_sign_changed']:>12.2f}")
     print(f"verdict at t=0 (frozen with wrong sign => fails) accuracy: {res['verdict_accuracy']:.3f}; "
           f"every frozen-wrong init failed: {res['frozen_wrong_all_fail']}")
-    out = Path(__file__).parent / "results" / "toy_bottleneck.json"
-    out.write_text(json.dumps(res, indent=1))
+    out = write_json(output_path(args.out, "toy_bottleneck.json"), res)
     print(f"wrote {out}")
 
 

@@ -29,6 +29,7 @@ import json
 import os
 import time
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -128,6 +129,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--inits", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="fewer tolerances and methods")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/work_precision.json, ignored by git; the PNG goes next to it; pass benchmarks/results/work_precision.json to replace the committed results)")
     args = ap.parse_args()
     t1 = 1.0
     tols = [1e-4, 1e-6, 1e-8, 1e-10] if args.quick else [1e-4, 1e-6, 1e-8, 1e-10, 1e-12]
@@ -182,10 +184,8 @@ def main():
     results["stiff_channel"] = stiff_channel()
     results["goal"] = goal(results)
     report(results)
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "work_precision.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    plot(results)
+    out = write_json(output_path(args.out, "work_precision.json"), results)
+    plot(results, out.with_suffix(".png"))
 
 
 def goal(results):
@@ -258,7 +258,7 @@ def report(results):
         print(f"  {r['method']:<18} steps {r['steps']:>7} nfe {r['nfe']:>8} wall {r['wall_s']:.3f}s ok {r['ok']}")
 
 
-def plot(results):
+def plot(results, png):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -287,7 +287,7 @@ def plot(results):
         axes[1, j].set_ylabel("error of theta(t1)")
         axes[0, j].legend(fontsize=7)  # methods differ per case
     fig.tight_layout()
-    fig.savefig(os.path.join(OUT, "work_precision.png"), dpi=110)
+    fig.savefig(png, dpi=110)
 
 
 if __name__ == "__main__":

@@ -119,3 +119,38 @@ def test_help_shows_defaults(sub, capsys):
         assert "--n-inputs N_INPUTS (default: 3)" in text and "--data-seed DATA_SEED (default: 1)" in text
     if sub == "prune":
         assert "--epochs EPOCHS (default: 2000)" in text
+
+
+def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
+    """benchmarks/_output.py: without --out a script writes under results/local/ (never over
+    the committed results), and the JSON records the command that produced it."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import _output
+
+    assert _output.output_path(None, "x.json") == ROOT / "benchmarks" / "results" / "local" / "x.json"
+    assert _output.output_path(str(tmp_path / "y.json"), "x.json") == tmp_path / "y.json"
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "benchmarks" / "flow_vs_scipy.py"), "--n-inits", "2"])
+    path = _output.write_json(tmp_path / "z.json", {"a": 1})
+    rec = json.loads(path.read_text())
+    assert rec["a"] == 1 and rec["command"].endswith("python benchmarks/flow_vs_scipy.py --n-inits 2")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "benchmarks/results/local/x.json"], cwd=ROOT)
+    assert ignored.returncode == 0, "benchmarks/results/local/ must be ignored by git"
+
+
+def test_readme_edge_list_example_reads(tmp_path):
+    """README's edge-list example is a valid file for `--graph FILE` (names separated by
+    spaces), with the edges it lists."""
+    from invariant_jax.cli._common import read_edge_list
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```\n(inputs:.*?)```", text, re.S)
+    assert block, "README.md lost its edge-list example"
+    path = tmp_path / "graph.txt"
+    path.write_text(block.group(1))
+    g = read_edge_list(str(path))
+    edges = [ln.split() for ln in block.group(1).splitlines() if ln and ":" not in ln]
+    assert len(g.edges) == len(edges) and len(g.inputs) == 2
