@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
-from pathlib import Path
 
 import jax
 
@@ -35,8 +33,8 @@ import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
-RESULTS = Path(__file__).parent / "results"
 
 
 def fit(x, y):
@@ -54,7 +52,7 @@ def main():
     ap.add_argument("--lrs", default="0.5,0.4,0.33,0.1")
     ap.add_argument("--t-start", type=float, default=2640.0)
     ap.add_argument("--samples", type=int, default=4096)
-    ap.add_argument("--out", default=str(RESULTS / "channels_eos.json"))
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_eos.json); the PNG goes beside it")
     args = ap.parse_args()
     lrs = [float(v) for v in args.lrs.split(",")]
     X = jr.normal(jr.key(12), (args.samples, 1))
@@ -116,14 +114,14 @@ def main():
         print(f"{name}: " + (f"exponent {f['exponent']:.3f} +- {f['stderr']:.3f} (r2 {f['r2']:.3f}, {f['n']} points)"
                              if "exponent" in f else f["error"]))
     print(f"{dt:.0f} s (compilation included; shared 2-core CPU)")
-    out = dict(benchmark="channels_eos", command=" ".join(["python"] + sys.argv), platform=platform.platform(),
+    out = dict(benchmark="channels_eos", platform=platform.platform(),
                jax=jax.__version__, seconds=dt, start=dict(t=args.t_start, eps=float(p0.eps), w=float(p0.w[0]),
                                                           sharpness=lam0),
                lrs=lrs, rows=rows, fits=fits, steps=tr.steps.tolist(),
                trace=dict(loss=np.asarray(tr.loss).tolist(), eps=np.asarray(tr.eps).tolist(),
                           sharpness=np.asarray(tr.sharpness).tolist(), grad_norm=np.asarray(tr.grad_norm).tolist()))
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    out_path = output_path(args.out, "channels_eos.json")
+    write_json(out_path, out)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,8 +156,8 @@ def main():
     axes[2].set_xlabel("eps")
     axes[2].set_ylabel("loss decrease per update")
     fig.tight_layout()
-    fig.savefig(Path(args.out).with_suffix(".png"), dpi=110)
-    print(f"wrote {Path(args.out).with_suffix('.png')}")
+    fig.savefig(out_path.with_suffix(".png"), dpi=110)
+    print(f"wrote {out_path.with_suffix('.png')}")
 
 
 if __name__ == "__main__":

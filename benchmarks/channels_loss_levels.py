@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
-from pathlib import Path
 
 import jax
 
@@ -38,8 +36,8 @@ import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
-RESULTS = Path(__file__).parent / "results"
 
 
 def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size):
@@ -147,6 +145,7 @@ def main():
     ap.add_argument("--engine", default="sweep", choices=("sweep", "vmap"),
                     help="flow phase through ij.sweep_flows or one vmap of gradient_flow (suits a GPU)")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_loss_levels_<tag>.json); the PNG goes beside it")
     args = ap.parse_args()
     X, Y = ij.rosenbrock_grid(args.grid)
     tag = args.tag or f"grid{X.shape[0]}_seeds{args.seeds}"
@@ -160,17 +159,15 @@ def main():
     dt = time.perf_counter() - t
     print(study.table())
     print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included)")
-    out = dict(benchmark="channels_loss_levels", command=" ".join(["python"] + sys.argv), platform=platform.platform(),
+    out = dict(benchmark="channels_loss_levels", platform=platform.platform(),
                devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt, n_grid=int(X.shape[0]),
                summary=study.summary(), **study.to_dict())
     if args.optimizers:
         out["optimizers"] = optimizer_arm(X, Y, seeds=args.opt_seeds, lrs=dict(sgd=[0.05, 0.3], adam=[1e-3, 1e-2]),
                                           epochs=args.opt_epochs, maxnorm=1e3, batch_size=32)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"channels_loss_levels_{tag}.json"
-    path.write_text(json.dumps(out, indent=1, default=str))
-    print(f"wrote {path}")
-    figures(study, RESULTS / f"channels_loss_levels_{tag}.png")
+    path = output_path(args.out, f"channels_loss_levels_{tag}.json")
+    write_json(path, json.loads(json.dumps(out, default=str)))
+    figures(study, path.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
-from pathlib import Path
 
 import jax
 
@@ -35,9 +33,9 @@ import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax.datasets import PAPER_GP_SCALINGS  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 
 
 def main():
@@ -51,6 +49,7 @@ def main():
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--max-steps", type=int, default=2000)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_roughness_<tag>.json); the PNG goes beside it")
     args = ap.parse_args()
     scalings = [float(s) for s in args.scalings.split(",")]
     tag = args.tag or f"n{args.samples}_runs{args.teachers * args.inits}"
@@ -78,13 +77,11 @@ def main():
         lo, hi = row["channel_paper_ci"]
         print(f"{row['label']:>8}: paper channel {row['channel_paper']}/{row['n']} = {100 * row['channel_paper_fraction']:.1f}% "
               f"[{100 * lo:.1f}, {100 * hi:.1f}]; infinite {row['infinite']}, confirmed {row['confirmed']}")
-    out = dict(benchmark="channels_roughness", command=" ".join(["python"] + sys.argv), platform=platform.platform(),
+    out = dict(benchmark="channels_roughness", platform=platform.platform(),
                devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt, scalings=scalings,
                summary=summ, **study.to_dict())
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"channels_roughness_{tag}.json"
-    path.write_text(json.dumps(out, indent=1, default=str))
-    print(f"wrote {path}")
+    path = output_path(args.out, f"channels_roughness_{tag}.json")
+    write_json(path, json.loads(json.dumps(out, default=str)))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,8 +102,8 @@ def main():
     ax.set_xlabel("GP kernel input scaling (roughness)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"channels_roughness_{tag}.png", dpi=110)
-    print(f"wrote {RESULTS / f'channels_roughness_{tag}.png'}")
+    fig.savefig(path.with_suffix(".png"), dpi=110)
+    print(f"wrote {path.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
