@@ -125,7 +125,6 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     """benchmarks/_output.py: without --out a script writes under results/local/ (never over
     the committed results), and the JSON records the command that produced it."""
     import json
-    import subprocess
     import sys
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
@@ -137,8 +136,8 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     path = _output.write_json(tmp_path / "z.json", {"a": 1})
     rec = json.loads(path.read_text())
     assert rec["a"] == 1 and rec["command"].endswith("python benchmarks/flow_vs_scipy.py --n-inits 2")
-    ignored = subprocess.run(["git", "check-ignore", "-q", "benchmarks/results/local/x.json"], cwd=ROOT)
-    assert ignored.returncode == 0, "benchmarks/results/local/ must be ignored by git"
+    ignore = (ROOT / ".gitignore").read_text().split()   # works without a git checkout too
+    assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 
 
 def test_readme_edge_list_example_reads(tmp_path):
