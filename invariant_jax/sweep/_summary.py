@@ -71,6 +71,8 @@ class SweepSummary:
         return "\n".join(out)
 
     def to_csv(self, path: str | Path) -> Path:
+        """Write the per-trajectory table (`COLUMNS`, `status` as its `STATUSES` name) as
+        CSV to `path`, as the CLI's `table.csv`; returns the path."""
         path = Path(path)
         with path.open("w", newline="") as f:
             w = csv.writer(f)
