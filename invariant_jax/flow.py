@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from ._checks import check_finite
 from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name, status_code
 from .invariants import conservation_scale, conserved_quantities, identity_residual
 from .losses import check_data, edge_loss_fn, get_loss
@@ -278,9 +279,7 @@ def gradient_flow(
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)
     theta0 = theta0.astype(dtype)
-    if _is_concrete(theta0) and not bool(jnp.all(jnp.isfinite(theta0))):
-        bad = int(np.flatnonzero(~np.isfinite(np.asarray(theta0)))[0])
-        raise ValueError(f"Initial weight of edge {net.graph.edges[bad]!r} is not finite; re-initialize.")
+    theta0 = check_finite(theta0, "is not finite; re-initialize the network.", where="initial weight theta0[{index}] ")
     ts = jnp.asarray(save.times(t0, t1), dtype=dtype)
     opts.check_dtype(dtype)
     check_positive("weight_decay", weight_decay, allow_zero=True)
@@ -337,10 +336,6 @@ def gradient_flow(
     sol, code = (eqx.filter_jit(_solve) if stop.max_wall_time is not None else _solve)(theta0, X, Y, ts)
     return Flow.from_solution(net, X, Y, sol, theta0=theta0, t0=t0, loss=loss, weight_decay=weight_decay,
                               rtol=opts.rtol, atol=opts.atol, result=code)
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
 
 
 # ------------------------------------------------------------------ conservation check

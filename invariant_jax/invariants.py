@@ -3,12 +3,16 @@ and the singular sub-networks that zero weights cut off."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
+from ._results import RESULTS
 from .losses import check_data, edge_loss_fn
 from .network import DAGNetwork
 
@@ -22,11 +26,13 @@ __all__ = [
     "is_singular_value",
     "singular_point",
     "SingularPoint",
+    "as_conserved",
+    "conserved_tol",
 ]
 
 
 def _B(net: DAGNetwork, dtype):
-    return jnp.asarray(net.graph._incidence, dtype=dtype)
+    return jnp.asarray(net.graph.incidence(), dtype=dtype)
 
 
 def conserved_quantities(net: DAGNetwork) -> Float[Array, "... H"]:
@@ -125,12 +131,10 @@ def singular_subnetworks(net: DAGNetwork, tol: float = 0.0) -> list[frozenset]:
 # ------------------------------------------------- conserved values c given by the user
 
 
-def _as_conserved(g, c) -> np.ndarray:
+def as_conserved(g, c) -> np.ndarray:
     """Validate a vector of conserved values for the graph `g` and return it as a float64
     NumPy array ordered as `g.hidden`. `c` is an array (ordered as `g.hidden`) or a
     mapping `{hidden label: value}` naming every hidden node exactly once."""
-    from collections.abc import Mapping
-
     H = len(g.hidden)
     if isinstance(c, DAGNetwork):
         raise TypeError("Pass the conserved values c (e.g. ij.conserved_quantities(net)), not a network.")
@@ -161,7 +165,7 @@ def _as_conserved(g, c) -> np.ndarray:
     return arr
 
 
-def _positive_tol(tol, c: np.ndarray) -> float:
+def conserved_tol(tol, c: np.ndarray) -> float:
     """The comparison tolerance: `tol` if given (must be > 0), else `1e-10 * max(1e-300,
     sum |c_v|)`, a few hundred float64 rounding units of the terms of `c`."""
     if tol is None:
@@ -185,7 +189,9 @@ class SingularPoint(eqx.Module):
     - `residual`: that `max |B~ theta^2 - c|` (`nan` when nothing was found).
     - `candidates`: how many candidate groups the MILP proposed (each checked by an LP).
     - `tol`: the tolerance used.
-    - `result`: `""` when decided, else a message saying why not and what to do.
+    - `result`: `RESULTS.successful` when decided, `RESULTS.undecided` when the search gave
+        up (then `found` is `False` and means "not found", not "absent").
+    - `message`: `""`, or what stopped the search and what to do.
     """
 
     found: bool = eqx.field(static=True)
@@ -194,7 +200,13 @@ class SingularPoint(eqx.Module):
     residual: float = eqx.field(static=True)
     candidates: int = eqx.field(static=True)
     tol: float = eqx.field(static=True)
-    result: str = eqx.field(static=True)
+    result: RESULTS
+    message: str = eqx.field(static=True, default="")
+
+    @property
+    def success(self) -> bool:
+        """Whether the search decided (found a point, or proved there is none)."""
+        return bool(self.result == RESULTS.successful)
 
     def __bool__(self) -> bool:
         return self.found
@@ -208,9 +220,7 @@ def _boundary_edges(g, W) -> np.ndarray:
 def _cutoff_residual(g, c: np.ndarray, W) -> tuple[float, np.ndarray]:
     """Exact LP: min over q >= 0 with q = 0 on W's boundary of max_v |(B~ q - c)_v|.
     Returns (residual, q)."""
-    from scipy.optimize import linprog
-
-    B = g._incidence
+    B = g.incidence()
     H, E = B.shape
     s = max(float(np.max(np.abs(c))), 1e-300) if H else 1.0
     cs = c / s
@@ -261,14 +271,12 @@ def singular_point(g, c, *, tol: float | None = None, max_candidates: int = 64) 
 
     **Returns:** a `SingularPoint` (truthy when found).
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
-    c = _as_conserved(g, c)
-    tol = _positive_tol(tol, c)
-    B = g._incidence
+    c = as_conserved(g, c)
+    tol = conserved_tol(tol, c)
+    B = g.incidence()
     H, E = B.shape
     if H == 0:
-        return SingularPoint(False, None, None, float("nan"), 0, tol, "")
+        return SingularPoint(False, None, None, float("nan"), 0, tol, RESULTS.successful)
     s = max(float(np.max(np.abs(c))), tol)
     cs, ts = c / s, tol / s
     M = (float(np.sum(np.abs(cs))) + H * ts) * (1 + 1e-9) + 1e-12
@@ -293,15 +301,15 @@ def singular_point(g, c, *, tol: float | None = None, max_candidates: int = 64) 
     for n in range(1, max_candidates + 1):
         res = milp(obj, constraints=cons, integrality=integrality, bounds=bounds)
         if res.status == 2 or res.x is None:  # infeasible
-            return SingularPoint(False, None, None, float("nan"), n - 1, tol, "")
+            return SingularPoint(False, None, None, float("nan"), n - 1, tol, RESULTS.successful)
         x = np.round(res.x[E:]).astype(bool)
         W = frozenset(v for v, xi in zip(g.hidden, x) if xi)
         resid, q = _cutoff_residual(g, c, W)
         if resid <= tol:
-            return SingularPoint(True, W, np.sqrt(q), resid, n, tol, "")
+            return SingularPoint(True, W, np.sqrt(q), resid, n, tol, RESULTS.successful)
         cut = np.concatenate([np.zeros(E), np.where(x, -1.0, 1.0)])
         cons.append(LinearConstraint(cut[None], 1 - x.sum(), np.inf))
-    return SingularPoint(False, None, None, float("nan"), max_candidates, tol,
+    return SingularPoint(False, None, None, float("nan"), max_candidates, tol, RESULTS.undecided,
                          f"Undecided: {max_candidates} MILP candidates were rejected by the exact LP; "
                          "pass a larger max_candidates or a larger tol.")
 
@@ -311,6 +319,6 @@ def is_singular_value(g, c, *, tol: float | None = None) -> bool:
     of hidden nodes off every input and output). See `singular_point` for the method,
     its cost and the witness. Raises if the search was undecided."""
     sp = singular_point(g, c, tol=tol)
-    if sp.result:
-        raise RuntimeError(sp.result)
+    if not sp.success:
+        raise RuntimeError(sp.message)
     return sp.found

@@ -6,13 +6,19 @@
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
+from scipy.special import roots_hermitenorm
+
+from ._checks import check_finite
 
 __all__ = [
     "LOSSES", "mse", "bce", "get_loss", "network_loss", "loss_gradient", "hessian",
-    "hessian_spectrum", "gauss_hermite", "weighted_mse", "population_loss",
+    "hessian_spectrum", "gauss_hermite", "weighted_mse", "population_loss", "check_data",
+    "edge_loss_fn", "require_smooth",
 ]
 
 
@@ -58,9 +64,8 @@ def edge_loss_fn(net, X, Y, loss="mse"):
 
 def check_data(graph, X, Y):
     """Validate and shape data: returns `X` as `(N, n_in)` and `Y` as `(N, n_out)`.
-    A 1-D `Y` is accepted for one output. Raises `ValueError` naming the problem."""
-    import numpy as np
-
+    A 1-D `Y` is accepted for one output. Raises `ValueError` naming the problem (a
+    non-finite value: `eqx.error_if` with the same words under `jit`)."""
     X = jnp.asarray(X)
     Y = jnp.asarray(Y)
     if X.ndim == 1 and graph.n_in == 1:
@@ -78,12 +83,8 @@ def check_data(graph, X, Y):
         raise ValueError(f"X has {X.shape[0]} samples but Y has {Y.shape[0]}; they must match.")
     if X.shape[0] == 0:
         raise ValueError("The data set is empty; pass at least one sample.")
-    for name, A in (("X", X), ("Y", Y)):
-        if not isinstance(A, jax.core.Tracer):
-            bad = ~np.isfinite(np.asarray(A))
-            if bad.any():
-                i, j = np.argwhere(bad)[0]
-                raise ValueError(f"{name}[{i}, {j}] is not finite; clean or drop that sample.")
+    X = check_finite(X, "is not finite; clean or drop that sample.", where="X[{index}] ")
+    Y = check_finite(Y, "is not finite; clean or drop that sample.", where="Y[{index}] ")
     return X, Y
 
 
@@ -95,7 +96,7 @@ _NON_SMOOTH_WHY = (
 )
 
 
-def _require_smooth(net, tool: str) -> None:
+def require_smooth(net, tool: str) -> None:
     """Raise `ValueError` unless every activation of `net` is smooth (softplus, erf, g, ...)."""
     bad = [a.name for a in net.activations if not a.smooth]
     if bad:
@@ -117,8 +118,7 @@ def loss_gradient(net, X, Y, *, loss="mse") -> tuple[Float[Array, ""], Float[Arr
 
 
 def _jit(f):
-    import equinox as eqx  # compiled once per graph/activation/loss: eager Hessians are slow
-
+    # compiled once per graph/activation/loss: eager Hessians are slow
     return eqx.filter_jit(f)
 
 
@@ -141,7 +141,7 @@ def hessian(net, X, Y, *, loss="mse") -> Float[Array, "E E"]:
     **Returns:** the symmetric `(E, E)` matrix. Raises `ValueError` for ReLU-like nets,
     whose Hessian is zero almost everywhere and undefined on the kinks.
     """
-    _require_smooth(net, "hessian")
+    require_smooth(net, "hessian")
     X, Y = check_data(net.graph, X, Y)
     return _hessian(net, X, Y, loss)
 
@@ -166,8 +166,6 @@ def gauss_hermite(dim: int, n_points: int = 64) -> tuple[Float[Array, "M dim"], 
 
     **Returns:** `(X, weights)`.
     """
-    import numpy as np
-
     if not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive integer; got {dim!r}.")
     if dim > 2:
@@ -178,8 +176,6 @@ def gauss_hermite(dim: int, n_points: int = 64) -> tuple[Float[Array, "M dim"], 
         )
     if not isinstance(n_points, int) or n_points < 2:
         raise ValueError(f"n_points must be an integer >= 2; got {n_points!r}.")
-    from scipy.special import roots_hermitenorm
-
     x, w = roots_hermitenorm(n_points)  # weight exp(-x^2/2); stable for large n_points
     w = w / w.sum()
     grids = np.meshgrid(*([x] * dim), indexing="ij")
@@ -203,8 +199,6 @@ def weighted_mse(weights):
 
 def _one_hidden_layer(net, role: str):
     """`(W (H, d), A (H, k))` of a one-hidden-layer net without bias, else ValueError."""
-    import numpy as np
-
     g = net.graph
     n_in, H = len(g.inputs), len(g.hidden)
     if g.constants:

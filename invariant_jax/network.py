@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -13,16 +13,14 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ._checks import check_finite
+
 from .activations import Activation, get_activation
 from .graph import DAG
 
 __all__ = ["DAGNetwork", "INITIALIZERS", "init_edge_weights"]
 
 INITIALIZERS = ("glorot", "xavier", "kaiming", "he", "normal")
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
 
 
 def init_edge_weights(
@@ -144,9 +142,8 @@ class DAGNetwork(eqx.Module):
                     f"edge_weights has shape {theta.shape}; expected ({len(graph.edges)},), "
                     "one weight per edge in graph.edges order."
                 )
-            if _is_concrete(theta) and not bool(jnp.all(jnp.isfinite(theta))):
-                bad = int(np.flatnonzero(~np.isfinite(np.asarray(theta)))[0])
-                raise ValueError(f"edge_weights[{bad}] (edge {graph.edges[bad]!r}) is not finite.")
+            theta = check_finite(theta, "is not finite; pass finite weights (ordered as graph.edges).",
+                                 where="edge_weights[{index}] ")
         self.graph = graph
         self.activation = act
         self.weights = _scatter(graph, theta)
@@ -206,15 +203,26 @@ class DAGNetwork(eqx.Module):
 
     def forward(self, X: Float[Array, "N d_in"]) -> Float[Array, "N d_out"]:
         """Evaluate on a batch `X` of shape `(N, d_in)`."""
-        return self._run(X)[0]
+        return self.evaluate(X)[0]
 
     def preactivations(self, X: Float[Array, "N d_in"]) -> Float[Array, "N H"]:
         """Hidden pre-activations `z_v` on a batch, columns ordered as `graph.hidden`."""
-        return self._run(X)[1]
+        return self.evaluate(X)[1]
 
-    def _run(self, X, activate=None):
-        """`(outputs, hidden pre-activations)`. `activate(z, k0, k1)` overrides the
-        activation of hidden nodes `k0:k1` (e.g. a frozen ReLU pattern)."""
+    def evaluate(
+        self, X: Float[Array, "N d_in"], *, activate: Callable | None = None
+    ) -> tuple[Float[Array, "N d_out"], Float[Array, "N H"]]:
+        """`(outputs, hidden pre-activations)` on a batch `X`, pre-activation columns
+        ordered as `graph.hidden`.
+
+        **Arguments:**
+
+        - `X`: inputs, `(N, d_in)`.
+        - `activate`: evaluate with another activation pattern: `activate(z, k0, k1)`
+            returns the activations of hidden nodes `k0:k1` (positions in `graph.hidden`)
+            from their pre-activations `z`, shape `(N, k1 - k0)`; e.g. a frozen ReLU
+            pattern `lambda z, k0, k1: D[:, k0:k1] * z`. Default: the network's own.
+        """
         activate = self._apply if activate is None else activate
         g = self.graph
         X = jnp.asarray(X)

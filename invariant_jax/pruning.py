@@ -258,7 +258,7 @@ def neuron_scores(net: DAGNetwork, score: str = "in_out") -> np.ndarray:
     `"in"` `||w_in||` (Euclidean norms over incoming/outgoing edges, biases included)."""
     _check_net(net)
     theta2 = np.asarray(net.edge_weights(), dtype=float) ** 2
-    B = np.asarray(net.graph._incidence)
+    B = np.asarray(net.graph.incidence())
     inn = np.sqrt((B > 0).astype(float) @ theta2)
     out = np.sqrt((B < 0).astype(float) @ theta2)
     if score == "in_out":

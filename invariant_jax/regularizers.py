@@ -135,7 +135,7 @@ def nuclear_norm(net: DAGNetwork, *, method: str = "auto") -> Float[Array, "..."
         raise ValueError("method='groups' needs a graph with no hidden-to-hidden edge; use method='svd'.")
     if method == "groups" or (method == "auto" and disjoint):
         theta = net.edge_weights()
-        Babs = jnp.asarray(np.abs(net.graph._incidence), theta.dtype)
+        Babs = jnp.asarray(np.abs(net.graph.incidence()), theta.dtype)
         return 2.0 * jnp.sum(_safe_sqrt(theta**2 @ Babs.T), axis=-1)
     return matrix_nuclear_norm(jacobian(net))
 

@@ -76,6 +76,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
+from ._results import RESULTS, result_code, result_from_code
 from .graph import DAG
 from .invariants import conserved_quantities
 from .losses import check_data, get_loss
@@ -224,11 +225,11 @@ class TrainResult(eqx.Module):
         return self.finite
 
     @property
-    def status(self) -> str:
-        """`""` when every network stayed finite, else a message with the fix."""
-        if bool(np.all(np.asarray(self.finite))):
-            return ""
-        return "weights became non-finite (the step diverged); lower learning_rate or strength."
+    def result(self) -> RESULTS:
+        """`RESULTS.successful` where the weights stayed finite, else
+        `RESULTS.training_diverged` (its message says the fix). Batched like `finite`."""
+        bad = int(result_code(RESULTS.training_diverged))
+        return result_from_code(jnp.where(self.finite, int(result_code(RESULTS.successful)), bad))
 
 
 # ---------------------------------------------------------------- the loop
@@ -309,7 +310,7 @@ def _prox(name, graph: DAG, theta, step, ws=None, scale=None):
     if name == "l2":
         return theta / (1.0 + (step if scale is None else step * scale))
     if name == "group_lasso":  # fan-in groups: edge e belongs to the group of its head, if hidden
-        Bin = graph._incidence > 0
+        Bin = graph.incidence() > 0
         heads = jnp.asarray(np.where(Bin.any(axis=0), np.argmax(Bin, axis=0), -1))
         norms = jnp.sqrt(jnp.asarray(Bin, theta.dtype) @ theta**2)
         return _group_shrink(theta, norms, jnp.full(norms.shape, step, theta.dtype), heads, scale)
@@ -318,7 +319,7 @@ def _prox(name, graph: DAG, theta, step, ws=None, scale=None):
         return _group_shrink(theta, group_boundary_norms(ws, theta), thr, ws.edge_group, scale)
     # nuclear, no hidden-hidden edges: each edge touches at most one hidden node, its group;
     # group soft-thresholding with threshold 2 step
-    Babs = np.abs(graph._incidence) > 0
+    Babs = np.abs(graph.incidence()) > 0
     owner = jnp.asarray(np.where(Babs.any(axis=0), np.argmax(Babs, axis=0), -1))
     norms = jnp.sqrt(jnp.asarray(Babs, theta.dtype) @ theta**2)
     return _group_shrink(theta, norms, jnp.full(norms.shape, 2.0 * step, theta.dtype), owner, scale)
@@ -376,7 +377,7 @@ def _make_segment(cfg: _Config, n_logs: int):
         N = X.shape[0]
 
         working = _is_working_set(cfg)
-        B = jnp.asarray(cfg.graph._incidence, X.dtype)
+        B = jnp.asarray(cfg.graph.incidence(), X.dtype)
 
         def objective(th, Xb, Yb, proj):
             n = net.with_edge_weights(th)

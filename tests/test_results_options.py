@@ -107,3 +107,32 @@ def test_each_stop_rule_reports_its_member_and_the_record_agrees():
     assert int(rec["result"]) == int(ij.result_code(f.result))
     assert float(rec["drift"]) == float(f.drift) and float(rec["loss_final"]) == float(f.loss_final)
     np.testing.assert_allclose(rec["c0"], ij.conserved_quantities(net), rtol=0, atol=0)
+
+
+def test_finite_checks_fail_under_jit_with_the_eager_words():
+    import equinox as eqx
+
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(0))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
+    Xb = X.at[2, 1].set(jnp.nan)
+    run = lambda X: ij.gradient_flow(net, X, Y, 0.1, n_save=2).theta_final  # noqa: E731
+    with pytest.raises(ValueError, match=r"X\[2, 1\] is not finite; clean or drop that sample"):
+        run(Xb)
+    with pytest.raises(Exception, match=r"X\[\.\.\.\] is not finite; clean or drop that sample"):
+        jax.block_until_ready(eqx.filter_jit(run)(Xb))
+    theta = net.edge_weights().at[0].set(jnp.inf)
+    make = lambda th: ij.DAGNetwork(g, "relu", edge_weights=th).weights  # noqa: E731
+    with pytest.raises(ValueError, match=r"edge_weights\[0\] is not finite"):
+        make(theta)
+    with pytest.raises(Exception, match=r"edge_weights\[\.\.\.\] is not finite"):
+        jax.block_until_ready(eqx.filter_jit(make)(theta))
+
+
+def test_results_of_topology_and_training_are_results():
+    g = ij.mlp([2, 2, 1])
+    c = ij.conserved_quantities(ij.DAGNetwork(g, "relu", key=jax.random.key(0)))
+    r = ij.connectivity(g, c)
+    assert r.success and bool(r.result == ij.RESULTS.successful) and r.message == ""
+    sp = ij.singular_point(g, c)
+    assert sp.success and ij.result_name(sp.result) == "successful"

@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ..flow import Flow, gradient_flow
 from ..graph import DAG
-from ..losses import _require_smooth, check_data, edge_loss_fn, hessian, loss_gradient
+from ..losses import require_smooth, check_data, edge_loss_fn, hessian, loss_gradient
 from ..network import DAGNetwork
 from ._glu import _hidden_position
 
@@ -118,7 +118,7 @@ def saddle_line(net: DAGNetwork, i, X, Y, gammas: ArrayLike, *, loss="mse", tol:
 
     **Returns:** a `SaddleLine`.
     """
-    _require_smooth(net, "saddle_line")
+    require_smooth(net, "saddle_line")
     X, Y = check_data(net.graph, X, Y)
     gammas = jnp.asarray(gammas, dtype=net.weights.dtype)
     if gammas.ndim != 1 or not bool(jnp.all(jnp.isfinite(gammas))):
@@ -177,7 +177,7 @@ def refine_critical_point(net: DAGNetwork, X, Y, *, loss="mse", max_iter: int = 
 
     **Returns:** the refined network; stops when `|grad| < tol` or after `max_iter` steps.
     """
-    _require_smooth(net, "refine_critical_point")
+    require_smooth(net, "refine_critical_point")
     X, Y = check_data(net.graph, X, Y)
     L = edge_loss_fn(net, X, Y, loss)
     grad, hess = jax.jit(jax.grad(L)), jax.jit(jax.hessian(L))

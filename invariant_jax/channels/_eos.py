@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..losses import _require_smooth, check_data, edge_loss_fn
+from ..losses import require_smooth, check_data, edge_loss_fn
 from ..network import DAGNetwork
 from ._glu import _hidden_position, _pair_structure
 
@@ -51,7 +51,7 @@ def gd_channel_trace(net: DAGNetwork, pair, X, Y, lrs, *, n_steps: int, record_e
 
     **Returns:** a `ChannelGDTrace`.
     """
-    _require_smooth(net, "gd_channel_trace")
+    require_smooth(net, "gd_channel_trace")
     X, Y = check_data(net.graph, X, Y)
     lrs = jnp.asarray(lrs, dtype=net.edge_weights().dtype).reshape(-1)
     if not bool(jnp.all(lrs > 0)):

@@ -19,7 +19,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ..activations import Activation
 from ..graph import DAG
-from ..losses import _require_smooth
+from ..losses import require_smooth
 from ..network import DAGNetwork
 
 __all__ = [
@@ -251,7 +251,7 @@ def collapse_channel(net: DAGNetwork, pair: ChannelPair) -> CollapsedNetwork:
 
     **Returns:** a `CollapsedNetwork`; its loss is the limit loss `L0`.
     """
-    _require_smooth(net, "collapse_channel")
+    require_smooth(net, "collapse_channel")
     g = net.graph
     if g != pair.graph:
         raise ValueError("The pair belongs to another graph; compute it with channel_coordinates(net, i, j).")

@@ -11,7 +11,7 @@ from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
 from ..flow import gradient_flow
-from ..losses import _require_smooth, check_data, get_loss, hessian
+from ..losses import require_smooth, check_data, get_loss, hessian
 from ..network import DAGNetwork
 from ..options import SolverOptions
 from ._glu import ChannelPair, channel_coordinates, collapse_channel, glu_limit, pair_output, set_channel_coordinates
@@ -141,7 +141,7 @@ def jump_procedure(
 
     **Returns:** a `JumpResult`.
     """
-    _require_smooth(net, "jump_procedure")
+    require_smooth(net, "jump_procedure")
     X, Y = check_data(net.graph, X, Y)
     if not 0 < factor < 1:
         raise ValueError(f"factor must lie in (0, 1) so that eps shrinks; got {factor!r}.")

@@ -9,6 +9,7 @@ from pathlib import Path
 import jax.random as jr
 import numpy as np
 
+from .._results import result_message, result_name
 from ..invariants import conserved_quantities, singular_point
 from ..network import INITIALIZERS, DAGNetwork
 from ..topology import connectivity
@@ -83,11 +84,13 @@ def run(args) -> int:
     print(r.explain())
     if args.singular:
         sp = singular_point(g, r.c, tol=args.tol)
-        if sp.result:
-            print(f"singular points: undecided ({sp.result})")
+        if not sp.success:
+            print(f"singular points: {result_name(sp.result)} ({sp.message}) {result_message(sp.result)}")
         elif sp.found:
             print(f"H_G(c) contains a singular point: the group {sorted(map(str, sp.group))} can be cut off "
                   f"(witness residual {sp.residual:.2g}).")
         else:
             print("H_G(c) contains no singular point: J_G has full rank everywhere on it.")
-    return 0 if not r.result else 1
+    if not r.success:
+        print(f"{result_name(r.result)}: {r.message} {result_message(r.result)}")
+    return 0 if r.success else 1

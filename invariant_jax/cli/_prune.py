@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._results import RESULTS, result_message
 from ..datasets import breast_cancer, load_csv
 from ..graph import mlp
 from ..network import DAGNetwork
@@ -92,8 +93,8 @@ def run(args) -> int:
               strength=args.strength, optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs,
               batch_size=args.batch_size, proximal=proximal, log_every=_log_every(args.epochs),
               key=jr.key(args.seed + 1), cut_tol=max(args.tol, 0.0), progress=True)
-    if res.status:
-        raise ValueError(res.status)
+    if not bool(np.all(res.success)):
+        raise ValueError(result_message(RESULTS.training_diverged))
     trained = res.network
     pruned, rep = prune(trained, args.tol, X=d.X_train, dead_on_data=args.dead_on_data)
     change_test = float(np.max(np.abs(pruned.forward(d.X_test) - trained.forward(d.X_test))))

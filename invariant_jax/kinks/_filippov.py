@@ -17,7 +17,7 @@ from ..solvers import count_evaluations, count_extra
 
 def _forward_D(net: DAGNetwork, theta, X, D):
     """Forward pass with activation `a = D * z` per (sample, hidden node)."""
-    return net.with_edge_weights(theta)._run(X, activate=lambda z, k0, k1: D[:, k0:k1] * z)
+    return net.with_edge_weights(theta).evaluate(X, activate=lambda z, k0, k1: D[:, k0:k1] * z)
 
 
 def pattern_field(net: DAGNetwork, X, Y, D, *, loss="mse"):

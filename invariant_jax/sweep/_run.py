@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._results import STATUSES, result_name
+from .._results import STATUSES, is_success, result_name
 from .._version import __version__
 from ..losses import check_data
 from ..network import DAGNetwork, init_edge_weights
@@ -45,7 +45,10 @@ class SweepResult(eqx.Module):
     - `drift`, `drift_relative`: as `Flow.drift` (max over `n_save` times and the end).
     - `drift_in_tol`: `drift / (atol + rtol * scale)`, `scale = conservation_scale(net0)`.
     - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: diffrax's counts.
-    - `result`: diffrax `RESULTS` code; `status`: index into `STATUSES`.
+    - `result`: `ij.RESULTS` codes (int32, a column like the others, as the results store
+        keeps it): `ij.result_name(res.result)` / `ij.result_message(res.result)` decode
+        them, `ij.result_from_code(res.result)` gives the `RESULTS` item; `status`: the
+        coarse `STATUSES` index derived from it (`ij.sweep.status_code`).
     - `stats`: `useful_steps`, `slot_iterations`, `work_efficiency`, `seconds`, `calls`
         of the engine run that produced them (summed over resumptions in this process).
     - `rtol`, `atol`.
@@ -78,6 +81,11 @@ class SweepResult(eqx.Module):
     @property
     def status_names(self) -> tuple[str, ...]:
         return tuple(STATUSES[int(s)] for s in self.status)
+
+    @property
+    def success(self) -> np.ndarray:
+        """Per trajectory: reached `t1` or stopped by a stopping rule."""
+        return np.asarray(is_success(self.result))
 
     @property
     def n_failed(self) -> int:

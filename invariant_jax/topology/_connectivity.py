@@ -7,10 +7,13 @@ from collections.abc import Mapping
 
 import equinox as eqx
 import numpy as np
+import scipy.sparse as sp
 from jaxtyping import Float
+from scipy.optimize import linprog
 
+from .._results import RESULTS
 from ..graph import DAG
-from ..invariants import _as_conserved, _positive_tol, conservation_scale, conserved_quantities
+from ..invariants import as_conserved, conservation_scale, conserved_quantities, conserved_tol
 from ..network import DAGNetwork
 from ._closure import exact_scale
 from ._conditions import BalanceCondition, evaluate, regions
@@ -38,7 +41,8 @@ class Connectivity(eqx.Module):
         frozen), shape `(E,)`.
     - `lp_min_q`: per edge, the LP value `min q_e` over `{q >= 0 : B~ q = c}`
         (HiGHS), `nan` where not solved. `lp_frozen_edges`: edges with `lp_min_q > tol`.
-    - `result`: `""` when the two verdicts agree (or the LP was skipped), else a message.
+    - `result`: `RESULTS.successful` when the two verdicts agree (or the LP was skipped),
+        else `RESULTS.lp_disagrees`; `message` then names the edges and values.
     """
 
     c: Float[np.ndarray, " H"]
@@ -52,7 +56,13 @@ class Connectivity(eqx.Module):
     frozen_index: tuple = eqx.field(static=True)
     conditions: tuple = eqx.field(static=True)
     lp_frozen_edges: tuple | None = eqx.field(static=True)
-    result: str = eqx.field(static=True)
+    result: RESULTS
+    message: str = eqx.field(static=True, default="")
+
+    @property
+    def success(self) -> bool:
+        """Whether the verdict is certain: the LP agrees (or was skipped)."""
+        return bool(self.result == RESULTS.successful)
 
     @property
     def reasons(self) -> tuple[BalanceCondition, ...]:
@@ -85,7 +95,7 @@ class Connectivity(eqx.Module):
         if self.lp_frozen_edges is not None:
             n = int(np.sum(~np.isnan(self.lp_min_q)))
             lines.append(f"LP check (HiGHS, min theta_e^2 over H_G(c) for {n} edges): "
-                         + ("agrees." if self.lp_agrees else f"DISAGREES. {self.result}"))
+                         + ("agrees." if self.lp_agrees else f"DISAGREES. {self.message}"))
         lines.append(f"Sums within tol = {self.tol:.3g} of 0 count as 0 (boundary: not frozen).")
         return "\n".join(lines)
 
@@ -99,11 +109,8 @@ def lp_min_q(g: DAG, c, edges=None) -> np.ndarray:
     block-diagonal LP (one HiGHS call): its optimum is the sum of theirs and each
     block of its solution is optimal for its own edge.
     """
-    import scipy.sparse as sp
-    from scipy.optimize import linprog
-
-    c = _as_conserved(g, c)
-    B = g._incidence
+    c = as_conserved(g, c)
+    B = g.incidence()
     H, E = B.shape
     out = np.full(E, np.nan)
     idx = list(range(E)) if edges is None else [int(k) for k in edges]
@@ -137,18 +144,18 @@ def _resolve(g_or_net, c, tol):
         if c is not None:
             raise TypeError("Pass either a network, or a graph and c; not a network and c.")
         g = net.graph
-        cv = _as_conserved(g, np.asarray(conserved_quantities(net), dtype=np.float64))
+        cv = as_conserved(g, np.asarray(conserved_quantities(net), dtype=np.float64))
         if tol is None:
             eps = float(np.finfo(np.asarray(net.weights).dtype).eps)
             tol = max(1e-10, 64 * eps) * max(float(conservation_scale(net)) * len(g.hidden), 1e-290)
-        return g, cv, _positive_tol(tol, cv)
+        return g, cv, conserved_tol(tol, cv)
     if not isinstance(g_or_net, DAG):
         raise TypeError(f"connectivity needs a DAG (and c) or a DAGNetwork; got {type(g_or_net).__name__}.")
     if c is None:
         raise TypeError("connectivity(g, c): give the conserved values c (array in g.hidden order "
                         "or a {label: value} dict), or pass a DAGNetwork instead of g.")
-    cv = _as_conserved(g_or_net, c)
-    return g_or_net, cv, _positive_tol(tol, cv)
+    cv = as_conserved(g_or_net, c)
+    return g_or_net, cv, conserved_tol(tol, cv)
 
 
 def connectivity(
@@ -196,7 +203,7 @@ def connectivity(
     frozen = tuple(sorted({cd.edge_index for cd in conds if cd.violated}))
     lpq = np.full(E, np.nan)
     lp_frozen = None
-    result = ""
+    message = ""
     if lp != "none":
         cand = sorted({cd.edge_index for cd in conds}) if lp == "candidates" else list(range(E))
         lpq = lp_min_q(g, cv, cand)
@@ -204,12 +211,13 @@ def connectivity(
         lp_frozen = tuple(g.edges[k] for k in lp_idx)
         if set(lp_idx) != set(frozen):
             diff = sorted(set(lp_idx) ^ set(frozen))
-            result = (f"LP and combinatorial verdicts differ on edges {[g.edges[k] for k in diff]}: "
-                      f"LP min theta_e^2 = {[float(lpq[k]) for k in diff]}, combinatorial "
-                      f"{[float(margin[k]) for k in diff]}, tol = {tol:.3g}. A margin within the "
-                      "LP's accuracy (about 1e-9 max|c|) of tol: pass a larger tol.")
+            message = (f"LP and combinatorial verdicts differ on edges {[g.edges[k] for k in diff]}: "
+                       f"LP min theta_e^2 = {[float(lpq[k]) for k in diff]}, combinatorial "
+                       f"{[float(margin[k]) for k in diff]}, tol = {tol:.3g}. A margin within the "
+                       "LP's accuracy (about 1e-9 max|c|) of tol: pass a larger tol.")
     return Connectivity(
         c=cv, margin=margin, lp_min_q=lpq, graph=g, tol=tol, connected=not frozen,
         n_components=2 ** len(frozen), frozen_edges=tuple(g.edges[k] for k in frozen),
-        frozen_index=frozen, conditions=conds, lp_frozen_edges=lp_frozen, result=result,
+        frozen_index=frozen, conditions=conds, lp_frozen_edges=lp_frozen,
+        result=RESULTS.lp_disagrees if message else RESULTS.successful, message=message,
     )
