@@ -63,7 +63,7 @@ def main():
 
     arms = {}
     plain = Engine(make_problem(template, X, Y, 1.0, options=ij.SolverOptions(rtol=1e-8, atol=1e-8),
-                                saveat=ij.SaveTimes(n=11)), init, slots=args.slots)
+                                saveat=ij.SaveTimes(n_save=11)), init, slots=args.slots)
     arms["engine tsit5 1e-8"] = run_engine(plain, n)
     for name, solver, tol in (("kink tsit5 1e-8", "tsit5", 1e-8), ("kink gauss4 1e-6", "gauss4", 1e-6)):
         eng = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, solver=ij.SolverOptions(solver, rtol=tol, atol=tol),

@@ -102,7 +102,7 @@ class BareCosts:
     def __init__(self, g, X, Y, theta, widths, reps=2000):
         net = ij.DAGNetwork(g, "relu", edge_weights=theta)
         gr = jax.grad(ij.edge_loss_fn(net, X, Y))
-        fwd = lambda th: net.with_edge_weights(th)._run(X)[1]  # noqa: E731
+        fwd = lambda th: net.with_edge_weights(th).evaluate(X)[1]  # noqa: E731
         self.reps, self.loops, self.best = reps, {}, {}
         for w in sorted(set(widths)):
             y = jnp.tile(theta[None], (w, 1)) * (1 + 1e-3 * jnp.arange(w)[:, None])
@@ -200,7 +200,7 @@ def main():
             arms = []
             init = lambda i, th=thetas: th[i]  # noqa: E731
             problem = make_problem(template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL),
-                                 saveat=ij.SaveTimes(n=N_SAVE))
+                                 saveat=ij.SaveTimes(n_save=N_SAVE))
             plain_modes = ([("engine", vmap_mode)] if "engine" in args.arms else []) + \
                 ([("engine-vmap", True)] if ("engine-vmap" in args.arms or args.also_vmap_engine) and not vmap_mode else [])
             steps = None

@@ -89,7 +89,7 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
     @eqx.filter_jit
     def run(th):
         def one(t):
-            f = ij.gradient_flow(ij.DAGNetwork(g, edge_weights=t), X, Y, t1, saveat=ij.SaveTimes(n=n_save, spacing="log"),
+            f = ij.gradient_flow(ij.DAGNetwork(g, edge_weights=t), X, Y, t1, saveat=ij.SaveTimes(n_save=n_save, spacing="log"),
                                  solver=ij.SolverOptions(rtol=1e-6, atol=1e-6, max_steps=20_000))
             return f.ts, f.losses, f.thetas[:, ky], f.loss_final, f.success, f.drift_relative
         return jax.vmap(one)(th)

@@ -145,17 +145,17 @@ class SaveTimes(eqx.Module):
 
     - `ts`: explicit save times (non-empty, 1-D, finite, non-decreasing; they must lie in
         `[t0, t1]` of the flow), or `None`;
-    - `n`: otherwise, the number of save times (an integer >= 2), from `t0` to `t1`,
+    - `n_save`: otherwise, the number of save times (an integer >= 2), from `t0` to `t1`,
     - `spacing`: spaced `"linear"` or `"log"` (see `log_times`).
     """
 
     ts: np.ndarray | None = None
-    n: int = 101
+    n_save: int = 101
     spacing: str = "linear"
 
-    def __init__(self, ts: ArrayLike | None = None, *, n: int = 101, spacing: str = "linear"):
+    def __init__(self, ts: ArrayLike | None = None, *, n_save: int = 101, spacing: str = "linear"):
         self.ts = None if ts is None else np.asarray(ts, dtype=float)
-        self.n = n
+        self.n_save = n_save
         self.spacing = spacing
 
     def __check_init__(self):
@@ -164,7 +164,7 @@ class SaveTimes(eqx.Module):
                 raise ValueError(f"Save times must be a non-empty 1-D array; got shape {self.ts.shape}.")
             if not np.all(np.isfinite(self.ts)) or np.any(np.diff(self.ts) < 0):
                 raise ValueError("Save times must be finite and non-decreasing.")
-        check_integer("n", self.n, minimum=2)
+        check_integer("n_save", self.n_save, minimum=2)
         if self.spacing not in ("linear", "log"):
             raise ValueError(f"spacing must be 'linear' or 'log'; got {self.spacing!r}.")
 
@@ -172,7 +172,8 @@ class SaveTimes(eqx.Module):
         """The save times of a flow over `[t0, t1]` (float64 NumPy)."""
         check_time_span(t0, t1)
         if self.ts is None:
-            return np.linspace(t0, t1, self.n) if self.spacing == "linear" else log_times(t0, t1, self.n)
+            return (np.linspace(t0, t1, self.n_save) if self.spacing == "linear"
+                    else log_times(t0, t1, self.n_save))
         if self.ts.min() < t0 or self.ts.max() > t1:
             raise ValueError(f"Save times must lie within [t0, t1] = [{t0}, {t1}].")
         return self.ts
@@ -299,7 +300,7 @@ def as_save_times(saveat: SaveTimes | ArrayLike | None = None, n_save: int | Non
     used as is; an array is explicit save times; otherwise `n_save` (default 101)
     linearly spaced times. `n_save` only goes with `saveat=None`."""
     if saveat is None:
-        return SaveTimes(n=101 if n_save is None else n_save)
+        return SaveTimes(n_save=101 if n_save is None else n_save)
     if n_save is not None:
-        raise ValueError("Pass either saveat or n_save, not both (SaveTimes(n=...) holds both).")
+        raise ValueError("Pass either saveat or n_save, not both (SaveTimes(n_save=...) holds both).")
     return saveat if isinstance(saveat, SaveTimes) else SaveTimes(saveat)

@@ -124,7 +124,7 @@ c0 = np.asarray(ij.conserved_quantities(net0))
 print("cut-off groups:", ij.singular_subnetworks(net0), " rank:", int(ij.jacobian_rank(net0)), "of", len(g.hidden))
 print("is_singular_value(c):", ij.is_singular_value(g, c0), " | generic c:",
       ij.is_singular_value(g, np.asarray(ij.conserved_quantities(ij.DAGNetwork(g, edge_weights=theta[1])))))
-flows = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 4.0 if SMALL else 20.0, saveat=ij.SaveTimes(n=12, spacing="log"))))(nets)
+flows = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 4.0 if SMALL else 20.0, saveat=ij.SaveTimes(n_save=12, spacing="log"))))(nets)
 B = g.incidence()
 fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
 for i in range(4):

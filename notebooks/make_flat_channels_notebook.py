@@ -55,7 +55,7 @@ code("""X, Y, loss = ch.toy_data()
 net0 = ch.toy_network(0.55, 0.7, 3.0, -2.5, convention="erf")
 T1 = 1e3 if SMALL else 1e7
 t = time.perf_counter()
-flow = ij.gradient_flow(net0, X, Y, T1, loss=loss, saveat=ij.SaveTimes(n=21 if SMALL else 81, spacing="log"),
+flow = ij.gradient_flow(net0, X, Y, T1, loss=loss, saveat=ij.SaveTimes(n_save=21 if SMALL else 81, spacing="log"),
                         solver=ij.SolverOptions("kvaerno5", rtol=1e-9, atol=1e-9, max_steps=50_000))
 print(f"{int(flow.num_steps)} Kvaerno5 steps to t = {float(flow.t_final):.0e} in {time.perf_counter() - t:.1f} s;",
       "status:", ij.result_name(flow.result))
@@ -154,7 +154,7 @@ print("loss along the line: min", float(line.losses.min()), "max", float(line.lo
 print("max |grad| along the line:", float(line.grad_norms.max()))
 k = int(jnp.argmin(line.min_eigenvalue))
 esc = ch.escape_saddle(ch.duplicate_neuron(crit, 0, float(gammas[k])), Xd, Yd, size=1e-2, t1=2e3,
-                       saveat=ij.SaveTimes(n=11 if SMALL else 101, spacing="log"))
+                       saveat=ij.SaveTimes(n_save=11 if SMALL else 101, spacing="log"))
 print(f"escape from gamma = {float(gammas[k]):.2f}: loss {float(esc.loss_saddle):.6f} -> {float(esc.loss_final):.6f}")
 plt.figure(figsize=(5, 3.2)); plt.plot(gammas, line.min_eigenvalue, "o-"); plt.axhline(0, color="k", lw=0.5)
 plt.xlabel("gamma"); plt.ylabel("min Hessian eigenvalue"); plt.tight_layout(); plt.show()""")

@@ -105,7 +105,7 @@ def test_zero_gradient_stays_zero_along_the_saddle_line(critical_net):
 def test_escape_from_saddle_lowers_the_loss(critical_net):
     net, X, Y = critical_net
     start = duplicate_neuron(net, 0, 2.0)  # outside [0, 1]: a saddle for this minimum (see saddle_line test)
-    esc = escape_saddle(start, X, Y, size=1e-2, t1=2e3, saveat=ij.SaveTimes(n=11, spacing="log"))
+    esc = escape_saddle(start, X, Y, size=1e-2, t1=2e3, saveat=ij.SaveTimes(n_save=11, spacing="log"))
     assert float(esc.min_eigenvalue) < 0
     assert float(esc.loss_final) < float(esc.loss_saddle) - 1e-4
 

@@ -63,18 +63,18 @@ def test_solver_options_one_validator_everywhere(bad, err, match):
 
 
 def test_save_times_and_stop_rules_validate_on_construction():
-    with pytest.raises(ValueError, match="n must be an integer >= 2"):
-        ij.SaveTimes(n=1)
+    with pytest.raises(ValueError, match="n_save must be an integer >= 2"):
+        ij.SaveTimes(n_save=1)
     with pytest.raises(ValueError, match="spacing must be 'linear' or 'log'"):
         ij.SaveTimes(spacing="cubic")
     with pytest.raises(ValueError, match="non-decreasing"):
         ij.SaveTimes([0.0, 0.5, 0.2])
     with pytest.raises(TypeError, match="grad_norm_tol must be a real number"):
         ij.StopRules(grad_norm_tol="small")
-    with pytest.raises(ValueError, match="n_save must be a positive integer|n must be an integer >= 2"):
+    with pytest.raises(ValueError, match="n_save must be an integer >= 2"):
         SweepConfig(n_save=1)
-    np.testing.assert_allclose(ij.SaveTimes(n=5).times(0.0, 2.0), np.linspace(0.0, 2.0, 5), rtol=0, atol=0)
-    np.testing.assert_allclose(ij.SaveTimes(n=4, spacing="log").times(0.0, 1.0), ij.log_times(0.0, 1.0, 4))
+    np.testing.assert_allclose(ij.SaveTimes(n_save=5).times(0.0, 2.0), np.linspace(0.0, 2.0, 5), rtol=0, atol=0)
+    np.testing.assert_allclose(ij.SaveTimes(n_save=4, spacing="log").times(0.0, 1.0), ij.log_times(0.0, 1.0, 4))
     with pytest.raises(ValueError, match="within"):
         ij.SaveTimes([0.0, 3.0]).times(0.0, 2.0)
 
@@ -85,12 +85,12 @@ def test_thin_keywords_and_objects_give_the_same_flow():
     net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
     a = ij.gradient_flow(net, X, Y, 0.5, rtol=1e-9, atol=1e-9, n_save=5)
     b = ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9),
-                         saveat=ij.SaveTimes(n=5))
+                         saveat=ij.SaveTimes(n_save=5))
     assert bool(jnp.array_equal(a.thetas, b.thetas))  # the same compiled program, run twice
     with pytest.raises(ValueError, match="not both"):
         ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions(), rtol=1e-9)
     with pytest.raises(ValueError, match="not both"):
-        ij.gradient_flow(net, X, Y, 0.5, saveat=ij.SaveTimes(n=5), n_save=5)
+        ij.gradient_flow(net, X, Y, 0.5, saveat=ij.SaveTimes(n_save=5), n_save=5)
 
 
 def test_each_stop_rule_reports_its_member_and_the_record_agrees():
@@ -136,3 +136,17 @@ def test_results_of_topology_and_training_are_results():
     assert r.success and bool(r.result == ij.RESULTS.successful) and r.message == ""
     sp = ij.singular_point(g, c)
     assert sp.success and ij.result_name(sp.result) == "successful"
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (dict(bias=1), TypeError, "bias must be true or false"),
+    (dict(kink_aware="yes"), TypeError, "kink_aware must be true or false"),
+    (dict(widths=(3, 2.5, 1)), TypeError, "each of widths must be a positive integer"),
+    (dict(max_steps=1e5), TypeError, "max_steps must be a positive integer"),
+    (dict(n_inits=True), TypeError, "n_inits must be a positive integer"),
+    (dict(edge_prob=1.5), ValueError, r"edge_prob must be a probability in \[0, 1\]"),
+    (dict(rtol=1e-17), ValueError, "tighter than float64 can honour"),
+])
+def test_sweep_config_is_strict_about_types_and_ranges(bad, err, match):
+    with pytest.raises(err, match=match):
+        SweepConfig(**bad)

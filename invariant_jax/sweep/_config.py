@@ -97,7 +97,7 @@ class SweepConfig:
             if name == "edges":
                 v = tuple(tuple(str(x) for x in e) for e in v)
             elif name == "widths":
-                v = tuple(int(x) for x in v)
+                v = tuple(v)
             else:
                 v = tuple(str(x) for x in v)
             object.__setattr__(self, name, v)
@@ -124,11 +124,24 @@ class SweepConfig:
                 raise ValueError(f"Unknown {name} {act!r}; choose one of {sorted(ACTIVATIONS)}.")
         if self.init not in INITIALIZERS:
             raise ValueError(f"Unknown init {self.init!r}; choose one of {list(INITIALIZERS)}.")
-        check_integer("n_inits", self.n_inits, minimum=1)
-        check_integer("n_samples", self.n_samples, minimum=1)
+        for name in ("bias", "kink_aware"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"{name} must be true or false; got {getattr(self, name)!r}.")
+        if len(self.widths) < 2:
+            raise ValueError(f"widths must list at least an input and an output width; got {list(self.widths)}.")
+        for w in self.widths:
+            check_integer("each of widths", w, minimum=1)
+        for name, minimum in (("n_inits", 1), ("n_samples", 1), ("n_inputs", 1), ("n_hidden", 0),
+                              ("n_outputs", 1), ("seed", 0), ("data_seed", 0), ("graph_seed", 0)):
+            check_integer(name, getattr(self, name), minimum=minimum)
+        check_positive("edge_prob", self.edge_prob, allow_zero=True)
+        if self.edge_prob > 1:
+            raise ValueError(f"edge_prob must be a probability in [0, 1]; got {self.edge_prob!r}.")
+        check_positive("scale", self.scale)
         check_positive("t1", self.t1)
         check_positive("weight_decay", self.weight_decay, allow_zero=True)
         options, _, stop = self.solver_options, self.save_times, self.stop_rules
+        options.check_dtype(np.float64)  # sweeps run in float64 (run_sweep checks x64 is on)
         if self.loss not in ("mse", "bce"):
             raise ValueError(f"Unknown loss {self.loss!r}; choose 'mse' or 'bce'.")
         if self.kink_aware:
@@ -146,8 +159,8 @@ class SweepConfig:
 
     @property
     def save_times(self) -> SaveTimes:
-        """`SaveTimes(n=n_save)` (linearly spaced from 0 to `t1`)."""
-        return SaveTimes(n=self.n_save)
+        """`SaveTimes(n_save=n_save)` (linearly spaced from 0 to `t1`)."""
+        return SaveTimes(n_save=self.n_save)
 
     @property
     def stop_rules(self) -> StopRules:
