@@ -11,6 +11,7 @@ Constant input nodes (`constants`) always emit 1; an edge from one is a bias.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Iterable, Sequence
 from functools import cached_property
 from typing import Any
@@ -360,25 +361,22 @@ def mlp(widths: Sequence[int], *, bias: bool = False) -> DAG:
     )
 
 
-def _rng(key_or_seed) -> np.random.Generator:
-    if isinstance(key_or_seed, np.random.Generator):
-        return key_or_seed
-    if isinstance(key_or_seed, (int, np.integer)) and not isinstance(key_or_seed, bool):
-        return np.random.default_rng(int(key_or_seed))
+def _rng(key) -> np.random.Generator:
+    if isinstance(key, np.random.Generator):
+        return key
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return np.random.default_rng(int(key))
     try:
-        data = np.asarray(key_or_seed)
+        data = np.asarray(key)
         if data.dtype.kind not in "ui":
             raise TypeError
     except TypeError:
-        import sys
-
-        jr = sys.modules.get("jax.random")  # a typed JAX key; jax is already imported
+        jr = sys.modules.get("jax.random")  # a typed JAX key: jax is already imported (graph never imports it)
         if jr is None:
             raise TypeError(
-                f"key_or_seed must be an int, a numpy Generator or a JAX PRNG key; got "
-                f"{type(key_or_seed).__name__}."
+                f"key must be a JAX PRNG key, an int seed or a numpy Generator; got {type(key).__name__}."
             ) from None
-        data = np.asarray(jr.key_data(key_or_seed))
+        data = np.asarray(jr.key_data(key))
     return np.random.default_rng(np.asarray(data, dtype=np.uint64).ravel().tolist())
 
 
@@ -387,7 +385,7 @@ def random_dag(
     n_hidden: int,
     n_outputs: int,
     edge_prob: float,
-    key_or_seed: Any = 0,
+    key: Any = 0,
     *,
     bias: bool = False,
     allow_input_output: bool = True,
@@ -404,7 +402,7 @@ def random_dag(
 
     - `n_inputs`, `n_hidden`, `n_outputs`: node counts (`n_hidden` may be 0).
     - `edge_prob`: probability in `[0, 1]` of each forward edge.
-    - `key_or_seed`: an int seed, a `numpy.random.Generator` or a JAX PRNG key.
+    - `key`: a JAX PRNG key (or an int seed, or a `numpy.random.Generator`).
     - `bias`: add a constant node `"b"` with an edge to every hidden and output node.
     - `allow_input_output`: allow direct input -> output edges.
 
@@ -415,7 +413,7 @@ def random_dag(
             raise ValueError(f"{name} must be an integer >= {lo}; got {val!r}.")
     if not (0.0 <= float(edge_prob) <= 1.0):
         raise ValueError(f"edge_prob must lie in [0, 1]; got {edge_prob!r}.")
-    rng = _rng(key_or_seed)
+    rng = _rng(key)
     xs = [f"x{i}" for i in range(n_inputs)]
     hs = [f"h{j}" for j in range(n_hidden)]
     ys = [f"y{k}" for k in range(n_outputs)]

@@ -7,6 +7,9 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from .._results import is_success, result_message, result_name
 from ._common import read_edge_list
 
 DEFAULT_OUT = "runs/sweep"
@@ -186,6 +189,17 @@ def _job_share(process_index, process_count):
     return process_index, process_count
 
 
+def failure_lines(codes) -> list[str]:
+    """One line per failure kind among `RESULTS` codes: count, name and the message that
+    says the fix (stops by a rule are successes and are not listed)."""
+    codes = np.asarray(codes)
+    lines = []
+    for code in np.unique(codes[~np.asarray(is_success(codes))]):
+        n = int(np.sum(codes == code))
+        lines.append(f"{n} trajector{'y' if n == 1 else 'ies'} {result_name(code)}: {result_message(code)}")
+    return lines
+
+
 def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume=False, overwrite=False,
                progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None) -> int:
     """Run a sweep, print its summary, and write table.csv, summary.json and figures."""
@@ -203,6 +217,8 @@ def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume
     summary = summarize_sweep(config, result)
     print(summary.table(max_rows=rows))
     print(summary.aggregate_table())
+    for line in failure_lines(result.result):
+        print(line)
     store = ResultsStore(out)
     written = [out / "table.csv", out / "summary.json"]
     store.add_outputs(written)  # listed before they exist: --overwrite may delete them later

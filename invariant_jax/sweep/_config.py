@@ -7,9 +7,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import jax.random as jr
 import numpy as np
 
 from ..activations import ACTIVATIONS
+from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
 from ..network import INITIALIZERS
 from ..options import SaveTimes, SolverOptions, StopRules, check_integer, check_positive
@@ -208,10 +210,6 @@ class SweepConfig:
                               constants=list(self.constants))
 
     def build_data(self, graph: DAG):
-        import jax.random as jr
-
-        from ..datasets import teacher_student
-
         X, Y, _ = teacher_student(graph, int(self.n_samples), key=jr.key(self.data_seed),
                                   activation=self.teacher_activation or self.activation)
         return X, Y
