@@ -20,7 +20,7 @@ from .graph import DAG
 
 __all__ = ["DAGNetwork", "INITIALIZERS", "init_edge_weights"]
 
-INITIALIZERS = ("glorot", "xavier", "kaiming", "he", "normal")
+INITIALIZERS = ("glorot", "kaiming", "normal")
 
 
 def init_edge_weights(
@@ -28,9 +28,9 @@ def init_edge_weights(
 ) -> Float[Array, " E"]:
     """Random edge weights `theta`, ordered as `graph.edges`.
 
-    - `"glorot"`/`"xavier"` (normal): edge u->v has std `sqrt(2 / (indeg(v) + outdeg(u)))`,
+    - `"glorot"` (Glorot/Xavier normal): edge u->v has std `sqrt(2 / (indeg(v) + outdeg(u)))`,
       which is Glorot's `sqrt(2 / (fan_in + fan_out))` on a layered MLP;
-    - `"kaiming"`/`"he"` (normal): std `sqrt(2 / indeg(v))`;
+    - `"kaiming"` (Kaiming/He normal): std `sqrt(2 / indeg(v))`;
     - `"normal"`: std `scale`.
 
     Bias edges are ordinary edges and count in the degrees. `scale` multiplies every std.
@@ -42,9 +42,9 @@ def init_edge_weights(
     rows, cols = graph.edge_index
     indeg = graph.in_degree[cols].astype(float)
     outdeg = graph.out_degree[rows].astype(float)
-    if init in ("glorot", "xavier"):
+    if init == "glorot":
         std = np.sqrt(2.0 / (indeg + outdeg))
-    elif init in ("kaiming", "he"):
+    elif init == "kaiming":
         std = np.sqrt(2.0 / indeg)
     else:
         std = np.ones(len(graph.edges))
