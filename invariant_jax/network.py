@@ -112,7 +112,7 @@ class DAGNetwork(eqx.Module):
             one per hidden node (in `graph.hidden` order).
         - `key`: PRNG key for the initializer (keyword only). Not needed when
             `edge_weights` is given.
-        - `init`: `"glorot"` (= `"xavier"`), `"kaiming"` (= `"he"`) or `"normal"`; see
+        - `init`: `"glorot"`, `"kaiming"` or `"normal"`; see
             `init_edge_weights`.
         - `scale`: multiplies the initializer's standard deviation.
         - `edge_weights`: explicit `theta` in `graph.edges` order, instead of `key`.
