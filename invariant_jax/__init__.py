@@ -1,48 +1,77 @@
 """invariant_jax: exact gradient flow on DAG networks, its conservation laws, the
-topology of the invariant sets, and the singularities and channels of training."""
+topology of the invariant sets, and the singularities and channels of training.
 
-from ._version import __version__
+Conventions shared by every module:
 
-from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
-from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
-from .network import DAGNetwork, init_edge_weights
-from .losses import bce, check_data, edge_loss_fn, get_loss, mse, network_loss
-from .invariants import (
-    conservation_scale,
-    conserved_quantities,
-    identity_residual,
-    jacobian,
-    jacobian_rank,
-    singular_subnetworks,
-)
-from .regularizers import get_regularizer, l1, l2, nuclear_norm
-from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
-from .options import SaveTimes, SolverOptions, StopRules, log_times
-from .flow import ConservationReport, Flow, check_conservation, flow_field, gradient_flow, trajectory_record
-from .datasets import teacher_student
-from .invariants import SingularPoint, is_singular_value, singular_point
-from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
-from .regularizers import has_hidden_to_hidden_edges, matrix_nuclear_norm
-from .regularizers import WorkingSet, group_lasso, nuclear_upper_bound, nuclear_working_set
-from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
-from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
-from .datasets import TabularData, breast_cancer, load_csv
-from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows
-from .losses import gauss_hermite, hessian, hessian_spectrum, loss_gradient, population_loss, weighted_mse
-from .datasets import gp_data, gp_sample, matern32_kernel, modified_rosenbrock, rosenbrock_data, regular_grid, rosenbrock_grid
-from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
+- `key` is a JAX PRNG key wherever randomness enters the library (`seed`, an integer,
+  appears only in `SweepConfig` and on the command line).
+- `graph` (or `g`) is a `DAG`, `net` a `DAGNetwork`.
+- `tol` always means an absolute threshold below which a quantity counts as zero: a
+  weight (`singular_subnetworks`), a singular value (`jacobian_rank`), a sum of conserved
+  values (`connectivity`) or a residual (`singular_point`) with `|x| <= tol` is zero.
+  Solver tolerances are `rtol`/`atol` (`SolverOptions`).
+- Counts are `n_*` (`n_inputs`, `n_components`, ...); the step statistics that mirror
+  diffrax's keep diffrax's `num_*` names (`num_steps`, `num_accepted_steps`, ...).
+- Every result carries `result: RESULTS` and `.success`; `result_message` says the fix.
+"""
+
 from . import channels
-from .channels import (
-    ChannelPair,
-    ChannelReport,
-    channel_coordinates,
-    channel_frequency,
-    collapse_channel,
-    detect_channels,
-    duplicate_neuron,
-    glu_limit,
-    jump_procedure,
-    saddle_line,
-)
-from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
+from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
+from ._version import __version__
+from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
+from .channels import (ChannelPair, ChannelReport, channel_coordinates, channel_frequency, collapse_channel,
+                       detect_channels, duplicate_neuron, glu_limit, jump_procedure, saddle_line)
+from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
+from .datasets import (TabularData, breast_cancer, gp_data, gp_sample, load_csv, matern32_kernel,
+                       modified_rosenbrock, regular_grid, rosenbrock_data, rosenbrock_grid, teacher_student)
+from .flow import ConservationReport, Flow, check_conservation, flow_field, gradient_flow, trajectory_record
+from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
+from .invariants import (SingularPoint, conservation_scale, conserved_quantities, identity_residual,
+                         is_singular_value, jacobian, jacobian_rank, singular_point, singular_subnetworks)
 from .kinks import KinkFlow, kink_aware_flow
+from .losses import (bce, check_data, edge_loss_fn, gauss_hermite, get_loss, hessian, hessian_spectrum,
+                     loss_gradient, mse, network_loss, population_loss, weighted_mse)
+from .network import DAGNetwork, init_edge_weights
+from .options import SaveTimes, SolverOptions, StopRules, log_times
+from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
+from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,
+                           matrix_nuclear_norm, nuclear_norm, nuclear_upper_bound, nuclear_working_set)
+from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
+from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows
+from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
+from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
+
+__all__ = [
+    # graphs and networks
+    "DAG", "mlp", "random_dag", "example_dag", "from_networkx", "to_networkx",
+    "Activation", "ACTIVATIONS", "get_activation", "leaky_relu",
+    "DAGNetwork", "init_edge_weights",
+    # losses and data
+    "mse", "bce", "get_loss", "network_loss", "edge_loss_fn", "check_data", "loss_gradient", "hessian",
+    "hessian_spectrum", "gauss_hermite", "weighted_mse", "population_loss",
+    "teacher_student", "TabularData", "breast_cancer", "load_csv", "gp_data", "gp_sample", "matern32_kernel",
+    "modified_rosenbrock", "rosenbrock_data", "rosenbrock_grid", "regular_grid",
+    # conserved quantities, singular points, topology
+    "conserved_quantities", "conservation_scale", "identity_residual", "jacobian", "jacobian_rank",
+    "singular_subnetworks", "SingularPoint", "singular_point", "is_singular_value",
+    "Connectivity", "BalanceCondition", "connectivity", "frozen_mask", "lp_min_q",
+    # statuses and options
+    "RESULTS", "result_code", "result_from_code", "result_name", "result_message", "is_success",
+    "SolverOptions", "SaveTimes", "StopRules", "log_times",
+    # flows
+    "SOLVERS", "get_solver", "GaussLegendre", "Projected", "hessian_kvaerno5", "rescale_to_conserved",
+    "Flow", "gradient_flow", "flow_field", "trajectory_record", "ConservationReport", "check_conservation",
+    "KinkFlow", "kink_aware_flow",
+    "ConvergeResult", "STOP_REASONS", "newton_phase", "flow_then_newton", "weightnorm",
+    # training and pruning
+    "get_regularizer", "l1", "l2", "nuclear_norm", "matrix_nuclear_norm", "has_hidden_to_hidden_edges",
+    "group_lasso", "nuclear_upper_bound", "nuclear_working_set", "WorkingSet",
+    "OPTIMIZERS", "get_optimizer", "fit", "TrainResult", "TrainLog", "cut_off_mask", "n_cut_off_groups",
+    "prune", "magnitude_prune", "neuron_scores", "PruneReport",
+    # sweeps
+    "SweepConfig", "SweepResult", "SweepSummary", "sweep_flows", "run_sweep", "load_sweep", "summarize_sweep",
+    # flat channels
+    "channels", "ChannelPair", "ChannelReport", "channel_coordinates", "channel_frequency", "collapse_channel",
+    "detect_channels", "duplicate_neuron", "glu_limit", "jump_procedure", "saddle_line",
+    "__version__",
+]

@@ -391,7 +391,7 @@ class ConservationReport(eqx.Module):
 
 
 def check_conservation(
-    net_or_nets: DAGNetwork,
+    net: DAGNetwork,
     X: ArrayLike,
     Y: ArrayLike,
     *,
@@ -406,7 +406,7 @@ def check_conservation(
 
     **Arguments:**
 
-    - `net_or_nets`: a `DAGNetwork`, or a batch of them (leading axis on `weights`, as
+    - `net`: a `DAGNetwork`, or a batch of them (leading axis on `weights`, as
         made by `eqx.filter_vmap`).
     - `X`, `Y`: data.
     - `t1`, `solver`, `loss`: as in `gradient_flow`; `rtol`, `atol` default to 1e-10 here.
@@ -415,7 +415,7 @@ def check_conservation(
 
     **Returns:** a `ConservationReport`.
     """
-    nets = net_or_nets
+    nets = net
     if not nets.is_positively_homogeneous and not force:
         names = [a.name for a in nets.activations if not a.positively_homogeneous]
         raise ValueError(

@@ -131,10 +131,11 @@ def singular_subnetworks(net: DAGNetwork, tol: float = 0.0) -> list[frozenset]:
 # ------------------------------------------------- conserved values c given by the user
 
 
-def as_conserved(g, c) -> np.ndarray:
-    """Validate a vector of conserved values for the graph `g` and return it as a float64
-    NumPy array ordered as `g.hidden`. `c` is an array (ordered as `g.hidden`) or a
-    mapping `{hidden label: value}` naming every hidden node exactly once."""
+def as_conserved(graph, c) -> np.ndarray:
+    """Validate a vector of conserved values for the DAG `graph` and return it as a
+    float64 NumPy array ordered as `graph.hidden`. `c` is an array (ordered as
+    `graph.hidden`) or a mapping `{hidden label: value}` naming every hidden node once."""
+    g = graph
     H = len(g.hidden)
     if isinstance(c, DAGNetwork):
         raise TypeError("Pass the conserved values c (e.g. ij.conserved_quantities(net)), not a network.")
@@ -240,7 +241,7 @@ def _cutoff_residual(g, c: np.ndarray, W) -> tuple[float, np.ndarray]:
     return float(np.max(np.abs(B @ q - c), initial=0.0)), q
 
 
-def singular_point(g, c, *, tol: float | None = None, max_candidates: int = 64) -> SingularPoint:
+def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 64) -> SingularPoint:
     """Decide whether `H_G(c) = {theta : B~ theta^2 = c}` contains a singular point: a
     `theta` whose zero edges cut a group `W` of hidden nodes off every input and output.
 
@@ -262,7 +263,7 @@ def singular_point(g, c, *, tol: float | None = None, max_candidates: int = 64) 
 
     **Arguments:**
 
-    - `g`: the `DAG`.
+    - `graph`: the `DAG`.
     - `c`: conserved values, an array ordered as `g.hidden` or a `{label: value}` dict.
     - `tol`: `c` counts as singular when some cut-off point has `max |B~ theta^2 - c| <=
         tol`. Default `1e-10 * sum |c_v|`.
@@ -271,6 +272,7 @@ def singular_point(g, c, *, tol: float | None = None, max_candidates: int = 64) 
 
     **Returns:** a `SingularPoint` (truthy when found).
     """
+    g = graph
     c = as_conserved(g, c)
     tol = conserved_tol(tol, c)
     B = g.incidence()
@@ -314,11 +316,11 @@ def singular_point(g, c, *, tol: float | None = None, max_candidates: int = 64) 
                          "pass a larger max_candidates or a larger tol.")
 
 
-def is_singular_value(g, c, *, tol: float | None = None) -> bool:
+def is_singular_value(graph, c, *, tol: float | None = None) -> bool:
     """Whether `H_G(c)` contains a singular point (a point where zero edges cut some group
     of hidden nodes off every input and output). See `singular_point` for the method,
     its cost and the witness. Raises if the search was undecided."""
-    sp = singular_point(g, c, tol=tol)
+    sp = singular_point(graph, c, tol=tol)
     if not sp.success:
         raise RuntimeError(sp.message)
     return sp.found

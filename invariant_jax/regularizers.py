@@ -188,7 +188,7 @@ def group_lasso(net: DAGNetwork) -> Float[Array, "..."]:
     included); gradient `theta_e / ||theta_{in(v)}||` on the fan-in of `v`, `0` on a
     zero group (minimum-norm subgradient) and on edges into output nodes."""
     theta = net.edge_weights()
-    Bin = jnp.asarray(net.graph._incidence > 0, theta.dtype)
+    Bin = jnp.asarray(net.graph.incidence() > 0, theta.dtype)
     return jnp.sum(_safe_sqrt(theta**2 @ Bin.T), axis=-1)
 
 

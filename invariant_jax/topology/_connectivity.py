@@ -100,7 +100,7 @@ class Connectivity(eqx.Module):
         return "\n".join(lines)
 
 
-def lp_min_q(g: DAG, c, edges=None) -> np.ndarray:
+def lp_min_q(graph: DAG, c, edges=None) -> np.ndarray:
     """Exact LP: for each edge index in `edges` (default all), `min q_e` over
     `{q >= 0 : B~ q = c}`, with `scipy.optimize.linprog` (HiGHS). `c` is scaled to
     `max |c| = 1` first; the result is in the units of `c`. Other entries are `nan`.
@@ -109,6 +109,7 @@ def lp_min_q(g: DAG, c, edges=None) -> np.ndarray:
     block-diagonal LP (one HiGHS call): its optimum is the sum of theirs and each
     block of its solution is optimal for its own edge.
     """
+    g = graph
     c = as_conserved(g, c)
     B = g.incidence()
     H, E = B.shape
@@ -135,9 +136,9 @@ def lp_min_q(g: DAG, c, edges=None) -> np.ndarray:
     return out
 
 
-def _resolve(g_or_net, c, tol):
-    if isinstance(g_or_net, DAGNetwork):
-        net = g_or_net
+def _resolve(graph, c, tol):
+    if isinstance(graph, DAGNetwork):
+        net = graph
         if net.weights.ndim != 2:
             raise ValueError("connectivity takes one network; index or loop over a batch "
                              "(or use ij.frozen_mask for many c at once).")
@@ -149,17 +150,17 @@ def _resolve(g_or_net, c, tol):
             eps = float(np.finfo(np.asarray(net.weights).dtype).eps)
             tol = max(1e-10, 64 * eps) * max(float(conservation_scale(net)) * len(g.hidden), 1e-290)
         return g, cv, conserved_tol(tol, cv)
-    if not isinstance(g_or_net, DAG):
-        raise TypeError(f"connectivity needs a DAG (and c) or a DAGNetwork; got {type(g_or_net).__name__}.")
+    if not isinstance(graph, DAG):
+        raise TypeError(f"connectivity needs a DAG (and c) or a DAGNetwork; got {type(graph).__name__}.")
     if c is None:
         raise TypeError("connectivity(g, c): give the conserved values c (array in g.hidden order "
                         "or a {label: value} dict), or pass a DAGNetwork instead of g.")
-    cv = as_conserved(g_or_net, c)
-    return g_or_net, cv, conserved_tol(tol, cv)
+    cv = as_conserved(graph, c)
+    return graph, cv, conserved_tol(tol, cv)
 
 
 def connectivity(
-    g_or_net: DAG | DAGNetwork,
+    graph: DAG | DAGNetwork,
     c: Float[np.ndarray, " H"] | Mapping | None = None,
     *,
     tol: float | None = None,
@@ -177,7 +178,7 @@ def connectivity(
 
     **Arguments:**
 
-    - `g_or_net`: a `DAG` (then pass `c`) or a `DAGNetwork` (then `c` is its
+    - `graph`: a `DAG` (then pass `c`) or a `DAGNetwork` (then `c` is its
         `conserved_quantities`, in float64).
     - `c`: conserved values, an array ordered as `g.hidden` or a dict
         `{hidden label: value}` naming every hidden node.
@@ -192,7 +193,7 @@ def connectivity(
     """
     if lp not in LP_MODES:
         raise ValueError(f"lp must be one of {list(LP_MODES)}; got {lp!r}.")
-    g, cv, tol = _resolve(g_or_net, c, tol)
+    g, cv, tol = _resolve(graph, c, tol)
     ints, D = exact_scale(cv)
     cint = dict(zip(g.hidden, ints))
     conds = tuple(evaluate(g, r, cint, D, tol) for r in regions(g))
