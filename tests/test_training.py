@@ -286,9 +286,9 @@ def test_working_set_reaches_a_true_singular_point_that_prunes_losslessly(optimi
             assert abs(c0[i][idx].sum()) <= np.abs(c - c0[i]).max() * len(W) + 1e-12
         # singular_point finds a singular point of H_G(c) and connectivity freezes no boundary edge
         sp = ij.singular_point(g, c, tol=1e-9 * scale * H)
-        assert sp.found and not sp.result
+        assert sp.found and sp.success
         conn = ij.connectivity(net)
-        assert not conn.result
+        assert conn.success
         boundary = {k for W in groups for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)}
         assert not boundary & set(conn.frozen_index)
         # and prune removes the groups without changing the function beyond round-off
