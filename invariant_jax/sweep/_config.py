@@ -15,6 +15,7 @@ from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
 from ..network import INITIALIZERS
 from ..options import SaveTimes, SolverOptions, StopRules, check_integer, check_positive
+from ._kink import kink_aware_default
 
 BUILDERS = ("example", "mlp", "random", "edges")
 
@@ -104,8 +105,6 @@ class SweepConfig:
                 v = tuple(str(x) for x in v)
             object.__setattr__(self, name, v)
         if self.kink_aware is None and self.activation in ACTIVATIONS:
-            from ._kink import kink_aware_default
-
             auto = kink_aware_default(None, kinked=ACTIVATIONS[self.activation].kinked, unsupported=dict(
                 weight_decay=self.weight_decay, grad_norm_tol=self.grad_norm_tol, loss_floor=self.loss_floor,
                 max_param_norm=self.max_param_norm))
