@@ -45,8 +45,8 @@ def exact(problem):
     return ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=4, steps_per_call=8, n_save=11)
 
 
-def _bound(res, i, f):
-    """Tolerance bound for trajectory `i`: weights of size max|theta|, over its steps."""
+def _bound(f):
+    """Tolerance bound for the flow `f`: weights of size max|theta|, over its steps."""
     return dict(TOL, scale=np.abs(f.theta_final).max(), num_steps=f.stats["num_steps"])
 
 
@@ -61,7 +61,7 @@ def test_matches_gradient_flow_one_at_a_time(problem, exact):
         assert_step_counts_close(res.num_steps[i], f.stats["num_steps"])
         assert_step_counts_close(res.num_accepted_steps[i], f.stats["num_accepted_steps"])
         assert int(res.result[i]) == int(ij.result_code(f.result))
-        b = _bound(res, i, f)
+        b = _bound(f)
         assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
         # c = B~ theta^2 moves by at most 2 |theta| |dtheta| per weight and node degree
         dc = 2 * b["scale"] * int(np.abs(g.incidence()).sum(1).max()) * tolerance_bound(**b)
@@ -101,7 +101,7 @@ def test_failures_are_data(problem):
         want = "ok" if bool(f.success) else "max_steps"
         assert names[i] == want
         assert int(res.result[i]) == int(ij.result_code(f.result))
-        b = _bound(res, i, f)
+        b = _bound(f)
         assert_within_tolerance(res.theta_final[i], f.theta_final, **b)
         # t_final after a spent budget is a sum of controller-chosen steps; each step
         # size follows the state, so it inherits the same per-step bound (scale ~ t)
@@ -117,7 +117,7 @@ def test_stopping_rule_matches_gradient_flow(problem):
     for i, f in enumerate(_flows(nets, X, Y, 0.5, stop=ij.StopRules(loss_floor=0.05))):
         stopped = bool(f.result == ij.RESULTS.stopped_loss_floor)
         assert res.status_names[i] == ("stopped" if stopped else "ok")
-        b = _bound(res, i, f)
+        b = _bound(f)
         # the event time is located by a root finder on the interpolant: its error
         # follows the state's (the loss has slope |grad L|^2 <= the weights' scale)
         assert_within_tolerance(res.t_final[i], f.t_final, **dict(b, scale=0.5))

@@ -127,18 +127,23 @@ def _check_folder(out, reference, results):
     assert all(r["n"] == CFG["n_inits"] for r in results)  # each writer returns the whole sweep
 
 
+def _results_of(procs):
+    """Wait for every child sweep; each prints its result as JSON on its last line."""
+    results = []
+    for p in procs:
+        o, e = p.communicate(timeout=400)
+        assert p.returncode == 0, e.decode()[-3000:]
+        results.append(json.loads(o.decode().strip().splitlines()[-1]))
+    return results
+
+
 @pytest.mark.slow
 def test_concurrent_resumes_lose_no_record(tmp_path, reference):
     """Repro: two sweeps resuming into one folder wrote the same chunk names and lost
     records (63 of 64 left). Three writers with different slot counts start together."""
     out = tmp_path / "run"
     procs = [_child(f"resume{slots}", out) for slots in (2, 3, 4)]
-    results = []
-    for p in procs:
-        o, e = p.communicate(timeout=400)
-        assert p.returncode == 0, e.decode()[-3000:]
-        results.append(json.loads(o.decode().strip().splitlines()[-1]))
-    _check_folder(out, reference, results)
+    _check_folder(out, reference, _results_of(procs))
 
 
 @pytest.mark.slow
@@ -151,9 +156,4 @@ def test_jax_distributed_two_processes_share_one_folder(tmp_path, reference):
     out = tmp_path / "run"
     env = {"JAX_PLATFORMS": "cpu"}
     procs = [_child(f"dist{p}:{port}", out, env=env) for p in (0, 1)]
-    results = []
-    for p in procs:
-        o, e = p.communicate(timeout=400)
-        assert p.returncode == 0, e.decode()[-3000:]
-        results.append(json.loads(o.decode().strip().splitlines()[-1]))
-    _check_folder(out, reference, results)
+    _check_folder(out, reference, _results_of(procs))
