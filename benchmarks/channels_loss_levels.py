@@ -144,28 +144,49 @@ def main():
     ap.add_argument("--opt-epochs", type=int, default=20000, help="full-batch updates (minibatch: the same count)")
     ap.add_argument("--engine", default="sweep", choices=("sweep", "vmap"),
                     help="flow phase through ij.sweep_flows or one vmap of gradient_flow (suits a GPU)")
+    ap.add_argument("--max-minutes", type=float, default=float("inf"),
+                    help="start no new (activation, bias, r) cell after this many minutes (recorded in cells_not_run)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_loss_levels_<tag>.json); the PNG goes beside it")
     args = ap.parse_args()
     X, Y = ij.rosenbrock_grid(args.grid)
     tag = args.tag or f"grid{X.shape[0]}_seeds{args.seeds}"
+    path = output_path(args.out, f"channels_loss_levels_{tag}.json")
     print(f"{jax.devices()}; {X.shape[0]} grid points; {args.seeds} seeds per cell", flush=True)
     t = time.perf_counter()
-    study = ch.convergence_study(X, Y, widths=[int(w) for w in args.widths.split(",")],
-                                 activations=args.activations.split(","),
-                                 biases=[bool(int(b)) for b in args.biases.split(",")], n_seeds=args.seeds,
-                                 max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,
-                                 patience=args.patience, label="rosenbrock", engine=args.engine)
-    dt = time.perf_counter() - t
+    deadline = t + 60 * args.max_minutes
+    cells = [(a, int(b), int(w)) for a in args.activations.split(",") for b in args.biases.split(",")
+             for w in args.widths.split(",")]
+    parts, cell_seconds, skipped = [], [], []
+    for act, bias, w in cells:
+        if time.perf_counter() > deadline:
+            skipped.append(dict(activation=act, bias=bool(bias), r=w))
+            continue
+        tc = time.perf_counter()
+        parts.append(ch.convergence_study(X, Y, widths=[w], activations=[act], biases=[bool(bias)],
+                                          n_seeds=args.seeds, max_flow_steps=args.max_flow_steps,
+                                          max_steps=args.max_steps, patience=args.patience, label="rosenbrock",
+                                          engine=args.engine, progress=False))
+        cell_seconds.append(dict(activation=act, bias=bool(bias), r=w, seconds=time.perf_counter() - tc))
+        study = ch.ConvergenceStudy.concatenate(parts)
+        study = ch.ConvergenceStudy(records=study.records, settings=dict(
+            study.settings, widths=sorted({c["r"] for c in cell_seconds}),
+            activations=list(dict.fromkeys(c["activation"] for c in cell_seconds)),
+            biases=list(dict.fromkeys(c["bias"] for c in cell_seconds))), seconds=study.seconds)
+        dt = time.perf_counter() - t
+        print(f"{act} bias={bool(bias)} r={w}: {args.seeds} runs in {cell_seconds[-1]['seconds']:.0f} s "
+              f"(total {dt:.0f} s)", flush=True)
+        out = dict(benchmark="channels_loss_levels", platform=platform.platform(),
+                   devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt,
+                   n_grid=int(X.shape[0]), cell_seconds=cell_seconds, cells_not_run=skipped,
+                   summary=study.summary(), **study.to_dict())
+        write_json(path, json.loads(json.dumps(out, default=str)))  # after every cell: partial results survive
+    out["cells_not_run"] = skipped
     print(study.table())
-    print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included)")
-    out = dict(benchmark="channels_loss_levels", platform=platform.platform(),
-               devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt, n_grid=int(X.shape[0]),
-               summary=study.summary(), **study.to_dict())
+    print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included); not run (time budget): {skipped}")
     if args.optimizers:
         out["optimizers"] = optimizer_arm(X, Y, seeds=args.opt_seeds, lrs=dict(sgd=[0.05, 0.3], adam=[1e-3, 1e-2]),
                                           epochs=args.opt_epochs, maxnorm=1e3, batch_size=32)
-    path = output_path(args.out, f"channels_loss_levels_{tag}.json")
     write_json(path, json.loads(json.dumps(out, default=str)))
     figures(study, path.with_suffix(".png"))
 

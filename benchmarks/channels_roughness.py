@@ -38,6 +38,18 @@ from invariant_jax.datasets import PAPER_GP_SCALINGS  # noqa: E402
 
 
 
+def _write(path, parts, scalings, t, args):
+    study = ch.ConvergenceStudy.concatenate(parts)
+    dt = time.perf_counter() - t
+    summ = study.summary(by=("label",))
+    n_teachers = len(parts) // len(scalings)
+    out = dict(benchmark="channels_roughness", platform=platform.platform(),
+               devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt, scalings=scalings,
+               teachers_done=n_teachers, teachers_requested=args.teachers, summary=summ, **study.to_dict())
+    write_json(path, json.loads(json.dumps(out, default=str)))
+    return study, summ, dt
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=10**4)
@@ -48,6 +60,10 @@ def main():
     ap.add_argument("--scalings", default=",".join(str(s) for s in PAPER_GP_SCALINGS))
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--max-steps", type=int, default=2000)
+    ap.add_argument("--engine", default="vmap", choices=("sweep", "vmap"),
+                    help="flow phase: one vmap of gradient_flow, or ij.sweep_flows (both compile once per data shape)")
+    ap.add_argument("--max-minutes", type=float, default=float("inf"),
+                    help="train no new teacher after this many minutes (the JSON records how many ran)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_roughness_<tag>.json); the PNG goes beside it")
     args = ap.parse_args()
@@ -56,32 +72,32 @@ def main():
     print(f"{jax.devices()}; {args.samples} samples; {args.teachers} teachers x {args.inits} inits per scaling",
           flush=True)
     t = time.perf_counter()
+    path = output_path(args.out, f"channels_roughness_{tag}.json")
     parts = []
-    for k, s in enumerate(scalings):
-        for m in range(args.teachers):
-            X, Y = ij.gp_data(args.samples, args.dim, roughness=s, key=jr.fold_in(jr.key(1000 + k), m))
-            st = ch.convergence_study(X, Y, widths=(args.r,), activations=("softplus",), biases=(True,),
-                                      n_seeds=args.inits, seed=m, label=f"s={s:g}", progress=False,
-                                      max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,
-                                      engine="vmap")  # one compilation for all teachers (same data shape)
-            parts.append(st)
-            rec = st.records
-            print(f"s={s:g} teacher {m}: infinite {int(rec['infinite'].sum())}/{args.inits}, paper channel "
-                  f"{int(rec['channel_paper'].sum())}, confirmed {int(rec['confirmed'].sum())}, median MSE "
-                  f"{np.median(rec['mse']):.3g} ({time.perf_counter() - t:.0f} s)", flush=True)
-    study = ch.ConvergenceStudy.concatenate(parts)
-    dt = time.perf_counter() - t
+    # teachers in the order m = 0, 1, ... across the scalings, so that a time budget
+    # leaves every scaling with the same number of teachers
+    order = [(m, k, s) for m in range(args.teachers) for k, s in enumerate(scalings)]
+    for m, k, s in order:
+        if k == 0 and time.perf_counter() - t > 60 * args.max_minutes:
+            break  # only between full rounds of teachers
+        X, Y = ij.gp_data(args.samples, args.dim, roughness=s, key=jr.fold_in(jr.key(1000 + k), m))
+        st = ch.convergence_study(X, Y, widths=(args.r,), activations=("softplus",), biases=(True,),
+                                  n_seeds=args.inits, seed=m, label=f"s={s:g}", progress=False,
+                                  max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,
+                                  engine=args.engine)  # one compilation for all teachers (same data shape)
+        parts.append(st)
+        rec = st.records
+        print(f"s={s:g} teacher {m}: infinite {int(rec['infinite'].sum())}/{args.inits}, paper channel "
+              f"{int(rec['channel_paper'].sum())}, confirmed {int(rec['confirmed'].sum())}, median MSE "
+              f"{np.median(rec['mse']):.3g} ({time.perf_counter() - t:.0f} s)", flush=True)
+        if k == len(scalings) - 1:  # a full round of teachers: write what we have
+            _write(path, parts, scalings, t, args)
+    study, summ, dt = _write(path, parts, scalings, t, args)
     print(study.table(by=("label", "r")))
-    summ = study.summary(by=("label",))
     for row in summ:
         lo, hi = row["channel_paper_ci"]
         print(f"{row['label']:>8}: paper channel {row['channel_paper']}/{row['n']} = {100 * row['channel_paper_fraction']:.1f}% "
               f"[{100 * lo:.1f}, {100 * hi:.1f}]; infinite {row['infinite']}, confirmed {row['confirmed']}")
-    out = dict(benchmark="channels_roughness", platform=platform.platform(),
-               devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt, scalings=scalings,
-               summary=summ, **study.to_dict())
-    path = output_path(args.out, f"channels_roughness_{tag}.json")
-    write_json(path, json.loads(json.dumps(out, default=str)))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -28,3 +28,5 @@ from ._levels import (
     wilson_interval,
 )
 from ._eos import ChannelGDTrace, gd_channel_trace
+from ._solutions import (JUMP_MAX_COS, count_unique_solutions, jump_distance, neuron_vectors, solution_distance,
+                         solution_distances)

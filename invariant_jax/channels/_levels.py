@@ -32,6 +32,7 @@ from ..graph import DAG, mlp
 from ..network import DAGNetwork
 from ._detect import detect_channels
 from ._glu import glu_limit, pair_output
+from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances
 
 __all__ = ["ConvergenceStudy", "convergence_study", "mlpgf_glorot", "wilson_interval", "cluster_loss_levels",
            "confirm_channel", "first_layer_distances"]
@@ -146,8 +147,10 @@ class ConvergenceStudy(eqx.Module):
     (the data set), `loss` (`(1/2N) sum (f-y)^2`), `mse` (the paper's `(1/N) sum (f-y)^2`),
     `weightnorm`, `infinite`, `min_l2`, `min_cos`, `duplicate`, `channel_paper`
     (infinite and `min_cos < 1e-2`), `confirmed` (`confirm_channel`), `glu_error`,
-    `stopped_by`, `n_steps`, `flow_status`, `t_flow`, `loss_flow`; `settings`;
-    `seconds` (wall time of the runs).
+    `stopped_by`, `n_steps`, `flow_status`, `t_flow`, `loss_flow`, `weightnorm_flow`
+    (at the end of the flow phase), `jump_cos` (cosine distance between the flow's end
+    and the final point, the authors' jump filter), `theta`, `theta_flow` (object arrays
+    of edge-weight vectors); `settings`; `seconds` (wall time of the runs).
     """
 
     records: dict
@@ -166,9 +169,16 @@ class ConvergenceStudy(eqx.Module):
             m &= self.records[k] == v
         return m
 
-    def summary(self, by=("activation", "bias", "r")) -> list[dict]:
+    def summary(self, by=("activation", "bias", "r"), unique: bool = True) -> list[dict]:
         """Per group: n, infinite / duplicate / confirmed / paper-channel counts,
-        fractions and Wilson 95% intervals, and the number of loss levels."""
+        fractions and Wilson 95% intervals, and the number of loss levels. The authors'
+        post-processing (`_solutions`): `kept` (runs passing the jump filter
+        `jump_cos < 1e-2`), `authors_channel` among the kept runs (`weightnorm` at the end
+        of the flow `> maxnorm` and closest first-layer pair at cosine distance < 1e-2,
+        their scaling-plot criterion), `infinite_kept` (final `weightnorm >= maxnorm`
+        among the kept), and with `unique` and `by` containing `r` and `bias`,
+        `n_unique` (Hungarian distance + their hierarchical clustering over the
+        group's runs)."""
         keys = [tuple(self.records[b][i] for b in by) for i in range(len(self.records["loss"]))]
         out = []
         for key in sorted(set(keys), key=lambda k: tuple(str(x) for x in k)):
@@ -182,6 +192,26 @@ class ConvergenceStudy(eqx.Module):
                 row[name] = k
                 row[f"{name}_fraction"] = k / n if n else float("nan")
                 row[f"{name}_ci"] = (lo, hi)
+            rec = self.records
+            if "jump_cos" in rec:
+                kept = m & (rec["jump_cos"] < JUMP_MAX_COS)
+                nk = int(kept.sum())
+                row["kept"] = nk
+                row["kept_ci"] = wilson_interval(nk, n)
+                for name, hit in (("infinite_kept", rec["infinite"]),
+                                  ("authors_channel", (rec["weightnorm_flow"] > self.settings["maxnorm"])
+                                   & (rec["min_cos"] < self.settings["channel_cos"]))):
+                    k = int((hit & kept).sum())
+                    row[name] = k
+                    row[f"{name}_fraction"] = k / nk if nk else float("nan")
+                    row[f"{name}_ci"] = wilson_interval(k, nk)
+            if unique and "theta" in rec and "r" in by and "bias" in by:
+                idx = np.flatnonzero(m)
+                th = np.stack([np.asarray(t, float) for t in rec["theta"][idx]])
+                fin = np.all(np.isfinite(th), axis=1)
+                net = DAGNetwork(mlp([self.settings.get("n_inputs", 2), int(row["r"]), 1], bias=bool(row["bias"])),
+                                 "softplus", edge_weights=th[0])
+                row["n_unique"] = count_unique_solutions(solution_distances(net, th[fin]))
             mse = self.records["mse"][m]
             row["n_levels"] = len(cluster_loss_levels(np.sort(mse)[::-1], 1e-3)[0])
             row["median_mse"] = float(np.median(mse))
@@ -192,18 +222,20 @@ class ConvergenceStudy(eqx.Module):
 
     def table(self, by=("activation", "bias", "r")) -> str:
         head = (" ".join(f"{b:>10}" for b in by) + f" {'n':>4} {'% inf':>6} {'95% CI':>13} {'confirmed':>9} "
-                f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'stopped by'}")
+                f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'stopped by'}")
         rows = [head, "-" * len(head)]
         for s in self.summary(by):
             ci, cd = s["infinite_ci"], s["duplicate_ci"]
             rows.append(" ".join(f"{str(s[b]):>10}" for b in by)
                         + f" {s['n']:>4} {100 * s['infinite_fraction']:>6.1f} [{100 * ci[0]:>4.1f}, {100 * ci[1]:>5.1f}]"
                         f" {s['confirmed']:>4}/{s['infinite']:<4} {100 * s['duplicate_fraction']:>6.1f}"
-                        f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s['stopped_by']}")
+                        f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s.get('n_unique', '-'):>6}"
+                        f" {s.get('kept', '-'):>4} {s.get('authors_channel', '-'):>4} {s['stopped_by']}")
         return "\n".join(rows)
 
     def to_dict(self) -> dict:
-        rec = {k: np.asarray(v).tolist() for k, v in self.records.items()}
+        rec = {k: ([np.asarray(t).tolist() for t in v] if np.asarray(v).dtype == object else np.asarray(v).tolist())
+               for k, v in self.records.items()}
         return dict(records=rec, settings=self.settings, seconds=self.seconds)
 
 
@@ -252,7 +284,8 @@ def convergence_study(
     d = X.shape[1]
     cols = {k: [] for k in ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite",
                             "min_l2", "min_cos", "duplicate", "channel_paper", "confirmed", "glu_error",
-                            "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow")}
+                            "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow", "weightnorm_flow",
+                            "jump_cos", "theta", "theta_flow")}
     t0 = time.perf_counter()
     grid = list(itertools.product(activations, biases, widths))
     for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
@@ -292,11 +325,27 @@ def convergence_study(
         cols["flow_status"] += np.asarray(res.flow_status).tolist()
         cols["t_flow"] += np.asarray(res.t_flow).tolist()
         cols["loss_flow"] += np.asarray(res.loss_flow).tolist()
-    records = {k: np.asarray(v) for k, v in cols.items()}
+        theta_flow = np.asarray(res.theta_flow)
+        cols["weightnorm_flow"] += (np.sum(theta_flow**2, axis=1) / (2 * theta_flow.shape[1])).tolist()
+        cols["jump_cos"] += jump_distance(theta_flow, theta).tolist()
+        cols["theta"] += list(theta)
+        cols["theta_flow"] += list(theta_flow)
+    records = {k: _column(v) for k, v in cols.items()}
     settings = dict(widths=[int(r) for r in widths], activations=list(activations), biases=[bool(b) for b in biases],
                     n_seeds=n_seeds, seed=seed, maxnorm=maxnorm, t1=t1, rtol=rtol, atol=atol,
                     max_flow_steps=max_flow_steps, max_steps=max_steps, patience=patience, g_tol=g_tol,
                     max_time=max_time, dup_tol=dup_tol, channel_cos=channel_cos, n_samples=int(X.shape[0]),
+                    n_inputs=int(d), jump_max_cos=JUMP_MAX_COS,
                     init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
                     flow=f"Kvaerno5 via {engine}", newton="ij.newton_phase (optimistix trust region, exact |H|)")
     return ConvergenceStudy(records=records, settings=settings, seconds=time.perf_counter() - t0)
+
+
+def _column(v: list) -> np.ndarray:
+    """A records column: a 1-D array; vectors (edge weights) go in an object array."""
+    if v and isinstance(v[0], np.ndarray):
+        out = np.empty(len(v), dtype=object)
+        for i, a in enumerate(v):
+            out[i] = a
+        return out
+    return np.asarray(v)

@@ -23,6 +23,7 @@ slots (for GPUs).
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, final
@@ -299,26 +300,32 @@ class SweepEngine(abc.ABC):
         # (for GPUs). Against gradient_flow / kink_aware_flow (other compiled programs)
         # it agrees to round-off amplified by adaptive stepping.
         map_all = jax.lax.map if exact else (lambda f, x: jax.vmap(f)(x))
-        active_all = jax.vmap(self.active)
+        self.init_fn = init_fn
+        # Every program takes `data` (the engine's arrays, `self.data`: e.g. the data set and
+        # the initial weights) as its first argument, never as a closed-over constant, so an
+        # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
 
-        def step_exact(st):
-            act = active_all(st)
+        def step_exact(m, st):
+            act = jax.vmap(m.active)(st)
             order = jnp.argsort(~act, stable=True)
 
             def one(j, st):
                 k = order[j]
-                s = self.advance_slot(jtu.tree_map(lambda a: a[k], st))
+                s = m.advance_slot(jtu.tree_map(lambda a: a[k], st))
                 return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s)
 
             return jax.lax.fori_loop(0, jnp.sum(act), one, st)
 
-        step_all = step_exact if exact else jax.vmap(self.advance_slot)
-
-        def refill(state, index, take):
-            fresh = map_all(lambda i: self.init_slot(init_fn(i), i, True), index)
+        def refill(data, state, index, take):
+            m = self.bind(data)
+            fresh = map_all(lambda i: m.init_slot(m.init(i), i, True), index)
             return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
 
-        def advance(state):
+        def advance(data, state):
+            m = self.bind(data)
+            active_all = jax.vmap(m.active)
+            step_all = (lambda st: step_exact(m, st)) if exact else jax.vmap(m.advance_slot)
+
             # Runs per device (shard_map): each device loops over its own slots.
             def cond(c):
                 i, st = c
@@ -331,33 +338,45 @@ class SweepEngine(abc.ABC):
             n, state = jax.lax.while_loop(cond, body, (jnp.asarray(0), state))
             return state, n[None], active_all(state)
 
-        def empty(index):
-            return map_all(lambda i: self.init_slot(init_fn(i), i, False), index)
+        def empty(data, index):
+            m = self.bind(data)
+            return map_all(lambda i: m.init_slot(m.init(i), i, False), index)
 
         P = PartitionSpec("slots")
 
         def local(f, n_in, n_out):
             # One device: no shard_map. Inside shard_map, lineax's structure check fails on
             # the manual-axis sharding of implicit solvers' Newton operators (Kvaerno5).
+            # `data` (the first argument) is replicated on every device.
             if nd == 1:
                 return f
-            return jax.shard_map(f, mesh=self.mesh, in_specs=(P,) * n_in,
+            return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) + (P,) * n_in,
                                  out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
 
-        self._refill = jax.jit(local(refill, 3, 1), donate_argnums=0)
-        self._advance = jax.jit(local(advance, 1, 3), donate_argnums=0)
-        def finalize(st, take):
+        self._refill = jax.jit(local(refill, 3, 1), donate_argnums=1)
+        self._advance = jax.jit(local(advance, 1, 3), donate_argnums=1)
+        def finalize(data, st, take):
             # records of the harvested slots only (exact mode skips the others; under vmap
             # the cond is a select)
+            m = self.bind(data)
+
             def one(s_t):
                 s, t = s_t
-                blank = jax.eval_shape(self.record, s)
-                return jax.lax.cond(t, self.record, lambda s: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank), s)
+                blank = jax.eval_shape(m.record, s)
+                return jax.lax.cond(t, m.record, lambda s: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank), s)
 
             return map_all(one, (st, take))
 
         self._finalize = jax.jit(local(finalize, 2, 1))
         self._empty = jax.jit(local(empty, 1, 1))
+
+    data: Any = ()
+    """The arrays the compiled programs take as their first argument (default: none)."""
+
+    def bind(self, data) -> "_Bound":
+        """The per-slot functions with `data` (traced inside a program) in place of
+        `self.data`. Default: `data` is unused and the methods are `self`'s."""
+        return _Bound(self.init_fn, self.init_slot, self.active, self.advance_slot, self.record)
 
     @abc.abstractmethod
     def init_slot(self, theta0, index, occupied):
@@ -391,7 +410,8 @@ class SweepEngine(abc.ABC):
         S = self.slots
         t_start = time.perf_counter()
         slot_idx = np.full(S, -1, dtype=np.int64)
-        state = self._empty(self._put(np.zeros(S, np.int32)))
+        data = self.data
+        state = self._empty(data, self._put(np.zeros(S, np.int32)))
         q = 0
         useful = iters = calls = 0
         while True:
@@ -404,15 +424,15 @@ class SweepEngine(abc.ABC):
                 new_idx[free[:n_new]] = indices[q:q + n_new]
                 slot_idx[free[:n_new]] = indices[q:q + n_new]
                 q += n_new
-                state = self._refill(state, self._put(new_idx), self._put(take))
+                state = self._refill(data, state, self._put(new_idx), self._put(take))
             if not np.any(slot_idx >= 0):
                 break
-            state, n, active = self._advance(state)
+            state, n, active = self._advance(data, state)
             calls += 1
             iters += int(np.sum(np.asarray(n))) * (S // len(self.mesh.devices.flat))
             done = (slot_idx >= 0) & ~np.asarray(active)
             if done.any():
-                rec = {k: np.asarray(v)[done] for k, v in self._finalize(state, self._put(done)).items()}
+                rec = {k: np.asarray(v)[done] for k, v in self._finalize(data, state, self._put(done)).items()}
                 useful += self.useful_work(rec)
                 slot_idx[done] = -1
                 on_results(rec)
@@ -428,13 +448,43 @@ class Engine(SweepEngine):
     """Plain gradient flow (`ij.gradient_flow`) in continuously refilled slots; one unit
     of work is one solver step.
 
-    **Arguments:** `problem` (from `make_problem`), then `SweepEngine`'s.
+    **Arguments:** `problem` (from `make_problem`), `init_fn` (`index -> theta0`, or
+    `None` with `init_table`), `init_table` (optional `(n, E)` initial weights: trajectory
+    `i` starts at row `i`), then `SweepEngine`'s. The problem's arrays (data, times) and
+    `init_table` are arguments of the compiled programs: `with_data` swaps them for new
+    ones of the same shapes without compiling again.
     """
 
-    def __init__(self, problem: _Problem, init_fn: Callable, *, slots: int = 64, steps_per_call: int = 64,
-                 devices=None, exact: bool = True):
+    def __init__(self, problem: _Problem, init_fn: Callable | None = None, *, init_table=None, slots: int = 64,
+                 steps_per_call: int = 64, devices=None, exact: bool = True):
+        if (init_fn is None) == (init_table is None):
+            raise ValueError("Give exactly one of init_fn and init_table.")
         self.problem = problem
+        self._static = eqx.filter(problem, eqx.is_array, inverse=True)
+        self.data = (eqx.filter(problem, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
         super().__init__(init_fn, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
+
+    def with_data(self, problem: _Problem, init_table=None) -> "Engine":
+        """Use `problem`'s arrays (e.g. another data set) and `init_table` from now on,
+        with the programs compiled for this engine. They must have the shapes and dtypes
+        of the current ones, and `problem` the same solver and options (the caller keys
+        its engines on them, as `sweep_flows` does). **Returns:** `self`."""
+        new = (eqx.filter(problem, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
+        old_s, new_s = jtu.tree_structure(self.data), jtu.tree_structure(new)
+        shapes = lambda t: [(a.shape, a.dtype) for a in jtu.tree_leaves(t)]  # noqa: E731
+        if old_s != new_s or shapes(self.data) != shapes(new):
+            raise ValueError("with_data needs arrays of the same structure, shapes and dtypes as the engine's; "
+                             "build a new Engine for a different problem.")
+        self.problem = problem
+        self.data = new
+        return self
+
+    def bind(self, data):
+        dyn, table = data
+        p = eqx.combine(dyn, self._static)
+        init = self.init_fn if table is None else (lambda i: table[i])
+        return _Bound(init, functools.partial(_init_slot, p), functools.partial(_active, p),
+                      functools.partial(_step_slot, p), functools.partial(_finalize_slot, p))
 
     def init_slot(self, theta0, index, occupied):
         return _init_slot(self.problem, theta0, index, occupied)
@@ -450,6 +500,14 @@ class Engine(SweepEngine):
 
     def useful_work(self, rec):
         return int(rec["num_steps"].sum())
+
+
+class _Bound(NamedTuple):
+    init: Callable
+    init_slot: Callable
+    active: Callable
+    advance_slot: Callable
+    record: Callable
 
 
 def _bcast(mask, a):

@@ -206,8 +206,8 @@ def sweep_flows(
     else:
         problem = make_problem(template, X, Y, t1, options=opts, saveat=save, stop=stop, loss=loss,
                                weight_decay=weight_decay)
-        engine = Engine(problem, lambda i: thetas[i], slots=slots, steps_per_call=steps_per_call or 64,
-                        devices=devices, exact=exact)
+        engine = _flow_engine(problem, thetas, slots=slots, steps_per_call=steps_per_call or 64, devices=devices,
+                              exact=exact, key=(jax.tree.structure(template), opts, save, stop, loss, float(weight_decay)))
     parts: list[dict] = []
     bar, update = _progress(len(thetas), 0, progress)
     try:
@@ -237,6 +237,26 @@ def manifest_for(config: SweepConfig) -> dict:
 
 
 _ENGINES: dict = {}
+_FLOW_ENGINES: dict = {}
+
+
+def _flow_engine(problem, thetas, *, slots, steps_per_call, devices, exact, key) -> Engine:
+    """A `sweep_flows` engine: compiled once per graph, activations, options and array
+    shapes (`key` + the shapes and dtypes of the problem's arrays and `thetas`), then
+    reused with new data (`Engine.with_data`): the data set, `t1` and the initial weights
+    are arguments of its programs, not constants. The 8 most recent engines are kept."""
+    arrays = jax.tree.leaves(eqx.filter(problem, eqx.is_array))
+    full = (key, tuple((a.shape, str(a.dtype)) for a in arrays), thetas.shape, str(thetas.dtype), int(slots),
+            int(steps_per_call), bool(exact), None if devices is None else tuple(devices))
+    engine = _FLOW_ENGINES.get(full)
+    if engine is not None:
+        return engine.with_data(problem, thetas)
+    engine = Engine(problem, init_table=thetas, slots=slots, steps_per_call=steps_per_call, devices=devices,
+                    exact=exact)
+    if len(_FLOW_ENGINES) >= 8:
+        _FLOW_ENGINES.pop(next(iter(_FLOW_ENGINES)))
+    _FLOW_ENGINES[full] = engine
+    return engine
 
 # job-array environment variables: (index, first index, count) per scheduler
 _JOB_ARRAYS = (("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT"),
