@@ -66,11 +66,12 @@ def main():
                                 saveat=ij.SaveTimes(n_save=11)), init, slots=args.slots)
     arms["engine tsit5 1e-8"] = run_engine(plain, n)
     for name, solver, tol in (("kink tsit5 1e-8", "tsit5", 1e-8), ("kink gauss4 1e-6", "gauss4", 1e-6)):
-        eng = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, solver=ij.SolverOptions(solver, rtol=tol, atol=tol),
-                         n_save=11)
+        eng = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, options=ij.SolverOptions(solver, rtol=tol, atol=tol),
+                         saveat=ij.SaveTimes(n_save=11))
         arms[name] = run_engine(eng, n)
 
-    ref = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, solver="tsit5", rtol=1e-12, atol=1e-12, n_save=2)
+    ref = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, saveat=ij.SaveTimes(n_save=2),
+                     options=ij.SolverOptions("tsit5", rtol=1e-12, atol=1e-12, max_steps=10_000))
     ref_rec, _ = run_engine(ref, n)
     th_ref = ref_rec["theta_final"]
     sliding = ref_rec["num_sliding_entries"] > 0

@@ -170,8 +170,9 @@ def count_kink_work(template, X, Y, thetas):
 
     KinkProblem.cond_value = counted
     try:
-        eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=1, exact=True, solver="tsit5",
-                         rtol=TOL, atol=TOL, n_save=N_SAVE)
+        eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=1, exact=True,
+                         options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
+                         saveat=ij.SaveTimes(n_save=N_SAVE))
         for i in range(thetas.shape[0]):
             counts.update(grad=0, cond=0)
             rec = []
@@ -232,8 +233,9 @@ def main():
             if "kink" in args.arms:
                 kink_modes = [vmap_mode] + ([True] if args.also_vmap_engine and not vmap_mode else [])
                 for vm in kink_modes:
-                    eng = KinkEngine(template, X, Y, T1, init, slots=slots, exact=not vm, solver="tsit5", rtol=TOL,
-                                     atol=TOL, n_save=N_SAVE)
+                    eng = KinkEngine(template, X, Y, T1, init, slots=slots, exact=not vm,
+                                     options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
+                                     saveat=ij.SaveTimes(n_save=N_SAVE))
                     c, s, rec, st = run_engine(eng, n)
                     costs.measure()
                     arms.append(dict(arm="kink-aware (tsit5 inside)", mode="vmap" if vm else "exact", compile_s=c,

@@ -32,7 +32,7 @@ from .kinks import KinkFlow, kink_aware_flow
 from .losses import (bce, check_data, edge_loss_fn, gauss_hermite, get_loss, hessian, hessian_spectrum,
                      loss_gradient, mse, network_loss, population_loss, weighted_mse)
 from .network import DAGNetwork, init_edge_weights
-from .options import SaveTimes, SolverOptions, StopRules, log_times
+from .options import KinkOptions, SaveTimes, SolverOptions, StopRules, log_times
 from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
 from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,
                            matrix_nuclear_norm, nuclear_norm, nuclear_upper_bound, nuclear_working_set)
@@ -57,7 +57,7 @@ __all__ = [
     "Connectivity", "BalanceCondition", "connectivity", "frozen_mask", "lp_min_q",
     # statuses and options
     "RESULTS", "result_code", "result_from_code", "result_name", "result_message", "is_success",
-    "SolverOptions", "SaveTimes", "StopRules", "log_times",
+    "SolverOptions", "SaveTimes", "StopRules", "KinkOptions", "log_times",
     # flows
     "SOLVERS", "get_solver", "GaussLegendre", "Projected", "hessian_kvaerno5", "rescale_to_conserved",
     "Flow", "gradient_flow", "flow_field", "trajectory_record", "ConservationReport", "check_conservation",

@@ -4,6 +4,14 @@ needs looking at."""
 
 from __future__ import annotations
 
+import contextlib
+
+# Equinox's runtime-error mode (`EQX_ON_ERROR`: "raise", "breakpoint", "nan" or "off"),
+# a module-level setting read when `eqx.error_if` is traced. It is public only as an
+# environment variable read once at import; `cacheable_checks` below switches it for
+# one trace, which needs the module attribute.
+import equinox._errors as _eqx_errors
+
 # `diffeqsolve` wraps the user's terms in `WrapTerm(term, direction)` before stepping.
 # The sweep engine steps diffrax solvers itself (solver.init / solver.step, as
 # `diffeqsolve`'s loop does), and must hand them the same wrapped term to reproduce
@@ -15,7 +23,7 @@ from diffrax._term import WrapTerm
 # sweep engine does the same substitution, so it needs to recognise the sentinel.
 from diffrax._root_finder import use_stepsize_tol
 
-__all__ = ["WrapTerm", "use_stepsize_tol", "enumeration_table"]
+__all__ = ["WrapTerm", "use_stepsize_tol", "enumeration_table", "cacheable_checks"]
 
 
 def enumeration_table(enumeration) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -30,3 +38,24 @@ def enumeration_table(enumeration) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for name, item in enumeration._name_to_item.items():
         names[int(item._value)] = name
     return tuple(names), messages
+
+
+@contextlib.contextmanager
+def cacheable_checks():
+    """Trace `diffeqsolve`'s input checks without host callbacks.
+
+    `diffeqsolve` checks with `eqx.error_if` that `SaveAt` times lie in `[t0, t1]` and
+    increase. With a traced `t0` (a kink-aware segment starts where the last event was)
+    each check becomes a host callback, and JAX's persistent compilation cache refuses
+    programs with host callbacks. The kink-aware driver clips and sorts a segment's save
+    times into `[t, t1]` by construction, so these checks cannot fire there; it traces
+    them with equinox's `on_error="off"` (the module-level `EQX_ON_ERROR` of
+    `equinox._errors`, read at trace time; there is no public per-call switch). Only
+    for code whose checks cannot fire: the solve itself runs with `throw=False`, so its
+    failures are data either way."""
+    old = _eqx_errors.EQX_ON_ERROR
+    _eqx_errors.EQX_ON_ERROR = "off"
+    try:
+        yield
+    finally:
+        _eqx_errors.EQX_ON_ERROR = old

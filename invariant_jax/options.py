@@ -5,7 +5,8 @@
 - `SolverOptions`: the solver, its tolerances, step budget and first step;
 - `SaveTimes`: the times at which a flow is saved;
 - `StopRules`: the early-stopping rules, with the one condition (`StopRules.hits`) that
-  both the diffrax `Event` of `gradient_flow` and the sweep engine evaluate.
+  both the diffrax `Event` of `gradient_flow` and the sweep engine evaluate;
+- `KinkOptions`: how the kink-aware flow locates and resolves kink events.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "SolverOptions",
     "SaveTimes",
     "StopRules",
+    "KinkOptions",
     "as_solver_options",
     "as_save_times",
     "check_positive",
@@ -276,6 +278,40 @@ class StopRules(eqx.Module):
         """The `RESULTS` code of the first rule that holds in `hits`, else `otherwise`."""
         codes = jnp.asarray([int(result_code(r)) for r in STOP_RESULTS], jnp.int32)
         return jnp.where(jnp.any(hits), codes[jnp.argmax(hits)], jnp.asarray(otherwise, jnp.int32))
+
+
+# ------------------------------------------------------------------ kink events
+
+
+class KinkOptions(eqx.Module):
+    """How `kink_aware_flow` (and a kink-aware sweep) locates and resolves the events
+    where an activation pattern changes.
+
+    **Fields:**
+
+    - `max_events`: cap on located events per trajectory (an integer >= 1; each restart
+        is one); hitting it sets `KinkFlow.events_exhausted` and `result` to
+        `RESULTS.max_events_reached`.
+    - `max_sliding`: most (sample, node) pairs that may slide at once (an integer >= 0;
+        static: the size of the slot arrays). Each pair *actually* sliding costs about two
+        gradient evaluations per field evaluation; empty slots cost nothing. 0 disables
+        sliding (the trajectory then crosses back and forth, counted as ambiguous events).
+    - `event_tol`: absolute tolerance, in time, of the root finder that locates events
+        (positive).
+    - `surface_tol`: pre-activations (relative to `max |z|`) and sliding weights within
+        this of 0 at an event count as on their surface (positive).
+    """
+
+    max_events: int = 1_000
+    max_sliding: int = 16
+    event_tol: float = 1e-13
+    surface_tol: float = 1e-9
+
+    def __check_init__(self):
+        check_integer("max_events", self.max_events, minimum=1)
+        check_integer("max_sliding", self.max_sliding, minimum=0)
+        check_positive("event_tol", self.event_tol)
+        check_positive("surface_tol", self.surface_tol)
 
 
 # ------------------------------------------------------------------ thin keywords

@@ -37,11 +37,13 @@ def test_non_piecewise_linear_activation_is_refused():
 def test_bad_options():
     net, X, Y = sliding_case()
     with pytest.raises(ValueError, match="max_sliding"):
-        kink_aware_flow(net, X, Y, 1.0, max_sliding=-1)
+        kink_aware_flow(net, X, Y, 1.0, kinks=ij.KinkOptions(max_sliding=-1))
     with pytest.raises(ValueError, match="t0 < t1"):
         kink_aware_flow(net, X, Y, 0.0)
     with pytest.raises(ValueError, match="event_tol"):
-        kink_aware_flow(net, X, Y, 1.0, event_tol=0.0)
+        kink_aware_flow(net, X, Y, 1.0, kinks=ij.KinkOptions(event_tol=0.0))
+    with pytest.raises(TypeError, match="KinkOptions"):
+        kink_aware_flow(net, X, Y, 1.0, kinks=dict(max_events=3))
 
 
 def test_constructed_sliding_case_stays_on_surface():
@@ -121,7 +123,8 @@ def test_event_time_located_to_root_finder_tolerance():
     g = ij.mlp([3, 6, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
-    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-12, atol=1e-12, max_events=1, event_tol=1e-13)
+    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-12, atol=1e-12,
+                         kinks=ij.KinkOptions(max_events=1, event_tol=1e-13))
     assert bool(kf.events_exhausted)
     t_ev = float(kf.event_times[0])
     th = kf.flow.theta_final

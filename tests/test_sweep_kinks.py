@@ -137,8 +137,9 @@ def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
     X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
     thetas = jax.numpy.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(40)])
     template = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
-    eng = KinkEngine(template, X, Y, 1.0, lambda i: thetas[i], slots=8, solver=solver, rtol=ref["tol"],
-                     atol=ref["tol"], n_save=11)
+    eng = KinkEngine(template, X, Y, 1.0, lambda i: thetas[i], slots=8,
+                     options=ij.SolverOptions(solver, rtol=ref["tol"], atol=ref["tol"], max_steps=10_000),
+                     saveat=ij.SaveTimes(n_save=11))
     parts = []
     eng.run(np.arange(40), on_results=parts.append)
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -148,3 +149,45 @@ def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
         assert rec[k][order].tolist() == ref[k], k
     # steps: equal up to an accept/reject flip per segment
     assert abs(int(rec["num_steps"].sum()) - sum(ref["num_steps"])) <= 2 * int(rec["num_events"].sum())
+
+
+def test_kink_options_are_one_validated_object_everywhere(problem):
+    X, Y, nets, _ = problem
+    from invariant_jax.cli import build_parser
+    from invariant_jax.cli._sweep import config_from_args
+
+    # validated once, on construction, with the words of the other option objects
+    with pytest.raises(ValueError, match="max_events must be a positive integer"):
+        ij.KinkOptions(max_events=0)
+    with pytest.raises(TypeError, match="max_sliding must be an integer >= 0"):
+        ij.KinkOptions(max_sliding=2.0)
+    with pytest.raises(ValueError, match="surface_tol must be a positive finite number"):
+        SweepConfig(surface_tol=-1.0)
+    assert ij.KinkOptions() == ij.KinkOptions(max_events=1000, max_sliding=16, event_tol=1e-13, surface_tol=1e-9)
+    # SweepConfig and the CLI carry the same four fields
+    cfg = SweepConfig(max_events=7, event_tol=1e-12)
+    assert cfg.kink_options == ij.KinkOptions(max_events=7, event_tol=1e-12)
+    assert SweepConfig.from_dict(cfg.to_dict()) == cfg
+    args = build_parser().parse_args(["sweep", "--max-events", "7", "--event-tol", "1e-12"])
+    assert config_from_args(args)[0].kink_options == cfg.kink_options
+    # at their defaults they stay out of the stored config, so older folders' hashes hold
+    assert not {"max_events", "max_sliding", "event_tol", "surface_tol"} & set(SweepConfig().to_dict())
+    assert cfg.to_dict()["max_events"] == 7 and "max_sliding" not in cfg.to_dict()
+    # they only mean something for kink-aware sweeps
+    with pytest.raises(ValueError, match="max_events only apply to kink-aware sweeps"):
+        SweepConfig(kink_aware=False, max_events=7)
+    with pytest.raises(ValueError, match="only applies to kink-aware sweeps"):
+        ij.sweep_flows(nets, X, Y, 1.0, kink_aware=False, kinks=ij.KinkOptions(), **OPTS)
+
+
+def test_sweep_passes_kink_options_to_every_trajectory(problem):
+    # max_events=1 stops every trajectory that has an event (kink_aware_flow alone, with
+    # the defaults, says which do) at its first one, with max_events_reached
+    X, Y, nets, alone = problem
+    r = ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, kinks=ij.KinkOptions(max_events=1), slots=2, **OPTS)
+    had_events = np.array([int(kf.num_events) > 0 for kf in alone])
+    assert had_events.sum() >= 3
+    np.testing.assert_array_equal(r.kink["num_events"], had_events.astype(int))
+    names = ij.result_name(r.result)
+    assert [n == "max_events_reached" for n in names] == had_events.tolist()
+    assert np.all(r.t_final[had_events] < 1.0)

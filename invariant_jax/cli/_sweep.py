@@ -68,6 +68,14 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
                         "(--solver is then the solver inside a pattern, e.g. gauss4)")
     f.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=S,
                    help="relu/leaky_relu: plain integration across the kinks (not exact there)")
+    f.add_argument("--max-events", type=int, default=S,
+                   help="kink-aware: cap on located kink events per trajectory (default 1000; ij.KinkOptions)")
+    f.add_argument("--max-sliding", type=int, default=S,
+                   help="kink-aware: most (sample, node) pairs sliding at once (default 16; 0 disables sliding)")
+    f.add_argument("--event-tol", type=float, default=S,
+                   help="kink-aware: time tolerance of the event root finder (default 1e-13)")
+    f.add_argument("--surface-tol", type=float, default=S,
+                   help="kink-aware: |z| <= surface_tol * max|z| at an event counts as on the surface (default 1e-9)")
     e = p.add_argument_group("engine and output")
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
     e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")

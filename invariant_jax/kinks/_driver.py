@@ -9,7 +9,6 @@ as trajectories finish."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import diffrax
@@ -19,11 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from .._diffrax_compat import cacheable_checks
 from .._results import RESULTS
 from ..flow import Flow
 from ..losses import check_data, get_loss
 from ..network import DAGNetwork
-from ..options import SaveTimes, SolverOptions, as_save_times, as_solver_options, check_integer, check_positive
+from ..options import KinkOptions, SaveTimes, SolverOptions, as_save_times, as_solver_options
 from ..solvers import GaussLegendre, gl_step
 from ._filippov import KinkProblem, slot_mask
 from ._illinois import Illinois
@@ -106,27 +106,6 @@ class KinkState(eqx.Module):
     done: Array
 
 
-@contextlib.contextmanager
-def _cacheable_checks():
-    """Trace `diffeqsolve`'s input checks without host callbacks.
-
-    `diffeqsolve` checks with `eqx.error_if` that `SaveAt` times lie in `[t0, t1]` and
-    increase. With a traced `t0` (a segment starts where the last event was) each check
-    becomes a host callback, and JAX's persistent compilation cache refuses programs
-    with host callbacks. The segment's save times are clipped into `[t, t1]` and sorted
-    by construction, so these checks cannot fire; they are traced with equinox's
-    `on_error="off"` (a module-level setting of `equinox._errors`, read at trace time).
-    The solve itself runs with `throw=False`, so its failures are data either way."""
-    import equinox._errors as eqx_errors  # equinox internals: the one name below
-
-    old = eqx_errors.EQX_ON_ERROR
-    eqx_errors.EQX_ON_ERROR = "off"
-    try:
-        yield
-    finally:
-        eqx_errors.EQX_ON_ERROR = old
-
-
 class _Sol(eqx.Module):
     ts: Array
     ys: Array
@@ -184,7 +163,7 @@ class KinkIntegrator(eqx.Module):
 
         tclip = jnp.clip(ts, c.t, t1)
         controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, step_ts=tclip if self.is_gl else None)
-        with _cacheable_checks():
+        with cacheable_checks():
             sol = self._solve(vf, cond_fn, tclip, controller, c)
         t_end = sol.ts[1][-1]
         y_end = sol.ys[1][-1]
@@ -323,6 +302,10 @@ def _check_piecewise_linear(net: DAGNetwork):
         )
 
 
+KINK_MAX_STEPS = 10_000
+"""The step budget of each segment when `kink_aware_flow` gets a solver name."""
+
+
 def make_kink_integrator(
     net: DAGNetwork,
     X: ArrayLike,
@@ -330,38 +313,34 @@ def make_kink_integrator(
     t1: float,
     *,
     t0: float = 0.0,
-    solver: str | diffrax.AbstractSolver | SolverOptions = "gauss4",
-    rtol: float | None = None,
-    atol: float | None = None,
-    saveat: SaveTimes | ArrayLike | None = None,
-    n_save: int | None = None,
-    max_events: int = 1_000,
-    max_sliding: int = 16,
-    event_tol: float = 1e-13,
-    surface_tol: float = 1e-9,
+    options: SolverOptions = SolverOptions("gauss4", max_steps=KINK_MAX_STEPS),
+    saveat: SaveTimes = SaveTimes(),
+    kinks: KinkOptions = KinkOptions(),
     loss: str | Callable = "mse",
 ) -> KinkIntegrator:
-    """Validate `kink_aware_flow`'s options and build its `KinkIntegrator` (the
-    arguments are `kink_aware_flow`'s; the network's weights are not used)."""
+    """Check the data against the options and build the `KinkIntegrator` of
+    `kink_aware_flow` (the analogue of the sweep engine's `make_problem`; the network's
+    weights are not used). The options are the objects that `kink_aware_flow` builds from
+    its keywords: `options` (an `ij.SolverOptions`), `saveat` (an `ij.SaveTimes`),
+    `kinks` (an `ij.KinkOptions`)."""
     if not isinstance(net, DAGNetwork):
         raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
+    for name, v, cls in (("options", options, SolverOptions), ("saveat", saveat, SaveTimes),
+                         ("kinks", kinks, KinkOptions)):
+        if not isinstance(v, cls):
+            raise TypeError(f"{name} must be an ij.{cls.__name__}(...); got {v!r}.")
     _check_piecewise_linear(net)
     X, Y = check_data(net.graph, X, Y)
     dtype = jnp.result_type(net.weights.dtype, X.dtype)
     X, Y = X.astype(dtype), Y.astype(dtype)
-    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=10_000)
-    ts = jnp.asarray(as_save_times(saveat, n_save).times(t0, t1), dtype)
-    opts.check_dtype(dtype)
-    check_positive("event_tol", event_tol)
-    check_positive("surface_tol", surface_tol)
-    check_integer("max_events", max_events, minimum=1)
-    check_integer("max_sliding", max_sliding, minimum=0)
+    ts = jnp.asarray(saveat.times(t0, t1), dtype)
+    options.check_dtype(dtype)
     get_loss(loss)
     return KinkIntegrator(
-        prob=KinkProblem.build(net, X, Y, loss, int(max_sliding)), ts=ts, inner=opts.get_solver(),
-        rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype), t0=float(t0), t1=float(t1),
-        max_steps=int(opts.max_steps), max_events=int(max_events), event_tol=float(event_tol),
-        surface_tol=float(surface_tol), tolerances=(float(opts.rtol), float(opts.atol)),
+        prob=KinkProblem.build(net, X, Y, loss, int(kinks.max_sliding)), ts=ts, inner=options.get_solver(),
+        rtol=jnp.asarray(options.rtol, dtype), atol=jnp.asarray(options.atol, dtype), t0=float(t0), t1=float(t1),
+        max_steps=int(options.max_steps), max_events=int(kinks.max_events), event_tol=float(kinks.event_tol),
+        surface_tol=float(kinks.surface_tol), tolerances=(float(options.rtol), float(options.atol)),
     )
 
 
@@ -377,10 +356,7 @@ def kink_aware_flow(
     atol: float | None = None,
     saveat: SaveTimes | ArrayLike | None = None,
     n_save: int | None = None,
-    max_events: int = 1_000,
-    max_sliding: int = 16,
-    event_tol: float = 1e-13,
-    surface_tol: float = 1e-9,
+    kinks: KinkOptions = KinkOptions(),
     loss: str | Callable = "mse",
 ) -> KinkFlow:
     """Gradient flow of a ReLU / leaky-ReLU network that integrates within activation
@@ -392,19 +368,14 @@ def kink_aware_flow(
         `gradient_flow`.
     - `solver`: the solver inside each pattern: an `ij.SolverOptions`, or a name in
         `ij.SOLVERS` or a diffrax solver (then with `rtol`, `atol` and a step budget
-        `max_steps=10_000`). `SolverOptions.max_steps` is the step budget of each
+        `max_steps=10_000`, `KINK_MAX_STEPS`). `SolverOptions.max_steps` is the step budget of each
         segment between events; `dt0` and `stepsize_controller` are not used. The
         default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to round-off;
         `"tsit5"` is cheaper per step but conserves only to tolerance.
-    - `max_events`: cap on located events (each restart is one); hitting it sets
-        `events_exhausted` and `result` to `RESULTS.max_events_reached`.
-    - `max_sliding`: most pairs that may slide at once (static: the size of the slot
-        arrays). Each pair *actually* sliding costs about two gradient evaluations per
-        field evaluation; empty slots cost nothing. 0 disables sliding (the trajectory
-        then crosses back and forth, counted as ambiguous events).
-    - `event_tol`: absolute tolerance, in time, of the root finder that locates events.
-    - `surface_tol`: pre-activations (relative to `max |z|`) and sliding weights within
-        this of 0 at an event count as on their surface.
+    - `kinks`: an `ij.KinkOptions`: the cap on events (`max_events`; hitting it sets
+        `events_exhausted` and `result` to `RESULTS.max_events_reached`), on pairs
+        sliding at once (`max_sliding`), and the tolerances of event location
+        (`event_tol`) and of "on the surface" (`surface_tol`). Default `KinkOptions()`.
 
     **Returns:** a `KinkFlow`.
 
@@ -412,8 +383,8 @@ def kink_aware_flow(
     shapes, solver and options), reused by later calls with other weights or data.
     """
     integ = make_kink_integrator(
-        net, X, Y, t1, t0=t0, solver=solver, rtol=rtol, atol=atol, saveat=saveat, n_save=n_save,
-        max_events=max_events, max_sliding=max_sliding, event_tol=event_tol, surface_tol=surface_tol, loss=loss,
+        net, X, Y, t1, t0=t0, options=as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS),
+        saveat=as_save_times(saveat, n_save), kinks=kinks, loss=loss,
     )
     dtype = integ.prob.X.dtype
     return _kink_flow(integ, net, net.edge_weights().astype(dtype), loss)

@@ -14,10 +14,13 @@ from ..activations import ACTIVATIONS
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
 from ..network import INITIALIZERS
-from ..options import SaveTimes, SolverOptions, StopRules, check_integer, check_positive
+from ..options import KinkOptions, SaveTimes, SolverOptions, StopRules, check_integer, check_positive
 from ._kink import kink_aware_default
 
 BUILDERS = ("example", "mlp", "random", "edges")
+
+_KINK_FIELDS = ("max_events", "max_sliding", "event_tol", "surface_tol")  # those of KinkOptions
+_KINK_DEFAULTS = {name: getattr(KinkOptions(), name) for name in _KINK_FIELDS}
 
 
 def check_kink_options(options: SolverOptions, stop: StopRules, weight_decay: float) -> None:
@@ -59,6 +62,10 @@ class SweepConfig:
         decay). `None` (the default) resolves on construction: `True` for relu /
         leaky_relu (the exact method) unless a stopping rule or weight decay is set,
         `False` otherwise. Set `False` to opt out.
+    - `max_events`, `max_sliding`, `event_tol`, `surface_tol`: the fields of
+        `ij.KinkOptions` (`config.kink_options`), for kink-aware sweeps only. At their
+        defaults they are left out of `to_dict()` (and so of the config hash), so that
+        folders written before these fields existed still resume.
     """
 
     graph: str = "example"
@@ -93,6 +100,10 @@ class SweepConfig:
     loss: str = "mse"
     weight_decay: float = 0.0
     kink_aware: bool | None = None
+    max_events: int = _KINK_DEFAULTS["max_events"]
+    max_sliding: int = _KINK_DEFAULTS["max_sliding"]
+    event_tol: float = _KINK_DEFAULTS["event_tol"]
+    surface_tol: float = _KINK_DEFAULTS["surface_tol"]
 
     def __post_init__(self):
         for name in ("widths", "edges", "inputs", "outputs", "constants"):
@@ -150,6 +161,11 @@ class SweepConfig:
                 raise ValueError(f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
                                  f"{self.activation!r}. For smooth activations set kink_aware = false.")
             check_kink_options(options, stop, self.weight_decay)
+        kinks = self.kink_options
+        if not self.kink_aware and kinks != KinkOptions():
+            set_ = [n for n in _KINK_FIELDS if getattr(self, n) != _KINK_DEFAULTS[n]]
+            raise ValueError(f"{', '.join(set_)} only apply to kink-aware sweeps; drop "
+                             f"{'it' if len(set_) == 1 else 'them'} or set kink_aware = true.")
         if self.graph == "edges" and not (self.edges and self.inputs and self.outputs):
             raise ValueError("graph='edges' needs `edges`, `inputs` and `outputs`.")
 
@@ -169,10 +185,20 @@ class SweepConfig:
         return StopRules(grad_norm_tol=self.grad_norm_tol, loss_floor=self.loss_floor,
                          max_param_norm=self.max_param_norm)
 
+    @property
+    def kink_options(self) -> KinkOptions:
+        """`KinkOptions(max_events, max_sliding, event_tol, surface_tol)` of this sweep."""
+        return KinkOptions(max_events=self.max_events, max_sliding=self.max_sliding, event_tol=self.event_tol,
+                           surface_tol=self.surface_tol)
+
     # ------------------------------------------------------------------ io
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values; the `KinkOptions` fields only where they differ
+        from their defaults (so the config hash of a sweep that does not set them is the
+        one it had before they existed)."""
         d = dataclasses.asdict(self)
+        d = {k: v for k, v in d.items() if not (k in _KINK_DEFAULTS and v == _KINK_DEFAULTS[k])}
         return {k: (list(map(list, v)) if k == "edges" else list(v) if isinstance(v, tuple) else v)
                 for k, v in d.items()}
 

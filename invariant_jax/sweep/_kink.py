@@ -62,16 +62,17 @@ class KinkEngine(SweepEngine):
 
     **Arguments:** `net` (template network: graph and activations), `X`, `Y`, `t1`,
     `init_fn` (`index -> theta0`), `slots`, `steps_per_call` (segments per slot between
-    harvests; default 64 in exact mode, where an idle slot costs nothing, 4 under vmap), `devices`, `exact` (see `SweepEngine`), and `**flow_options` passed to
-    `kink_aware_flow` (`solver`, `rtol`, `atol`, `n_save`, `max_steps`, ...; validated here,
-    before any compilation).
+    harvests; default 64 in exact mode, where an idle slot costs nothing, 4 under vmap), `devices`, `exact` (see `SweepEngine`), and `**options` passed to
+    `ij.kinks.make_kink_integrator`: `t0`, `options` (an `ij.SolverOptions`), `saveat`
+    (an `ij.SaveTimes`), `kinks` (an `ij.KinkOptions`), `loss` -- the objects
+    `kink_aware_flow` builds from its keywords; checked here, before any compilation.
     """
 
     def __init__(self, net: DAGNetwork, X, Y, t1: float, init_fn: Callable, *, slots: int = 64,
-                 steps_per_call: int | None = None, devices=None, exact: bool = True, **flow_options):
+                 steps_per_call: int | None = None, devices=None, exact: bool = True, **options):
         self.net = net
-        self.integrator = make_kink_integrator(net, X, Y, t1, **flow_options)
-        self.loss = flow_options.get("loss", "mse")
+        self.integrator = make_kink_integrator(net, X, Y, t1, **options)
+        self.loss = options.get("loss", "mse")
         dtype = self.integrator.prob.X.dtype
         if steps_per_call is None:
             steps_per_call = KINK_STEPS_PER_CALL_EXACT if exact else KINK_STEPS_PER_CALL

@@ -21,7 +21,7 @@ from .._results import STATUSES, is_success, result_name
 from .._version import __version__
 from ..losses import check_data
 from ..network import DAGNetwork, init_edge_weights
-from ..options import SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
+from ..options import KinkOptions, SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
 from ._config import SweepConfig, check_kink_options
 from ._engine import Engine, EngineStats, make_problem
 from ._kink import KINK_FIELDS, KinkEngine, kink_aware_default
@@ -146,6 +146,7 @@ def sweep_flows(
     devices=None,
     progress: bool = False,
     kink_aware: bool | None = None,
+    kinks: KinkOptions | None = None,
 ) -> SweepResult:
     """Gradient flow from every network of a batch, through the continuous-batching
     engine. Trajectory `i` equals `ij.gradient_flow(nets[i], X, Y, t1, ...)` with the same
@@ -174,6 +175,8 @@ def sweep_flows(
         `None` (default): on for networks with kinked piecewise-linear activations
         (relu, leaky_relu) unless `dt0`, a stopping rule or weight decay is set (the
         kink-aware integrator does not support them), off otherwise. `False` opts out.
+    - `kinks`: the `ij.KinkOptions` of a kink-aware sweep (as in `kink_aware_flow`;
+        default `KinkOptions()`); an error for a sweep that is not kink-aware.
 
     **Returns:** a `SweepResult` (`index` = position in the batch).
     """
@@ -199,10 +202,14 @@ def sweep_flows(
     save = as_save_times(saveat, n_save)
     opts.check_dtype(jnp.zeros(()).dtype)
     check_positive("weight_decay", weight_decay, allow_zero=True)
+    if kinks is not None and not kink_aware:
+        raise ValueError("kinks=KinkOptions(...) only applies to kink-aware sweeps (relu / leaky_relu without "
+                         "stopping rules or weight decay); drop it or pass kink_aware=True.")
     if kink_aware:
         check_kink_options(opts, stop, weight_decay)
         engine = KinkEngine(template, X, Y, t1, lambda i: thetas[i], slots=slots, devices=devices, exact=exact,
-                            steps_per_call=steps_per_call, solver=opts, saveat=save, loss=loss)
+                            steps_per_call=steps_per_call, options=opts, saveat=save,
+                            kinks=KinkOptions() if kinks is None else kinks, loss=loss)
     else:
         problem = make_problem(template, X, Y, t1, options=opts, saveat=save, stop=stop, loss=loss,
                                weight_decay=weight_decay)
@@ -397,8 +404,8 @@ def _engine(config, graph, X, Y, *, slots, steps_per_call, exact, devices):
         return engine
     if config.kink_aware:
         engine = KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
-                            steps_per_call=steps_per_call, devices=devices, exact=exact, solver=config.solver_options,
-                            saveat=config.save_times, loss=config.loss)
+                            steps_per_call=steps_per_call, devices=devices, exact=exact, options=config.solver_options,
+                            saveat=config.save_times, kinks=config.kink_options, loss=config.loss)
     else:
         problem = make_problem(template, X, Y, config.t1, options=config.solver_options,
                                saveat=config.save_times, stop=config.stop_rules, loss=config.loss,
