@@ -371,9 +371,9 @@ def flow_then_newton(
     `newton_phase`).
 
     `engine="sweep"` (default) flows through `ij.sweep_flows` (`slots`, `exact`);
-    `engine="vmap"` runs one `eqx.filter_vmap` of `gradient_flow`, compiled once per
-    graph, activation and data shape, so new data of the same shape (e.g. a new GP
-    teacher) reuses it (`sweep_flows` compiles again for every call with new data).
+    `engine="vmap"` runs one `eqx.filter_vmap` of `gradient_flow`. Both are compiled
+    once per graph, activation, options and data shape, so new data of the same shape
+    (e.g. a new GP teacher) reuses the compiled program.
 
     **Returns:** a `ConvergeResult` with the flow's state in `theta_flow`, `loss_flow`,
     `t_flow`, `flow_status`.
