@@ -61,7 +61,7 @@ def train_arm(nets, d, arm, lam, *, epochs, log_every):
     reg = {"none": None, "nuclear-subgrad": "nuclear"}.get(arm, arm)
     return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd",
                   learning_rate=0.2, epochs=epochs, log_every=log_every, regularizer=reg, strength=lam,
-                  proximal=arm in ("l1", "nuclear"), cut_tol=0.0)
+                  proximal=arm in ("l1", "nuclear"), tol=0.0)
 
 
 def main(argv=None):

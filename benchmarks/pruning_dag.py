@@ -83,7 +83,7 @@ def _one(nets, i):
 def train(nets, d, arm, *, epochs, log_every):
     reg, lam, prox, opt, lr, bs = ARMS[arm]
     return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer=opt, learning_rate=lr,
-                  epochs=epochs, log_every=log_every, regularizer=reg, strength=lam, proximal=prox, cut_tol=0.0,
+                  epochs=epochs, log_every=log_every, regularizer=reg, strength=lam, proximal=prox, tol=0.0,
                   batch_size=bs, key=jr.key(1))
 
 

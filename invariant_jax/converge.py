@@ -41,8 +41,12 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
+from ._results import RESULTS, result_code, result_from_code, status_code
+from .flow import gradient_flow
 from .losses import check_data, edge_loss_fn
 from .network import DAGNetwork
+from .options import SolverOptions, StopRules
+from .sweep import sweep_flows
 
 __all__ = ["STOP_REASONS", "weightnorm", "ConvergeResult", "newton_phase", "flow_then_newton"]
 
@@ -104,8 +108,6 @@ class ConvergeResult(eqx.Module):
         names them): gradient -> `stopped_grad_norm`, maxnorm -> `stopped_param_norm`,
         max_time -> `stopped_wall_time`, max_steps -> `max_steps_reached`, nonfinite ->
         `nonfinite_state`, patience -> `successful` (converged to its best loss)."""
-        from ._results import RESULTS, result_code, result_from_code
-
         table = [RESULTS.successful, RESULTS.stopped_grad_norm, RESULTS.successful, RESULTS.stopped_param_norm,
                  RESULTS.max_steps_reached, RESULTS.stopped_wall_time, RESULTS.nonfinite_state]
         codes = jnp.stack([result_code(r) for r in table]).astype(jnp.int32)
@@ -332,10 +334,6 @@ class _FlowBatch(eqx.Module):
 
 @eqx.filter_jit
 def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss):
-    from ._results import status_code
-    from .flow import gradient_flow
-    from .options import SolverOptions, StopRules
-
     opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
     f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=opts,
                                                 stop=StopRules(max_param_norm=ceiling), loss=loss))(nets)
@@ -378,9 +376,6 @@ def flow_then_newton(
     **Returns:** a `ConvergeResult` with the flow's state in `theta_flow`, `loss_flow`,
     `t_flow`, `flow_status`.
     """
-    from .options import SolverOptions, StopRules
-    from .sweep import sweep_flows
-
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     E = nets.edge_weights().shape[-1]

@@ -57,6 +57,10 @@ class Flow(eqx.Module):
     - `result`: an `ij.RESULTS` item: `successful`, a stopping rule's member
         (`stopped_grad_norm`, ...), or the failure (`max_steps_reached`,
         `nonfinite_state`, ...) with a message saying the fix (`ij.result_message`).
+        `ij.RESULTS` extends `diffrax.RESULTS` (same names and codes), so compare with
+        `ij.RESULTS.max_steps_reached`, not `diffrax.RESULTS.max_steps_reached`: equinox
+        refuses `==` between items of two enumerations (a `ValueError`);
+        `ij.RESULTS.promote(item)` converts a diffrax item.
     - `stats`: diffrax's step statistics (`num_steps`, `num_accepted_steps`, ...).
     - `network`: the initial network (its graph and activation define the flow).
     - `rtol`, `atol`: the tolerances used.

@@ -9,11 +9,11 @@ number of hidden neurons cut off by (near-)zero weights, and the conserved quant
 O(lr^2) per step; under Adam, momentum or a regularizer it drifts at first order, and the
 log shows it.
 
-*Cut off.* A hidden neuron is cut off when the edges with `|theta_e| > cut_tol` do not
+*Cut off.* A hidden neuron is cut off when the edges with `|theta_e| > tol` do not
 connect it (ignoring direction) to any input or output node; `rank J_G = H - (number of
 cut-off groups)` at that threshold (`invariants.singular_subnetworks` is the
 non-jittable reference). Plain (sub)gradient steps make weights hover around zero rather
-than reach it, so either use `proximal=True` (exact zeros) or a `cut_tol` that matches the
+than reach it, so either use `proximal=True` (exact zeros) or a `tol` that matches the
 scale the weights hover at.
 
 *Proximal steps* (`proximal=True`) replace the regularizer's gradient by its proximal map
@@ -75,12 +75,14 @@ import jax.random as jr
 import numpy as np
 import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+from tqdm.auto import tqdm
 
 from ._results import RESULTS, result_code, result_from_code
 from .graph import DAG
 from .invariants import conserved_quantities
 from .losses import check_data, get_loss
 from .network import DAGNetwork
+from .options import check_positive
 from .regularizers import (
     _working_set,
     get_regularizer,
@@ -94,20 +96,20 @@ __all__ = ["OPTIMIZERS", "TrainLog", "TrainResult", "fit", "cut_off_mask", "n_cu
 
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": optax.sgd,
-    "gd": optax.sgd,
     "momentum": lambda lr: optax.sgd(lr, momentum=0.9),
     "adam": optax.adam,
 }
 
 
 def get_optimizer(optimizer: str | optax.GradientTransformation, learning_rate: float) -> optax.GradientTransformation:
-    """An optax transformation by name (`"sgd"`/`"gd"`, `"momentum"`, `"adam"`) with the
+    """An optax transformation by name (`"sgd"`, `"momentum"`, `"adam"`) with the
     given learning rate, or an optax `GradientTransformation` passed through."""
     if isinstance(optimizer, optax.GradientTransformation):
         return optimizer
     if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
+        hint = " (plain gradient descent is 'sgd')" if isinstance(optimizer, str) and optimizer.lower() == "gd" else ""
         raise ValueError(
-            f"Unknown optimizer {optimizer!r}; choose one of {sorted(OPTIMIZERS)} or pass an "
+            f"Unknown optimizer {optimizer!r}{hint}; choose one of {sorted(OPTIMIZERS)} or pass an "
             "optax.GradientTransformation."
         )
     return OPTIMIZERS[optimizer.lower()](learning_rate)
@@ -155,20 +157,15 @@ def cut_off_mask(net: DAGNetwork, tol: float = 0.0) -> Bool[Array, "... H"]:
     """Which hidden neurons (in `graph.hidden` order) the edges with `|theta_e| <= tol`
     cut off from every input and output. Jittable; agrees with
     `ij.singular_subnetworks(net, tol)` (the union of its groups)."""
-    _check_cut_tol(tol)
+    check_positive("tol", tol, allow_zero=True)
     return _cut_off_and_groups(net.graph, net.edge_weights(), tol)[0]
 
 
 def n_cut_off_groups(net: DAGNetwork, tol: float = 0.0) -> Int[Array, "..."]:
     """The number of groups in `ij.singular_subnetworks(net, tol)`, jittable, so that
     `rank J_G = len(graph.hidden) - n_cut_off_groups(net, tol)` at threshold `tol`."""
-    _check_cut_tol(tol)
+    check_positive("tol", tol, allow_zero=True)
     return _cut_off_and_groups(net.graph, net.edge_weights(), tol)[1]
-
-
-def _check_cut_tol(tol):
-    if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"cut-off tolerance must be a finite number >= 0; got {tol!r}.")
 
 
 # ---------------------------------------------------------------- results
@@ -180,8 +177,8 @@ class TrainLog(eqx.Module):
 
     **Fields:** `epochs` `(T,)`, `loss` (data loss on the whole training set), `objective`
     (loss + strength * R), `train_accuracy`, `test_accuracy` (`nan` when not computed),
-    `rank` (`H - n_cut_off_groups` at `cut_tol`), `nuclear_norm` (`||J_G||_*`),
-    `n_cut_off` (cut-off hidden neurons at `cut_tol`), `conserved` `(T, H)`
+    `rank` (`H - n_cut_off_groups` at `tol`), `nuclear_norm` (`||J_G||_*`),
+    `n_cut_off` (cut-off hidden neurons at `tol`), `conserved` `(T, H)`
     (`c = B~ theta^2`), `drift` (`max_v |c(t) - c(0)|`), `thetas` `(T, E)`.
     """
 
@@ -204,7 +201,7 @@ class TrainResult(eqx.Module):
     **Fields:** `network` (the trained `DAGNetwork`), `initial` (the starting one), `log`
     (a `TrainLog`), `finite` (whether the weights stayed finite: `False` means the step
     diverged; lower the learning rate), and the settings `optimizer`, `learning_rate`,
-    `regularizer`, `strength`, `proximal`, `cut_tol`, `batch_size`, `epochs`.
+    `regularizer`, `strength`, `proximal`, `tol`, `batch_size`, `epochs`.
     """
 
     network: DAGNetwork
@@ -216,7 +213,7 @@ class TrainResult(eqx.Module):
     learning_rate: float = eqx.field(static=True)
     regularizer: str = eqx.field(static=True)
     proximal: bool = eqx.field(static=True)
-    cut_tol: float = eqx.field(static=True)
+    tol: float = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
     epochs: int = eqx.field(static=True)
 
@@ -246,7 +243,7 @@ class _Config(NamedTuple):
     batch_size: int
     n_batches: int
     log_every: int
-    cut_tol: float
+    tol: float
     accuracy: bool
     working_tol: float = 0.0
 
@@ -338,7 +335,7 @@ def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
         te = jnp.mean((n.forward(Xt) > 0) == (Yt > 0.5)) if Xt is not None else nan
     else:
         tr = te = nan
-    cut, groups = _cut_off_and_groups(cfg.graph, theta, cfg.cut_tol)
+    cut, groups = _cut_off_and_groups(cfg.graph, theta, cfg.tol)
     c = conserved_quantities(n)
     return dict(
         loss=L, objective=L + strength * R, train_accuracy=tr.astype(theta.dtype),
@@ -439,7 +436,7 @@ def fit(
     strength: float = 0.0,
     proximal: bool = False,
     log_every: int = 10,
-    cut_tol: float = 1e-6,
+    tol: float = 1e-6,
     working_tol: float | None = None,
     accuracy: bool | None = None,
     key: PRNGKeyArray | None = None,
@@ -454,7 +451,7 @@ def fit(
     - `X`, `Y`: training data, `(N, d_in)` and `(N, d_out)` (1-D `Y` for one output).
     - `X_test`, `Y_test`: optional test data for `test_accuracy`.
     - `loss`: `"bce"` (default, logits), `"mse"`, or a callable `(pred, Y) -> scalar`.
-    - `optimizer`: `"sgd"` (= `"gd"`), `"momentum"`, `"adam"`, or an optax transformation.
+    - `optimizer`: `"sgd"`, `"momentum"`, `"adam"`, or an optax transformation.
     - `learning_rate`: step size (positive).
     - `epochs`: number of passes over the data; a multiple of `log_every`.
     - `batch_size`: minibatch size; `None` = full batch. Each epoch draws a fresh
@@ -468,8 +465,11 @@ def fit(
         hidden-to-hidden edges: the weight size below which edges may delimit a targeted
         cut-off group (module docstring). `None`: `20 * learning_rate * strength`.
     - `log_every`: log every this many epochs (epoch 0 is always logged).
-    - `cut_tol`: a neuron counts as cut off when every edge joining it to the rest has
-        `|theta| <= cut_tol` (module docstring).
+    - `tol`: the zero threshold of the logged `rank` and `n_cut_off`: `|theta| <= tol`
+        counts as zero, so a neuron counts as cut off when every edge joining it to the
+        rest has `|theta| <= tol` (module docstring; the meaning `tol` has everywhere in
+        the package). Default 1e-6, at which weights that plain (sub)gradient steps leave
+        hovering near zero count; `tol=0` with `proximal=True` (exact zeros).
     - `accuracy`: log accuracy (outputs > 0 vs labels > 0.5); default: when `loss="bce"`.
     - `key`: PRNG key for minibatch order (default `jr.key(0)`); one per network for a
         batch is derived from it.
@@ -495,7 +495,7 @@ def fit(
             raise ValueError(f"{name} must be a positive integer; got {v!r}.")
     if epochs % log_every:
         raise ValueError(f"epochs ({epochs}) must be a multiple of log_every ({log_every}).")
-    _check_cut_tol(cut_tol)
+    check_positive("tol", tol, allow_zero=True)
     N = X.shape[0]
     if batch_size is None:
         batch_size = N
@@ -525,7 +525,7 @@ def fit(
 
     cfg = _Config(g, loss, optimizer if isinstance(optimizer, optax.GradientTransformation) else optimizer.lower(),
                   float(learning_rate), reg, reg_name, bool(proximal), int(batch_size), N // int(batch_size),
-                  int(log_every), float(cut_tol), bool(accuracy), float(working_tol))
+                  int(log_every), float(tol), bool(accuracy), float(working_tol))
     batched = net.weights.ndim == 3
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)
@@ -545,8 +545,6 @@ def fit(
     pieces = []
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=epochs, desc=f"fit ({reg_name})", unit="epoch")
     for _ in range(n_logs // chunk):
         theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, strength_a, data, c0)
@@ -574,7 +572,7 @@ def fit(
         learning_rate=float(learning_rate),
         regularizer=reg_name,
         proximal=bool(proximal),
-        cut_tol=float(cut_tol),
+        tol=float(tol),
         batch_size=int(batch_size),
         epochs=int(epochs),
     )

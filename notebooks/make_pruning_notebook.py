@@ -57,7 +57,7 @@ runs = {}
 for name, (reg, lam, prox) in ARMS.items():
     runs[name] = ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd",
                         learning_rate=0.2, epochs=EPOCHS, log_every=LOG_EVERY, regularizer=reg,
-                        strength=lam, proximal=prox, cut_tol=0.0)
+                        strength=lam, proximal=prox, tol=0.0)
     r = runs[name]
     print(f"{name:>22}: loss {float(r.log.loss[:, -1].mean()):.4f}  test acc {float(r.log.test_accuracy[:, -1].mean()):.4f}"
           f"  rank J_G {np.asarray(r.log.rank[:, -1]).tolist()}  cut off {np.asarray(r.log.n_cut_off[:, -1]).tolist()}")"""),
@@ -134,7 +134,7 @@ for gname, gg in GRAPHS.items():
     for name, (reg, lam, prox) in DEEP_ARMS.items():
         deep[gname, name] = ij.fit(gnets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd",
                                    learning_rate=0.2, epochs=DEEP_EPOCHS, log_every=DEEP_EPOCHS // 20,
-                                   regularizer=reg, strength=lam, proximal=prox, cut_tol=0.0)
+                                   regularizer=reg, strength=lam, proximal=prox, tol=0.0)
 print(f"{'graph':>15} {'arm':>12} {'rank J':>7} {'cut off':>8} {'pruned':>7} {'acc':>7} {'after':>7} {'max|f_p - f|':>12}")
 for (gname, name), r in deep.items():
     Hg = len(r.network.graph.hidden)

@@ -31,6 +31,22 @@ def test_diffrax_codes_are_kept_and_decoded():
         ij.result_name(10_000)
 
 
+def test_every_diffrax_member_is_ours_and_compares_after_promotion():
+    # the documented way to compare with diffrax's members (Flow docstring, docs/solvers.md)
+    assert len(ij.RESULTS) > len(diffrax.RESULTS)
+    for code in range(len(diffrax.RESULTS)):
+        name = ij.result_name(code)
+        theirs, ours = getattr(diffrax.RESULTS, name), getattr(ij.RESULTS, name)
+        assert int(ij.result_code(theirs)) == int(ij.result_code(ours)) == code
+        assert diffrax.RESULTS[theirs] == ij.result_message(ours)
+        assert bool(ij.RESULTS.promote(theirs) == ours)
+    # equinox compares items of one enumeration only, in either order
+    with pytest.raises(ValueError, match="same type"):
+        ij.RESULTS.successful == diffrax.RESULTS.successful  # noqa: B015
+    with pytest.raises(ValueError, match="same type"):
+        diffrax.RESULTS.successful == ij.RESULTS.successful  # noqa: B015
+
+
 def test_every_new_member_says_a_fix_and_maps_to_a_status():
     for name in ("stopped_grad_norm", "stopped_loss_floor", "stopped_param_norm", "stopped_wall_time",
                  "nonfinite_state", "max_events_reached", "training_diverged", "drift_exceeded",

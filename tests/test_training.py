@@ -205,8 +205,39 @@ def test_bad_training_input(small):
         ij.fit(net, X, Yb, regularizer=lambda n: ij.l1(n), strength=0.1, proximal=True)
     with pytest.raises(ValueError, match="working_tol must be a finite number >= 0"):
         ij.fit(net, X, Yb, regularizer="nuclear", strength=0.1, proximal=True, working_tol=-1.0)
-    with pytest.raises(ValueError, match="cut-off tolerance must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="tol must be a finite number >= 0; got -1.0"):
         ij.cut_off_mask(net, -1.0)
+    with pytest.raises(ValueError, match="tol must be a finite number >= 0; got -1.0"):
+        ij.fit(net, X, Yb, tol=-1.0)
+
+
+def test_one_optimizer_name_per_optimizer(small):
+    g, X, _, Yb, net = small
+    assert sorted(ij.OPTIMIZERS) == ["adam", "momentum", "sgd"]  # no aliases
+    with pytest.raises(ValueError, match=r"Unknown optimizer 'gd' \(plain gradient descent is 'sgd'\); "
+                                         r"choose one of \['adam', 'momentum', 'sgd'\]"):
+        ij.fit(net, X, Yb, optimizer="gd")
+
+
+def test_fit_tol_is_the_zero_threshold_of_cut_off_mask(small):
+    # one weight into each of two hidden neurons' only paths set to 5e-7: at tol=1e-6 the
+    # neurons whose every edge is that small count as cut off, at tol=0 none does; fit's
+    # epoch-0 log must count exactly what cut_off_mask counts at the same tol
+    g, X, _, Yb, net = small
+    theta = np.array(net.edge_weights())
+    h0, h1 = g.hidden[0], g.hidden[1]
+    for k, (u, v) in enumerate(g.edges):
+        if h0 in (u, v) or h1 in (u, v):
+            theta[k] = 5e-7
+    net = net.with_edge_weights(theta)
+    counts = {}
+    for tol in (0.0, 1e-6):
+        res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=1e-3, epochs=1, log_every=1, tol=tol)
+        assert res.tol == tol
+        counts[tol] = int(res.log.n_cut_off[0])
+        assert counts[tol] == int(np.sum(ij.cut_off_mask(net, tol)))
+        assert int(res.log.rank[0]) == len(g.hidden) - int(ij.n_cut_off_groups(net, tol))
+    assert counts == {0.0: 0, 1e-6: 2}
 
 
 # ------------------------------------------- the nuclear norm on any DAG: the working-set step
@@ -256,7 +287,7 @@ def _train_deep(optimizer, lr, batch_size, lam):
     g, X, Yb = _deep_problem()
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(0), 2))
     return g, X, ij.fit(nets, X, Yb, optimizer=optimizer, learning_rate=lr, epochs=150, log_every=150,
-                        batch_size=batch_size, regularizer="nuclear", strength=lam, proximal=True, cut_tol=0.0)
+                        batch_size=batch_size, regularizer="nuclear", strength=lam, proximal=True, tol=0.0)
 
 
 @pytest.mark.parametrize("optimizer,lr,batch_size,lam", [

@@ -14,10 +14,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..datasets import gp_data
+from ..flow import gradient_flow
 from ..graph import mlp
 from .._results import result_code, status_code
 from ..network import DAGNetwork
 from ..options import SolverOptions
+from ..sweep import sweep_flows
 from ._detect import detect_channels
 
 __all__ = ["FrequencyStudy", "channel_frequency"]
@@ -81,8 +83,6 @@ class _Batch(eqx.Module):
 
 @eqx.filter_jit
 def _run_batch(nets, X, Y, t1, solver, rtol, atol, max_steps):
-    from ..flow import gradient_flow
-
     opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
     f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=opts))(nets)
     return f.theta_final, f.loss_final, f.t_final, result_code(f.result)
@@ -131,8 +131,6 @@ def channel_frequency(
 
     **Returns:** a `FrequencyStudy`.
     """
-    from ..sweep import sweep_flows
-
     for name, v in (("activations", activations), ("roughness", roughness), ("widths", widths)):
         if len(v) == 0:
             raise ValueError(f"{name} must not be empty.")

@@ -28,6 +28,7 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..converge import STOP_REASONS, flow_then_newton
 from ..graph import DAG, mlp
 from ..network import DAGNetwork
 from ._detect import detect_channels
@@ -273,8 +274,6 @@ def convergence_study(
 
     **Returns:** a `ConvergenceStudy`.
     """
-    from ..converge import STOP_REASONS, flow_then_newton
-
     if not isinstance(n_seeds, int) or n_seeds < 1:
         raise ValueError(f"n_seeds must be a positive integer; got {n_seeds!r}.")
     if any(not isinstance(r, (int, np.integer)) or r < 1 for r in widths):

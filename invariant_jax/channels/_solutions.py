@@ -23,6 +23,9 @@ Clustering.jl's `hclust(linkage=:average)` / `cutree(h=)`).
 from __future__ import annotations
 
 import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import squareform
 
 from ..network import DAGNetwork
 
@@ -59,8 +62,6 @@ def neuron_vectors(net: DAGNetwork, theta=None) -> np.ndarray:
 
 
 def _matched(A: np.ndarray, B: np.ndarray) -> float:
-    from scipy.optimize import linear_sum_assignment
-
     C = np.linalg.norm(A[:, None, :] - B[None, :, :], axis=-1)
     i, j = linear_sum_assignment(C)
     return float(C[i, j].sum())
@@ -103,9 +104,6 @@ def count_unique_solutions(D) -> int:
     set of identical solutions (all heights ~ 0) is split at its largest round-off
     step: read the count together with the heights when all distances are tiny.
     """
-    from scipy.cluster.hierarchy import fcluster, linkage
-    from scipy.spatial.distance import squareform
-
     D = np.asarray(D, dtype=float)
     if D.ndim != 2 or D.shape[0] != D.shape[1]:
         raise ValueError(f"D must be a square distance matrix; got shape {D.shape}.")

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf
 from jaxtyping import Array, Float
+from scipy.optimize import brentq
 
 from ..activations import Activation, get_activation
 from ..graph import mlp
@@ -143,8 +144,6 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
 
     **Returns:** a `ToyCriticalPoints`.
     """
-    from scipy.optimize import brentq
-
     f = jax.jit(lambda w: toy_limit_loss(w, n_points=n_points, convention=convention))
     dL = jax.jit(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points, convention=convention)[0]))
     d2L = jax.jit(jax.grad(jax.grad(lambda w: toy_limit_loss(w, n_points=n_points, convention=convention)[0])))

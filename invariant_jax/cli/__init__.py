@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
+
+import jax
+
+from ..sweep import SweepConfig
+from ._common import enable_compilation_cache
 
 SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
 
@@ -18,10 +24,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"invariant_jax.cli._{name}").add_parser(sub)
-    import dataclasses
-
-    from ..sweep import SweepConfig
-
     # sweep and demo leave their flags at None so that a TOML file can set them: their
     # defaults are SweepConfig's
     config = {f.name: f.default for f in dataclasses.fields(SweepConfig)
@@ -55,10 +57,6 @@ def show_defaults(parser: argparse.ArgumentParser, fallback: dict | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import jax
-
-    from ._common import enable_compilation_cache
-
     jax.config.update("jax_enable_x64", True)  # the CLI checks laws: float64 throughout
     enable_compilation_cache()  # a repeated command reuses its compiled programs
     parser = build_parser()

@@ -3,6 +3,8 @@ Glorot-normal initializations ends in a flat channel) from flags."""
 
 from __future__ import annotations
 
+from ..activations import get_activation
+from ..channels import channel_frequency
 from ._common import check_output_path, write_json
 
 
@@ -50,9 +52,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..activations import get_activation
-    from ..channels import channel_frequency
-
     out = check_output_path(args.out, "--out")  # before the study, not after it
     acts = [a.strip() for a in args.activations.split(",") if a.strip()]
     for a in acts:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 import equinox as eqx
 import jax.random as jr
+import numpy as np
 
 from .._results import RESULTS, is_success, result_code, result_message
 from ..flow import check_conservation
@@ -59,8 +62,6 @@ def run(args) -> int:
 def _verdict(rep, args) -> str:
     """Name the real failure: failed trajectories (step budget, non-finite values) come
     before drift, which is judged on the trajectories that finished."""
-    import numpy as np
-
     n = len(rep.drift)
     codes = np.asarray(result_code(rep.result))
     drifted = codes == int(result_code(RESULTS.drift_exceeded))  # judged below, on finished ones
@@ -91,8 +92,6 @@ def _verdict(rep, args) -> str:
 
 
 def build_default_args():
-    import argparse
-
     p = argparse.ArgumentParser()
     add_graph_args(p)
     add_data_args(p)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+import jax
 import jax.random as jr
 
+from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
+from ..sweep._store import atomic_write_json, check_output_file
 
 BUILDERS = ("example", "mlp", "random")
 
@@ -94,8 +98,6 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
 
 
 def teacher_data(graph: DAG, args, activation: str):
-    from ..datasets import teacher_student
-
     X, Y, _ = teacher_student(graph, args.n_samples, key=jr.key(args.data_seed), activation=activation)
     return X, Y
 
@@ -104,16 +106,12 @@ def check_output_path(path, flag: str):
     """Check an output file flag (e.g. `--out`, `--json`) before any work; `None` passes.
 
     **Raises:** `ValueError` naming the path and the fix (a directory, an unwritable place)."""
-    from ..sweep._store import check_output_file
-
     return None if path is None else check_output_file(path, flag)
 
 
 def write_json(path, obj) -> Path:
     """Write `obj` to `path` as strict JSON (NaN as null), atomically (write, then rename),
     creating the parent folder."""
-    from ..sweep._store import atomic_write_json
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, obj, indent=1)
@@ -128,8 +126,6 @@ def compilation_cache_dir() -> Path | None:
     """Where the CLI keeps JAX's persistent compilation cache: `$INVARIANT_JAX_CACHE_DIR`
     if set, else `$XDG_CACHE_HOME/invariant-jax/jax` (default `~/.cache/invariant-jax/jax`).
     `None` when `INVARIANT_JAX_NO_CACHE` is set to anything but `0` / empty (the opt-out)."""
-    import os
-
     if os.environ.get(NO_CACHE_ENV, "") not in ("", "0"):
         return None
     if os.environ.get(CACHE_ENV):
@@ -143,8 +139,6 @@ def enable_compilation_cache() -> Path | None:
     repeated command loads its compiled programs instead of compiling them again. A
     cache folder the user already gave JAX (`JAX_COMPILATION_CACHE_DIR`) is kept. Returns
     the folder in use, or `None` (opted out, or the folder cannot be created)."""
-    import jax
-
     if jax.config.jax_compilation_cache_dir:
         return Path(jax.config.jax_compilation_cache_dir)
     path = compilation_cache_dir()

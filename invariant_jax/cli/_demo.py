@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ..sweep import SweepConfig
+from ._sweep import run_config
+
 DEMO_OUT = "runs/demo"
 
 
@@ -20,8 +23,5 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..sweep import SweepConfig
-    from ._sweep import run_config
-
     # overwrite deletes only what an earlier sweep wrote, and refuses a folder with other files
     return run_config(SweepConfig(n_inits=args.n_inits, kink_aware=args.kink_aware), out=args.out, overwrite=True, rows=15)

@@ -39,7 +39,9 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="default: full batch")
     p.add_argument("--subgradient", action="store_true",
                    help="use the regularizer's (sub)gradient instead of its proximal map")
-    p.add_argument("--tol", type=float, default=0.0, help="prune: |theta| <= tol counts as zero (default 0)")
+    p.add_argument("--tol", type=float, default=0.0,
+                   help="|theta| <= tol counts as zero, in the training log (rank, cut-off neurons) and when "
+                        "pruning (default 0: exact zeros, which the proximal steps give)")
     p.add_argument("--dead-on-data", action="store_true", help="also remove neurons that never fire on the training data")
     p.add_argument("--baseline", default="none",
                    help="also train this arm (none, l2 or off) from the same seed and magnitude-prune it "
@@ -92,7 +94,7 @@ def run(args) -> int:
     res = fit(net, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, regularizer=None if reg == "none" else reg,
               strength=args.strength, optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs,
               batch_size=args.batch_size, proximal=proximal, log_every=_log_every(args.epochs),
-              key=jr.key(args.seed + 1), cut_tol=max(args.tol, 0.0), progress=True)
+              key=jr.key(args.seed + 1), tol=args.tol, progress=True)
     if not bool(np.all(res.success)):
         raise ValueError(result_message(RESULTS.training_diverged))
     trained = res.network

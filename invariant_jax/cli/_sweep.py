@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import tempfile
+import tomllib
 from pathlib import Path
 
 import numpy as np
 
 from .._results import is_success, result_message, result_name
+from ..sweep import BUILDERS, SweepConfig, run_sweep, summarize_sweep
+from ..sweep._run import job_array_share
+from ..sweep._store import ResultsStore, atomic_write_bytes, atomic_write_json, check_output_folder
 from ._common import read_edge_list
 
 DEFAULT_OUT = "runs/sweep"
@@ -100,8 +104,6 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
 
 
 def _graph_fields(value: str) -> dict:
-    from ..sweep import BUILDERS
-
     if value in BUILDERS:
         return {"graph": value}
     path = Path(value)
@@ -115,10 +117,6 @@ def _graph_fields(value: str) -> dict:
 
 def config_from_args(args) -> tuple:
     """(SweepConfig, engine options) from parsed flags, an optional TOML file and defaults."""
-    import tomllib
-
-    from ..sweep import SweepConfig
-
     given = vars(args).copy()
     given.pop("run", None)
     given.pop("command", None)
@@ -155,8 +153,6 @@ def run(args) -> int:
 
 def print_status(folder) -> int:
     """`--status DIR`: records done, writers and their heartbeats, claims, quarantined files."""
-    from ..sweep._store import ResultsStore
-
     if not Path(folder).is_dir():
         raise FileNotFoundError(f"--status: {str(folder)!r} is not a folder.")
     st = ResultsStore(folder).status()
@@ -183,8 +179,6 @@ def print_status(folder) -> int:
 def _job_share(process_index, process_count):
     if process_index is None and process_count is None:
         return None, None
-    from ..sweep._run import job_array_share
-
     env = job_array_share()
     if process_count is None:
         if env is None:
@@ -211,9 +205,6 @@ def failure_lines(codes) -> list[str]:
 def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume=False, overwrite=False,
                progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None) -> int:
     """Run a sweep, print its summary, and write table.csv, summary.json and figures."""
-    from ..sweep import run_sweep, summarize_sweep
-    from ..sweep._store import ResultsStore, atomic_write_bytes, atomic_write_json, check_output_folder
-
     out = check_output_folder(out)
     process_index, process_count = _job_share(process_index, process_count)
     print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from tqdm.auto import tqdm
 
 from .._results import STATUSES, is_success, result_name
 from .._version import __version__
@@ -113,8 +114,6 @@ def _stats_dict(st: EngineStats, slots: int, n_devices: int) -> dict[str, Any]:
 def _progress(total: int, initial: int, enabled: bool):
     if not enabled:
         return None, lambda rec: None
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=total, initial=initial, unit="traj", desc="sweep", dynamic_ncols=True)
     failures = [0]
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ..graph import DAG
+from ..invariants import jacobian_rank
 from ..network import DAGNetwork
+from ..topology import connectivity, frozen_mask
 from ._config import SweepConfig
 from ._engine import STATUSES
 from ._run import SweepResult
@@ -214,9 +216,6 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
 
     **Returns:** a `SweepSummary`.
     """
-    from ..invariants import jacobian_rank
-    from ..topology import connectivity, frozen_mask
-
     g = config.build_graph()
     template = DAGNetwork(g, config.activation, edge_weights=np.zeros(len(g.edges)))
     th0 = np.asarray(result.theta0)

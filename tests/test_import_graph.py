@@ -1,0 +1,127 @@
+"""The package's import graph (read from the source with `ast`, so nothing is imported):
+no cycle, every import points up the layout of shared/DESIGN.md, and imports inside
+functions only for heavy optional dependencies, which `import invariant_jax` (and so the
+CLI's start-up) never loads."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import invariant_jax
+
+ROOT = Path(invariant_jax.__file__).parent
+
+# The layout order: a module imports only modules earlier in this list. It is the list of
+# shared/DESIGN.md, except that `_diffrax_compat` comes before `_results` (which lists the
+# enumeration's members through it), `solvers` before `options` (`SolverOptions` checks
+# solver names against the registry) and `converge` after `sweep` (its flow phase runs
+# through `sweep_flows`).
+LAYOUT = ["_version", "_diffrax_compat", "_results", "_checks", "graph", "activations", "network", "losses",
+          "datasets", "invariants", "topology", "regularizers", "solvers", "options", "flow", "kinks", "training",
+          "pruning", "sweep", "converge", "channels", "cli"]
+
+# Imported inside functions only: heavy to import and needed by few code paths.
+LAZY = ("matplotlib", "pyarrow", "sklearn", "scipy.stats", "pandas")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = ("invariant_jax",) + p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _targets(module: str, node) -> list[str]:
+    """The invariant_jax modules an import statement in `module` names."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "invariant_jax"]
+    package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(base + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    if base.split(".")[0] != "invariant_jax":
+        return []
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+
+
+def _imports():
+    """`(module, target, inside_function, lineno, node)` for every import statement."""
+    rows = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        inside = set()
+        for f in ast.walk(tree):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside.update(id(n) for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                targets = _targets(module, node) or [None]
+                rows += [(module, t, id(node) in inside, node.lineno, node) for t in targets]
+    return rows
+
+
+IMPORTS = _imports()
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_no_import_cycle():
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for m, t, *_ in IMPORTS:
+        if t is not None and t != m:
+            graph[m].add(t)
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for t in sorted(graph[m]):
+            assert state.get(t) != 1, f"import cycle: {' -> '.join(path[path.index(t):] + [t]) if t in path else t}"
+            if t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(MODULES):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_imports_point_up_the_layout():
+    tops = {_top(m) for m in MODULES} - {"", "__main__"}
+    assert tops <= set(LAYOUT), f"modules missing from LAYOUT: {sorted(tops - set(LAYOUT))}"
+    bad = [f"{m}:{line} imports {t}" for m, t, _, line, _ in IMPORTS
+           if t is not None and _top(m) in LAYOUT and _top(t) in LAYOUT and _top(m) != _top(t)
+           and LAYOUT.index(_top(t)) > LAYOUT.index(_top(m))]
+    assert not bad, "imports against the layout order:\n" + "\n".join(bad)
+    # graph stays NumPy-only
+    assert not [n for m, _, _, _, n in IMPORTS if _top(m) == "graph" and "jax" in ast.unparse(n)]
+
+
+def test_function_level_imports_only_for_heavy_optional_dependencies():
+    bad, seen = [], set()
+    for m, _, inside, line, node in IMPORTS:
+        if not inside or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else ["." * node.level + (node.module or "")])
+        if not all(any(n == p or n.startswith(p + ".") for p in LAZY) for n in names):
+            bad.append(f"{m}:{line} {ast.unparse(node)}")
+    assert not bad, "move these imports to the top of their module:\n" + "\n".join(bad)
+
+
+def test_import_loads_no_heavy_optional_dependency():
+    code = ("import sys, invariant_jax, invariant_jax.cli; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LAZY!r} or m in {LAZY!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT.parent).stdout
+    assert out.strip() == "[]", out
