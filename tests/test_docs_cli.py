@@ -153,3 +153,31 @@ def test_readme_edge_list_example_reads(tmp_path):
     g = read_edge_list(str(path))
     edges = [ln.split() for ln in block.group(1).splitlines() if ln and ":" not in ln]
     assert len(g.edges) == len(edges) and len(g.inputs) == 2
+
+
+def _recorded_command(rec) -> str:
+    """The command a results JSON records: its top-level `"command"`, else `meta["command"]`."""
+    cmd = rec.get("command") if isinstance(rec, dict) else None
+    if not cmd and isinstance(rec, dict) and isinstance(rec.get("meta"), dict):
+        cmd = rec["meta"].get("command")
+    return cmd if isinstance(cmd, str) else ""
+
+
+RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
+def test_committed_results_record_their_command(path):
+    """Every committed results JSON names the command that produced it (issue 17): a
+    non-empty `command` that runs an existing script of benchmarks/."""
+    import json
+
+    cmd = _recorded_command(json.loads(path.read_text()))
+    assert cmd.strip(), f"{path.name} records no command (add 'command', and 'command_note' if reconstructed)"
+    scripts = re.findall(r"benchmarks/(\w+)\.py", cmd)
+    assert scripts and all((ROOT / "benchmarks" / f"{s}.py").exists() for s in scripts), (path.name, cmd)
+
+
+def test_recorded_command_check_can_fail():
+    assert _recorded_command({"meta": {"command": "python benchmarks/x.py"}}) == "python benchmarks/x.py"
+    assert _recorded_command({"rows": [], "command": ""}) == "" and _recorded_command([1]) == ""
