@@ -8,9 +8,20 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 # the CLI's persistent compilation cache stays off in tests (no writes to ~/.cache)
-os.environ.setdefault("INVARIANT_JAX_NO_CACHE", "1")
+os.environ["INVARIANT_JAX_NO_CACHE"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _compilation_cache_isolated():
+    """No test leaves JAX's persistent compilation cache switched on (or its options
+    changed) for the tests after it: the options are put back after every test."""
+    from invariant_jax.cli._common import compilation_cache_settings, restore_compilation_cache
+
+    saved = compilation_cache_settings()
+    yield
+    restore_compilation_cache(saved)
 
 
 @pytest.fixture

@@ -96,7 +96,12 @@ def test_demo_runs_the_default_sweep(tmp_path, capsys):
 def test_compilation_cache_folder_and_opt_out(tmp_path, monkeypatch):
     import jax
 
-    from invariant_jax.cli._common import compilation_cache_dir, enable_compilation_cache
+    from invariant_jax.cli._common import (
+        compilation_cache_dir,
+        compilation_cache_settings,
+        enable_compilation_cache,
+        restore_compilation_cache,
+    )
 
     monkeypatch.delenv("INVARIANT_JAX_CACHE_DIR", raising=False)
     monkeypatch.delenv("INVARIANT_JAX_NO_CACHE", raising=False)
@@ -106,11 +111,33 @@ def test_compilation_cache_folder_and_opt_out(tmp_path, monkeypatch):
     assert compilation_cache_dir() == tmp_path / "mine"
     monkeypatch.setenv("INVARIANT_JAX_NO_CACHE", "1")
     assert compilation_cache_dir() is None
-    monkeypatch.delenv("INVARIANT_JAX_NO_CACHE")
-    old = jax.config.jax_compilation_cache_dir
+    saved = compilation_cache_settings()
     try:
         jax.config.update("jax_compilation_cache_dir", None)
+        before = compilation_cache_settings()
+        assert enable_compilation_cache() is None and compilation_cache_settings() == before  # opted out
+        monkeypatch.delenv("INVARIANT_JAX_NO_CACHE")
         assert enable_compilation_cache() == tmp_path / "mine"
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine") and (tmp_path / "mine").is_dir()
+        on = compilation_cache_settings()
+        assert enable_compilation_cache() == tmp_path / "mine"      # idempotent: a second call changes nothing
+        assert compilation_cache_settings() == on != before
+        restore_compilation_cache(before)                            # restorable: every option as it was
+        assert compilation_cache_settings() == before
     finally:
-        jax.config.update("jax_compilation_cache_dir", old)
+        restore_compilation_cache(saved)
+
+
+def test_cli_in_process_leaves_the_compilation_cache_as_it_was(tmp_path, monkeypatch, capsys):
+    """`main` turns the persistent cache on for its run (the folder is created) and, called
+    from Python, puts JAX's cache options back when it returns."""
+    from invariant_jax.cli import main
+    from invariant_jax.cli._common import compilation_cache_settings
+
+    monkeypatch.delenv("INVARIANT_JAX_NO_CACHE", raising=False)
+    monkeypatch.setenv("INVARIANT_JAX_CACHE_DIR", str(tmp_path / "cache"))
+    before = compilation_cache_settings()
+    assert main(["connectivity", "--graph", "mlp", "--widths", "2,3,3,1", "--seed", "0"]) == 0
+    assert (tmp_path / "cache").is_dir() or before["jax_compilation_cache_dir"]   # a user's own JAX cache wins
+    assert compilation_cache_settings() == before
+    assert "H_G(c)" in capsys.readouterr().out

@@ -11,7 +11,7 @@ import sys
 import jax
 
 from ..sweep import SweepConfig
-from ._common import enable_compilation_cache
+from ._common import compilation_cache_settings, enable_compilation_cache, restore_compilation_cache
 
 SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
 
@@ -58,17 +58,21 @@ def show_defaults(parser: argparse.ArgumentParser, fallback: dict | None = None)
 
 def main(argv: list[str] | None = None) -> int:
     jax.config.update("jax_enable_x64", True)  # the CLI checks laws: float64 throughout
+    cache = compilation_cache_settings()
     enable_compilation_cache()  # a repeated command reuses its compiled programs
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "run", None):
-        parser.print_help()
-        return 2
     try:
-        return int(args.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"invariant-jax {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "run", None):
+            parser.print_help()
+            return 2
+        try:
+            return int(args.run(args) or 0)
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            print(f"invariant-jax {args.command}: error: {e}", file=sys.stderr)
+            return 2
+    finally:  # called from Python (tests, notebooks), the caller's JAX stays as it was
+        restore_compilation_cache(cache)
 
 
 if __name__ == "__main__":

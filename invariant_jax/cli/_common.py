@@ -152,3 +152,31 @@ def enable_compilation_cache() -> Path | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
+
+
+_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                  "jax_persistent_cache_min_entry_size_bytes")
+
+
+def compilation_cache_settings() -> dict:
+    """JAX's persistent-compilation-cache options as they are now, for
+    `restore_compilation_cache` (what `enable_compilation_cache` may change)."""
+    import jax
+
+    return {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+
+
+def restore_compilation_cache(settings: dict) -> None:
+    """Put JAX's persistent-compilation-cache options back as `compilation_cache_settings()`
+    returned them. If they had changed, the cache JAX opened meanwhile is dropped too
+    (`reset_cache`; JAX opens it once per process), so later compiles in this process
+    follow the restored options. `main` does this when it returns, so calling the CLI from
+    Python leaves the caller's JAX as it was."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if compilation_cache_settings() == settings:
+        return
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
