@@ -15,17 +15,18 @@ accuracy of the unregularized and L2 nets of the same seeds magnitude-pruned to 
 number of neurons. Then timings: ms per epoch per arm (compiled first), as ratios to the
 unregularized loop.
 
-Run: `python benchmarks/pruning_breast_cancer.py [--small]`; writes
-`benchmarks/results/pruning_breast_cancer.json`.
+Run: `PYTHONPATH=. python benchmarks/pruning_breast_cancer.py [--small]`; writes
+`benchmarks/results/local/pruning_breast_cancer.json` (ignored by git) unless given `--out`
+(`--out benchmarks/results/pruning_breast_cancer.json` replaces the committed results), with
+the command that produced it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -69,7 +70,8 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true", help="2 seeds, 600 epochs (a quick check)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=3000)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pruning_breast_cancer.json"))
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/pruning_breast_cancer.json, "
+                    "ignored by git; pass benchmarks/results/pruning_breast_cancer.json to replace the committed results)")
     args = ap.parse_args(argv)
     seeds, epochs = (2, 600) if args.small else (args.seeds, args.epochs)
     log_every = epochs // 30
@@ -162,11 +164,10 @@ def main(argv=None):
         "timing_ms_per_epoch": timing,
         "timing_ratio_to_none": ratios,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(args.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(args.out)
-    print(f"wrote {args.out}")
+    path = output_path(args.out, "pruning_breast_cancer.json")
+    tmp = write_json(path.with_suffix(".tmp"), out, indent=1)  # written whole, then renamed
+    tmp.replace(path)
+    print(f"renamed to {path}")
 
 
 if __name__ == "__main__":

@@ -38,10 +38,10 @@ import argparse
 import fcntl
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+from _output import command, output_path  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -193,13 +193,15 @@ def main(argv=None):
                     help="only re-measure ms/epoch, replacing the timing fields of --out for --graphs")
     ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=list(GRAPHS),
                     help="which graphs to run; results for other graphs already in --out are kept")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pruning_dag.json"))
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/pruning_dag.json, ignored "
+                    "by git; pass benchmarks/results/pruning_dag.json to replace the committed results)")
     args = ap.parse_args(argv)
+    args.out = str(output_path(args.out, "pruning_dag.json"))
     seeds, epochs = (2, 400) if args.small else (args.seeds, args.epochs)
     log_every = epochs // 20
     d = ij.breast_cancer()
     t0 = time.perf_counter()
-    out = {"command": "python " + " ".join(["benchmarks/pruning_dag.py", *(argv if argv is not None else sys.argv[1:])]),
+    out = {"command": command() if argv is None else " ".join(["python benchmarks/pruning_dag.py", *argv]),
            "setup": {"data": "sklearn breast_cancer, standardised, stratified 75/25 split seed 0",
                      "activation": "relu, bias edges from a constant node", "loss": "BCE on logits",
                      "epochs": epochs, "seeds": seeds, "cut_off_tol": 0.0, "graphs": GRAPHS,
