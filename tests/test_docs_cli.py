@@ -77,7 +77,11 @@ def test_readme_check_command_passes(capsys):
     """README's `check` command, exactly as written, exits 0 and says why."""
     argv = _readme_command("check")
     assert main(argv) == 0
-    assert "conserved to solver tolerance" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "drift/tol" in out and "conserved to solver tolerance" in out   # the table and the verdict
+    n = int(argv[argv.index("--n-inits") + 1])
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
+    assert len(rows) == n, out   # one row per initialization
 
 
 @pytest.mark.slow  # ~50 s here (compiles the kink-aware engine); tests/test_sweep_cli.py runs the sweep CLI by default

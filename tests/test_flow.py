@@ -130,9 +130,7 @@ def test_bad_flow_input(relu_setup):
 def test_cli_check(capsys):
     from invariant_jax.cli import main
 
-    assert main(["check", "--graph", "mlp", "--widths", "3,4,1", "--n-inits", "2", "--t1", "0.5"]) == 0
-    out = capsys.readouterr().out
-    assert "drift/tol" in out and "conserved to solver tolerance" in out
+    # a passing `check` (its table and verdict) is tests/test_docs_cli.py::test_readme_check_command_passes
     assert main(["check", "--activation", "softplus"]) == 2
     assert "not positively homogeneous" in capsys.readouterr().err
     assert main(["check", "--graph", "ring"]) == 2
