@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 import jax.random as jr
+from jax.experimental.compilation_cache import compilation_cache
 
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
@@ -161,8 +162,6 @@ _CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile
 def compilation_cache_settings() -> dict:
     """JAX's persistent-compilation-cache options as they are now, for
     `restore_compilation_cache` (what `enable_compilation_cache` may change)."""
-    import jax
-
     return {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
 
 
@@ -172,9 +171,6 @@ def restore_compilation_cache(settings: dict) -> None:
     (`reset_cache`; JAX opens it once per process), so later compiles in this process
     follow the restored options. `main` does this when it returns, so calling the CLI from
     Python leaves the caller's JAX as it was."""
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
     if compilation_cache_settings() == settings:
         return
     for name, value in settings.items():
