@@ -28,6 +28,7 @@ from ..solvers import GaussLegendre, gl_step
 from ._filippov import KinkProblem, slot_mask
 from ._illinois import Illinois
 from ._modes import resolve_event
+from ._segment import SegmentSolution, solve_segment
 
 
 class KinkFlow(eqx.Module):
@@ -128,6 +129,7 @@ class KinkIntegrator(eqx.Module):
     event_tol: float = eqx.field(static=True)
     surface_tol: float = eqx.field(static=True)
     tolerances: tuple[float, float] = eqx.field(static=True, default=(1e-8, 1e-8))  # (rtol, atol) as floats
+    reference_solve: bool = eqx.field(static=True, default=False)  # segments by diffrax.diffeqsolve (tests)
 
     @property
     def is_gl(self) -> bool:
@@ -163,23 +165,25 @@ class KinkIntegrator(eqx.Module):
 
         tclip = jnp.clip(ts, c.t, t1)
         controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, step_ts=tclip if self.is_gl else None)
-        with cacheable_checks():
-            sol = self._solve(vf, cond_fn, tclip, controller, c)
-        t_end = sol.ts[1][-1]
-        y_end = sol.ys[1][-1]
+        if self.reference_solve:
+            with cacheable_checks():
+                sol = self._solve(vf, cond_fn, tclip, controller, c)
+        else:
+            sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), self.inner, controller, c.t, t1, c.theta,
+                                (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol)
+        t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
         if self.is_gl:
             t_end, y_end = self._gauss_restart(c, sol, event, t_end, y_end)
         # merge saves made in this segment
-        seg_ok = jnp.isfinite(sol.ts[0]) & (ts >= c.t) & (ts <= t_end) & ~c.filled
-        ys = jnp.where(seg_ok[:, None], sol.ys[0], c.ys)
-        st = sol.stats
+        seg_ok = sol.saved & (ts >= c.t) & (ts <= t_end) & ~c.filled
+        ys = jnp.where(seg_ok[:, None], sol.ys, c.ys)
         slide_dt = jnp.where(jnp.any(c.slots >= 0), t_end - c.t, 0.0)
         c = eqx.tree_at(
             lambda c: (c.ys, c.filled, c.steps, c.acc, c.rej, c.t_slide),
             c,
-            (ys, c.filled | seg_ok, c.steps + st["num_steps"], c.acc + st["num_accepted_steps"],
-             c.rej + st["num_rejected_steps"], c.t_slide + slide_dt),
+            (ys, c.filled | seg_ok, c.steps + sol.num_steps, c.acc + sol.num_accepted,
+             c.rej + sol.num_rejected, c.t_slide + slide_dt),
         )
         failed = ~((sol.result == diffrax.RESULTS.successful) | event)
         c_new = jax.lax.cond(event & ~failed, lambda: self._restart(c, t_end, y_end),
@@ -194,8 +198,9 @@ class KinkIntegrator(eqx.Module):
         t_keep = jnp.where(failed, c.t, c_new.t)
         return eqx.tree_at(lambda c: (c.done, c.result, c.theta, c.t), c_new, (done, res, theta_keep, t_keep))
 
-    def _solve(self, vf, cond_fn, tclip, controller, c: KinkState):
-        return diffrax.diffeqsolve(
+    def _solve(self, vf, cond_fn, tclip, controller, c: KinkState) -> SegmentSolution:
+        # the reference: the same segment with diffrax.diffeqsolve (`reference_solve`)
+        sol = diffrax.diffeqsolve(
             diffrax.ODETerm(vf),
             self.inner,
             c.t,
@@ -209,6 +214,10 @@ class KinkIntegrator(eqx.Module):
             max_steps=self.max_steps,
             throw=False,
         )
+        st = sol.stats
+        return SegmentSolution(t=sol.ts[1][-1], y=sol.ys[1][-1], ys=sol.ys[0], saved=jnp.isfinite(sol.ts[0]),
+                               result=sol.result, num_steps=st["num_steps"], num_accepted=st["num_accepted_steps"],
+                               num_rejected=st["num_rejected_steps"], solver_state=sol.solver_state)
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
         # Recompute the event state by one Gauss step from the last step's start, so the

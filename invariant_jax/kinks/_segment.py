@@ -1,0 +1,208 @@
+"""One segment of a kink-aware flow: integrate until the first sign change of the event
+condition (or `t1`), locate it, and save at the requested times on the way.
+
+This is `diffrax.diffeqsolve` with one floating-point `Event` whose root finder is
+`Illinois`, written out as one lean `while_loop` over solver steps (with diffrax's
+solver and step-size-controller objects, as the sweep engine does) followed by one
+`while_loop` for the root. It takes the same steps, makes the same saves and locates
+the same event time as `diffeqsolve` (`diffrax/_integrate.py`: the initial step,
+clipping to `t1`, rejection, the event check after every step, the root find on the
+last step's dense output, the saves after the event dropped), but a segment is short
+(a few steps) and is run thousands of times per sweep, so what `diffeqsolve` and
+`optimistix.root_find` add around the arithmetic dominated its cost (measured in
+`benchmarks/sweep_throughput.py`): set-up and checks, output buffers, the root finder's
+implicit-function machinery. Here the event condition is traced twice (the step loop's
+check, and the root find that evaluates the bracket's ends in its first two
+iterations) instead of five times, which also shortens compilation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import diffrax
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import optimistix as optx
+from jaxtyping import Array
+
+from .._diffrax_compat import WrapTerm, use_stepsize_tol
+from ._illinois import Illinois, _IllinoisState
+
+_MAX_ROOT_STEPS = 256  # optimistix.root_find's default max_steps
+
+
+class SegmentSolution(eqx.Module):
+    """What one segment produced.
+
+    **Fields:** `t`, `y` (where it stopped: the event, `t1`, or the last good step),
+    `ys` `(T, E)` and `saved` `(T,)` (the saves made at `ts`), `result` (a
+    `diffrax.RESULTS`: `event_occurred` at an event), `num_steps`, `num_accepted`,
+    `num_rejected`, `solver_state` (after the last accepted step)."""
+
+    t: Array
+    y: Array
+    ys: Array
+    saved: Array
+    result: diffrax.RESULTS
+    num_steps: Array
+    num_accepted: Array
+    num_rejected: Array
+    solver_state: object
+
+
+def _with_controller_tols(solver, ctrl):
+    # as diffeqsolve: an implicit solver's root finder takes the controller's tolerances
+    # wherever it was left at `use_stepsize_tol`
+    if not isinstance(solver, diffrax.AbstractImplicitSolver):
+        return solver
+    attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
+    if not attrs:
+        return solver
+    return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
+                       tuple(getattr(ctrl, a) for a in attrs))
+
+
+def locate(g: Callable, lower, upper, event_tol: float, go):
+    """The root of `g` on `[lower, upper]` by `Illinois(atol=event_tol)`, as
+    `optimistix.root_find(g, Illinois, y0=upper, options=dict(lower, upper))` computes
+    it (same iterates), in one `while_loop` that evaluates `g` once per iteration:
+    the first two iterations evaluate the bracket's ends (the root finder's `init`),
+    the others are its steps. `go=False` returns at once. Returns `(t, result)` with
+    an `optimistix.RESULTS` (`nonfinite`, `nonlinear_max_steps_reached` as there)."""
+    finder = Illinois(atol=event_tol)
+    dtype = jnp.result_type(lower)
+    z = jnp.zeros((), dtype)
+
+    def body(c):
+        it, y, st, done, finite = c
+        t_eval = jnp.where(it == 0, st.lower, jnp.where(it == 1, st.upper, y))
+        v = g(t_eval)
+        init = it < 2
+        st_init = _IllinoisState(st.lower, st.upper, jnp.where(it == 0, v, st.f_lower),
+                                 jnp.where(it == 1, v, st.f_upper), st.side)
+        new_y, st_step, _ = finder.step(lambda yy, args: (v, None), y, None, None, st, None)
+        st = jtu.tree_map(lambda a, b: jnp.where(init, a, b), st_init, st_step)
+        y_next = jnp.where(init, y, new_y)
+        finite = jnp.isfinite(y)
+        done = (it >= 1) & (finder.terminate(None, y, None, None, st, None)[0] | ~finite)
+        return it + 1, y_next, st, done, finite
+
+    def cond(c):
+        it, _, _, done, _ = c
+        return go & ~done & (it < _MAX_ROOT_STEPS + 2)
+
+    st0 = _IllinoisState(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype), z, z, jnp.asarray(0))
+    it, y, st, done, finite = jax.lax.while_loop(
+        cond, body, (jnp.asarray(0), jnp.asarray(upper, dtype), st0, jnp.asarray(False), jnp.asarray(True)))
+    result = optx.RESULTS.where(done, optx.RESULTS.successful, optx.RESULTS.nonlinear_max_steps_reached)
+    return y, optx.RESULTS.where(finite, result, optx.RESULTS.nonfinite)
+
+
+class _Carry(eqx.Module):
+    y: Array
+    tprev: Array
+    tnext: Array
+    solver_state: object
+    controller_state: object
+    result: diffrax.RESULTS
+    num_steps: Array
+    num_accepted: Array
+    num_rejected: Array
+    save_i: Array
+    ys: Array
+    saved: Array
+    ev_value: Array
+    ev_tprev: Array
+    ev_tnext: Array
+    ev_dense: object
+
+
+def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
+                  controller: diffrax.AbstractStepSizeController, t0, t1: float, y0, args, ts, *,
+                  max_steps: int, event_tol: float) -> SegmentSolution:
+    """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
+    changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
+
+    **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
+    and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
+    `max_steps` (steps budget) and `event_tol` (time tolerance of the root find).
+
+    **Returns:** a `SegmentSolution`."""
+    dtype = jnp.result_type(y0)
+    t0 = jnp.asarray(t0, dtype)
+    t1 = jnp.asarray(t1, dtype)
+    terms = WrapTerm(diffrax.ODETerm(vf), jnp.asarray(1))
+    controller = controller.wrap(jnp.asarray(1))
+    solver = _with_controller_tols(solver, controller)
+    t1_clip_floor = t1
+    for _ in range(100):
+        t1_clip_floor = eqxi.prevbefore(t1_clip_floor)
+    error_order = solver.error_order(terms)
+    tnext, cstate = controller.init(terms, t0, t1, y0, None, args, solver.func, error_order)
+    tnext = jnp.minimum(tnext, t1)
+    sstate = solver.init(terms, t0, tnext, y0, args)
+    T = ts.shape[0]
+    ok = diffrax.RESULTS.successful
+    dense_struct = jax.eval_shape(lambda: solver.step(terms, t0, tnext, y0, args, sstate, False)[2])
+    init = _Carry(
+        y=y0, tprev=t0, tnext=tnext, solver_state=sstate, controller_state=cstate, result=ok,
+        num_steps=jnp.asarray(0), num_accepted=jnp.asarray(0), num_rejected=jnp.asarray(0),
+        save_i=jnp.sum(ts < t0), ys=jnp.full((T,) + y0.shape, jnp.inf, dtype), saved=jnp.zeros((T,), bool),
+        ev_value=cond(y0, args), ev_tprev=t0, ev_tnext=t0,
+        ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
+    )
+
+    def loop_cond(c: _Carry):
+        return (c.tprev < t1) & (c.result == ok) & (c.num_steps < max_steps)
+
+    def body(c: _Carry) -> _Carry:
+        y, y_error, dense_info, sstate, sres = solver.step(terms, c.tprev, c.tnext, c.y, args, c.solver_state, False)
+        y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
+        keep, tprev, tnext, made_jump, cstate, cres = controller.adapt_step_size(
+            c.tprev, c.tnext, c.y, y, args, y_error, error_order, c.controller_state)
+        if made_jump is not False:
+            raise NotImplementedError("Step-size controllers with jumps are not supported in kink-aware flows.")
+        tprev = jnp.minimum(tprev, t1)
+        clip = tnext > t1_clip_floor
+        tnext = jnp.where(clip, jnp.where(keep, t1, tprev + 0.5 * (t1 - tprev)), tnext)
+        y = jnp.where(keep, y, c.y)
+        sstate = jtu.tree_map(lambda a, b: jnp.where(keep, a, b), sstate, c.solver_state)
+        result = diffrax.RESULTS.where(keep, sres, ok)
+        result = diffrax.RESULTS.where(result == ok, cres, result)
+        interp = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
+
+        def s_cond(s):
+            i = s[0]
+            return keep & (i < T) & (ts[jnp.minimum(i, T - 1)] <= c.tnext)
+
+        def s_body(s):
+            i, ys, saved = s
+            return i + 1, ys.at[i].set(interp.evaluate(ts[i])), saved.at[i].set(True)
+
+        save_i, ys, saved = jax.lax.while_loop(s_cond, s_body, (c.save_i, c.ys, c.saved))
+        value = cond(y, args)
+        event = jnp.sign(c.ev_value) != jnp.sign(value)
+        result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, result)
+        return _Carry(
+            y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate, result=result,
+            num_steps=c.num_steps + 1, num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
+            num_rejected=c.num_rejected + jnp.where(keep, 0, 1), save_i=save_i, ys=ys, saved=saved,
+            ev_value=value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
+        )
+
+    f = jax.lax.while_loop(loop_cond, body, init)
+    result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
+    event = result == diffrax.RESULTS.event_occurred
+    interp = solver.interpolation_cls(t0=f.ev_tprev, t1=f.ev_tnext, **f.ev_dense)
+    t_root, root_result = locate(lambda t: cond(interp.evaluate(t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
+    t_end = jnp.where(event, t_root, f.tprev)
+    y_end = jnp.where(event, interp.evaluate(t_root), f.y)
+    result = diffrax.RESULTS.where(event & (root_result != optx.RESULTS.successful),
+                                   diffrax.RESULTS.promote(root_result), result)
+    saved = f.saved & ~(event & (ts > t_end))
+    return SegmentSolution(t=t_end, y=y_end, ys=f.ys, saved=saved, result=result, num_steps=f.num_steps,
+                           num_accepted=f.num_accepted, num_rejected=f.num_rejected, solver_state=f.solver_state)
