@@ -16,7 +16,17 @@ timed:
 - `engine-vmap`: `Engine` in vmap mode (on CPU only with `--also-vmap-engine`);
 - `naive`: `jax.jit(jax.vmap(gradient_flow))` over the whole batch;
 - `kink`: `KinkEngine` (kink-aware flow, Tsit5 inside), exact (CPU) or vmap (GPU): the
-  exact method; its error is not comparable with the plain arms' (see kink_sweep.py).
+  exact method. With `--kink-reference-segments` also the same engine with each segment
+  run by `diffrax.diffeqsolve` (the implementation before `kinks/_segment.py`), side by side.
+
+**Error column.** Each arm's final weights against a kink-aware reference at
+rtol = atol = 1e-12 (Tsit5 inside; the plain arms cannot resolve the kinks and stay at
+~1e-5, the kink-aware arm at the tolerance); `err_vs_ref_max` is the largest
+`max |theta_final - reference|` over the trajectories.
+
+**Timing.** Each arm is compiled (on two trajectories), then timed `--repeats` times;
+`seconds` is the fastest run (other jobs on a shared machine only slow a run down), all
+runs are in `seconds_all` and `wall_over_bare_range`.
 
 **Bare cost.** Each arm's vector-field-evaluation equivalents are counted: Tsit5 stages
 (6 per step, accepted or rejected, +3 per trajectory to start); for the kink-aware arm,
@@ -34,6 +44,7 @@ Writes `benchmarks/results/sweep_throughput.json` (or `--out`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -53,6 +64,13 @@ def _args():
     p.add_argument("--steps-per-call", type=int, default=128)
     p.add_argument("--vmap", action="store_true", help="engines: vmap over slots (default on GPU)")
     p.add_argument("--also-vmap-engine", action="store_true", help="CPU: also time the engines in vmap mode")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="timed runs per arm after compiling (seconds = the fastest; all are recorded)")
+    p.add_argument("--kink-reference-segments", action="store_true",
+                   help="also time the kink-aware arm with its segments run by diffrax.diffeqsolve (the "
+                        "implementation before kinks/_segment.py), side by side")
+    p.add_argument("--no-error", action="store_true",
+                   help="skip the error column (a kink-aware reference at tolerance 1e-12)")
     p.add_argument("--count-inits", type=int, default=64,
                    help="kink arm: count evaluations on this many inits (scaled by steps to all)")
     p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/sweep_throughput.json, ignored by git; pass benchmarks/results/sweep_throughput.json to replace the committed results)")
@@ -78,6 +96,7 @@ from invariant_jax.sweep._engine import Engine, make_problem  # noqa: E402
 from invariant_jax.sweep._kink import KinkEngine  # noqa: E402
 
 TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11
+LOAD_START = list(os.getloadavg())
 GPU = jax.default_backend() != "cpu"
 
 
@@ -131,13 +150,17 @@ class BareCosts:
 
 
 def run_engine(eng, n):
+    """(compile seconds, [seconds of each timed run], records, EngineStats)."""
     t = time.perf_counter()
     eng.run(np.arange(2), on_results=lambda r: None)  # compile (+ two trajectories)
     compile_s = time.perf_counter() - t
-    parts = []
-    t = time.perf_counter()
-    st = eng.run(np.arange(n), on_results=parts.append)
-    sec = time.perf_counter() - t
+    secs = []
+    for _ in range(max(args.repeats, 1)):
+        parts = []
+        t = time.perf_counter()
+        st = eng.run(np.arange(n), on_results=parts.append)
+        secs.append(time.perf_counter() - t)
+    sec = secs
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.argsort(rec["index"])
     return compile_s, sec, {k: v[order] for k, v in rec.items()}, st
@@ -151,9 +174,38 @@ def run_naive(template, X, Y, thetas):
     t = time.perf_counter()
     compiled = jax.jit(jax.vmap(one)).lower(thetas).compile()
     compile_s = time.perf_counter() - t
-    t = time.perf_counter()
-    th, steps = jax.block_until_ready(compiled(thetas))
-    return compile_s, time.perf_counter() - t, np.asarray(th), np.asarray(steps)
+    secs = []
+    for _ in range(max(args.repeats, 1)):
+        t = time.perf_counter()
+        th, steps = jax.block_until_ready(compiled(thetas))
+        secs.append(time.perf_counter() - t)
+    return compile_s, secs, np.asarray(th), np.asarray(steps)
+
+
+def kink_engine(template, X, Y, thetas, *, slots, exact, tol=TOL, reference_segments=False):
+    eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=slots, exact=exact,
+                     options=ij.SolverOptions("tsit5", rtol=tol, atol=tol, max_steps=100_000),
+                     saveat=ij.SaveTimes(n_save=N_SAVE))
+    if reference_segments:  # before compiling: the engine's programs trace eng.integrator
+        eng.integrator = dataclasses.replace(eng.integrator, reference_solve=True)
+    return eng
+
+
+def reference_weights(template, X, Y, thetas):
+    """Final weights of the kink-aware flow at rtol = atol = 1e-12 (Tsit5 inside): the
+    reference of the error column."""
+    eng = kink_engine(template, X, Y, thetas, slots=min(64, thetas.shape[0]), exact=True, tol=1e-12)
+    parts = []
+    eng.run(np.arange(thetas.shape[0]), on_results=parts.append)
+    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(rec["index"])
+    return rec["theta_final"][order], rec["status"][order]
+
+
+def timing(secs):
+    """`seconds` (fastest timed run: other jobs on a shared machine only slow a run down)
+    and the list of all timed runs."""
+    return dict(seconds=float(min(secs)), seconds_all=[float(x) for x in secs])
 
 
 def count_kink_work(template, X, Y, thetas):
@@ -207,12 +259,13 @@ def main():
             steps = None
             for name, vm in plain_modes:
                 eng = Engine(problem, init, slots=slots, steps_per_call=args.steps_per_call, exact=not vm)
-                c, s, rec, st = run_engine(eng, n)
+                c, secs, rec, st = run_engine(eng, n)
+                s = min(secs)
                 costs.measure()
                 steps = rec["num_steps"]
                 evals = 6 * int(steps.sum()) + 3 * n
                 bare = evals * costs[slots if vm else 1]["grad"]
-                arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c, seconds=s, traj_per_s=n / s,
+                arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c, **timing(secs), traj_per_s=n / s,
                                  steps_total=int(steps.sum()), steps_median=float(np.median(steps)),
                                  steps_max=int(steps.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
                                  _width=slots if vm else 1,
@@ -220,29 +273,33 @@ def main():
                                  theta_final=rec["theta_final"]))
                 _print(rows + [dict(row, arms=arms)])
             if "naive" in args.arms:
-                c, s, th, sb = run_naive(template, X, Y, thetas)
+                c, secs, th, sb = run_naive(template, X, Y, thetas)
+                s = min(secs)
                 costs.measure()
                 evals = 6 * int(sb.sum()) + 3 * n
                 bare = evals * costs[n]["grad"]
-                arms.append(dict(arm="naive jit(vmap(gradient_flow))", mode="vmap", compile_s=c, seconds=s,
+                arms.append(dict(arm="naive jit(vmap(gradient_flow))", mode="vmap", compile_s=c, **timing(secs),
                                  traj_per_s=n / s, steps_total=int(sb.sum()), steps_median=float(np.median(sb)),
                                  steps_max=int(sb.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
                                  _width=n, work_efficiency=float(sb.mean() / sb.max()), theta_final=th))
                 steps = sb if steps is None else steps
                 _print(rows + [dict(row, arms=arms)])
             if "kink" in args.arms:
-                kink_modes = [vmap_mode] + ([True] if args.also_vmap_engine and not vmap_mode else [])
-                for vm in kink_modes:
-                    eng = KinkEngine(template, X, Y, T1, init, slots=slots, exact=not vm,
-                                     options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
-                                     saveat=ij.SaveTimes(n_save=N_SAVE))
-                    c, s, rec, st = run_engine(eng, n)
+                kink_modes = [(vmap_mode, False)] + ([(True, False)] if args.also_vmap_engine and not vmap_mode else []) \
+                    + ([(vmap_mode, True)] if args.kink_reference_segments else [])
+                for vm, ref_seg in kink_modes:
+                    eng = kink_engine(template, X, Y, thetas, slots=slots, exact=not vm, reference_segments=ref_seg)
+                    c, secs, rec, st = run_engine(eng, n)
+                    s = min(secs)
                     costs.measure()
-                    arms.append(dict(arm="kink-aware (tsit5 inside)", mode="vmap" if vm else "exact", compile_s=c,
-                                     seconds=s, traj_per_s=n / s, steps_total=int(rec["num_steps"].sum()),
+                    name = "kink-aware (tsit5 inside" + (", diffeqsolve segments)" if ref_seg else ")")
+                    arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c,
+                                     **timing(secs), traj_per_s=n / s, steps_total=int(rec["num_steps"].sum()),
                                      steps_median=float(np.median(rec["num_steps"])),
                                      steps_max=int(rec["num_steps"].max()),
                                      events_total=int(rec["num_events"].sum()),
+                                     segments_total=int((rec["num_events"] + 1).sum()),
+                                     ms_per_segment=1e3 * s / int((rec["num_events"] + 1).sum()),
                                      sliding_trajectories=int(np.sum(rec["num_sliding_entries"] > 0)),
                                      work_efficiency=st.work_efficiency, failures=int(np.sum(rec["status"] >= 2)),
                                      theta_final=rec["theta_final"], _steps=rec["num_steps"]))
@@ -257,12 +314,20 @@ def main():
                         a.update(evaluations=float(n_grad), condition_evaluations=float(n_cond), _width=w,
                                  counted_on=k, bare_s=n_grad * costs[w]["grad"] + n_cond * costs[w]["forward"])
                         a["wall_over_bare"] = a["seconds"] / a["bare_s"]
+            if not args.no_error:
+                ref_theta, ref_status = reference_weights(template, X, Y, thetas)
+                row["reference"] = dict(method="kink-aware flow, Tsit5 inside, rtol = atol = 1e-12, exact engine",
+                                        failures=int(np.sum(ref_status >= 2)))
+                for a in arms:
+                    err = np.max(np.abs(np.asarray(a["theta_final"]) - ref_theta), axis=1)
+                    a.update(err_vs_ref_max=float(np.max(err)), err_vs_ref_median=float(np.median(err)))
             costs.measure()
             for a in arms:  # bare cost from the least-disturbed measurement of the whole run
                 if "_width" in a:
                     w = a.pop("_width")
                     a["bare_s"] = a["evaluations"] * costs[w]["grad"] + a.get("condition_evaluations", 0) * costs[w]["forward"]
                     a["wall_over_bare"] = a["seconds"] / a["bare_s"]
+                    a["wall_over_bare_range"] = [x / a["bare_s"] for x in (min(a["seconds_all"]), max(a["seconds_all"]))]
             row.update(grad_cost_us={str(w): costs[w]["grad"] * 1e6 for w in costs.best},
                        forward_cost_us={str(w): costs[w]["forward"] * 1e6 for w in costs.best})
             naive = next((a for a in arms if a["arm"].startswith("naive")), None)
@@ -270,7 +335,7 @@ def main():
                 if naive is not None:
                     a["vs_naive"] = a["traj_per_s"] / naive["traj_per_s"]
                 a.pop("_steps", None)
-            for a in arms:  # accuracy: see kink_sweep.py (errors against a validated reference)
+            for a in arms:
                 a.pop("theta_final", None)
             row["arms"] = arms
             rows.append(row)
@@ -278,16 +343,21 @@ def main():
     meta = dict(benchmark="sweep_throughput", tol=TOL, t1=T1, n_samples=N_SAMPLES, n_save=N_SAVE, solver="Tsit5",
                 activation="relu", float64=True, backend=jax.default_backend(),
                 devices=[str(d) for d in jax.devices()], machine=platform.machine(), cpu_count=os.cpu_count(),
-                jax=jax.__version__, steps_per_call=args.steps_per_call, command=" ".join(sys.argv),
+                jax=jax.__version__, steps_per_call=args.steps_per_call, repeats=args.repeats,
+                command="PYTHONPATH=. python " + " ".join(sys.argv),
+                load_average_start=LOAD_START, load_average_end=list(os.getloadavg()),
                 note="wall/bare: wall seconds / (evaluation equivalents x measured seconds per gradient "
                      "(per forward pass for kink event conditions) at the arm's batch width). Measured on a "
-                     "shared machine; ratios are side by side in one process.")
+                     "shared machine; ratios are side by side in one process; seconds = the fastest of the "
+                     "timed runs (all in seconds_all). err_vs_ref_*: max |theta_final - reference| per "
+                     "trajectory (max, median over trajectories), reference = the kink-aware flow at "
+                     "rtol = atol = 1e-12.")
     write_json(output_path(args.out, "sweep_throughput.json"), dict(meta=meta, results=rows), default=float)
 
 
 def _print(rows):
     head = (f"{'workload':>8} {'n':>5} {'slots':>5} {'arm':>30} {'mode':>5} {'compile s':>9} {'traj/s':>8} "
-            f"{'vs naive':>8} {'steps med/max':>14} {'events':>6} {'wall/bare':>9}")
+            f"{'vs naive':>8} {'steps med/max':>14} {'events':>6} {'wall/bare':>9} {'err vs ref':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -297,7 +367,7 @@ def _print(rows):
             print(f"{r['workload']:>8} {r['n_inits']:>5} {r['slots']:>5} {a['arm']:>30} {a['mode']:>5} "
                   f"{a['compile_s']:>9.1f} {a['traj_per_s']:>8.2f} {vs:>8.2f} "
                   f"{a['steps_median']:>7.0f}/{a['steps_max']:<6} {a.get('events_total', ''):>6} "
-                  f"{a.get('wall_over_bare', float('nan')):>9.2f}")
+                  f"{a.get('wall_over_bare', float('nan')):>9.2f} {a.get('err_vs_ref_max', float('nan')):>10.1e}")
     print(flush=True)
 
 

@@ -188,3 +188,35 @@ def test_multi_surface_sliding_matches_the_smooth_limit():
         errs.append(float(jnp.max(jnp.abs(fl.thetas - kf.flow.thetas))))
     assert errs[1] < 5e-4
     assert errs[0] > 5 * errs[1]  # first-order convergence in 1/beta
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver", ["tsit5", "gauss4"])
+def test_lean_segments_take_diffeqsolves_steps_and_events(solver):
+    # kinks/_segment.py writes out diffeqsolve's loop (+ the Illinois root find) for one
+    # segment; the reference is the same segment run by diffrax.diffeqsolve
+    # (reference_solve=True). Two compiled programs: the discrete path (events, steps)
+    # is the same, the numbers agree to round-off amplified by adaptive stepping.
+    import dataclasses
+
+    from invariant_jax.kinks import make_kink_integrator
+
+    g = ij.mlp([3, 6, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(3))
+    tol = 1e-8
+    integ = make_kink_integrator(ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0)), X, Y, 1.0,
+                                 options=ij.SolverOptions(solver, rtol=tol, atol=tol, max_steps=10_000),
+                                 saveat=ij.SaveTimes(n_save=5))
+    ref = dataclasses.replace(integ, reference_solve=True)
+    thetas = jnp.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(4)])
+    a = [eqx.filter_jit(integ.run)(t) for t in thetas]
+    b = [eqx.filter_jit(ref.run)(t) for t in thetas]
+    assert sum(int(x.n_events) for x in a) > 4  # the comparison covers events
+    for x, y in zip(a, b):
+        assert int(x.n_events) == int(y.n_events) and int(x.n_cross) == int(y.n_cross)
+        assert int(x.n_sin) == int(y.n_sin) and int(x.n_sout) == int(y.n_sout)
+        assert abs(int(x.steps) - int(y.steps)) <= int(x.n_events) + 1
+        ev = jnp.isfinite(y.ev_times)
+        assert float(jnp.max(jnp.where(ev, jnp.abs(x.ev_times - y.ev_times), 0.0))) <= 100 * tol
+        assert float(jnp.max(jnp.abs(x.theta - y.theta))) <= 100 * tol
+        assert float(jnp.max(jnp.abs(x.ys - y.ys))) <= 100 * tol
