@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
@@ -35,10 +36,13 @@ from invariant_jax.sweep._engine import Engine, make_problem  # noqa: E402
 from invariant_jax.sweep._kink import KinkEngine  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+compile_s = [0.0]  # of the last run_engine call
 
 
 def run_engine(engine, n):
-    engine.run(np.arange(2), on_results=lambda r: None)  # compile
+    t = time.perf_counter()
+    engine.run(np.arange(2), on_results=lambda r: None)  # compile (+ two trajectories)
+    compile_s[0] = time.perf_counter() - t
     parts = []
     t = time.perf_counter()
     engine.run(np.arange(n), on_results=parts.append)
@@ -64,11 +68,11 @@ def main():
     arms = {}
     plain = Engine(make_problem(template, X, Y, 1.0, options=ij.SolverOptions(rtol=1e-8, atol=1e-8),
                                 saveat=ij.SaveTimes(n_save=11)), init, slots=args.slots)
-    arms["engine tsit5 1e-8"] = run_engine(plain, n)
+    arms["engine tsit5 1e-8"] = run_engine(plain, n) + (compile_s[0],)
     for name, solver, tol in (("kink tsit5 1e-8", "tsit5", 1e-8), ("kink gauss4 1e-6", "gauss4", 1e-6)):
         eng = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, options=ij.SolverOptions(solver, rtol=tol, atol=tol),
                          saveat=ij.SaveTimes(n_save=11))
-        arms[name] = run_engine(eng, n)
+        arms[name] = run_engine(eng, n) + (compile_s[0],)
 
     ref = KinkEngine(template, X, Y, 1.0, init, slots=args.slots, saveat=ij.SaveTimes(n_save=2),
                      options=ij.SolverOptions("tsit5", rtol=1e-12, atol=1e-12, max_steps=10_000))
@@ -77,9 +81,9 @@ def main():
     sliding = ref_rec["num_sliding_entries"] > 0
 
     rows = []
-    for name, (rec, sec) in arms.items():
+    for name, (rec, sec, comp) in arms.items():
         err = np.max(np.abs(rec["theta_final"] - th_ref), axis=1)
-        row = dict(arm=name, seconds=sec, traj_per_s=n / sec, steps_total=int(rec["num_steps"].sum()),
+        row = dict(arm=name, compile_plus_2_s=comp, seconds=sec, traj_per_s=n / sec, steps_total=int(rec["num_steps"].sum()),
                    steps_max=int(rec["num_steps"].max()), ok=int(np.sum(rec["status"] == 0)),
                    err_median=float(np.median(err)), err_max=float(err.max()),
                    err_max_sliding=float(err[sliding].max()) if sliding.any() else None,
@@ -92,11 +96,15 @@ def main():
     res = dict(workload=f"5-20-1 relu mlp (no bias), 20 teacher points (key 1234), inits PRNGKey(0..{n - 1}), t1=1",
                reference="kink-aware, Tsit5 inside, rtol=atol=1e-12", slots=args.slots, n_inits=n,
                trajectories_sliding=int(sliding.sum()), max_sliding_pairs=int(ref_rec["max_sliding_pairs"].max()),
-               ambiguous_in_reference=int(ref_rec["num_ambiguous"].sum()), rows=rows)
+               ambiguous_in_reference=int(ref_rec["num_ambiguous"].sum()), rows=rows,
+               meta=dict(command="PYTHONPATH=. python " + " ".join(sys.argv), jax=jax.__version__,
+                         backend=jax.default_backend(), cpu_count=os.cpu_count(), load_average_end=list(os.getloadavg()),
+                         note="compile_plus_2_s: first engine run on two trajectories (compiling its programs); "
+                              "measured on a shared machine"))
     print(f"{n} inits, {int(sliding.sum())} slide (reference)")
-    print(f"{'arm':<18} {'s':>7} {'traj/s':>7} {'steps':>8} {'max':>7} {'err med':>8} {'err max':>8} {'max slid':>8} {'max not':>8} {'drift':>8}")
+    print(f"{'arm':<18} {'compile':>7} {'s':>7} {'traj/s':>7} {'steps':>8} {'max':>7} {'err med':>8} {'err max':>8} {'max slid':>8} {'max not':>8} {'drift':>8}")
     for r in rows:
-        print(f"{r['arm']:<18} {r['seconds']:>7.2f} {r['traj_per_s']:>7.2f} {r['steps_total']:>8} {r['steps_max']:>7} "
+        print(f"{r['arm']:<18} {r['compile_plus_2_s']:>7.1f} {r['seconds']:>7.2f} {r['traj_per_s']:>7.2f} {r['steps_total']:>8} {r['steps_max']:>7} "
               f"{r['err_median']:>8.1e} {r['err_max']:>8.1e} {r['err_max_sliding'] or 0:>8.1e} "
               f"{r['err_max_not_sliding'] or 0:>8.1e} {r['drift_rel_max']:>8.1e}")
     write_json(output_path(args.out, "kink_sweep.json"), res)

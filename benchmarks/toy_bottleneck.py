@@ -13,7 +13,12 @@ out-bottleneck) and no pure ancestors, so `k -> y` is frozen iff
 - `right-sign`: `theta_{k y} < 0` (ratio in U(0.1, 3)).
 
 Each runs exact gradient flow (Tsit5, rtol = atol = 1e-6, time of the loss
-`(1/2N) sum (f - y)^2`) in one `jit(vmap)`. A run *learns* (beats the frozen bound) when its final loss is below
+`(1/2N) sum (f - y)^2`): by default (`--method kink`) the kink-aware flow
+(`ij.kink_aware_flow`'s integrator, Tsit5 inside, one trajectory after the other in one
+compiled `lax.map`), with `--method plain` plain gradient flow in one `jit(vmap)`;
+`--method both` runs both and stores the plain run's summary under `plain`. Plain Tsit5
+chatters where the field jumps (the kink of `k` is where the frozen-wrong runs stall), so
+most frozen-wrong runs end at `max_steps`; `max_steps_hit` counts them. A run *learns* (beats the frozen bound) when its final loss is below
 half the best loss reachable with `theta_{k y} >= 0` (the least-squares fit of the skip
 alone; any non-negative `k` contribution only adds to the residual of a target whose
 `k`-part is non-positive); `exact_fit` counts final losses below 1e-6. Writes `benchmarks/results/toy_bottleneck.json`.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -78,7 +84,9 @@ def toy_inits(n_per_kind: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return th, kind
 
 
-def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: int = 0) -> dict:
+def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: int = 0, method: str = "plain") -> dict:
+    """The toy study; `method`: "plain" (gradient flow, one `jit(vmap)`) or "kink"
+    (the kink-aware flow, one compiled `lax.map`)."""
     g = toy_graph()
     X, Y, L_nonneg = toy_data()
     th, kind = toy_inits(n_per_kind, seed)
@@ -86,21 +94,46 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
     verdict = np.array([ky in ij.connectivity(g, (t**2) @ g.incidence().T, lp="none").frozen_index
                         for t in th])
 
-    @eqx.filter_jit
-    def run(th):
-        def one(t):
-            f = ij.gradient_flow(ij.DAGNetwork(g, edge_weights=t), X, Y, t1, saveat=ij.SaveTimes(n_save=n_save, spacing="log"),
-                                 solver=ij.SolverOptions(rtol=1e-6, atol=1e-6, max_steps=20_000))
-            return f.ts, f.losses, f.thetas[:, ky], f.loss_final, f.success, f.drift_relative
-        return jax.vmap(one)(th)
+    saveat = ij.SaveTimes(n_save=n_save, spacing="log")
+    options = ij.SolverOptions(rtol=1e-6, atol=1e-6, max_steps=20_000)
+    maxsteps = ij.RESULTS.max_steps_reached
+
+    if method == "plain":
+        @eqx.filter_jit
+        def run(th):
+            def one(t):
+                f = ij.gradient_flow(ij.DAGNetwork(g, edge_weights=t), X, Y, t1, saveat=saveat, solver=options)
+                return (f.ts, f.losses, f.thetas[:, ky], f.loss_final, f.success, f.drift_relative,
+                        f.result == maxsteps, jnp.zeros((), int), f.stats["num_steps"], jnp.zeros((), bool))
+            return jax.vmap(one)(th)
+    elif method == "kink":
+        from invariant_jax.kinks import make_kink_integrator
+
+        net0 = ij.DAGNetwork(g, "relu", edge_weights=th[0])
+        integ = make_kink_integrator(net0, X, Y, t1, options=options, saveat=saveat)
+
+        @eqx.filter_jit
+        def run(th):
+            def one(t):
+                kf = integ.flow(net0, t, integ.run(t), "mse")
+                f = kf.flow
+                n = f.ts.shape[0] - 1 if f.ts.shape[0] > n_save else f.ts.shape[0]  # saves (+ the final state)
+                return (f.ts[:n], f.losses[:n], f.thetas[:n, ky], f.loss_final, kf.success, f.drift_relative,
+                        f.result == maxsteps, kf.num_events, f.stats["num_steps"], kf.events_exhausted)
+            return jax.lax.map(one, th)
+    else:
+        raise ValueError(f"method must be 'plain' or 'kink'; got {method!r}.")
 
     t0 = time.perf_counter()
-    ts, losses, sign_w, loss_final, ok, drift = (np.asarray(a) for a in jax.block_until_ready(run(jnp.asarray(th))))
+    ts, losses, sign_w, loss_final, ok, drift, hit, events, steps, exhausted = (
+        np.asarray(a) for a in jax.block_until_ready(run(jnp.asarray(th))))
     wall = time.perf_counter() - t0
     success = loss_final < 0.5 * L_nonneg
     predicted_fail = verdict & (th[:, ky] > 0)
     out = {
         "graph_edges": [list(e) for e in g.edges], "n_per_kind": n_per_kind, "t1": t1,
+        "method": {"plain": "gradient flow, Tsit5, rtol = atol = 1e-6, max_steps 20,000",
+                   "kink": "kink-aware flow, Tsit5 inside, rtol = atol = 1e-6, max_steps 20,000 per segment"}[method],
         "time_convention": "gradient-flow time of L = (1/2N) sum (f - y)^2",
         "loss_nonneg_bound": L_nonneg, "wall_s_including_compile": wall,
         "ts": ij.log_times(0.0, t1, n_save).tolist(), "kinds": {},
@@ -112,7 +145,10 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
         sl = kind == i
         out["kinds"][name] = {
             "n": int(sl.sum()), "frozen_at_t0": float(verdict[sl].mean()),
-            "solver_success": float(ok[sl].mean()), "learnt": float(success[sl].mean()),
+            "solver_success": float(ok[sl].mean()), "max_steps_hit": float(hit[sl].mean()),
+            "max_events_hit": float(exhausted[sl].mean()),
+            "steps_median": float(np.median(steps[sl])), "events_median": float(np.median(events[sl])),
+            "learnt": float(success[sl].mean()),
             "exact_fit": float((loss_final[sl] < 1e-6).mean()),
             "final_loss_quantiles": np.quantile(loss_final[sl], [0.05, 0.25, 0.5, 0.75, 0.95]).tolist(),
             "frac_theta_ky_negative_over_time": np.nanmean(np.where(np.isfinite(sign_w[sl]), sign_w[sl] < 0, np.nan), axis=0).tolist(),
@@ -129,17 +165,30 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-per-kind", type=int, default=100)
     p.add_argument("--t1", type=float, default=30.0)
+    p.add_argument("--method", choices=["kink", "plain", "both"], default="both",
+                   help="kink-aware flow, plain gradient flow, or both (the top level is the kink-aware run)")
     p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; pass benchmarks/results/toy_bottleneck.json to replace the committed results)")
     args = p.parse_args()
-    res = run_toy(args.n_per_kind, t1=args.t1)
+    res = run_toy(args.n_per_kind, t1=args.t1, method="plain" if args.method == "plain" else "kink")
     res.pop("_arrays")
+    if args.method == "both":
+        plain = run_toy(args.n_per_kind, t1=args.t1, method="plain")
+        plain.pop("_arrays")
+        res["plain"] = {k: plain[k] for k in ("method", "wall_s_including_compile", "verdict_accuracy",
+                                                 "frozen_wrong_all_fail", "max_drift_relative")}
+        res["plain"]["kinds"] = {name: {k: v for k, v in r.items() if k != "final_losses"}
+                                 for name, r in plain["kinds"].items()}
+    res["command"] = "PYTHONPATH=. python " + " ".join(sys.argv)
     print(f"toy bottleneck: {args.n_per_kind} inits per kind, t1 = {args.t1:g} "
           f"(best loss with theta_ky >= 0: {res['loss_nonneg_bound']:.4f}); {res['wall_s_including_compile']:.1f} s")
-    print(f"{'kind':>15} {'frozen@0':>9} {'learnt':>7} {'fit<1e-6':>8} {'solver ok':>9} {'median loss':>12} {'theta_ky<0 at end':>17} {'sign changed':>12}")
-    for name, r in res["kinds"].items():
-        print(f"{name:>15} {r['frozen_at_t0']:>9.2f} {r['learnt']:>7.2f} {r['exact_fit']:>8.2f} {r['solver_success']:>9.2f} "
-              f"{r['final_loss_quantiles'][2]:>12.3e} {r['frac_theta_ky_negative_over_time'][-1]:>17.2f} "
-              f"{r['frac_theta_ky_sign_changed']:>12.2f}")
+    print(f"{'method':>6} {'kind':>15} {'frozen@0':>9} {'learnt':>7} {'fit<1e-6':>8} {'solver ok':>9} {'max_steps':>9} "
+          f"{'median loss':>12} {'theta_ky<0 at end':>17} {'sign changed':>12}")
+    for method, rr in (("kink" if args.method != "plain" else "plain", res), ("plain", res.get("plain"))):
+        for name, r in (rr or {"kinds": {}})["kinds"].items():
+            print(f"{method:>6} {name:>15} {r['frozen_at_t0']:>9.2f} {r['learnt']:>7.2f} {r['exact_fit']:>8.2f} "
+                  f"{r['solver_success']:>9.2f} {r['max_steps_hit']:>9.2f} "
+                  f"{r['final_loss_quantiles'][2]:>12.3e} {r['frac_theta_ky_negative_over_time'][-1]:>17.2f} "
+                  f"{r['frac_theta_ky_sign_changed']:>12.2f}")
     print(f"verdict at t=0 (frozen with wrong sign => fails) accuracy: {res['verdict_accuracy']:.3f}; "
           f"every frozen-wrong init failed: {res['frozen_wrong_all_fail']}")
     out = write_json(output_path(args.out, "toy_bottleneck.json"), res)
