@@ -216,9 +216,9 @@ def count_kink_work(template, X, Y, thetas):
     solvers._EVAL_HOOK = lambda k: counts.__setitem__("grad", counts["grad"] + k)
     orig = KinkProblem.cond_value
 
-    def counted(self, theta, P, slots, margin, **kw):
+    def counted(self, theta, P, slots, margin):
         jax.debug.callback(lambda: counts.__setitem__("cond", counts["cond"] + 1))
-        return orig(self, theta, P, slots, margin, **kw)
+        return orig(self, theta, P, slots, margin)
 
     KinkProblem.cond_value = counted
     try:

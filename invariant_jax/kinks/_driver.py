@@ -169,12 +169,8 @@ class KinkIntegrator(eqx.Module):
             with cacheable_checks():
                 sol = self._solve(vf, cond_fn, tclip, controller, c)
         else:
-            # the root find evaluates only the components that changed sign over the step
-            # (a pair's z: one forward pass; a sliding weight: a Filippov solve)
-            sol = solve_segment(
-                vf, lambda y, args: prob.cond_value(y, *args, margin, with_masks=True), self.inner, controller,
-                c.t, t1, c.theta, (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol,
-                cond_on=lambda y, args, aux: prob.cond_value(y, *args, margin, only=aux))
+            sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), self.inner, controller, c.t, t1, c.theta,
+                                (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol)
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
         if self.is_gl:

@@ -123,41 +123,20 @@ class KinkProblem(eqx.Module):
             lambda: (self.grad(theta, D), jnp.zeros((self.max_sliding,), theta.dtype)),
         )
 
-    def cond_value(self, theta, P, slots, margin, *, only=None, with_masks: bool = False):
+    def cond_value(self, theta, P, slots, margin):
         """Smallest signed distance to a surface: `s z + margin` over non-sliding kinked
-        pairs, and `lam`, `1 - lam` over sliding pairs. Positive inside the pattern.
-
-        `only=(z_mask (N, H), lam_mask (M,))` restricts the minimum to those components
-        (the event's root find: the components that changed sign over the step); the
-        sliding weights (a Filippov solve) are then computed only if a sliding component
-        is among them. `with_masks=True` also returns `(z_mask, lam_mask)` of the
-        components `<= 0`."""
+        pairs, and `lam`, `1 - lam` over sliding pairs. Positive inside the pattern."""
         Z = self.Z(theta, self.D_of(P))
         N, H = Z.shape
         sz = jnp.where(P, Z, -Z) + margin
         on = jnp.broadcast_to(self.kinky[None, :], (N, H))
         on = on & ~slot_mask(slots, N, H)
         big = jnp.asarray(jnp.inf, theta.dtype)
-        zc = jnp.where(on, sz, big)
-        if only is not None:
-            zc = jnp.where(only[0], zc, big)
-        m = jnp.min(zc)
-        lc = jnp.zeros((self.max_sliding,), theta.dtype)
+        m = jnp.min(jnp.where(on, sz, big))
         if self.max_sliding:
+            lam = self.field(theta, P, slots)[1]
             act = slots >= 0
-
-            def lam_components():
-                lam = self.field(theta, P, slots)[1]
-                return jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)
-
-            if only is None:
-                lc = lam_components()
-            else:
-                lc = jax.lax.cond(jnp.any(only[1] & act), lambda: jnp.where(only[1], lam_components(), big),
-                                  lambda: jnp.full((self.max_sliding,), big))
-            m = jnp.minimum(m, jnp.min(lc))
-        if with_masks:
-            return m, (zc <= 0, lc <= 0)
+            m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
         return m
 
     def rates(self, theta, P, slots):

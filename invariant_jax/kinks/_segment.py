@@ -116,7 +116,6 @@ class _Carry(eqx.Module):
     ys: Array
     saved: Array
     ev_value: Array
-    ev_aux: object
     ev_tprev: Array
     ev_tnext: Array
     ev_dense: object
@@ -124,18 +123,13 @@ class _Carry(eqx.Module):
 
 def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
                   controller: diffrax.AbstractStepSizeController, t0, t1: float, y0, args, ts, *,
-                  max_steps: int, event_tol: float, cond_on: Callable | None = None) -> SegmentSolution:
+                  max_steps: int, event_tol: float) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
-    **Arguments:** the vector field, the event condition, the diffrax solver
+    **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
     `max_steps` (steps budget) and `event_tol` (time tolerance of the root find).
-    `cond` returns a scalar, or with `cond_on` a pair `(value, aux)`: the condition is a
-    minimum over components, `aux` marks those `<= 0`, and the root find uses
-    `cond_on(y, args, aux)` (the minimum over the components that changed sign over
-    the step, where `cond` is a minimum over all, e.g. skipping a costly component that
-    stayed positive).
 
     **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
@@ -153,14 +147,12 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
     sstate = solver.init(terms, t0, tnext, y0, args)
     T = ts.shape[0]
     ok = diffrax.RESULTS.successful
-    cond2 = cond if cond_on is not None else (lambda y, args: (cond(y, args), None))
-    value0, aux0 = cond2(y0, args)
     dense_struct = jax.eval_shape(lambda: solver.step(terms, t0, tnext, y0, args, sstate, False)[2])
     init = _Carry(
         y=y0, tprev=t0, tnext=tnext, solver_state=sstate, controller_state=cstate, result=ok,
         num_steps=jnp.asarray(0), num_accepted=jnp.asarray(0), num_rejected=jnp.asarray(0),
         save_i=jnp.sum(ts < t0), ys=jnp.full((T,) + y0.shape, jnp.inf, dtype), saved=jnp.zeros((T,), bool),
-        ev_value=value0, ev_aux=aux0, ev_tprev=t0, ev_tnext=t0,
+        ev_value=cond(y0, args), ev_tprev=t0, ev_tnext=t0,
         ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
     )
 
@@ -192,25 +184,21 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
             return i + 1, ys.at[i].set(interp.evaluate(ts[i])), saved.at[i].set(True)
 
         save_i, ys, saved = jax.lax.while_loop(s_cond, s_body, (c.save_i, c.ys, c.saved))
-        value, aux = cond2(y, args)
+        value = cond(y, args)
         event = jnp.sign(c.ev_value) != jnp.sign(value)
         result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, result)
         return _Carry(
             y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate, result=result,
             num_steps=c.num_steps + 1, num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
             num_rejected=c.num_rejected + jnp.where(keep, 0, 1), save_i=save_i, ys=ys, saved=saved,
-            ev_value=value, ev_aux=aux, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
+            ev_value=value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
         )
 
     f = jax.lax.while_loop(loop_cond, body, init)
     result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
     event = result == diffrax.RESULTS.event_occurred
     interp = solver.interpolation_cls(t0=f.ev_tprev, t1=f.ev_tnext, **f.ev_dense)
-    if cond_on is None:
-        g = lambda t: cond(interp.evaluate(t), args)  # noqa: E731
-    else:
-        g = lambda t: cond_on(interp.evaluate(t), args, f.ev_aux)  # noqa: E731
-    t_root, root_result = locate(g, f.ev_tprev, f.ev_tnext, event_tol, event)
+    t_root, root_result = locate(lambda t: cond(interp.evaluate(t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
     t_end = jnp.where(event, t_root, f.tprev)
     y_end = jnp.where(event, interp.evaluate(t_root), f.y)
     result = diffrax.RESULTS.where(event & (root_result != optx.RESULTS.successful),
