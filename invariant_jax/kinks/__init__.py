@@ -24,9 +24,7 @@ vector field jumps. `kink_aware_flow`:
    engine runs the same segments slot by slot). A segment (`_segment.py`) is diffrax's
    step loop and root find written out lean: diffrax's solver and step-size controller
    objects, the same steps, saves and Illinois iterates as `diffrax.diffeqsolve` with an
-   `Event`, without its per-call set-up; the root find evaluates only the condition's
-   components that changed sign over the step, so a crossing while another pair slides
-   costs forward passes, not Filippov solves.
+   `Event`, without its per-call set-up.
 
 Events where more than one pair changes mode are counted in `num_simultaneous`. If no
 consistent modes are found (more than `max_sliding` pairs want to slide, or the

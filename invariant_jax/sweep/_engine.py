@@ -305,16 +305,26 @@ class SweepEngine(abc.ABC):
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
 
-        def step_exact(m, st):
+        def advance_exact(m, st):
+            # slot-major: each active slot is taken out of the batch once, advanced by up to
+            # K units of work with the unbatched program, and put back (taking a slot out
+            # and putting it back per unit of work cost as much as a solver step)
             act = jax.vmap(m.active)(st)
             order = jnp.argsort(~act, stable=True)
 
-            def one(j, st):
+            def one(j, c):
+                st, n = c
                 k = order[j]
-                s = m.advance_slot(jtu.tree_map(lambda a: a[k], st))
-                return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s)
 
-            return jax.lax.fori_loop(0, jnp.sum(act), one, st)
+                def body(c2):
+                    i, s = c2
+                    return i + 1, m.advance_slot(s)
+
+                i, s = jax.lax.while_loop(lambda c2: (c2[0] < K) & m.active(c2[1]), body,
+                                          (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st)))
+                return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s), jnp.maximum(n, i)
+
+            return jax.lax.fori_loop(0, jnp.sum(act), one, (st, jnp.asarray(0)))
 
         def refill(data, state, index, take):
             m = self.bind(data)
@@ -324,7 +334,10 @@ class SweepEngine(abc.ABC):
         def advance(data, state):
             m = self.bind(data)
             active_all = jax.vmap(m.active)
-            step_all = (lambda st: step_exact(m, st)) if exact else jax.vmap(m.advance_slot)
+            if exact:
+                state, n = advance_exact(m, state)
+                return state, n[None], active_all(state)
+            step_all = jax.vmap(m.advance_slot)
 
             # Runs per device (shard_map): each device loops over its own slots.
             def cond(c):
