@@ -184,7 +184,7 @@ def run_naive(template, X, Y, thetas):
 
 def kink_engine(template, X, Y, thetas, *, slots, exact, tol=TOL, reference_segments=False):
     eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=slots, exact=exact,
-                     options=ij.SolverOptions("tsit5", rtol=tol, atol=tol, max_steps=100_000),
+                     options=ij.SolverOptions("tsit5", rtol=tol, atol=tol, max_steps=10_000),
                      saveat=ij.SaveTimes(n_save=N_SAVE))
     if reference_segments:  # before compiling: the engine's programs trace eng.integrator
         eng.integrator = dataclasses.replace(eng.integrator, reference_solve=True)
