@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
@@ -97,7 +96,7 @@ def main():
                reference="kink-aware, Tsit5 inside, rtol=atol=1e-12", slots=args.slots, n_inits=n,
                trajectories_sliding=int(sliding.sum()), max_sliding_pairs=int(ref_rec["max_sliding_pairs"].max()),
                ambiguous_in_reference=int(ref_rec["num_ambiguous"].sum()), rows=rows,
-               meta=dict(command="PYTHONPATH=. python " + " ".join(sys.argv), jax=jax.__version__,
+               meta=dict(jax=jax.__version__,
                          backend=jax.default_backend(), cpu_count=os.cpu_count(), load_average_end=list(os.getloadavg()),
                          note="compile_plus_2_s: first engine run on two trajectories (compiling its programs); "
                               "measured on a shared machine"))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -178,7 +177,6 @@ def main():
                                                  "frozen_wrong_all_fail", "max_drift_relative")}
         res["plain"]["kinds"] = {name: {k: v for k, v in r.items() if k != "final_losses"}
                                  for name, r in plain["kinds"].items()}
-    res["command"] = "PYTHONPATH=. python " + " ".join(sys.argv)
     print(f"toy bottleneck: {args.n_per_kind} inits per kind, t1 = {args.t1:g} "
           f"(best loss with theta_ky >= 0: {res['loss_nonneg_bound']:.4f}); {res['wall_s_including_compile']:.1f} s")
     print(f"{'method':>6} {'kind':>15} {'frozen@0':>9} {'learnt':>7} {'fit<1e-6':>8} {'solver ok':>9} {'max_steps':>9} "
