@@ -92,3 +92,34 @@ def test_with_data_refuses_other_shapes():
         engine.with_data(make_problem(template, X2, Y2, 0.5), nets.edge_weights())
     with pytest.raises(ValueError, match="exactly one"):
         Engine(p1, slots=2)
+
+
+def test_kink_aware_sweep_reuses_its_engine_for_new_data():
+    # relu: sweep_flows is kink-aware by default; t1 and the options are compiled in,
+    # the data set and the initial weights are arguments of the programs
+    counter = _CountCompiles()
+    g = ij.mlp([2, 3, 1])
+    nets = lambda s: eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(jr.split(jr.key(s), 3))  # noqa: E731
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=3, slots=2)
+    (X1, Y1), (X2, Y2) = _data(0), _data(1)
+    nets1, nets2 = nets(20), nets(21)
+    with counter:
+        r1 = ij.sweep_flows(nets1, X1, Y1, 0.5, **opts)
+    assert counter.n > 0 and r1.kink is not None
+    with counter:
+        r2 = ij.sweep_flows(nets2, X2, Y2, 0.5, **opts)
+    assert counter.n == 0, f"the second data set compiled {counter.n} programs"
+    # it integrated the new problem: the recorded losses are the losses of the recorded
+    # weights on (X2, Y2) (an independent evaluation), not on (X1, Y1)
+    for i in range(3):
+        th0, th1 = nets2.edge_weights()[i], r2.theta_final[i]
+        loss = lambda th, X, Y: float(ij.network_loss(ij.DAGNetwork(g, "relu", edge_weights=th), X, Y))  # noqa: E731
+        assert np.isclose(float(r2.loss_initial[i]), loss(th0, X2, Y2), rtol=1e-12)
+        assert np.isclose(float(r2.loss_final[i]), loss(th1, X2, Y2), rtol=1e-12)
+        assert not np.isclose(float(r2.loss_final[i]), loss(th1, X1, Y1), rtol=1e-6)
+        assert float(r2.loss_final[i]) < float(r2.loss_initial[i])
+    with counter:
+        r1b = ij.sweep_flows(nets1, X1, Y1, 0.5, **opts)
+    assert counter.n == 0
+    assert np.array_equal(np.asarray(r1b.theta_final), np.asarray(r1.theta_final))
+    assert np.array_equal(np.asarray(r1b.kink["num_events"]), np.asarray(r1.kink["num_events"]))

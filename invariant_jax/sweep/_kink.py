@@ -11,6 +11,7 @@ vmap mode (GPU) alike.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import final
 
@@ -23,7 +24,7 @@ from jaxtyping import Array
 from ..flow import trajectory_record
 from ..kinks import KinkState, make_kink_integrator
 from ..network import DAGNetwork
-from ._engine import SweepEngine
+from ._engine import SweepEngine, _Bound
 
 KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits",
                "num_ambiguous", "max_sliding_pairs", "sliding_time")
@@ -61,43 +62,81 @@ class KinkEngine(SweepEngine):
     refilling a slot as soon as its trajectory ends.
 
     **Arguments:** `net` (template network: graph and activations), `X`, `Y`, `t1`,
-    `init_fn` (`index -> theta0`), `slots`, `steps_per_call` (segments per slot between
+    `init_fn` (`index -> theta0`), or `init_table` (`(n, E)` initial weights: trajectory
+    `i` starts at row `i`), `slots`, `steps_per_call` (segments per slot between
     harvests; default 64 in exact mode, where an idle slot costs nothing, 4 under vmap), `devices`, `exact` (see `SweepEngine`), and `**options` passed to
     `ij.kinks.make_kink_integrator`: `t0`, `options` (an `ij.SolverOptions`), `saveat`
     (an `ij.SaveTimes`), `kinks` (an `ij.KinkOptions`), `loss` -- the objects
     `kink_aware_flow` builds from its keywords; checked here, before any compilation.
     """
 
-    def __init__(self, net: DAGNetwork, X, Y, t1: float, init_fn: Callable, *, slots: int = 64,
-                 steps_per_call: int | None = None, devices=None, exact: bool = True, **options):
+    def __init__(self, net: DAGNetwork, X, Y, t1: float, init_fn: Callable | None = None, *, init_table=None,
+                 slots: int = 64, steps_per_call: int | None = None, devices=None, exact: bool = True, **options):
+        if (init_fn is None) == (init_table is None):
+            raise ValueError("Give exactly one of init_fn and init_table.")
         self.net = net
         self.integrator = make_kink_integrator(net, X, Y, t1, **options)
         self.loss = options.get("loss", "mse")
+        self._static = eqx.filter(self.integrator, eqx.is_array, inverse=True)
         dtype = self.integrator.prob.X.dtype
+        self.data = (eqx.filter(self.integrator, eqx.is_array),
+                     None if init_table is None else jnp.asarray(init_table, dtype))
         if steps_per_call is None:
             steps_per_call = KINK_STEPS_PER_CALL_EXACT if exact else KINK_STEPS_PER_CALL
-        super().__init__(lambda i: jnp.asarray(init_fn(i), dtype), slots=slots, steps_per_call=steps_per_call,
-                         devices=devices, exact=exact)
+        init = None if init_fn is None else (lambda i: jnp.asarray(init_fn(i), dtype))
+        super().__init__(init, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
+
+    def with_data(self, net: DAGNetwork, X, Y, t1: float, init_table=None, **options) -> "KinkEngine":
+        """Use another data set and `init_table` from now on, with the programs compiled
+        for this engine. The arrays must have the current shapes and dtypes, and `t1` and
+        the options must be the current ones (the caller keys its engines on them, as
+        `sweep_flows` does). **Returns:** `self`."""
+        integ = make_kink_integrator(net, X, Y, t1, **options)
+        new = (eqx.filter(integ, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
+        shapes = lambda t: [(a.shape, a.dtype) for a in jtu.tree_leaves(t)]  # noqa: E731
+        same = jtu.tree_structure(new) == jtu.tree_structure(self.data) and shapes(new) == shapes(self.data)
+        if not same or not eqx.tree_equal(eqx.filter(integ, eqx.is_array, inverse=True), self._static):
+            raise ValueError("with_data needs arrays of the same structure, shapes and dtypes, and the same t1 "
+                             "and options, as the engine's; build a new KinkEngine for a different problem.")
+        self.net, self.integrator, self.data = net, integ, new
+        return self
+
+    def bind(self, data):
+        dyn, table = data
+        integ = eqx.combine(dyn, self._static)
+        init = self.init_fn if table is None else (lambda i: table[i])
+        return _Bound(init, functools.partial(self._init_slot, integ), self.active,
+                      functools.partial(self._advance_slot, integ), functools.partial(self._record, integ))
 
     def init_slot(self, theta0, index, occupied):
-        return _KinkSlot(occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), theta0=theta0,
-                         state=self.integrator.init(theta0))
+        return self._init_slot(self.integrator, theta0, index, occupied)
 
     def active(self, s):
         return s.occupied & ~s.state.done
 
     def advance_slot(self, s):
-        new = eqx.tree_at(lambda s: s.state, s, self.integrator.segment(s.state))
+        return self._advance_slot(self.integrator, s)
+
+    def record(self, s):
+        return self._record(self.integrator, s)
+
+    @staticmethod
+    def _init_slot(integ, theta0, index, occupied):
+        return _KinkSlot(occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), theta0=theta0,
+                         state=integ.init(theta0))
+
+    def _advance_slot(self, integ, s):
+        new = eqx.tree_at(lambda s: s.state, s, integ.segment(s.state))
         act = self.active(s)
         return jtu.tree_map(lambda a, b: jnp.where(act, a, b), new, s)
 
-    def record(self, s):
-        kf = self.integrator.flow(self.net, s.theta0, s.state, self.loss)
+    def _record(self, integ, s):
+        kf = integ.flow(self.net, s.theta0, s.state, self.loss)
         fl = kf.flow
-        X, Y = self.integrator.prob.X, self.integrator.prob.Y
+        X, Y = integ.prob.X, integ.prob.Y
         rec = dict(index=s.index, **trajectory_record(
             self.net, X, Y, theta0=s.theta0, t_final=fl.t_final, theta_final=fl.theta_final, result=fl.result,
-            stats=fl.stats, saved_drift=fl.drift, t0=self.integrator.t0, loss=self.loss))
+            stats=fl.stats, saved_drift=fl.drift, t0=integ.t0, loss=self.loss))
         rec.update({k: getattr(kf, k) for k in KINK_FIELDS})
         return rec
 

@@ -206,9 +206,9 @@ def sweep_flows(
                          "stopping rules or weight decay); drop it or pass kink_aware=True.")
     if kink_aware:
         check_kink_options(opts, stop, weight_decay)
-        engine = KinkEngine(template, X, Y, t1, lambda i: thetas[i], slots=slots, devices=devices, exact=exact,
-                            steps_per_call=steps_per_call, options=opts, saveat=save,
-                            kinks=KinkOptions() if kinks is None else kinks, loss=loss)
+        engine = _kink_engine(template, X, Y, t1, thetas, slots=slots, steps_per_call=steps_per_call,
+                              devices=devices, exact=exact, options=opts, saveat=save,
+                              kinks=KinkOptions() if kinks is None else kinks, loss=loss)
     else:
         problem = make_problem(template, X, Y, t1, options=opts, saveat=save, stop=stop, loss=loss,
                                weight_decay=weight_decay)
@@ -263,6 +263,26 @@ def _flow_engine(problem, thetas, *, slots, steps_per_call, devices, exact, key)
         _FLOW_ENGINES.pop(next(iter(_FLOW_ENGINES)))
     _FLOW_ENGINES[full] = engine
     return engine
+
+def _kink_engine(template, X, Y, t1, thetas, *, slots, steps_per_call, devices, exact, **options) -> KinkEngine:
+    """A kink-aware `sweep_flows` engine, compiled once per graph, activations, `t1`,
+    options and array shapes, then reused with new data and initial weights
+    (`KinkEngine.with_data`). The 8 most recent engines are kept (shared with
+    `_flow_engine`'s cache bound)."""
+    arrays = [jnp.asarray(a) for a in (X, Y)]
+    full = ("kink", jax.tree.structure(template), float(t1), tuple(sorted(options.items(), key=lambda kv: kv[0])),
+            tuple((a.shape, str(a.dtype)) for a in arrays), thetas.shape, str(thetas.dtype), int(slots),
+            steps_per_call, bool(exact), None if devices is None else tuple(devices))
+    engine = _FLOW_ENGINES.get(full)
+    if engine is not None:
+        return engine.with_data(template, X, Y, t1, thetas, **options)
+    engine = KinkEngine(template, X, Y, t1, init_table=thetas, slots=slots, steps_per_call=steps_per_call,
+                        devices=devices, exact=exact, **options)
+    if len(_FLOW_ENGINES) >= 8:
+        _FLOW_ENGINES.pop(next(iter(_FLOW_ENGINES)))
+    _FLOW_ENGINES[full] = engine
+    return engine
+
 
 # job-array environment variables: (index, first index, count) per scheduler
 _JOB_ARRAYS = (("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT"),
