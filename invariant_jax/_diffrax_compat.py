@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 
+import diffrax
+import equinox as eqx
+
 # Equinox's runtime-error mode (`EQX_ON_ERROR`: "raise", "breakpoint", "nan" or "off"),
 # a module-level setting read when `eqx.error_if` is traced. It is public only as an
 # environment variable read once at import; `cacheable_checks` below switches it for
@@ -23,7 +26,7 @@ from diffrax._term import WrapTerm
 # sweep engine does the same substitution, so it needs to recognise the sentinel.
 from diffrax._root_finder import use_stepsize_tol
 
-__all__ = ["WrapTerm", "use_stepsize_tol", "enumeration_table", "cacheable_checks"]
+__all__ = ["WrapTerm", "use_stepsize_tol", "with_controller_tols", "enumeration_table", "cacheable_checks"]
 
 
 def enumeration_table(enumeration) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -59,3 +62,17 @@ def cacheable_checks():
         yield
     finally:
         _eqx_errors.EQX_ON_ERROR = old
+
+
+def with_controller_tols(solver, controller):
+    """As `diffeqsolve` does before stepping: an implicit solver's root finder takes the
+    step-size controller's rtol / atol / norm wherever it was left at `use_stepsize_tol`.
+    Used by the code that steps diffrax solvers itself (the sweep engine, kink-aware
+    segments)."""
+    if not isinstance(solver, diffrax.AbstractImplicitSolver):
+        return solver
+    attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
+    if not attrs:
+        return solver
+    return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
+                       tuple(getattr(controller, a) for a in attrs))

@@ -29,7 +29,7 @@ import jax.tree_util as jtu
 import optimistix as optx
 from jaxtyping import Array
 
-from .._diffrax_compat import WrapTerm, use_stepsize_tol
+from .._diffrax_compat import WrapTerm, with_controller_tols
 from ._illinois import Illinois, _IllinoisState
 
 _MAX_ROOT_STEPS = 256  # optimistix.root_find's default max_steps
@@ -53,17 +53,6 @@ class SegmentSolution(eqx.Module):
     num_rejected: Array
     solver_state: object
 
-
-def _with_controller_tols(solver, ctrl):
-    # as diffeqsolve: an implicit solver's root finder takes the controller's tolerances
-    # wherever it was left at `use_stepsize_tol`
-    if not isinstance(solver, diffrax.AbstractImplicitSolver):
-        return solver
-    attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
-    if not attrs:
-        return solver
-    return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
-                       tuple(getattr(ctrl, a) for a in attrs))
 
 
 def locate(g: Callable, lower, upper, event_tol: float, go):
@@ -137,7 +126,7 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
     t1 = jnp.asarray(t1, dtype)
     terms = WrapTerm(diffrax.ODETerm(vf), jnp.asarray(1))
     controller = controller.wrap(jnp.asarray(1))
-    solver = _with_controller_tols(solver, controller)
+    solver = with_controller_tols(solver, controller)
     t1_clip_floor = t1
     for _ in range(100):
         t1_clip_floor = eqxi.prevbefore(t1_clip_floor)

@@ -37,7 +37,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._diffrax_compat import WrapTerm, use_stepsize_tol
+from .._diffrax_compat import WrapTerm, with_controller_tols
 from .._results import RESULTS, STATUSES, result_code
 from ..flow import flow_field, trajectory_record
 from ..invariants import conserved_quantities
@@ -135,21 +135,10 @@ def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOption
     term = WrapTerm(diffrax.ODETerm(field), direction)
     dt0 = options.dt0
     return _Problem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
-                    solver=_with_controller_tols(options.get_solver(), ctrl), controller=ctrl, terms=term,
+                    solver=with_controller_tols(options.get_solver(), ctrl), controller=ctrl, terms=term,
                     dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
                     max_steps=int(options.max_steps), loss=loss, weight_decay=float(weight_decay), stop=stop)
 
-
-def _with_controller_tols(solver, ctrl):
-    """As `diffeqsolve` does: an implicit solver's root finder takes the controller's
-    rtol/atol/norm wherever it was left at `use_stepsize_tol`."""
-    if not isinstance(solver, diffrax.AbstractImplicitSolver):
-        return solver
-    attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
-    if not attrs:
-        return solver
-    return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
-                       tuple(getattr(ctrl, a) for a in attrs))
 
 
 def _dtype(p: _Problem):
