@@ -14,16 +14,15 @@ Usage: python benchmarks/channels_frequency.py [--n-inits 4] [--t1 1e6] [--width
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
-from pathlib import Path
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
 from invariant_jax.channels import channel_frequency  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 
 def main():
@@ -33,7 +32,9 @@ def main():
     ap.add_argument("--widths", default="2,4")
     ap.add_argument("--t1", type=float, default=1e6)
     ap.add_argument("--norm-threshold", type=float, default=1e3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "channels_frequency.json"))
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default: benchmarks/results/local/channels_frequency.json; the committed file is "
+                         "benchmarks/results/channels_frequency.json)")
     args = ap.parse_args()
     t = time.perf_counter()
     st = channel_frequency(n_inits=args.n_inits, n_samples=args.n_samples, t1=args.t1,
@@ -46,9 +47,7 @@ def main():
           f"failed: {int((st.status >= 2).sum())}")
     out = dict(benchmark="channels_frequency", platform=platform.platform(), jax=jax.__version__,
                seconds=dt, n_flows=n, **st.to_dict())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    write_json(output_path(args.out, "channels_frequency.json"), out)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,8 @@ Usage: python benchmarks/channels_solvers.py [--horizons 1e2,1e3,1e4,1e5] [--max
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
-from pathlib import Path
 
 import jax
 
@@ -27,13 +25,16 @@ import jax.numpy as jnp  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 from invariant_jax.channels import channel_coordinates, toy_data, toy_network  # noqa: E402
 from invariant_jax.losses import hessian  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--horizons", default="1e2,1e3,1e4,1e5")
     ap.add_argument("--max-steps", type=int, default=200_000)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "channels_solvers.json"))
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default: benchmarks/results/local/channels_solvers.json; the committed file is "
+                         "benchmarks/results/channels_solvers.json)")
     args = ap.parse_args()
     X, Y, loss = toy_data()
     net = toy_network(0.6743, 0.5440, 8.64, -6.98, convention="erf")  # a point in the toy channel at w ~ 0.61 (eps ~ 0.065)
@@ -63,9 +64,7 @@ def main():
     out = dict(benchmark="channels_solvers", platform=platform.platform(), jax=jax.__version__,
                devices=[str(d) for d in jax.devices()], start_eps=float(pair.eps), start_sharpness=sharp,
                rows=rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    write_json(output_path(args.out, "channels_solvers.json"), out)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ For each case: was it handled cleanly (a clear error naming the problem and noth
 deleted, or a complete result), and how many finished records were lost. Run it against
 any version of the package (PYTHONPATH) to compare:
 
-    PYTHONPATH=. python benchmarks/store_robustness.py --label after --work /tmp/store_cases
+    PYTHONPATH=. python benchmarks/store_robustness.py --label after --work /tmp/store_cases \
+        --out benchmarks/results/store_robustness_after.json
 
-It writes benchmarks/results/store_robustness_<label>.json. Not a timing benchmark: it
+It writes benchmarks/results/local/store_robustness_<label>.json (or `--out`). Not a timing benchmark: it
 takes about 8 minutes on a shared 2-core machine (compilation and the two-writer cases).
 """
 import argparse
@@ -30,9 +31,12 @@ import numpy as np
 from invariant_jax.cli import main
 from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
 
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", default="current")
 ap.add_argument("--work", default="/tmp/store_robustness")
+ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/store_robustness_<label>.json)")
 args = ap.parse_args()
 ROOT = Path(args.work).resolve()
 shutil.rmtree(ROOT, ignore_errors=True)
@@ -282,9 +286,6 @@ guard("slots", c20)
 lost = {u: sum(r["lost"] for r in rows if r["unit"] == u) for u in ("records", "user files")}
 print(f"TOTAL cases {len(rows)} clean {sum(r['clean'] for r in rows)} records lost {lost['records']} "
       f"user files lost {lost['user files']}")
-res = Path(__file__).resolve().parent / "results" / f"store_robustness_{args.label}.json"
-res.write_text(json.dumps({"command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} python " + " ".join(sys.argv),
-                           "label": args.label,
-                           "cases": len(rows), "clean": sum(r["clean"] for r in rows),
-                           "records_lost": lost["records"], "user_files_lost": lost["user files"], "rows": rows}, indent=1))
-print(f"wrote {res}")
+write_json(output_path(args.out, f"store_robustness_{args.label}.json"),
+           {"label": args.label, "cases": len(rows), "clean": sum(r["clean"] for r in rows),
+            "records_lost": lost["records"], "user_files_lost": lost["user files"], "rows": rows})

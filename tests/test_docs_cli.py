@@ -144,6 +144,20 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 
 
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "_output.py"))
+def test_every_benchmark_writes_through_output(script):
+    """No script writes its results JSON by itself (that is how committed results got
+    overwritten and commands went unrecorded): each takes `--out` and goes through
+    `_output.output_path` / `write_json`, and none names a committed results file as a default."""
+    import re
+
+    src = (ROOT / "benchmarks" / script).read_text()
+    assert "output_path(" in src and ("write_json(" in src or "command()" in src), \
+        f"{script}: write results via benchmarks/_output.py (output_path, and write_json or command())"
+    assert '"--out"' in src, f"{script}: no --out option"
+    assert not re.search(r'"results"\s*/', src), f"{script}: builds a path into benchmarks/results/ itself"
+
+
 def test_readme_edge_list_example_reads(tmp_path):
     """README's edge-list example is a valid file for `--graph FILE` (names separated by
     spaces), with the edges it lists."""
