@@ -246,42 +246,47 @@ _ENGINES: dict = {}
 _FLOW_ENGINES: dict = {}
 
 
+def _cached(cache: dict, key, build: Callable, reuse: Callable | None = None):
+    """The engine kept under `key` (given the new data by `reuse`), or a new one from
+    `build()`. The 8 most recent engines are kept."""
+    engine = cache.get(key)
+    if engine is not None:
+        return engine if reuse is None else reuse(engine)
+    engine = build()
+    if len(cache) >= 8:
+        cache.pop(next(iter(cache)))
+    cache[key] = engine
+    return engine
+
+
+def _shapes(*trees) -> tuple:
+    return tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves(eqx.filter(trees, eqx.is_array)))
+
+
 def _flow_engine(problem, thetas, *, slots, steps_per_call, devices, exact, key) -> Engine:
     """A `sweep_flows` engine: compiled once per graph, activations, options and array
     shapes (`key` + the shapes and dtypes of the problem's arrays and `thetas`), then
     reused with new data (`Engine.with_data`): the data set, `t1` and the initial weights
-    are arguments of its programs, not constants. The 8 most recent engines are kept."""
-    arrays = jax.tree.leaves(eqx.filter(problem, eqx.is_array))
-    full = (key, tuple((a.shape, str(a.dtype)) for a in arrays), thetas.shape, str(thetas.dtype), int(slots),
-            int(steps_per_call), bool(exact), None if devices is None else tuple(devices))
-    engine = _FLOW_ENGINES.get(full)
-    if engine is not None:
-        return engine.with_data(problem, thetas)
-    engine = Engine(problem, init_table=thetas, slots=slots, steps_per_call=steps_per_call, devices=devices,
-                    exact=exact)
-    if len(_FLOW_ENGINES) >= 8:
-        _FLOW_ENGINES.pop(next(iter(_FLOW_ENGINES)))
-    _FLOW_ENGINES[full] = engine
-    return engine
+    are arguments of its programs, not constants."""
+    full = (key, _shapes(problem, thetas), int(slots), int(steps_per_call), bool(exact),
+            None if devices is None else tuple(devices))
+    return _cached(_FLOW_ENGINES, full,
+                   lambda: Engine(problem, init_table=thetas, slots=slots, steps_per_call=steps_per_call,
+                                  devices=devices, exact=exact),
+                   lambda engine: engine.with_data(problem, thetas))
+
 
 def _kink_engine(template, X, Y, t1, thetas, *, slots, steps_per_call, devices, exact, **options) -> KinkEngine:
     """A kink-aware `sweep_flows` engine, compiled once per graph, activations, `t1`,
     options and array shapes, then reused with new data and initial weights
-    (`KinkEngine.with_data`). The 8 most recent engines are kept (shared with
-    `_flow_engine`'s cache bound)."""
-    arrays = [jnp.asarray(a) for a in (X, Y)]
-    full = ("kink", jax.tree.structure(template), float(t1), tuple(sorted(options.items(), key=lambda kv: kv[0])),
-            tuple((a.shape, str(a.dtype)) for a in arrays), thetas.shape, str(thetas.dtype), int(slots),
-            steps_per_call, bool(exact), None if devices is None else tuple(devices))
-    engine = _FLOW_ENGINES.get(full)
-    if engine is not None:
-        return engine.with_data(template, X, Y, t1, thetas, **options)
-    engine = KinkEngine(template, X, Y, t1, init_table=thetas, slots=slots, steps_per_call=steps_per_call,
-                        devices=devices, exact=exact, **options)
-    if len(_FLOW_ENGINES) >= 8:
-        _FLOW_ENGINES.pop(next(iter(_FLOW_ENGINES)))
-    _FLOW_ENGINES[full] = engine
-    return engine
+    (`KinkEngine.with_data`)."""
+    full = ("kink", jax.tree.structure(template), float(t1), tuple(sorted(options.items())),
+            _shapes(jnp.asarray(X), jnp.asarray(Y), thetas), slots, steps_per_call, bool(exact),
+            None if devices is None else tuple(devices))
+    return _cached(_FLOW_ENGINES, full,
+                   lambda: KinkEngine(template, X, Y, t1, init_table=thetas, slots=slots,
+                                      steps_per_call=steps_per_call, devices=devices, exact=exact, **options),
+                   lambda engine: engine.with_data(template, X, Y, t1, thetas, **options))
 
 
 # job-array environment variables: (index, first index, count) per scheduler
@@ -418,24 +423,20 @@ def _engine(config, graph, X, Y, *, slots, steps_per_call, exact, devices):
     template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
     key = (json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
            slots, steps_per_call, exact, None if devices is None else tuple(devices))
-    engine = _ENGINES.get(key)
-    if engine is not None:  # compiled engines are reused by later sweeps of the same problem
-        return engine
-    if config.kink_aware:
-        engine = KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
-                            steps_per_call=steps_per_call, devices=devices, exact=exact, options=config.solver_options,
-                            saveat=config.save_times, kinks=config.kink_options, loss=config.loss)
-    else:
+
+    def build():
+        if config.kink_aware:
+            return KinkEngine(template, X, Y, config.t1, lambda i: init_theta(config, graph, i), slots=slots,
+                              steps_per_call=steps_per_call, devices=devices, exact=exact,
+                              options=config.solver_options, saveat=config.save_times, kinks=config.kink_options,
+                              loss=config.loss)
         problem = make_problem(template, X, Y, config.t1, options=config.solver_options,
                                saveat=config.save_times, stop=config.stop_rules, loss=config.loss,
                                weight_decay=config.weight_decay)
-        engine = Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
-                        steps_per_call=64 if steps_per_call is None else steps_per_call, devices=devices,
-                        exact=exact)
-    if len(_ENGINES) >= 8:
-        _ENGINES.pop(next(iter(_ENGINES)))
-    _ENGINES[key] = engine
-    return engine
+        return Engine(problem, lambda i: init_theta(config, graph, i), slots=slots,
+                      steps_per_call=64 if steps_per_call is None else steps_per_call, devices=devices, exact=exact)
+
+    return _cached(_ENGINES, key, build)  # compiled engines are reused by later sweeps of the same problem
 
 
 def _stats_of(st: EngineStats | None, engine) -> dict:
