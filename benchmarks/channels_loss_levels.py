@@ -142,8 +142,14 @@ def main():
     ap.add_argument("--optimizers", action="store_true", help="also run the SGD / Adam arm")
     ap.add_argument("--opt-seeds", type=int, default=32)
     ap.add_argument("--opt-epochs", type=int, default=20000, help="full-batch updates (minibatch: the same count)")
-    ap.add_argument("--engine", default="sweep", choices=("sweep", "vmap"),
-                    help="flow phase through ij.sweep_flows or one vmap of gradient_flow (suits a GPU)")
+    ap.add_argument("--engine", default="sweep", choices=("sweep", "vmap", "loop"),
+                    help="flow phase through ij.sweep_flows, one vmap of gradient_flow (suits a GPU), or one run "
+                         "at a time (fastest on a CPU)")
+    ap.add_argument("--newton-batch", type=int, default=None,
+                    help="runs per Newton batch (default: 1 on CPU, all on an accelerator)")
+    ap.add_argument("--round-seeds", type=int, default=None,
+                    help="seeds per cell per round (default: all --seeds in one round); rounds go over every cell, "
+                         "so a time budget leaves every cell with the same number of seeds of the finished rounds")
     ap.add_argument("--max-minutes", type=float, default=float("inf"),
                     help="start no new (activation, bias, r) cell after this many minutes (recorded in cells_not_run)")
     ap.add_argument("--tag", default="")
@@ -157,30 +163,37 @@ def main():
     deadline = t + 60 * args.max_minutes
     cells = [(a, int(b), int(w)) for a in args.activations.split(",") for b in args.biases.split(",")
              for w in args.widths.split(",")]
+    R = args.round_seeds or args.seeds
     parts, cell_seconds, skipped = [], [], []
-    for act, bias, w in cells:
-        if time.perf_counter() > deadline:
-            skipped.append(dict(activation=act, bias=bool(bias), r=w))
-            continue
-        tc = time.perf_counter()
-        parts.append(ch.convergence_study(X, Y, widths=[w], activations=[act], biases=[bool(bias)],
-                                          n_seeds=args.seeds, max_flow_steps=args.max_flow_steps,
-                                          max_steps=args.max_steps, patience=args.patience, label="rosenbrock",
-                                          engine=args.engine, progress=False))
-        cell_seconds.append(dict(activation=act, bias=bool(bias), r=w, seconds=time.perf_counter() - tc))
-        study = ch.ConvergenceStudy.concatenate(parts)
-        study = ch.ConvergenceStudy(records=study.records, settings=dict(
-            study.settings, widths=sorted({c["r"] for c in cell_seconds}),
-            activations=list(dict.fromkeys(c["activation"] for c in cell_seconds)),
-            biases=list(dict.fromkeys(c["bias"] for c in cell_seconds))), seconds=study.seconds)
-        dt = time.perf_counter() - t
-        print(f"{act} bias={bool(bias)} r={w}: {args.seeds} runs in {cell_seconds[-1]['seconds']:.0f} s "
-              f"(total {dt:.0f} s)", flush=True)
-        out = dict(benchmark="channels_loss_levels", platform=platform.platform(),
-                   devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt,
-                   n_grid=int(X.shape[0]), cell_seconds=cell_seconds, cells_not_run=skipped,
-                   summary=study.summary(), **study.to_dict())
-        write_json(path, json.loads(json.dumps(out, default=str)))  # after every cell: partial results survive
+    for first in range(0, args.seeds, R):
+        n = min(R, args.seeds - first)
+        for act, bias, w in cells:
+            if time.perf_counter() > deadline:
+                skipped.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n))
+                continue
+            tc = time.perf_counter()
+            parts.append(ch.convergence_study(X, Y, widths=[w], activations=[act], biases=[bool(bias)],
+                                              n_seeds=n, first_seed=first, max_flow_steps=args.max_flow_steps,
+                                              max_steps=args.max_steps, patience=args.patience, label="rosenbrock",
+                                              engine=args.engine, newton_batch=args.newton_batch, progress=False))
+            cell_seconds.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n,
+                                     seconds=time.perf_counter() - tc))
+            study = ch.ConvergenceStudy.concatenate(parts)
+            study = ch.ConvergenceStudy(records=study.records, settings=dict(
+                study.settings, n_seeds=args.seeds, first_seed=0, seeds_per_round=R,
+                widths=sorted({c["r"] for c in cell_seconds}),
+                activations=list(dict.fromkeys(c["activation"] for c in cell_seconds)),
+                biases=list(dict.fromkeys(c["bias"] for c in cell_seconds))), seconds=study.seconds)
+            dt = time.perf_counter() - t
+            print(f"{act} bias={bool(bias)} r={w} seeds {first}..{first + n - 1}: {n} runs in "
+                  f"{cell_seconds[-1]['seconds']:.0f} s (total {dt:.0f} s)", flush=True)
+            out = dict(benchmark="channels_loss_levels", platform=platform.platform(),
+                       devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt,
+                       n_grid=int(X.shape[0]), cell_seconds=cell_seconds, cells_not_run=skipped,
+                       summary=study.summary(), **study.to_dict())
+            write_json(path, json.loads(json.dumps(out, default=str)))  # after every cell: partial results survive
+        if parts and first + n < args.seeds:
+            figures(study, path.with_suffix(".png"))  # after every round
     out["cells_not_run"] = skipped
     print(study.table())
     print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included); not run (time budget): {skipped}")

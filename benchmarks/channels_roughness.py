@@ -60,8 +60,9 @@ def main():
     ap.add_argument("--scalings", default=",".join(str(s) for s in PAPER_GP_SCALINGS))
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--max-steps", type=int, default=2000)
-    ap.add_argument("--engine", default="vmap", choices=("sweep", "vmap"),
-                    help="flow phase: one vmap of gradient_flow, or ij.sweep_flows (both compile once per data shape)")
+    ap.add_argument("--engine", default="vmap", choices=("sweep", "vmap", "loop"),
+                    help="flow phase: one vmap of gradient_flow (suits a GPU), ij.sweep_flows, or one run at a time "
+                         "(fastest on a CPU); all compile once per data shape")
     ap.add_argument("--max-minutes", type=float, default=float("inf"),
                     help="train no new teacher after this many minutes (the JSON records how many ran)")
     ap.add_argument("--tag", default="")

@@ -43,7 +43,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._results import RESULTS, result_code, result_from_code, status_code
 from .flow import gradient_flow
-from .losses import check_data, edge_loss_fn
+from .losses import check_data, edge_loss_fn, hessian_fn
 from .network import DAGNetwork
 from .options import SolverOptions, StopRules
 from .sweep import sweep_flows
@@ -174,7 +174,7 @@ class _Run(eqx.Module):
 
 def _problem(net, X, Y, loss):
     L = edge_loss_fn(net, X, Y, loss)
-    return (lambda y, args: (L(y), None)), jax.hessian(L)
+    return (lambda y, args: (L(y), None)), hessian_fn(net, X, Y, loss)
 
 
 @eqx.filter_jit
@@ -255,6 +255,7 @@ def newton_phase(
     max_steps: int = 2000,
     max_time: float = np.inf,
     chunk: int = 50,
+    batch_size: int | None = None,
     progress: bool = False,
 ) -> ConvergeResult:
     """Trust-region Newton with the exact Hessian from every network of a batch.
@@ -269,7 +270,12 @@ def newton_phase(
     - `patience`: stop once the best loss has not improved (by more than `rel_improve`
         relative) for this many iterations.
     - `max_steps`: Newton iterations per run; `max_time`: wall-clock seconds for the
-        whole batch (checked every `chunk` iterations).
+        whole batch (checked every `chunk` iterations; runs not finished or not started
+        by then stop with `"max_time"`).
+    - `batch_size`: runs advanced together (one vmapped program); groups run one after
+        another, so a run only waits for the slowest run of its group. Default: 1 on
+        CPU (a vmapped batch costs its size times its slowest run there), all runs
+        at once on an accelerator.
     - `progress`: print one line per chunk.
 
     **Returns:** a `ConvergeResult` (its `theta_flow` is the start).
@@ -293,30 +299,43 @@ def newton_phase(
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}.")
     net = _one_net(nets)
+    B = theta0.shape[0]
+    if batch_size is None:
+        batch_size = 1 if jax.default_backend() == "cpu" else B
+    elif not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}.")
+    bs = int(min(batch_size, B))
     t = time.monotonic()
-    runs = _start(net, X, Y, theta0, loss)
     args = (loss, float(g_tol), int(patience), float(maxnorm), int(max_steps), float(rel_improve))
-    while True:
-        runs = _advance(net, X, Y, runs, int(chunk), *args)
-        reason = np.asarray(runs.reason)
-        if progress:
-            print(f"newton: {int((reason == _RUNNING).sum())} of {reason.size} running, "
-                  f"{time.monotonic() - t:.1f} s")
-        if not (reason == _RUNNING).any():
-            break
-        if time.monotonic() - t > max_time:
-            runs = eqx.tree_at(lambda r: r.reason, runs, jnp.where(runs.reason == _RUNNING, _MAXTIME, runs.reason))
-            break
+    best, steps, reasons = [], [], []
+    for s0 in range(0, B, bs):
+        # groups of `bs` runs (the last one padded by repeating its last run, so that
+        # every group reuses one compiled program); a group ends when all its runs have
+        # stopped, so a run never waits for a slower one outside its group
+        idx = np.minimum(np.arange(s0, s0 + bs), B - 1)
+        runs = _start(net, X, Y, theta0[idx], loss)
+        while time.monotonic() - t <= max_time:  # a group started after max_time does not run
+            runs = _advance(net, X, Y, runs, int(chunk), *args)
+            reason = np.asarray(runs.reason)
+            if progress:
+                print(f"newton: runs {s0}..{min(s0 + bs, B) - 1} of {B}: {int((reason == _RUNNING).sum())} running, "
+                      f"{time.monotonic() - t:.1f} s")
+            if not (reason == _RUNNING).any():
+                break
+        runs = eqx.tree_at(lambda r: r.reason, runs, jnp.where(runs.reason == _RUNNING, _MAXTIME, runs.reason))
+        n = min(bs, B - s0)
+        best.append(runs.best_y[:n])
+        steps.append(runs.k[:n])
+        reasons.append(runs.reason[:n])
     wall = time.monotonic() - t
-    theta = runs.best_y
+    theta = jnp.concatenate(best)
     f, gmax = _measure(net, X, Y, theta, loss)
-    B = theta.shape[0]
     nan = jnp.full((B,), jnp.nan, theta.dtype)
     settings = dict(maxnorm=float(maxnorm), g_tol=float(g_tol), patience=int(patience), rel_improve=float(rel_improve),
-                    max_steps=int(max_steps), max_time=float(max_time), chunk=int(chunk),
-                    optimiser="optimistix ClassicalTrustRegion + DampedNewtonDescent, exact Hessian (jax.hessian)")
-    return ConvergeResult(theta=theta, loss=f, grad_norm=gmax, weightnorm=weightnorm(theta), n_steps=runs.k,
-                          stopped_by=runs.reason, theta_flow=theta0, loss_flow=nan, t_flow=nan,
+                    max_steps=int(max_steps), max_time=float(max_time), chunk=int(chunk), batch_size=bs,
+                    optimiser="optimistix ClassicalTrustRegion + DampedNewtonDescent, exact Hessian (ij.losses.hessian_fn)")
+    return ConvergeResult(theta=theta, loss=f, grad_norm=gmax, weightnorm=weightnorm(theta), n_steps=jnp.concatenate(steps),
+                          stopped_by=jnp.concatenate(reasons), theta_flow=theta0, loss_flow=nan, t_flow=nan,
                           flow_status=jnp.full((B,), -1), wall_time=wall, settings=settings)
 
 
@@ -369,7 +388,9 @@ def flow_then_newton(
     `newton_phase`).
 
     `engine="sweep"` (default) flows through `ij.sweep_flows` (`slots`, `exact`);
-    `engine="vmap"` runs one `eqx.filter_vmap` of `gradient_flow`. Both are compiled
+    `engine="vmap"` runs one `eqx.filter_vmap` of `gradient_flow` (every run pays for
+    the slowest: suits an accelerator); `engine="loop"` runs the same program on one
+    run at a time (each run pays for itself: the fastest on a CPU). All are compiled
     once per graph, activation, options and data shape, so new data of the same shape
     (e.g. a new GP teacher) reuses the compiled program.
 
@@ -380,8 +401,8 @@ def flow_then_newton(
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     E = nets.edge_weights().shape[-1]
     _check_positive("maxnorm", maxnorm)
-    if engine not in ("sweep", "vmap"):
-        raise ValueError(f"engine must be 'sweep' or 'vmap'; got {engine!r}.")
+    if engine not in ("sweep", "vmap", "loop"):
+        raise ValueError(f"engine must be 'sweep', 'vmap' or 'loop'; got {engine!r}.")
     if exact is None:
         exact = jax.default_backend() == "cpu"
     ceiling = float(np.sqrt(2 * maxnorm * E))
@@ -389,10 +410,20 @@ def flow_then_newton(
         res = sweep_flows(nets, X, Y, t1, solver=SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_flow_steps),
                           n_save=2, stop=StopRules(max_param_norm=ceiling), slots=slots, exact=exact, loss=loss)
         order = np.argsort(np.asarray(res.index))
-    else:
+    elif engine == "vmap":
         X, Y = check_data(nets.graph, X, Y)
         res = _vmapped_flow(nets, X, Y, float(t1), solver, float(rtol), float(atol), int(max_flow_steps), ceiling, loss)
         order = np.arange(res.theta_final.shape[0])
+    else:  # one run at a time through one compiled program of batch 1
+        X, Y = check_data(nets.graph, X, Y)
+        theta = nets.edge_weights()
+        theta = theta[None] if theta.ndim == 1 else theta
+        one_net = _one_net(nets)
+        parts = [_vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta[n:n + 1]), X, Y, float(t1), solver,
+                               float(rtol), float(atol), int(max_flow_steps), ceiling, loss)
+                 for n in range(theta.shape[0])]
+        res = jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
+        order = np.arange(theta.shape[0])
     pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
     theta_flow = pick(res.theta_final)
     one = _one_net(nets)

@@ -22,7 +22,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from ._checks import check_finite
 from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name, status_code
 from .invariants import conservation_scale, conserved_quantities, identity_residual
-from .losses import check_data, edge_loss_fn, get_loss
+from .losses import check_data, edge_loss_fn, get_loss, gradient_fn
 from .network import DAGNetwork
 from .options import SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
 from .regularizers import get_regularizer
@@ -215,11 +215,13 @@ def trajectory_record(
 def flow_field(net: DAGNetwork, *, loss: str | Callable = "mse", weight_decay: float = 0.0,
                regularizer: Callable | None = None, strength: float = 0.0) -> Callable:
     """The gradient-flow vector field `(t, theta, (X, Y)) -> -(grad L + strength grad R +
-    weight_decay theta)` of `gradient_flow`, in diffrax's `ODETerm` signature."""
+    weight_decay theta)` of `gradient_flow`, in diffrax's `ODETerm` signature. Its
+    Jacobian (an implicit solver's Newton matrix) comes from `ij.losses.gradient_fn`: one
+    exact Hessian of the loss per Jacobian, structured for one-hidden-layer MSE networks."""
 
     def field(t, theta, args):
         X, Y = args
-        g = jax.grad(edge_loss_fn(net, X, Y, loss))(theta)
+        g = gradient_fn(net, X, Y, loss)(theta)
         if regularizer is not None:
             g = g + strength * jax.grad(lambda th: regularizer(net.with_edge_weights(th)))(theta)
         return -(g + weight_decay * theta)

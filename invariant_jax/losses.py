@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 from scipy.special import roots_hermitenorm
 
@@ -18,7 +21,7 @@ from ._checks import check_finite
 __all__ = [
     "LOSSES", "mse", "bce", "get_loss", "network_loss", "loss_gradient", "hessian",
     "hessian_spectrum", "gauss_hermite", "weighted_mse", "population_loss", "check_data",
-    "edge_loss_fn", "require_smooth",
+    "edge_loss_fn", "require_smooth", "hessian_fn", "gradient_fn",
 ]
 
 
@@ -289,3 +292,165 @@ def population_loss(net, target, *, method: str = "auto", n_points: int = 64) ->
     if Yq.ndim == 1:
         Yq = Yq[:, None]
     return weighted_mse(wq)(net.forward(Xq), Yq)
+
+
+# ------------------------------------------------------------------ fast exact Hessian
+
+
+@functools.lru_cache(maxsize=64)
+def _one_hidden_layer(graph):
+    """Static index arrays of a one-hidden-layer, one-output graph (hidden nodes read
+    only inputs, the output reads hidden nodes and inputs), or `None`."""
+    if graph.n_out != 1 or not graph.hidden:
+        return None
+    inputs, hidden = list(graph.inputs), list(graph.hidden)
+    pin, hid = {u: k for k, u in enumerate(inputs)}, {v: k for k, v in enumerate(hidden)}
+    e_in, p_in, j_in, e_out, j_out, e_skip, p_skip = ([] for _ in range(7))
+    for e, (u, v) in enumerate(graph.edges):
+        if v in hid and u in pin:
+            e_in.append(e), p_in.append(pin[u]), j_in.append(hid[v])
+        elif v in hid:
+            return None  # hidden -> hidden: deeper than one layer
+        elif u in hid:
+            e_out.append(e), j_out.append(hid[u])
+        else:
+            e_skip.append(e), p_skip.append(pin[u])
+    # pairs of first-layer edges into the same hidden node (the sigma'' block)
+    m, n = np.nonzero(np.asarray(j_in)[:, None] == np.asarray(j_in)[None, :])
+    # first-layer edge and the out-edge of the same hidden node (the sigma' block)
+    out_of = {j: e for e, j in zip(e_out, j_out)}
+    io = [(k, out_of[j]) for k, j in enumerate(j_in) if j in out_of]
+    data = {u: k for k, u in enumerate(graph.data_inputs)}
+    cols = [data.get(u, -1) for u in inputs]  # -1: a constant (bias) node
+    a = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    return dict(e_in=a(e_in), p_in=a(p_in), j_in=a(j_in), e_out=a(e_out), j_out=a(j_out), e_skip=a(e_skip),
+                p_skip=a(p_skip), pair_m=a(m), pair_n=a(n), io_in=a([k for k, _ in io]),
+                io_out=a([e for _, e in io]), cols=cols, n_hidden=len(hidden), n_inputs=len(inputs))
+
+
+def _structured_parts(net, X, Y, s, theta):
+    dtype = theta.dtype
+    act = net.activation
+    Xt = jnp.stack([X[:, c].astype(dtype) if c >= 0 else jnp.ones(X.shape[0], dtype) for c in s["cols"]], axis=1)
+    W1 = jnp.zeros((s["n_inputs"], s["n_hidden"]), dtype).at[s["p_in"], s["j_in"]].set(theta[s["e_in"]])
+    a = jnp.zeros(s["n_hidden"], dtype).at[s["j_out"]].set(theta[s["e_out"]])
+    skip = jnp.zeros(s["n_inputs"], dtype).at[s["p_skip"]].set(theta[s["e_skip"]])
+    Z = Xt @ W1
+    S, S1 = jax.jvp(act, (Z,), (jnp.ones_like(Z),))
+    e = S @ a + Xt @ skip - Y[:, 0].astype(dtype)
+    return Xt, a, Z, S, S1, e
+
+
+def _structured_grad(net, X, Y, s):
+    """The MSE gradient of a one-hidden-layer network, `J^T e / N`, without forming `J`."""
+
+    def grad(theta):
+        Xt, a, Z, S, S1, e = _structured_parts(net, X, Y, s, theta)
+        N = X.shape[0]
+        g = jnp.zeros(theta.shape, theta.dtype)
+        G1 = Xt.T @ (S1 * e[:, None])
+        g = g.at[s["e_in"]].set(G1[s["p_in"], s["j_in"]] * a[s["j_in"]])
+        g = g.at[s["e_out"]].set((S.T @ e)[s["j_out"]])
+        g = g.at[s["e_skip"]].set((Xt.T @ e)[s["p_skip"]])
+        return g / N
+
+    return grad
+
+
+def _structured_hessian(net, X, Y, s):
+    """The exact MSE Hessian of a one-hidden-layer network from its structure:
+    `H = (1/N) (J^T J + sum_i e_i d^2 f_i)`, `J` the per-sample Jacobian of the output
+    (a product of activations and back-propagated derivatives, one matrix product), and
+    `d^2 f_i` nonzero only in the blocks (w_j, w_j) = `a_j sigma''(z_j) x x^T` and
+    (w_j, a_j) = `sigma'(z_j) x`. `sigma'`, `sigma''` come from autodiff of the activation."""
+    act = net.activation
+    E = net.n_edges
+
+    def H(theta):
+        dtype = theta.dtype
+        Xt, a, Z, S, S1, e = _structured_parts(net, X, Y, s, theta)
+        S2 = jax.jvp(lambda z: jax.jvp(act, (z,), (jnp.ones_like(z),))[1], (Z,), (jnp.ones_like(Z),))[1]
+        N = X.shape[0]
+        J = jnp.zeros((N, E), dtype)
+        J = J.at[:, s["e_in"]].set(a[s["j_in"]] * S1[:, s["j_in"]] * Xt[:, s["p_in"]])
+        J = J.at[:, s["e_out"]].set(S[:, s["j_out"]])
+        J = J.at[:, s["e_skip"]].set(Xt[:, s["p_skip"]])
+        R = jnp.zeros((E, E), dtype)
+        # (w_j, w_j): a_j sum_i e_i sigma''(z_ij) x_ip x_iq
+        T = jnp.einsum("ij,ip,iq->jpq", e[:, None] * S2, Xt, Xt)
+        jm = s["j_in"][s["pair_m"]]
+        R = R.at[s["e_in"][s["pair_m"]], s["e_in"][s["pair_n"]]].add(
+            a[jm] * T[jm, s["p_in"][s["pair_m"]], s["p_in"][s["pair_n"]]])
+        # (w_j, a_j): sum_i e_i sigma'(z_ij) x_ip, both triangles
+        U = jnp.einsum("ij,ip->jp", e[:, None] * S1, Xt)
+        ji, pi = s["j_in"][s["io_in"]], s["p_in"][s["io_in"]]
+        R = R.at[s["e_in"][s["io_in"]], s["io_out"]].add(U[ji, pi])
+        R = R.at[s["io_out"], s["e_in"][s["io_in"]]].add(U[ji, pi])
+        return (J.T @ J + R) / N
+
+    return H
+
+
+def hessian_fn(net, X, Y, loss="mse"):
+    """`theta -> H(theta)`, the exact Hessian of the loss in the edge weights
+    (`graph.edges` order), as a traceable function.
+
+    For MSE on a one-hidden-layer network with one output and one activation (the
+    flat-channels studies' networks) it is assembled from the structure (Gauss-Newton
+    term `J^T J / N` plus the exact residual term, see `_structured_hessian`): on the
+    paper's 101 x 101 grid this costs about a gradient, where `jax.hessian` costs about
+    `E` of them (`benchmarks/converge_cost.py`). Otherwise `jax.hessian`. Both are the
+    same matrix up to round-off (`tests/test_converge.py` checks it). `X`, `Y` as
+    returned by `check_data`.
+    """
+    s = _structure(net, loss)
+    if s is None:
+        return jax.hessian(edge_loss_fn(net, X, Y, loss))
+    return _structured_hessian(net, X, Y, s)
+
+
+def _structure(net, loss):
+    """The one-hidden-layer index arrays when the structured formulas apply, else None."""
+    if not (isinstance(loss, str) and loss == "mse") or isinstance(net.activation, tuple):
+        return None
+    if not net.activation.smooth:
+        return None
+    return _one_hidden_layer(net.graph)
+
+
+def gradient_fn(net, X, Y, loss="mse"):
+    """`theta -> grad L(theta)` whose derivative in `theta` (a JVP, `jax.jacfwd`, an
+    implicit solver's Jacobian) is `hessian_fn(net, X, Y, loss)(theta) @ tangent`: one
+    Hessian evaluation per Jacobian instead of one reverse pass per edge. Derivatives in
+    the data `X`, `Y` (when they carry tangents) are taken by plain autodiff. Plain
+    `jax.grad` for activations that are not smooth."""
+    if any(not a.smooth for a in net.activations):
+        return jax.grad(edge_loss_fn(net, X, Y, loss))
+
+    def plain(theta, X, Y):
+        s = _structure(net, loss)
+        if s is None:
+            return jax.grad(edge_loss_fn(net, X, Y, loss))(theta)
+        return _structured_grad(net, X, Y, s)(theta)
+
+    @jax.custom_jvp
+    def grad(theta, X, Y):
+        return plain(theta, X, Y)
+
+    def _jvp(primals, tangents):
+        theta, X, Y = primals
+        dtheta, dX, dY = tangents
+        out = plain(theta, X, Y)
+        zero = lambda t: isinstance(t, SymbolicZero)  # noqa: E731
+        if zero(dtheta):
+            d = jnp.zeros_like(out)
+        else:
+            d = hessian_fn(net, X, Y, loss)(theta) @ dtheta
+        if not (zero(dX) and zero(dY)):
+            dX = jnp.zeros_like(X) if zero(dX) else dX
+            dY = jnp.zeros_like(Y) if zero(dY) else dY
+            d = d + jax.jvp(lambda X, Y: plain(theta, X, Y), (X, Y), (dX, dY))[1]
+        return out, d
+
+    grad.defjvp(_jvp, symbolic_zeros=True)
+    return lambda theta: grad(theta, X, Y)

@@ -249,6 +249,7 @@ def convergence_study(
     biases=(False, True),
     n_seeds: int = 100,
     seed: int = 0,
+    first_seed: int = 0,
     label: str = "data",
     maxnorm: float = 1e3,
     t1: float = 1e12,
@@ -264,13 +265,17 @@ def convergence_study(
     confirm: bool = True,
     slots: int | None = None,
     engine: str = "sweep",
+    newton_batch: int | None = None,
     progress: bool = True,
 ) -> ConvergenceStudy:
     """Train `n_seeds` MLPGradientFlow-Glorot initializations of `mlp([d, r, 1], bias)`
     for every width `r`, activation and bias setting with `ij.flow_then_newton`
     (Kvaerno5 flow at `rtol`/`atol` to `t1`, then trust-region Newton), and classify the
     final points with the paper's criteria (module docstring). `engine`: the flow phase
-    through `"sweep"` (`ij.sweep_flows`) or `"vmap"` (see `ij.flow_then_newton`).
+    through `"sweep"` (`ij.sweep_flows`), `"vmap"` or `"loop"` (see
+    `ij.flow_then_newton`); `newton_batch`: `ij.newton_phase`'s `batch_size`. Run `n`
+    starts from `mlpgf_glorot(graph, fold_in(key(seed), n))` for `n = first_seed, ...,
+    first_seed + n_seeds - 1` (so a study can be extended by more seeds later).
 
     **Returns:** a `ConvergenceStudy`.
     """
@@ -289,13 +294,14 @@ def convergence_study(
     grid = list(itertools.product(activations, biases, widths))
     for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
         g = mlp([d, int(r), 1], bias=bool(bias))
-        keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(n_seeds))
+        keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(first_seed, first_seed + n_seeds))
         thetas = jax.vmap(lambda k: mlpgf_glorot(g, k))(keys)
         net0 = DAGNetwork(g, act, edge_weights=thetas[0])
         nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
         res = flow_then_newton(nets, X, Y, t1=t1, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
                                maxnorm=maxnorm, max_steps=max_steps, patience=patience, g_tol=g_tol,
-                               max_time=max_time, slots=slots or min(n_seeds, 256), engine=engine)
+                               max_time=max_time, slots=slots or min(n_seeds, 256), engine=engine,
+                               batch_size=newton_batch)
         theta = np.asarray(res.theta)
         inf = np.asarray(res.infinite)
         for n in range(n_seeds):
@@ -313,7 +319,7 @@ def convergence_study(
         cols["activation"] += [act] * B
         cols["bias"] += [bool(bias)] * B
         cols["r"] += [int(r)] * B
-        cols["seed"] += list(range(B))
+        cols["seed"] += list(range(first_seed, first_seed + B))
         cols["label"] += [label] * B
         cols["loss"] += np.asarray(res.loss).tolist()
         cols["mse"] += (2 * np.asarray(res.loss)).tolist()
@@ -331,12 +337,13 @@ def convergence_study(
         cols["theta_flow"] += list(theta_flow)
     records = {k: _column(v) for k, v in cols.items()}
     settings = dict(widths=[int(r) for r in widths], activations=list(activations), biases=[bool(b) for b in biases],
-                    n_seeds=n_seeds, seed=seed, maxnorm=maxnorm, t1=t1, rtol=rtol, atol=atol,
+                    n_seeds=n_seeds, seed=seed, first_seed=first_seed, maxnorm=maxnorm, t1=t1, rtol=rtol, atol=atol,
                     max_flow_steps=max_flow_steps, max_steps=max_steps, patience=patience, g_tol=g_tol,
                     max_time=max_time, dup_tol=dup_tol, channel_cos=channel_cos, n_samples=int(X.shape[0]),
                     n_inputs=int(d), jump_max_cos=JUMP_MAX_COS,
                     init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
-                    flow=f"Kvaerno5 via {engine}", newton="ij.newton_phase (optimistix trust region, exact |H|)")
+                    flow=f"Kvaerno5 via {engine}", newton_batch=newton_batch,
+                    newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)")
     return ConvergenceStudy(records=records, settings=settings, seconds=time.perf_counter() - t0)
 
 
