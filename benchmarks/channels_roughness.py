@@ -81,7 +81,10 @@ def main():
     for m, k, s in order:
         if k == 0 and time.perf_counter() - t > 60 * args.max_minutes:
             break  # only between full rounds of teachers
-        X, Y = ij.gp_data(args.samples, args.dim, roughness=s, key=jr.fold_in(jr.key(1000 + k), m))
+        # the teacher's key follows the scaling's place in the paper's list, so one scaling
+        # run alone (--scalings 2) draws the same teachers as the full run
+        kk = list(PAPER_GP_SCALINGS).index(s) if s in PAPER_GP_SCALINGS else k
+        X, Y = ij.gp_data(args.samples, args.dim, roughness=s, key=jr.fold_in(jr.key(1000 + kk), m))
         st = ch.convergence_study(X, Y, widths=(args.r,), activations=("softplus",), biases=(True,),
                                   n_seeds=args.inits, seed=m, label=f"s={s:g}", progress=False,
                                   max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,

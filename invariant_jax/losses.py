@@ -298,7 +298,7 @@ def population_loss(net, target, *, method: str = "auto", n_points: int = 64) ->
 
 
 @functools.lru_cache(maxsize=64)
-def _one_hidden_layer(graph):
+def _layer_index(graph):
     """Static index arrays of a one-hidden-layer, one-output graph (hidden nodes read
     only inputs, the output reads hidden nodes and inputs), or `None`."""
     if graph.n_out != 1 or not graph.hidden:
@@ -415,7 +415,7 @@ def _structure(net, loss):
         return None
     if not net.activation.smooth:
         return None
-    return _one_hidden_layer(net.graph)
+    return _layer_index(net.graph)
 
 
 def gradient_fn(net, X, Y, loss="mse"):
