@@ -13,7 +13,10 @@ Arms, side by side in one process, each compiled (on two trajectories) before it
 timed:
 
 - `engine`: `Engine`, exact per-slot program (CPU) or vmap over slots (`--vmap`, GPU);
-- `engine-vmap`: `Engine` in vmap mode (on CPU only with `--also-vmap-engine`);
+- `engine-vmap`: `Engine` in vmap mode (on CPU only with `--also-vmap-engine`): once
+  the queue is empty the batch narrows to the live slots (widths `slots / 8^k`);
+- `engine-vmap-full`: the same without narrowing (`compact = False`, the engine before
+  the narrowing): every slot is stepped until the slowest trajectory is done;
 - `naive`: `jax.jit(jax.vmap(gradient_flow))` over the whole batch;
 - `kink`: `KinkEngine` (kink-aware flow, Tsit5 inside), exact (CPU) or vmap (GPU): the
   exact method. With `--kink-reference-segments` also the same engine with each segment
@@ -24,9 +27,12 @@ rtol = atol = 1e-12 (Tsit5 inside; the plain arms cannot resolve the kinks and s
 ~1e-5, the kink-aware arm at the tolerance); `err_vs_ref_max` is the largest
 `max |theta_final - reference|` over the trajectories.
 
-**Timing.** Each arm is compiled (on two trajectories), then timed `--repeats` times;
-`seconds` is the fastest run (other jobs on a shared machine only slow a run down), all
-runs are in `seconds_all` and `wall_over_bare_range`.
+**Timing.** Each arm is compiled (engines: `warm_up()`, every program at every batch
+width, then two trajectories), then timed `--repeats` times; `seconds` is the fastest
+run (other jobs on a shared machine only slow a run down), all runs are in
+`seconds_all` and `wall_over_bare_range`. `cpu_seconds` is this process's least CPU
+time of a timed run (`time.process_time`, all threads): on a loaded machine it moves less
+than wall time; `cpu_over_bare` divides it by the bare cost measured the same way.
 
 **Bare cost.** Each arm's vector-field-evaluation equivalents are counted: Tsit5 stages
 (6 per step, accepted or rejected, +3 per trajectory to start); for the kink-aware arm,
@@ -59,7 +65,7 @@ def _args():
                    help="batch sizes (default: 64 256 on CPU, 4096 on GPU)")
     p.add_argument("--workloads", nargs="+", default=["heavy"], choices=["heavy", "light"])
     p.add_argument("--arms", nargs="+", default=["engine", "naive", "kink"],
-                   choices=["engine", "engine-vmap", "naive", "kink"])
+                   choices=["engine", "engine-vmap", "engine-vmap-full", "naive", "kink"])
     p.add_argument("--slots", type=int, default=None, help="engine slots (default 64 CPU, 4096 GPU)")
     p.add_argument("--steps-per-call", type=int, default=128)
     p.add_argument("--vmap", action="store_true", help="engines: vmap over slots (default on GPU)")
@@ -137,12 +143,13 @@ class BareCosts:
         for w, (y, g_loop, f_loop) in self.loops.items():
             out = {}
             for name, f in (("grad", g_loop), ("forward", f_loop)):
-                best = np.inf
+                best = best_cpu = np.inf
                 for _ in range(3):
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     f(y).block_until_ready()
-                    best = min(best, time.perf_counter() - t)
+                    best, best_cpu = min(best, time.perf_counter() - t), min(best_cpu, time.process_time() - c)
                 out[name] = min(best / self.reps / w, self.best.get(w, {}).get(name, np.inf))
+                out[name + "_cpu"] = min(best_cpu / self.reps / w, self.best.get(w, {}).get(name + "_cpu", np.inf))
             self.best[w] = out
 
     def __getitem__(self, w):
@@ -150,20 +157,21 @@ class BareCosts:
 
 
 def run_engine(eng, n):
-    """(compile seconds, [seconds of each timed run], records, EngineStats)."""
+    """(compile seconds, [(wall, cpu) seconds of each timed run], records, EngineStats)."""
     t = time.perf_counter()
+    if hasattr(eng, "warm_up"):
+        eng.warm_up()  # every program at every batch width
     eng.run(np.arange(2), on_results=lambda r: None)  # compile (+ two trajectories)
     compile_s = time.perf_counter() - t
     secs = []
     for _ in range(max(args.repeats, 1)):
         parts = []
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         st = eng.run(np.arange(n), on_results=parts.append)
-        secs.append(time.perf_counter() - t)
-    sec = secs
+        secs.append((time.perf_counter() - t, time.process_time() - c))
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.argsort(rec["index"])
-    return compile_s, sec, {k: v[order] for k, v in rec.items()}, st
+    return compile_s, secs, {k: v[order] for k, v in rec.items()}, st
 
 
 def run_naive(template, X, Y, thetas):
@@ -176,9 +184,9 @@ def run_naive(template, X, Y, thetas):
     compile_s = time.perf_counter() - t
     secs = []
     for _ in range(max(args.repeats, 1)):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         th, steps = jax.block_until_ready(compiled(thetas))
-        secs.append(time.perf_counter() - t)
+        secs.append((time.perf_counter() - t, time.process_time() - c))
     return compile_s, secs, np.asarray(th), np.asarray(steps)
 
 
@@ -203,9 +211,10 @@ def reference_weights(template, X, Y, thetas):
 
 
 def timing(secs):
-    """`seconds` (fastest timed run: other jobs on a shared machine only slow a run down)
-    and the list of all timed runs."""
-    return dict(seconds=float(min(secs)), seconds_all=[float(x) for x in secs])
+    """`seconds` (fastest timed run: other jobs on a shared machine only slow a run down),
+    the list of all timed runs, and the least process CPU time of a run."""
+    return dict(seconds=float(min(w for w, _ in secs)), seconds_all=[float(w) for w, _ in secs],
+                cpu_seconds=float(min(c for _, c in secs)), cpu_seconds_all=[float(c) for _, c in secs])
 
 
 def count_kink_work(template, X, Y, thetas):
@@ -254,18 +263,21 @@ def main():
             init = lambda i, th=thetas: th[i]  # noqa: E731
             problem = make_problem(template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL),
                                  saveat=ij.SaveTimes(n_save=N_SAVE))
-            plain_modes = ([("engine", vmap_mode)] if "engine" in args.arms else []) + \
-                ([("engine-vmap", True)] if ("engine-vmap" in args.arms or args.also_vmap_engine) and not vmap_mode else [])
+            plain_modes = ([("engine", vmap_mode, True)] if "engine" in args.arms else []) + \
+                ([("engine-vmap", True, True)] if ("engine-vmap" in args.arms or args.also_vmap_engine) and not vmap_mode else []) + \
+                ([("engine-vmap-full", True, False)] if "engine-vmap-full" in args.arms else [])
             steps = None
-            for name, vm in plain_modes:
+            for name, vm, compact in plain_modes:
                 eng = Engine(problem, init, slots=slots, steps_per_call=args.steps_per_call, exact=not vm)
+                eng.compact = compact
                 c, secs, rec, st = run_engine(eng, n)
-                s = min(secs)
+                s = min(w for w, _ in secs)
                 costs.measure()
                 steps = rec["num_steps"]
                 evals = 6 * int(steps.sum()) + 3 * n
                 bare = evals * costs[slots if vm else 1]["grad"]
                 arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c, **timing(secs), traj_per_s=n / s,
+                                 widths=eng.widths(), slot_iterations=st.slot_iterations,
                                  steps_total=int(steps.sum()), steps_median=float(np.median(steps)),
                                  steps_max=int(steps.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
                                  _width=slots if vm else 1,
@@ -274,7 +286,7 @@ def main():
                 _print(rows + [dict(row, arms=arms)])
             if "naive" in args.arms:
                 c, secs, th, sb = run_naive(template, X, Y, thetas)
-                s = min(secs)
+                s = min(w for w, _ in secs)
                 costs.measure()
                 evals = 6 * int(sb.sum()) + 3 * n
                 bare = evals * costs[n]["grad"]
@@ -290,7 +302,7 @@ def main():
                 for vm, ref_seg in kink_modes:
                     eng = kink_engine(template, X, Y, thetas, slots=slots, exact=not vm, reference_segments=ref_seg)
                     c, secs, rec, st = run_engine(eng, n)
-                    s = min(secs)
+                    s = min(w for w, _ in secs)
                     costs.measure()
                     name = "kink-aware (tsit5 inside" + (", diffeqsolve segments)" if ref_seg else ")")
                     arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c,
@@ -327,13 +339,18 @@ def main():
                     w = a.pop("_width")
                     a["bare_s"] = a["evaluations"] * costs[w]["grad"] + a.get("condition_evaluations", 0) * costs[w]["forward"]
                     a["wall_over_bare"] = a["seconds"] / a["bare_s"]
+                    a["bare_cpu_s"] = a["evaluations"] * costs[w]["grad_cpu"] + \
+                        a.get("condition_evaluations", 0) * costs[w]["forward_cpu"]
+                    a["cpu_over_bare"] = a["cpu_seconds"] / a["bare_cpu_s"]
                     a["wall_over_bare_range"] = [x / a["bare_s"] for x in (min(a["seconds_all"]), max(a["seconds_all"]))]
             row.update(grad_cost_us={str(w): costs[w]["grad"] * 1e6 for w in costs.best},
+                       grad_cpu_cost_us={str(w): costs[w]["grad_cpu"] * 1e6 for w in costs.best},
                        forward_cost_us={str(w): costs[w]["forward"] * 1e6 for w in costs.best})
             naive = next((a for a in arms if a["arm"].startswith("naive")), None)
             for a in arms:
                 if naive is not None:
                     a["vs_naive"] = a["traj_per_s"] / naive["traj_per_s"]
+                    a["cpu_vs_naive"] = naive["cpu_seconds"] / a["cpu_seconds"]
                 a.pop("_steps", None)
             for a in arms:
                 a.pop("theta_final", None)
@@ -349,7 +366,8 @@ def main():
                 note="wall/bare: wall seconds / (evaluation equivalents x measured seconds per gradient "
                      "(per forward pass for kink event conditions) at the arm's batch width). Measured on a "
                      "shared machine; ratios are side by side in one process; seconds = the fastest of the "
-                     "timed runs (all in seconds_all). err_vs_ref_*: max |theta_final - reference| per "
+                     "timed runs (all in seconds_all); cpu_seconds = the least process CPU time of a timed run "
+                     "(cpu_over_bare, cpu_vs_naive from it). err_vs_ref_*: max |theta_final - reference| per "
                      "trajectory (max, median over trajectories), reference = the kink-aware flow at "
                      "rtol = atol = 1e-12.")
     write_json(output_path(args.out, "sweep_throughput.json"), dict(meta=meta, results=rows), default=float)
@@ -357,17 +375,20 @@ def main():
 
 def _print(rows):
     head = (f"{'workload':>8} {'n':>5} {'slots':>5} {'arm':>30} {'mode':>5} {'compile s':>9} {'traj/s':>8} "
-            f"{'vs naive':>8} {'steps med/max':>14} {'events':>6} {'wall/bare':>9} {'err vs ref':>10}")
+            f"{'vs naive':>8} {'cpu vs':>6} {'steps med/max':>14} {'events':>6} {'wall/bare':>9} {'cpu/bare':>8} "
+            f"{'err vs ref':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
         naive = next((a for a in r["arms"] if a["arm"].startswith("naive")), None)
         for a in r["arms"]:
             vs = a["traj_per_s"] / naive["traj_per_s"] if naive else float("nan")
+            cvs = naive["cpu_seconds"] / a["cpu_seconds"] if naive else float("nan")
             print(f"{r['workload']:>8} {r['n_inits']:>5} {r['slots']:>5} {a['arm']:>30} {a['mode']:>5} "
-                  f"{a['compile_s']:>9.1f} {a['traj_per_s']:>8.2f} {vs:>8.2f} "
+                  f"{a['compile_s']:>9.1f} {a['traj_per_s']:>8.2f} {vs:>8.2f} {cvs:>6.2f} "
                   f"{a['steps_median']:>7.0f}/{a['steps_max']:<6} {a.get('events_total', ''):>6} "
-                  f"{a.get('wall_over_bare', float('nan')):>9.2f} {a.get('err_vs_ref_max', float('nan')):>10.1e}")
+                  f"{a.get('wall_over_bare', float('nan')):>9.2f} {a.get('cpu_over_bare', float('nan')):>8.2f} "
+                  f"{a.get('err_vs_ref_max', float('nan')):>10.1e}")
     print(flush=True)
 
 

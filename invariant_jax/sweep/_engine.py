@@ -17,7 +17,10 @@ Its two final subclasses say what one slot integrates:
 
 Two evaluation modes: `exact=True` (CPU default) loops over the active slots with the
 unbatched per-slot program, so an idle slot costs nothing; `exact=False` vmaps over all
-slots (for GPUs).
+slots (for GPUs). A vmapped step costs every slot, finished or not, so once the queue is
+empty `Engine` narrows the batch to the unfinished slots (widths `slots / 8^k`, each
+compiled once): the tail of a sweep, and a sweep with fewer trajectories than slots, do
+not pay for the finished ones.
 """
 
 from __future__ import annotations
@@ -169,9 +172,11 @@ def _active(p: _Problem, s: _Slot):
     return s.occupied & (s.tprev < p.t1) & (s.result == _SUCC) & (s.num_steps < p.max_steps)
 
 
-def _step_slot(p: _Problem, s: _Slot) -> _Slot:
-    """One iteration of diffrax's `body_fun` for one slot (held still when inactive)."""
-    active = _active(p, s)
+def _step_slot(p: _Problem, s: _Slot, masked: bool = True) -> _Slot:
+    """One iteration of diffrax's `body_fun` for one slot (held still when inactive).
+    `masked=False`: the caller knows the slot is active (exact mode's per-slot loop), so
+    the selects that hold an inactive slot still are left out."""
+    active = _active(p, s) if masked else True
     y, y_error, dense_info, sstate, sres = p.solver.step(
         p.terms, s.tprev, s.tnext, s.y, p.args, s.solver_state, False)
     y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
@@ -216,6 +221,8 @@ def _step_slot(p: _Problem, s: _Slot) -> _Slot:
         num_rejected=s.num_rejected + (~keep).astype(jnp.int32),
         save_i=save_i, drift=drift, last_t=last_t, last_y=last_y,
     )
+    if not masked:
+        return new
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
 
 
@@ -268,6 +275,11 @@ class SweepEngine(abc.ABC):
         over all slots.
     """
 
+    compact: bool = False
+    """Vmap mode: once the queue is empty, narrow the batch to the active slots (widths
+    `slots / 8^k`; each width compiles once). Set by subclasses whose per-slot program
+    compiles quickly."""
+
     def __init__(self, init_fn: Callable, *, slots: int = 64, steps_per_call: int = 64, devices=None,
                  exact: bool = True):
         if slots < 1:
@@ -305,9 +317,11 @@ class SweepEngine(abc.ABC):
                 st, n = c
                 k = order[j]
 
+                step = m.advance_active or m.advance_slot
+
                 def body(c2):
                     i, s = c2
-                    return i + 1, m.advance_slot(s)
+                    return i + 1, step(s)  # the loop's condition holds: s is active
 
                 i, s = jax.lax.while_loop(lambda c2: (c2[0] < K) & m.active(c2[1]), body,
                                           (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st)))
@@ -371,6 +385,7 @@ class SweepEngine(abc.ABC):
 
         self._finalize = jax.jit(local(finalize, 2, 1))
         self._empty = jax.jit(local(empty, 1, 1))
+        self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
@@ -410,6 +425,7 @@ class SweepEngine(abc.ABC):
         trajectory). `progress(records)` is called after each harvest."""
         indices = np.asarray(indices, dtype=np.int64)
         S = self.slots
+        nd = len(self.mesh.devices.flat)
         t_start = time.perf_counter()
         slot_idx = np.full(S, -1, dtype=np.int64)
         data = self.data
@@ -429,9 +445,13 @@ class SweepEngine(abc.ABC):
                 state = self._refill(data, state, self._put(new_idx), self._put(take))
             if not np.any(slot_idx >= 0):
                 break
+            if self.compact and not self.exact and q == len(indices):
+                # nothing left to refill: a narrower batch costs less per step (vmap
+                # steps every slot, finished or not)
+                state, slot_idx = self._narrow(state, slot_idx)
             state, n, active = self._advance(data, state)
             calls += 1
-            iters += int(np.sum(np.asarray(n))) * (S // len(self.mesh.devices.flat))
+            iters += int(np.sum(np.asarray(n))) * (len(slot_idx) // nd)
             done = (slot_idx >= 0) & ~np.asarray(active)
             if done.any():
                 rec = {k: np.asarray(v)[done] for k, v in self._finalize(data, state, self._put(done)).items()}
@@ -443,6 +463,42 @@ class SweepEngine(abc.ABC):
             if should_stop is not None and should_stop():
                 break
         return EngineStats(useful, iters, calls, time.perf_counter() - t_start)
+
+    def widths(self) -> list[int]:
+        """Batch widths the engine runs at: `slots`, then (vmap mode with `compact`)
+        `slots / 8^k`, rounded up to multiples of the device count."""
+        nd = len(self.mesh.devices.flat)
+        out = [self.slots]
+        while self.compact and not self.exact and out[-1] > nd and -(-(out[-1] // 8) // nd) * nd > 0:
+            out.append(-(-(out[-1] // 8) // nd) * nd)
+        return out
+
+    def warm_up(self) -> None:
+        """Compile every program at every width (`widths()`) on empty slots, so that a
+        later `run` compiles nothing."""
+        data, S = self.data, self.slots
+        state = self._empty(data, self._put(np.zeros(S, np.int32)))
+        state = self._refill(data, state, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
+        for w in self.widths():  # run() narrows from each width to the next
+            state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
+            st = self._advance(data, state)[0]
+            jax.block_until_ready(self._finalize(data, st, self._put(np.zeros(w, bool))))
+
+    def _rows(self, state, rows):
+        """The slots `rows` of `state` (a narrower batch, sharded like the slots)."""
+        return self._take(state, np.asarray(rows, np.int32))
+
+    def _narrow(self, state, slot_idx):
+        """Vmap mode with an empty queue: the state restricted to its unharvested slots,
+        padded with finished ones to the smallest of `widths()` that holds them;
+        unchanged if that is the current width."""
+        live = np.flatnonzero(slot_idx >= 0)
+        width = len(slot_idx)
+        new = min((w for w in self.widths() if w >= live.size), default=width)
+        if new >= width:
+            return state, slot_idx
+        rows = np.concatenate([live, np.flatnonzero(slot_idx < 0)[:new - live.size]])
+        return self._rows(state, rows), slot_idx[rows]
 
 
 @final
@@ -456,6 +512,8 @@ class Engine(SweepEngine):
     `init_table` are arguments of the compiled programs: `with_data` swaps them for new
     ones of the same shapes without compiling again.
     """
+
+    compact = True  # vmap mode narrows its batch at the end (a plain step compiles in seconds)
 
     def __init__(self, problem: _Problem, init_fn: Callable | None = None, *, init_table=None, slots: int = 64,
                  steps_per_call: int = 64, devices=None, exact: bool = True):
@@ -486,7 +544,8 @@ class Engine(SweepEngine):
         p = eqx.combine(dyn, self._static)
         init = self.init_fn if table is None else (lambda i: table[i])
         return _Bound(init, functools.partial(_init_slot, p), functools.partial(_active, p),
-                      functools.partial(_step_slot, p), functools.partial(_finalize_slot, p))
+                      functools.partial(_step_slot, p), functools.partial(_finalize_slot, p),
+                      functools.partial(_step_slot, p, masked=False))
 
     def init_slot(self, theta0, index, occupied):
         return _init_slot(self.problem, theta0, index, occupied)
@@ -510,6 +569,7 @@ class _Bound(NamedTuple):
     active: Callable
     advance_slot: Callable
     record: Callable
+    advance_active: Callable | None = None  # advance_slot for a slot known to be active (default: advance_slot)
 
 
 def _bcast(mask, a):
