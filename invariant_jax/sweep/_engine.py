@@ -481,8 +481,8 @@ class SweepEngine(abc.ABC):
         state = self._refill(data, state, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
         for w in self.widths():  # run() narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
-            st = self._advance(data, state)[0]
-            jax.block_until_ready(self._finalize(data, st, self._put(np.zeros(w, bool))))
+            state = self._advance(data, state)[0]  # (donates its input)
+            jax.block_until_ready(self._finalize(data, state, self._put(np.zeros(w, bool))))
 
     def _rows(self, state, rows):
         """The slots `rows` of `state` (a narrower batch, sharded like the slots)."""
