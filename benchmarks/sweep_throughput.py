@@ -44,7 +44,14 @@ batch width (vmap modes), is the bare cost; the table reports wall time / bare c
 Writes `benchmarks/results/sweep_throughput.json` (or `--out`).
 
     .venv/bin/python benchmarks/sweep_throughput.py                      # CPU: heavy, 64 and 256 inits
-    .venv/bin/python benchmarks/sweep_throughput.py --inits 4096 --out benchmarks/results/sweep_throughput_gpu.json   # GPU
+    .venv/bin/python benchmarks/sweep_throughput.py --inits 64 --workloads heavy light \
+        --arms engine engine-vmap engine-vmap-full naive kink --kink-reference-segments \
+        --out benchmarks/results/sweep_throughput.json                  # CPU, n_inits = slots
+    .venv/bin/python benchmarks/sweep_throughput.py --inits 256 --slots 64 --workloads heavy \
+        --arms engine engine-vmap engine-vmap-full naive --repeats 1 --no-error \
+        --out benchmarks/results/sweep_throughput_256.json              # CPU, n_inits > slots
+    .venv/bin/python benchmarks/sweep_throughput.py --inits 4096 --arms engine engine-vmap-full naive \
+        --repeats 1 --no-error --out benchmarks/results/sweep_throughput_gpu_plain.json   # GPU
 """
 
 from __future__ import annotations
