@@ -164,7 +164,10 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         return terms.vf(t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: solver_state[0])
+        if made_jump is False:  # (a Python False: no copy of the field in a never-taken branch)
+            f0 = solver_state[0]
+        else:
+            f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: solver_state[0])
         y_flat, unravel = jfu.ravel_pytree(y0)
 
         def f_flat(t, yf):
@@ -172,9 +175,20 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
 
         h = t1 - t0
         J = jax.jacfwd(lambda yf: f_flat(t0, yf))(y_flat)
-        y_full, ok_full = gl_step(f_flat, J, t0, y_flat, h, self)
-        y_half, ok_1 = gl_step(f_flat, J, t0, y_flat, h / 2, self)
-        y1, ok_2 = gl_step(f_flat, J, t0 + h / 2, y_half, h / 2, self)
+
+        # the full step, then two half steps, as one loop: the field (often large) is
+        # compiled once instead of three times
+        def sub(i, c):
+            y_full, ok_full, y_half, ok_1, _, _ = c
+            ts = jnp.where(i == 2, t0 + h / 2, t0)
+            ys = jnp.where(i == 2, y_half, y_flat)
+            y, ok = gl_step(f_flat, J, ts, ys, jnp.where(i == 0, h, h / 2), self)
+            return (jnp.where(i == 0, y, y_full), jnp.where(i == 0, ok, ok_full), jnp.where(i == 1, y, y_half),
+                    jnp.where(i == 1, ok, ok_1), y, ok)
+
+        false = jnp.asarray(False)
+        y_full, ok_full, y_half, ok_1, y1, ok_2 = jax.lax.fori_loop(
+            0, 3, sub, (y_flat, false, y_flat, false, y_flat, false))
         ok = ok_full & ok_1 & ok_2
         err = (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0)
         err = jnp.where(ok, err, jnp.inf)
@@ -199,26 +213,27 @@ def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
     def F(Z):
         return jax.vmap(lambda ci, zi: f_flat(t0 + ci * h, y0 + zi))(c, Z)
 
-    def cond(carry):
-        k, Z, K, dz, dz_prev, done, bad = carry
-        return (k < solver.max_newton) & ~done & ~bad
-
+    # Each pass evaluates the stages K = F(Z), then (unless converged, failed or out of
+    # iterations) makes one Newton update of Z: the field is evaluated in one place
+    # (compiled once), 1 + (number of updates) times.
     def body(carry):
-        k, Z, K, dz, dz_prev, done, bad = carry
+        k, Z, _, dz, dz_prev, done, bad, _ = carry
+        K = F(Z)
+        go = (k < solver.max_newton) & ~done & ~bad
         G = Z - h * (A @ K)
         dZ = lx.linear_solve(op, -G.reshape(-1), lu, state=lu_state, throw=False).value.reshape(s, n)
-        Z = Z + dZ
-        K = F(Z)
         nd = jnp.max(jnp.abs(dZ))
-        done = nd <= tol
+        done_new = nd <= tol
         # Diverging, or stagnating above the tolerance (rate >= 1 after two iterations).
-        bad = ~jnp.isfinite(nd) | ((k >= 2) & (nd >= dz) & ~done)
-        return k + 1, Z, K, nd, dz, done, bad
+        bad_new = ~jnp.isfinite(nd) | ((k >= 2) & (nd >= dz) & ~done_new)
+        return (k + jnp.where(go, 1, 0), jnp.where(go, Z + dZ, Z), K, jnp.where(go, nd, dz),
+                jnp.where(go, dz, dz_prev), jnp.where(go, done_new, done), jnp.where(go, bad_new, bad), ~go)
 
     Z0 = jnp.zeros((s, n), y0.dtype)
-    K0 = F(Z0)
     inf = jnp.asarray(jnp.inf, y0.dtype)
-    k, Z, K, dz, _, done, bad = jax.lax.while_loop(cond, body, (0, Z0, K0, inf, inf, False, False))
+    false = jnp.asarray(False)
+    k, Z, K, dz, _, done, bad, _ = jax.lax.while_loop(
+        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, false))
     y1 = y0 + h * (b @ K)
     return y1, done & ~bad & jnp.all(jnp.isfinite(y1))
 

@@ -130,6 +130,8 @@ class KinkIntegrator(eqx.Module):
     surface_tol: float = eqx.field(static=True)
     tolerances: tuple[float, float] = eqx.field(static=True, default=(1e-8, 1e-8))  # (rtol, atol) as floats
     reference_solve: bool = eqx.field(static=True, default=False)  # segments by diffrax.diffeqsolve (tests)
+    # the event condition compiled once per segment (`solve_segment`); False under vmap
+    one_site: bool = eqx.field(static=True, default=True)
 
     @property
     def is_gl(self) -> bool:
@@ -170,7 +172,8 @@ class KinkIntegrator(eqx.Module):
                 sol = self._solve(vf, cond_fn, tclip, controller, c)
         else:
             sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), self.inner, controller, c.t, t1, c.theta,
-                                (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol)
+                                (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol,
+                                one_site=self.one_site)
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
         if self.is_gl:
@@ -231,17 +234,25 @@ class KinkIntegrator(eqx.Module):
         J = jax.jacfwd(lambda yy: f(t_prev, yy))(y_prev)
         g = lambda yy: prob.cond_value(yy, c.P, c.slots, c.margin)  # noqa: E731
 
-        def newton(_, tt):
-            yy, _ = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
+        t_seg = t_end
+
+        def choose(t_ref):  # the refined time, unless it crosses a save
+            lo, hi = jnp.minimum(t_ref, t_seg), jnp.maximum(t_ref, t_seg)
+            use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
+            return jnp.where(use_ref, t_ref, t_seg)
+
+        # three Newton iterations, then (i = 3) the Gauss step to the chosen time: one
+        # loop, so the Gauss step (and the field in it) is compiled once
+        def newton(i, c):
+            tt, _, _ = c
+            tt = jnp.where(i == 3, choose(tt), tt)
+            yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
             v, dv = jax.jvp(g, (yy,), (f(tt, yy),))
             t_new = tt - v / jnp.where(dv == 0, jnp.inf, dv)
-            return jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt)
+            t_new = jnp.where(jnp.isfinite(t_new) & (i < 3), jnp.clip(t_new, t_prev, t1), tt)
+            return t_new, yy, ok
 
-        t_ref = jax.lax.fori_loop(0, 3, newton, t_end)
-        lo, hi = jnp.minimum(t_ref, t_end), jnp.maximum(t_ref, t_end)
-        use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
-        t_end = jnp.where(use_ref, t_ref, t_end)
-        y_gl, ok = gl_step(f, J, t_prev, y_prev, t_end - t_prev, inner)
+        t_end, y_gl, ok = jax.lax.fori_loop(0, 4, newton, (t_seg, y_end, jnp.asarray(False)))
         return t_end, jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
 
     def _restart(self, c: KinkState, t_ev, th) -> KinkState:

@@ -89,15 +89,16 @@ class KinkProblem(eqx.Module):
         act = active[order]
         idx = jnp.where(act, slots[order], 0)
         k_act = jnp.sum(active)
-        f0 = self.grad(theta, D)
+        # linearised once, outside the loop: the loop body holds only the tangent maps
+        # (smaller to compile, and the gradient is not recomputed per slot)
+        f0, dgrad = jax.linearize(lambda d: self.grad(theta, d.reshape(N, H)), D.reshape(-1))
         _, vjp = jax.vjp(lambda th: self.Z(th, D).reshape(-1), theta)
-        grad_of_D = lambda d: self.grad(theta, d.reshape(N, H))  # noqa: E731
 
         def row(k, rows):
             Fj, normals = rows
             j = idx[k]
             e = jnp.zeros((N * H,), theta.dtype).at[j].set(1.0 - self.slope[j % H])
-            Fk = jax.jvp(grad_of_D, (D.reshape(-1),), (e,))[1]
+            Fk = dgrad(e)
             nk = vjp(jnp.zeros((N * H,), theta.dtype).at[j].set(1.0))[0]
             return Fj.at[k].set(Fk), normals.at[k].set(nk)
 

@@ -55,6 +55,50 @@ class SegmentSolution(eqx.Module):
 
 
 
+class _Root(eqx.Module):
+    """The state of the Illinois root find: iteration, current iterate, bracket."""
+
+    it: Array
+    y: Array
+    st: _IllinoisState
+    done: Array
+    finite: Array
+
+
+def _root_init(lower, upper, dtype) -> _Root:
+    z = jnp.zeros((), dtype)
+    st = _IllinoisState(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype), z, z, jnp.asarray(0))
+    return _Root(jnp.asarray(0), jnp.asarray(upper, dtype), st, jnp.asarray(False), jnp.asarray(True))
+
+
+def _root_point(r: _Root):
+    """Where the next iteration evaluates the condition: the bracket's ends in the first
+    two iterations (the root finder's `init`), then the iterate."""
+    return jnp.where(r.it == 0, r.st.lower, jnp.where(r.it == 1, r.st.upper, r.y))
+
+
+def _root_update(finder: Illinois, r: _Root, v) -> _Root:
+    """One iteration, given the condition's value `v` at `_root_point(r)`."""
+    st = r.st
+    init = r.it < 2
+    st_init = _IllinoisState(st.lower, st.upper, jnp.where(r.it == 0, v, st.f_lower),
+                             jnp.where(r.it == 1, v, st.f_upper), st.side)
+    new_y, st_step, _ = finder.step(lambda yy, args: (v, None), r.y, None, None, st, None)
+    st = jtu.tree_map(lambda a, b: jnp.where(init, a, b), st_init, st_step)
+    finite = jnp.isfinite(r.y)
+    done = (r.it >= 1) & (finder.terminate(None, r.y, None, None, st, None)[0] | ~finite)
+    return _Root(r.it + 1, jnp.where(init, r.y, new_y), st, done, finite)
+
+
+def _root_going(r: _Root):
+    return ~r.done & (r.it < _MAX_ROOT_STEPS + 2)
+
+
+def _root_result(r: _Root):
+    result = optx.RESULTS.where(r.done, optx.RESULTS.successful, optx.RESULTS.nonlinear_max_steps_reached)
+    return optx.RESULTS.where(r.finite, result, optx.RESULTS.nonfinite)
+
+
 def locate(g: Callable, lower, upper, event_tol: float, go):
     """The root of `g` on `[lower, upper]` by `Illinois(atol=event_tol)`, as
     `optimistix.root_find(g, Illinois, y0=upper, options=dict(lower, upper))` computes
@@ -63,32 +107,9 @@ def locate(g: Callable, lower, upper, event_tol: float, go):
     the others are its steps. `go=False` returns at once. Returns `(t, result)` with
     an `optimistix.RESULTS` (`nonfinite`, `nonlinear_max_steps_reached` as there)."""
     finder = Illinois(atol=event_tol)
-    dtype = jnp.result_type(lower)
-    z = jnp.zeros((), dtype)
-
-    def body(c):
-        it, y, st, done, finite = c
-        t_eval = jnp.where(it == 0, st.lower, jnp.where(it == 1, st.upper, y))
-        v = g(t_eval)
-        init = it < 2
-        st_init = _IllinoisState(st.lower, st.upper, jnp.where(it == 0, v, st.f_lower),
-                                 jnp.where(it == 1, v, st.f_upper), st.side)
-        new_y, st_step, _ = finder.step(lambda yy, args: (v, None), y, None, None, st, None)
-        st = jtu.tree_map(lambda a, b: jnp.where(init, a, b), st_init, st_step)
-        y_next = jnp.where(init, y, new_y)
-        finite = jnp.isfinite(y)
-        done = (it >= 1) & (finder.terminate(None, y, None, None, st, None)[0] | ~finite)
-        return it + 1, y_next, st, done, finite
-
-    def cond(c):
-        it, _, _, done, _ = c
-        return go & ~done & (it < _MAX_ROOT_STEPS + 2)
-
-    st0 = _IllinoisState(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype), z, z, jnp.asarray(0))
-    it, y, st, done, finite = jax.lax.while_loop(
-        cond, body, (jnp.asarray(0), jnp.asarray(upper, dtype), st0, jnp.asarray(False), jnp.asarray(True)))
-    result = optx.RESULTS.where(done, optx.RESULTS.successful, optx.RESULTS.nonlinear_max_steps_reached)
-    return y, optx.RESULTS.where(finite, result, optx.RESULTS.nonfinite)
+    r = jax.lax.while_loop(lambda r: go & _root_going(r), lambda r: _root_update(finder, r, g(_root_point(r))),
+                           _root_init(lower, upper, jnp.result_type(lower)))
+    return r.y, _root_result(r)
 
 
 class _Carry(eqx.Module):
@@ -110,15 +131,28 @@ class _Carry(eqx.Module):
     ev_dense: object
 
 
+_INIT, _STEP, _ROOT, _DONE = 0, 1, 2, 3
+
+
 def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
                   controller: diffrax.AbstractStepSizeController, t0, t1: float, y0, args, ts, *,
-                  max_steps: int, event_tol: float) -> SegmentSolution:
+                  max_steps: int, event_tol: float, one_site: bool = True) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
     **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
-    `max_steps` (steps budget) and `event_tol` (time tolerance of the root find).
+    `max_steps` (steps budget) and `event_tol` (time tolerance of the root find);
+    `one_site`: evaluate the condition in one place (see below).
+
+    With `one_site=True` the condition at `y0`, after every step and in the root find
+    is evaluated in one place: a single `while_loop` whose iterations are, in turn, the
+    condition at `y0`, the steps (the step is a `lax.cond` branch, skipped in the other
+    iterations) and the root finder's iterations. The condition of a kink-aware flow
+    holds a Filippov solve, so it is compiled once instead of three times. Unbatched,
+    the skipped step costs nothing; under `vmap` a `lax.cond` computes both branches,
+    so there `one_site=False` (a step loop, then a root-find loop) is cheaper to run.
+    Both take the same steps and evaluate the condition at the same points.
 
     **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
@@ -127,6 +161,7 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
     terms = WrapTerm(diffrax.ODETerm(vf), jnp.asarray(1))
     controller = controller.wrap(jnp.asarray(1))
     solver = with_controller_tols(solver, controller)
+    finder = Illinois(atol=event_tol)
     t1_clip_floor = t1
     for _ in range(100):
         t1_clip_floor = eqxi.prevbefore(t1_clip_floor)
@@ -141,14 +176,16 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
         y=y0, tprev=t0, tnext=tnext, solver_state=sstate, controller_state=cstate, result=ok,
         num_steps=jnp.asarray(0), num_accepted=jnp.asarray(0), num_rejected=jnp.asarray(0),
         save_i=jnp.sum(ts < t0), ys=jnp.full((T,) + y0.shape, jnp.inf, dtype), saved=jnp.zeros((T,), bool),
-        ev_value=cond(y0, args), ev_tprev=t0, ev_tnext=t0,
+        ev_value=jnp.zeros((), dtype), ev_tprev=t0, ev_tnext=t0,
         ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
     )
 
-    def loop_cond(c: _Carry):
+    def stepping(c: _Carry):
         return (c.tprev < t1) & (c.result == ok) & (c.num_steps < max_steps)
 
-    def body(c: _Carry) -> _Carry:
+    def advance(c: _Carry) -> _Carry:
+        # one step (accepted or rejected) and the saves it makes; the event check is the
+        # caller's (`checked`)
         y, y_error, dense_info, sstate, sres = solver.step(terms, c.tprev, c.tnext, c.y, args, c.solver_state, False)
         y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
         keep, tprev, tnext, made_jump, cstate, cres = controller.adapt_step_size(
@@ -173,23 +210,56 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
             return i + 1, ys.at[i].set(interp.evaluate(ts[i])), saved.at[i].set(True)
 
         save_i, ys, saved = jax.lax.while_loop(s_cond, s_body, (c.save_i, c.ys, c.saved))
-        value = cond(y, args)
-        event = jnp.sign(c.ev_value) != jnp.sign(value)
-        result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, result)
         return _Carry(
             y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate, result=result,
             num_steps=c.num_steps + 1, num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
             num_rejected=c.num_rejected + jnp.where(keep, 0, 1), save_i=save_i, ys=ys, saved=saved,
-            ev_value=value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
+            ev_value=c.ev_value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
         )
 
-    f = jax.lax.while_loop(loop_cond, body, init)
-    result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
-    event = result == diffrax.RESULTS.event_occurred
-    interp = solver.interpolation_cls(t0=f.ev_tprev, t1=f.ev_tnext, **f.ev_dense)
-    t_root, root_result = locate(lambda t: cond(interp.evaluate(t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
+    def checked(c_old: _Carry, c: _Carry, value) -> _Carry:
+        # the event check after a step: the condition changed sign
+        event = jnp.sign(c_old.ev_value) != jnp.sign(value)
+        result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, c.result)
+        return eqx.tree_at(lambda c: (c.result, c.ev_value), c, (result, value))
+
+    def dense_at(c: _Carry, t):
+        return solver.interpolation_cls(t0=c.ev_tprev, t1=c.ev_tnext, **c.ev_dense).evaluate(t)
+
+    if one_site:
+        def body(carry):
+            phase, c, r = carry
+            c_new = jax.lax.cond(phase == _STEP, advance, lambda c: c, c)
+            point = jtu.tree_map(lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where(phase == _STEP, b, d)),
+                                 c.y, c_new.y, dense_at(c, _root_point(r)))
+            value = cond(point, args)  # the one evaluation site
+            c_new = jtu.tree_map(lambda a, b: jnp.where(phase == _STEP, a, b), checked(c, c_new, value),
+                                 eqx.tree_at(lambda c: c.ev_value, c, jnp.where(phase == _INIT, value, c.ev_value)))
+            r_new = _root_update(finder, r, value)
+            more = stepping(c_new)
+            enter_root = ~more & (c_new.result == diffrax.RESULTS.event_occurred)
+            r_next = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), r_new,
+                                  _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype))
+            phase_next = jnp.where(phase == _ROOT, jnp.where(_root_going(r_new), _ROOT, _DONE),
+                                   jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)))
+            return phase_next, c_new, r_next
+
+        _, f, r = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body,
+                                     (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype)))
+        result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
+        event = result == diffrax.RESULTS.event_occurred
+        t_root, root_result = r.y, _root_result(r)
+    else:
+        def loop_body(c: _Carry) -> _Carry:
+            c_new = advance(c)
+            return checked(c, c_new, cond(c_new.y, args))
+
+        f = jax.lax.while_loop(stepping, loop_body, eqx.tree_at(lambda c: c.ev_value, init, cond(y0, args)))
+        result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
+        event = result == diffrax.RESULTS.event_occurred
+        t_root, root_result = locate(lambda t: cond(dense_at(f, t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
     t_end = jnp.where(event, t_root, f.tprev)
-    y_end = jnp.where(event, interp.evaluate(t_root), f.y)
+    y_end = jnp.where(event, dense_at(f, t_root), f.y)
     result = diffrax.RESULTS.where(event & (root_result != optx.RESULTS.successful),
                                    diffrax.RESULTS.promote(root_result), result)
     saved = f.saved & ~(event & (ts > t_end))

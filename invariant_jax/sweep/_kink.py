@@ -11,6 +11,7 @@ vmap mode (GPU) alike.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import final
@@ -75,7 +76,10 @@ class KinkEngine(SweepEngine):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.net = net
-        self.integrator = make_kink_integrator(net, X, Y, t1, **options)
+        # vmap mode: the segment as a step loop and a root-find loop (`one_site=False`),
+        # which batch better than one loop with the step in a `lax.cond` branch
+        self._one_site = bool(exact)
+        self.integrator = self._make_integrator(net, X, Y, t1, **options)
         self.loss = options.get("loss", "mse")
         self._static = eqx.filter(self.integrator, eqx.is_array, inverse=True)
         dtype = self.integrator.prob.X.dtype
@@ -91,7 +95,7 @@ class KinkEngine(SweepEngine):
         for this engine. The arrays must have the current shapes and dtypes, and `t1` and
         the options must be the current ones (the caller keys its engines on them, as
         `sweep_flows` does). **Returns:** `self`."""
-        integ = make_kink_integrator(net, X, Y, t1, **options)
+        integ = self._make_integrator(net, X, Y, t1, **options)
         new = (eqx.filter(integ, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
         shapes = lambda t: [(a.shape, a.dtype) for a in jtu.tree_leaves(t)]  # noqa: E731
         same = jtu.tree_structure(new) == jtu.tree_structure(self.data) and shapes(new) == shapes(self.data)
@@ -100,6 +104,9 @@ class KinkEngine(SweepEngine):
                              "and options, as the engine's; build a new KinkEngine for a different problem.")
         self.net, self.integrator, self.data = net, integ, new
         return self
+
+    def _make_integrator(self, net, X, Y, t1, **options):
+        return dataclasses.replace(make_kink_integrator(net, X, Y, t1, **options), one_site=self._one_site)
 
     def bind(self, data):
         dyn, table = data

@@ -1,0 +1,139 @@
+"""Compile time of one `ij.kink_aware_flow` (Tsit5 and Gauss4 inside), and the run time
+of the compiled call.
+
+Workload: issue 13's ReLU workload -- a 5-20-1 relu MLP without bias, 20 teacher points
+(key 1234), init PRNGKey(0), t1 = 1, float64, rtol = atol = 1e-8, default `KinkOptions`.
+Per solver, in one process: the first call (trace + lower + XLA compile + run), split by
+JAX's monitoring events into tracing, lowering and backend compile; then `--repeats`
+calls of the compiled program (best and median wall time, `jax.block_until_ready`).
+`first - run` is what a user waits for compilation.
+
+`--before PATH` measures two versions of the package side by side: the script reruns
+itself in fresh processes with `PYTHONPATH=PATH` (the old code, e.g. an exported copy of
+`main`) and with this checkout, alternating `--rounds` times (so machine load hits both
+alike), and records each run's load average. The persistent compilation cache is off
+(a library user's default).
+
+Usage: python benchmarks/kink_compile.py [--solvers tsit5 gauss4] [--repeats 5]
+       [--before /tmp/old_checkout --rounds 2] [--out benchmarks/results/kink_compile.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_enable_compilation_cache", False)
+
+import numpy as np  # noqa: E402
+
+from _output import output_path, write_json  # noqa: E402
+
+_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+    "/jax/core/compile/backend_compile_duration": "xla_compile_s",
+}
+
+
+def measure(solver: str, repeats: int) -> dict:
+    """One solver's compile and run times in this process."""
+    import invariant_jax as ij
+
+    acc = {v: 0.0 for v in _EVENTS.values()}
+
+    def listen(event, duration, **kw):
+        if event in _EVENTS:
+            acc[_EVENTS[event]] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    g = ij.mlp([5, 20, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
+
+    def call():
+        kf = ij.kink_aware_flow(net, X, Y, 1.0, solver=opts, n_save=11)
+        return jax.block_until_ready(kf)
+
+    t = time.perf_counter()
+    kf = call()
+    first = time.perf_counter() - t
+    compiled = dict(acc)
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - t)
+    run = float(np.median(runs))
+    return dict(solver=solver, first_call_s=first, run_median_s=run, run_best_s=float(min(runs)),
+                compile_s=first - run, **compiled, steps=int(kf.flow.stats["num_steps"]),
+                events=int(kf.num_events), sliding_entries=int(kf.num_sliding_entries),
+                load_average_before=None)
+
+
+def child(args) -> list[dict]:
+    rows = []
+    for s in args.solvers:
+        load = list(os.getloadavg())
+        r = measure(s, args.repeats)
+        r["load_average_before"] = load
+        r["load_average_after"] = list(os.getloadavg())
+        rows.append(r)
+        print(f"  {s:<7} first {r['first_call_s']:6.1f} s  compile {r['compile_s']:6.1f} s (trace {r['trace_s']:.1f}, "
+              f"lower {r['lower_s']:.1f}, xla {r['xla_compile_s']:.1f})  run {r['run_median_s'] * 1e3:7.1f} ms "
+              f"({r['steps']} steps, {r['events']} events)  load {load[0]:.1f}", file=sys.stderr, flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--solvers", nargs="+", default=["tsit5", "gauss4"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--before", default=None, help="PYTHONPATH of the old code to measure side by side")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of before/after (with --before)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    meta = dict(platform=platform.platform(), cpu_count=os.cpu_count(), jax=jax.__version__,
+                backend=jax.default_backend(),
+                workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
+                         "rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
+                note="measured on a shared 2-core machine (other jobs running: see the load averages); "
+                     "compile_s = first call - median compiled call; persistent compilation cache off")
+    if args.before is None:
+        rows = [dict(code="this checkout", **r) for r in child(args)]
+    else:
+        here = str(Path(__file__).resolve().parent.parent)
+        base = [sys.executable, str(Path(__file__).resolve()), "--child", "--repeats", str(args.repeats),
+                "--solvers", *args.solvers]
+        rows = []
+        for rnd in range(args.rounds):
+            for label, path in (("before", args.before), ("after", here)):
+                print(f"round {rnd + 1}: {label} ({path})", file=sys.stderr, flush=True)
+                out = subprocess.run(base, env={**os.environ, "PYTHONPATH": path}, check=True,
+                                     stdout=subprocess.PIPE, text=True).stdout
+                rows += [dict(code=label, round=rnd + 1, **r) for r in json.loads(out.strip().splitlines()[-1])]
+        meta["before"] = args.before
+    print(f"{'code':<14} {'solver':<7} {'compile s':>9} {'xla s':>7} {'trace s':>7} {'run ms':>8} {'events':>6} {'load':>5}")
+    for r in rows:
+        print(f"{r['code']:<14} {r['solver']:<7} {r['compile_s']:>9.1f} {r['xla_compile_s']:>7.1f} {r['trace_s']:>7.1f} "
+              f"{r['run_median_s'] * 1e3:>8.1f} {r['events']:>6} {r['load_average_before'][0]:>5.1f}")
+    write_json(output_path(args.out, "kink_compile.json"), dict(benchmark="kink_compile", settings=vars(args),
+                                                                 meta=meta, rows=rows))
+
+
+if __name__ == "__main__":
+    main()
