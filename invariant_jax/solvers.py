@@ -111,7 +111,7 @@ def gauss_legendre_tableau(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return A, b, c
 
 
-_State = tuple  # (f0, t_prev, y_prev)
+_State = tuple  # (f0, t_prev, y_prev), and the step's Jacobian J with keep_jacobian
 
 
 class GaussLegendre(diffrax.AbstractAdaptiveSolver):
@@ -131,12 +131,16 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
     - `stages`: 1, 2 or 3 (orders 2, 4, 6).
     - `newton_rtol`, `newton_atol`: convergence test of the stage solve.
     - `max_newton`: iteration cap of the stage solve.
+    - `keep_jacobian`: also keep the last step's Jacobian (at its start) in the solver
+        state, for a caller that repeats part of the step (the kink-aware flow's event
+        restart); default False.
     """
 
     stages: int = eqx.field(static=True, default=2)
     newton_rtol: float = eqx.field(static=True, default=1e-14)
     newton_atol: float = eqx.field(static=True, default=1e-15)
     max_newton: int = eqx.field(static=True, default=20)
+    keep_jacobian: bool = eqx.field(static=True, default=False)
 
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation
@@ -158,6 +162,9 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         return 2 * self.stages + 1
 
     def init(self, terms, t0, t1, y0, args) -> _State:
+        if self.keep_jacobian:
+            n = jfu.ravel_pytree(y0)[0].shape[0]
+            return (terms.vf(t0, y0, args), t0, y0, jnp.zeros((n, n), jfu.ravel_pytree(y0)[0].dtype))
         return (terms.vf(t0, y0, args), t0, y0)
 
     def func(self, terms, t0, y0, args):
@@ -196,7 +203,8 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         f1 = terms.vf(t1, y1_tree, args)
         dense_info = dict(y0=y0, y1=y1_tree, k0=jax.tree.map(lambda a: h * a, f0), k1=jax.tree.map(lambda a: h * a, f1))
         result = diffrax.RESULTS.where(ok, diffrax.RESULTS.successful, diffrax.RESULTS.promote(optx.RESULTS.nonlinear_divergence))
-        return y1_tree, unravel(err), dense_info, (f1, t0, y0), result
+        state = (f1, t0, y0, J) if self.keep_jacobian else (f1, t0, y0)
+        return y1_tree, unravel(err), dense_info, state, result
 
 
 def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):

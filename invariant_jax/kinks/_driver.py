@@ -9,6 +9,7 @@ as trajectories finish."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import diffrax
@@ -165,13 +166,14 @@ class KinkIntegrator(eqx.Module):
             P, slots = args
             return prob.cond_value(y, P, slots, margin)
 
+        inner = dataclasses.replace(self.inner, keep_jacobian=True) if self.is_gl else self.inner
         tclip = jnp.clip(ts, c.t, t1)
         controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, step_ts=tclip if self.is_gl else None)
         if self.reference_solve:
             with cacheable_checks():
-                sol = self._solve(vf, cond_fn, tclip, controller, c)
+                sol = self._solve(vf, cond_fn, tclip, controller, c, inner)
         else:
-            sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), self.inner, controller, c.t, t1, c.theta,
+            sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), inner, controller, c.t, t1, c.theta,
                                 (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol,
                                 one_site=self.one_site)
         t_end, y_end = sol.t, sol.y
@@ -201,11 +203,11 @@ class KinkIntegrator(eqx.Module):
         t_keep = jnp.where(failed, c.t, c_new.t)
         return eqx.tree_at(lambda c: (c.done, c.result, c.theta, c.t), c_new, (done, res, theta_keep, t_keep))
 
-    def _solve(self, vf, cond_fn, tclip, controller, c: KinkState) -> SegmentSolution:
+    def _solve(self, vf, cond_fn, tclip, controller, c: KinkState, inner) -> SegmentSolution:
         # the reference: the same segment with diffrax.diffeqsolve (`reference_solve`)
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(vf),
-            self.inner,
+            inner,
             c.t,
             self.t1,
             None,
@@ -229,10 +231,10 @@ class KinkIntegrator(eqx.Module):
         # so the restart is on the surface (the root of the interpolant can be ~h^4 off,
         # which costs a spurious event). Skipped if it would move the event across a save.
         prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
-        _, t_prev, y_prev = sol.solver_state
+        # the Jacobian of the last step's start, kept by the solver (`keep_jacobian`)
+        _, t_prev, y_prev, J = sol.solver_state
         f = lambda tt, yy: prob.field(yy, c.P, c.slots)[0]  # noqa: E731
-        J = jax.jacfwd(lambda yy: f(t_prev, yy))(y_prev)
-        g = lambda yy: prob.cond_value(yy, c.P, c.slots, c.margin)  # noqa: E731
+        gf = lambda yy: prob.cond_and_field(yy, c.P, c.slots, c.margin)  # noqa: E731
 
         t_seg = t_end
 
@@ -247,7 +249,8 @@ class KinkIntegrator(eqx.Module):
             tt, _, _ = c
             tt = jnp.where(i == 3, choose(tt), tt)
             yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
-            v, dv = jax.jvp(g, (yy,), (f(tt, yy),))
+            (v, fv), lin = jax.linearize(gf, yy)  # dg/dt = g'(y) f(y), one Filippov solve
+            dv = lin(fv)[0]
             t_new = tt - v / jnp.where(dv == 0, jnp.inf, dv)
             t_new = jnp.where(jnp.isfinite(t_new) & (i < 3), jnp.clip(t_new, t_prev, t1), tt)
             return t_new, yy, ok

@@ -127,6 +127,14 @@ class KinkProblem(eqx.Module):
     def cond_value(self, theta, P, slots, margin):
         """Smallest signed distance to a surface: `s z + margin` over non-sliding kinked
         pairs, and `lam`, `1 - lam` over sliding pairs. Positive inside the pattern."""
+        lam = None
+        if self.max_sliding:  # (the sliding weights only: no gradient when nothing slides)
+            D = self.D_of(P)
+            lam = jax.lax.cond(jnp.any(slots >= 0), lambda: self.sliding(theta, D, slots)[1],
+                               lambda: jnp.zeros((self.max_sliding,), theta.dtype))
+        return self._cond(theta, P, slots, margin, lam)
+
+    def _cond(self, theta, P, slots, margin, lam):
         Z = self.Z(theta, self.D_of(P))
         N, H = Z.shape
         sz = jnp.where(P, Z, -Z) + margin
@@ -135,10 +143,14 @@ class KinkProblem(eqx.Module):
         big = jnp.asarray(jnp.inf, theta.dtype)
         m = jnp.min(jnp.where(on, sz, big))
         if self.max_sliding:
-            lam = self.field(theta, P, slots)[1]
             act = slots >= 0
             m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
         return m
+
+    def cond_and_field(self, theta, P, slots, margin):
+        """`(cond_value, field)` with one Filippov solve for both."""
+        f, lam = self.field(theta, P, slots)
+        return self._cond(theta, P, slots, margin, lam), f
 
     def rates(self, theta, P, slots):
         """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`."""
