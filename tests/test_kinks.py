@@ -209,10 +209,13 @@ def test_lean_segments_take_diffeqsolves_steps_and_events(solver):
                                  saveat=ij.SaveTimes(n_save=5))
     ref = dataclasses.replace(integ, reference_solve=True)
     thetas = jnp.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(4)])
+    # one_site=True: the condition in one loop (unbatched default); False: a step loop
+    # and a root-find loop (the engine's vmap mode)
     a = [eqx.filter_jit(integ.run)(t) for t in thetas]
+    a2 = [eqx.filter_jit(dataclasses.replace(integ, one_site=False).run)(t) for t in thetas]
     b = [eqx.filter_jit(ref.run)(t) for t in thetas]
     assert sum(int(x.n_events) for x in a) > 4  # the comparison covers events
-    for x, y in zip(a, b):
+    for x, y in zip(a + a2, b + b):
         assert int(x.n_events) == int(y.n_events) and int(x.n_cross) == int(y.n_cross)
         assert int(x.n_sin) == int(y.n_sin) and int(x.n_sout) == int(y.n_sout)
         assert abs(int(x.steps) - int(y.steps)) <= int(x.n_events) + 1

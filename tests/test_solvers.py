@@ -52,6 +52,24 @@ def test_adaptive_reaches_tolerance():
     assert int(sol.stats["num_steps"]) < 60
 
 
+def test_kept_jacobian_is_the_fields_jacobian_at_the_last_steps_start():
+    # keep_jacobian (used by the kink-aware flow's event restart) only adds the Jacobian
+    # of the last accepted step's start to the state: the same steps, and the kept J is
+    # jacfwd of the field there (an independent evaluation, so to round-off)
+    def f(t, y, a):
+        return jnp.stack([y[1], -jnp.sin(y[0]) - 0.1 * y[1] * y[0] ** 2])
+
+    y0 = jnp.array([1.2, 0.3])
+    kw = dict(stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8), saveat=diffrax.SaveAt(t1=True, solver_state=True))
+    a = diffrax.diffeqsolve(diffrax.ODETerm(f), GaussLegendre(keep_jacobian=True), 0.0, 3.0, None, y0, **kw)
+    b = diffrax.diffeqsolve(diffrax.ODETerm(f), GaussLegendre(), 0.0, 3.0, None, y0, **kw)
+    assert int(a.stats["num_steps"]) == int(b.stats["num_steps"]) > 5
+    np.testing.assert_allclose(a.ys[-1], b.ys[-1], rtol=0, atol=1e-12)
+    _, t_prev, y_prev, J = a.solver_state
+    assert 0.0 < float(t_prev) < 3.0
+    np.testing.assert_allclose(J, jax.jacfwd(lambda y: f(t_prev, y, None))(y_prev), rtol=1e-12, atol=1e-14)
+
+
 def test_nonconverged_stage_solve_is_never_accepted():
     # One Newton iteration cannot reach the round-off tolerance on a nonlinear field.
     term = diffrax.ODETerm(lambda t, y, a: -(y**3))

@@ -2,18 +2,20 @@
 condition (or `t1`), locate it, and save at the requested times on the way.
 
 This is `diffrax.diffeqsolve` with one floating-point `Event` whose root finder is
-`Illinois`, written out as one lean `while_loop` over solver steps (with diffrax's
-solver and step-size-controller objects, as the sweep engine does) followed by one
-`while_loop` for the root. It takes the same steps, makes the same saves and locates
+`Illinois`, written out as lean `while_loop`s over solver steps (with diffrax's
+solver and step-size-controller objects, as the sweep engine does) and over the root
+finder's iterations. It takes the same steps, makes the same saves and locates
 the same event time as `diffeqsolve` (`diffrax/_integrate.py`: the initial step,
 clipping to `t1`, rejection, the event check after every step, the root find on the
 last step's dense output, the saves after the event dropped), but a segment is short
 (a few steps) and is run thousands of times per sweep, so what `diffeqsolve` and
 `optimistix.root_find` add around the arithmetic dominated its cost (measured in
 `benchmarks/sweep_throughput.py`): set-up and checks, output buffers, the root finder's
-implicit-function machinery. Here the event condition is traced twice (the step loop's
-check, and the root find that evaluates the bracket's ends in its first two
-iterations) instead of five times, which also shortens compilation.
+implicit-function machinery. The event condition (which holds a Filippov solve) is
+evaluated in one place, so compiled once instead of five times as in `diffeqsolve`:
+the condition at the start, after each step and in the root find are iterations of one
+`while_loop` (`one_site=True`, unbatched), or in two places under `vmap` (a step loop,
+then a root-find loop, `one_site=False`; see `solve_segment`).
 """
 
 from __future__ import annotations
