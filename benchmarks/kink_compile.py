@@ -6,16 +6,17 @@ Workload: issue 13's ReLU workload -- a 5-20-1 relu MLP without bias, 20 teacher
 Per solver, in one process: the program that `kink_aware_flow` jits, compiled ahead of
 time (`compile_s` = wall time of `lower` (trace + lower to StableHLO) + `compile` (XLA)),
 then `--repeats` runs of the compiled program after one warm-up run (median and best
-wall time, `jax.block_until_ready`).
+wall time, `jax.block_until_ready`). Each is also measured in process CPU time
+(`time.process_time`, all threads), which a loaded machine disturbs less than wall time.
 
 `--before PATH` measures two versions of the package side by side: the script reruns
 itself in fresh processes with `PYTHONPATH=PATH` (the old code, e.g. an exported copy of
 `main`) and with this checkout, alternating `--rounds` times (so machine load hits both
-alike), and records each run's load average. The persistent compilation cache is off
+alike), or with `--parallel` both at the same time, and records each run's load average. The persistent compilation cache is off
 (a library user's default).
 
 Usage: python benchmarks/kink_compile.py [--solvers tsit5 gauss4] [--repeats 5]
-       [--before /tmp/old_checkout --rounds 2] [--out benchmarks/results/kink_compile.json]
+       [--before /tmp/old_checkout --rounds 2 [--parallel]] [--out benchmarks/results/kink_compile.json]
 """
 
 from __future__ import annotations
@@ -65,22 +66,25 @@ def measure(solver: str, repeats: int) -> dict:
     # what kink_aware_flow(net, X, Y, 1.0, solver=opts, n_save=11) compiles and runs
     integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
     theta0 = net.edge_weights().astype(integ.prob.X.dtype)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     lowered = _kink_flow.lower(integ, net, theta0, "mse")
-    t_lower = time.perf_counter() - t
-    t = time.perf_counter()
+    t_lower, c_lower = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     compiled = lowered.compile()
-    t_compile = time.perf_counter() - t
+    t_compile, c_compile = time.perf_counter() - t, time.process_time() - c
     events = dict(acc)
-    runs = []
+    runs, cpu_runs = [], []
     for _ in range(repeats + 1):  # the first run warms up
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         kf = jax.block_until_ready(compiled(integ, net, theta0, "mse"))
         runs.append(time.perf_counter() - t)
-    runs = runs[1:]
+        cpu_runs.append(time.process_time() - c)
+    runs, cpu_runs = runs[1:], cpu_runs[1:]
     return dict(solver=solver, compile_s=t_lower + t_compile, trace_lower_s=t_lower, xla_s=t_compile,
+                compile_cpu_s=c_lower + c_compile, trace_lower_cpu_s=c_lower, xla_cpu_s=c_compile,
                 **{f"event_{k}": v for k, v in events.items()}, run_median_s=float(np.median(runs)),
-                run_best_s=float(min(runs)), steps=int(kf.flow.stats["num_steps"]), events=int(kf.num_events),
+                run_best_s=float(min(runs)), run_cpu_median_s=float(np.median(cpu_runs)),
+                steps=int(kf.flow.stats["num_steps"]), events=int(kf.num_events),
                 sliding_entries=int(kf.num_sliding_entries))
 
 
@@ -92,8 +96,8 @@ def child(args) -> list[dict]:
         r["load_average_before"] = load
         r["load_average_after"] = list(os.getloadavg())
         rows.append(r)
-        print(f"  {s:<7} compile {r['compile_s']:6.1f} s (trace+lower {r['trace_lower_s']:.1f}, xla {r['xla_s']:.1f})  "
-              f"run {r['run_median_s'] * 1e3:7.1f} ms "
+        print(f"  {s:<7} compile {r['compile_s']:6.1f} s (trace+lower {r['trace_lower_s']:.1f}, xla {r['xla_s']:.1f}; "
+              f"CPU {r['compile_cpu_s']:.1f} s)  run {r['run_median_s'] * 1e3:7.1f} ms (CPU {r['run_cpu_median_s'] * 1e3:.1f}) "
               f"({r['steps']} steps, {r['events']} events)  load {load[0]:.1f}", file=sys.stderr, flush=True)
     return rows
 
@@ -104,6 +108,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before", default=None, help="PYTHONPATH of the old code to measure side by side")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of before/after (with --before)")
+    ap.add_argument("--parallel", action="store_true", help="with --before: run before and after at the same time")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -115,7 +120,7 @@ def main():
                 workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
                          "rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
                 note="measured on a shared 2-core machine (other jobs running: see the load averages); "
-                     "compile_s = lower + compile wall time; persistent compilation cache off")
+                     "compile_s = lower + compile wall time, compile_cpu_s the same in process CPU time; persistent compilation cache off")
     if args.before is None:
         rows = [dict(code="this checkout", **r) for r in child(args)]
     else:
@@ -124,16 +129,28 @@ def main():
                 "--solvers", *args.solvers]
         rows = []
         for rnd in range(args.rounds):
-            for label, path in (("before", args.before), ("after", here)):
-                print(f"round {rnd + 1}: {label} ({path})", file=sys.stderr, flush=True)
-                out = subprocess.run(base, env={**os.environ, "PYTHONPATH": path}, check=True,
-                                     stdout=subprocess.PIPE, text=True).stdout
+            codes = (("before", args.before), ("after", here))
+            if args.parallel:  # both at once: the same machine load for both
+                print(f"round {rnd + 1}: before and after at once", file=sys.stderr, flush=True)
+                procs = [(label, subprocess.Popen(base, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
+                                                  text=True)) for label, path in codes]
+                outs = [(label, p.communicate()[0]) for label, p in procs]
+                assert all(p.returncode == 0 for _, p in procs)
+            else:
+                outs = []
+                for label, path in codes:
+                    print(f"round {rnd + 1}: {label} ({path})", file=sys.stderr, flush=True)
+                    outs.append((label, subprocess.run(base, env={**os.environ, "PYTHONPATH": path}, check=True,
+                                                       stdout=subprocess.PIPE, text=True).stdout))
+            for label, out in outs:
                 rows += [dict(code=label, round=rnd + 1, **r) for r in json.loads(out.strip().splitlines()[-1])]
         meta["before"] = args.before
-    print(f"{'code':<14} {'solver':<7} {'compile s':>9} {'xla s':>7} {'trace+lower s':>13} {'run ms':>8} {'events':>6} {'load':>5}")
+    print(f"{'code':<14} {'solver':<7} {'compile s':>9} {'CPU s':>7} {'xla CPU s':>9} {'trace+lower CPU s':>17} "
+          f"{'run ms':>8} {'run CPU ms':>10} {'events':>6} {'load':>5}")
     for r in rows:
-        print(f"{r['code']:<14} {r['solver']:<7} {r['compile_s']:>9.1f} {r['xla_s']:>7.1f} {r['trace_lower_s']:>13.1f} "
-              f"{r['run_median_s'] * 1e3:>8.1f} {r['events']:>6} {r['load_average_before'][0]:>5.1f}")
+        print(f"{r['code']:<14} {r['solver']:<7} {r['compile_s']:>9.1f} {r['compile_cpu_s']:>7.1f} {r['xla_cpu_s']:>9.1f} "
+              f"{r['trace_lower_cpu_s']:>17.1f} {r['run_median_s'] * 1e3:>8.1f} {r['run_cpu_median_s'] * 1e3:>10.1f} "
+              f"{r['events']:>6} {r['load_average_before'][0]:>5.1f}")
     write_json(output_path(args.out, "kink_compile.json"), dict(benchmark="kink_compile", settings=vars(args),
                                                                  meta=meta, rows=rows))
 
