@@ -131,7 +131,8 @@ class KinkIntegrator(eqx.Module):
     surface_tol: float = eqx.field(static=True)
     tolerances: tuple[float, float] = eqx.field(static=True, default=(1e-8, 1e-8))  # (rtol, atol) as floats
     reference_solve: bool = eqx.field(static=True, default=False)  # segments by diffrax.diffeqsolve (tests)
-    # the event condition compiled once per segment (`solve_segment`); False under vmap
+    # the event condition compiled once per segment (`solve_segment`), for Gauss-Legendre
+    # inside (an explicit solver's short segments run faster as two loops); False under vmap
     one_site: bool = eqx.field(static=True, default=True)
 
     @property
@@ -175,7 +176,7 @@ class KinkIntegrator(eqx.Module):
         else:
             sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), inner, controller, c.t, t1, c.theta,
                                 (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol,
-                                one_site=self.one_site)
+                                one_site=self.one_site and self.is_gl)
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
         if self.is_gl:
