@@ -133,6 +133,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grid", type=int, default=10**4, help="requested samples of the regular grid (paper: 10^4)")
     ap.add_argument("--seeds", type=int, default=100)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run are first-seed .. first-seed + seeds - 1, so that later runs can add seeds to a cell")
     ap.add_argument("--widths", default="1,2,3,4,5")
     ap.add_argument("--activations", default="g,softplus")
     ap.add_argument("--biases", default="0,1")
@@ -165,8 +167,11 @@ def main():
              for w in args.widths.split(",")]
     R = args.round_seeds or args.seeds
     parts, cell_seconds, skipped = [], [], []
-    for first in range(0, args.seeds, R):
-        n = min(R, args.seeds - first)
+    if args.first_seed < 0:
+        raise SystemExit(f"--first-seed must be >= 0; got {args.first_seed}.")
+    end = args.first_seed + args.seeds
+    for first in range(args.first_seed, end, R):
+        n = min(R, end - first)
         for act, bias, w in cells:
             if time.perf_counter() > deadline:
                 skipped.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n))
