@@ -422,15 +422,14 @@ def gradient_fn(net, X, Y, loss="mse"):
     """`theta -> grad L(theta)` whose derivative in `theta` (a JVP, `jax.jacfwd`, an
     implicit solver's Jacobian) is `hessian_fn(net, X, Y, loss)(theta) @ tangent`: one
     Hessian evaluation per Jacobian instead of one reverse pass per edge. Derivatives in
-    the data `X`, `Y` (when they carry tangents) are taken by plain autodiff. Plain
-    `jax.grad` for activations that are not smooth."""
-    if any(not a.smooth for a in net.activations):
+    the data `X`, `Y` (when they carry tangents) are taken by plain autodiff. Where the
+    structured formulas do not apply (see `hessian_fn`), plain `jax.grad`: a Hessian from
+    `jax.hessian` would cost a reverse pass per edge for every single JVP."""
+    s = _structure(net, loss)
+    if s is None:
         return jax.grad(edge_loss_fn(net, X, Y, loss))
 
     def plain(theta, X, Y):
-        s = _structure(net, loss)
-        if s is None:
-            return jax.grad(edge_loss_fn(net, X, Y, loss))(theta)
         return _structured_grad(net, X, Y, s)(theta)
 
     @jax.custom_jvp
@@ -445,7 +444,7 @@ def gradient_fn(net, X, Y, loss="mse"):
         if zero(dtheta):
             d = jnp.zeros_like(out)
         else:
-            d = hessian_fn(net, X, Y, loss)(theta) @ dtheta
+            d = _structured_hessian(net, X, Y, s)(theta) @ dtheta
         if not (zero(dX) and zero(dY)):
             dX = jnp.zeros_like(X) if zero(dX) else dX
             dY = jnp.zeros_like(Y) if zero(dY) else dY

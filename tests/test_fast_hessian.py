@@ -66,6 +66,13 @@ def test_hessian_fn_falls_back_to_autodiff():
         assert np.allclose(H, ref, rtol=1e-12, atol=1e-14)
 
 
+def _glorot_nets(g, *, seed, n):
+    """`n` networks with `g` activations from the authors' Glorot init, and the first one."""
+    thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(jr.split(jr.key(seed), n))
+    net0 = ij.DAGNetwork(g, "g", edge_weights=thetas[0])
+    return net0, eqx.filter_vmap(net0.with_edge_weights)(thetas)
+
+
 def test_newton_phase_groups_agree_with_one_batch():
     # runs advanced one at a time (the CPU default) stop for the same reasons as in one
     # vmapped batch. Two compiled programs differ by round-off, which the trust region
@@ -73,9 +80,7 @@ def test_newton_phase_groups_agree_with_one_batch():
     # minimum ends at the same point to the gradient tolerance.
     X, Y = ij.rosenbrock_grid(64)
     g = ij.mlp([2, 3, 1], bias=True)
-    thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(jr.split(jr.key(0), 4))
-    net0 = ij.DAGNetwork(g, "g", edge_weights=thetas[0])
-    nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
+    net0, nets = _glorot_nets(g, seed=0, n=4)
     kw = dict(max_steps=150, maxnorm=50.0, g_tol=1e-9)
     one = ij.newton_phase(nets, X, Y, batch_size=1, **kw)
     three = ij.newton_phase(nets, X, Y, batch_size=3, **kw)  # a group of 3 and a padded group of 1
@@ -100,9 +105,7 @@ def test_newton_phase_groups_agree_with_one_batch():
 def test_flow_then_newton_loop_engine_matches_vmap():
     X, Y = ij.rosenbrock_grid(64)
     g = ij.mlp([2, 2, 1], bias=True)
-    thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(jr.split(jr.key(1), 3))
-    net0 = ij.DAGNetwork(g, "g", edge_weights=thetas[0])
-    nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
+    net0, nets = _glorot_nets(g, seed=1, n=3)
     kw = dict(max_flow_steps=300, max_steps=300, maxnorm=100.0)
     a = ij.flow_then_newton(nets, X, Y, engine="loop", **kw)
     b = ij.flow_then_newton(nets, X, Y, engine="vmap", **kw)
