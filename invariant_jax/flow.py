@@ -302,6 +302,17 @@ def gradient_flow(
             stacklevel=2,
         )
 
+    return _gradient_flow(net, X, Y, theta0, ts, t0, t1, opts=opts, stop=stop, loss=loss,
+                          weight_decay=weight_decay, reg=reg, strength=strength, throw=throw)
+
+
+@eqx.filter_jit
+def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, opts: SolverOptions, stop: StopRules, loss,
+                   weight_decay, reg, strength, throw: bool) -> Flow:
+    """`gradient_flow` after its checks: one compiled program per configuration (graph,
+    shapes, options, loss; Python numbers are part of the configuration, arrays are not),
+    reused by later calls with other weights or data. Under a wall-time rule the clock
+    starts inside the program, so compilation is not timed."""
     field = flow_field(net, loss=loss, weight_decay=weight_decay, regularizer=reg, strength=strength)
 
     def rule_hits(t, y, args, clock_start):
@@ -309,37 +320,32 @@ def gradient_flow(
         return stop.hits(t, y, gradient=lambda th: field(t, th, args) + weight_decay * th,
                          loss=edge_loss_fn(net, X, Y, loss), clock_start=clock_start)
 
-    def _solve(theta0, X, Y, ts):
-        event = None
-        if stop.enabled:
-            start = stop.start_clock()
-            event = diffrax.Event(lambda t, y, args, **kwargs: jnp.any(rule_hits(t, y, args, start)))
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field),
-            opts.get_solver(),
-            t0,
-            t1,
-            opts.dt0,
-            theta0,
-            args=(X, Y),
-            saveat=diffrax.SaveAt(ts=ts, t1=True),
-            stepsize_controller=opts.get_controller(),
-            max_steps=opts.max_steps,
-            event=event,
-            throw=throw,
-        )
-        code = result_code(sol.result)
-        if stop.enabled:
-            # which rule stopped it: the same condition at the final state (without a clock,
-            # the wall-time rule is the one left when no other holds there)
-            t_end, y_end = _final_state(sol.ts, sol.ys, t0, theta0)
-            hits = rule_hits(t_end, y_end, (X, Y), None).at[3].set(stop.max_wall_time is not None)
-            event_code = result_code(RESULTS.event_occurred)
-            code = jnp.where(code == event_code, StopRules.result_code(hits, event_code), code)
-        return sol, code
-
-    # with a wall-time limit, compile the solve with its clock start so compilation is not timed
-    sol, code = (eqx.filter_jit(_solve) if stop.max_wall_time is not None else _solve)(theta0, X, Y, ts)
+    event = None
+    if stop.enabled:
+        start = stop.start_clock()
+        event = diffrax.Event(lambda t, y, args, **kwargs: jnp.any(rule_hits(t, y, args, start)))
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(field),
+        opts.get_solver(),
+        t0,
+        t1,
+        opts.dt0,
+        theta0,
+        args=(X, Y),
+        saveat=diffrax.SaveAt(ts=ts, t1=True),
+        stepsize_controller=opts.get_controller(),
+        max_steps=opts.max_steps,
+        event=event,
+        throw=throw,
+    )
+    code = result_code(sol.result)
+    if stop.enabled:
+        # which rule stopped it: the same condition at the final state (without a clock,
+        # the wall-time rule is the one left when no other holds there)
+        t_end, y_end = _final_state(sol.ts, sol.ys, t0, theta0)
+        hits = rule_hits(t_end, y_end, (X, Y), None).at[3].set(stop.max_wall_time is not None)
+        event_code = result_code(RESULTS.event_occurred)
+        code = jnp.where(code == event_code, StopRules.result_code(hits, event_code), code)
     return Flow.from_solution(net, X, Y, sol, theta0=theta0, t0=t0, loss=loss, weight_decay=weight_decay,
                               rtol=opts.rtol, atol=opts.atol, result=code)
 
