@@ -293,7 +293,6 @@ class SweepEngine(abc.ABC):
         self.mesh = Mesh(np.array(devices), ("slots",))
         self.sharding = NamedSharding(self.mesh, PartitionSpec("slots"))
         self.exact = bool(exact)
-        K = self.steps_per_call
         # exact: each slot runs the unbatched program (XLA rounds batched kernels
         # differently, by ~1e-16, and adaptive stepping amplifies that to ~tolerance), so
         # results do not depend on slots, chunking, resume or devices; a loop over the
@@ -306,10 +305,10 @@ class SweepEngine(abc.ABC):
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
 
-        def advance_exact(m, st):
+        def advance_exact(m, st, limit):
             # slot-major: each active slot is taken out of the batch once, advanced by up to
-            # K units of work with the unbatched program, and put back (taking a slot out
-            # and putting it back per unit of work cost as much as a solver step)
+            # `limit` units of work with the unbatched program, and put back (taking a slot
+            # out and putting it back per unit of work cost as much as a solver step)
             act = jax.vmap(m.active)(st)
             order = jnp.argsort(~act, stable=True)
 
@@ -323,7 +322,7 @@ class SweepEngine(abc.ABC):
                     i, s = c2
                     return i + 1, step(s)  # the loop's condition holds: s is active
 
-                i, s = jax.lax.while_loop(lambda c2: (c2[0] < K) & m.active(c2[1]), body,
+                i, s = jax.lax.while_loop(lambda c2: (c2[0] < limit) & m.active(c2[1]), body,
                                           (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st)))
                 return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s), jnp.maximum(n, i)
 
@@ -334,61 +333,73 @@ class SweepEngine(abc.ABC):
             fresh = map_all(lambda i: m.init_slot(m.init(i), i, True), index)
             return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
 
-        def advance(data, state):
+        def records(m, st, take):
+            # records of the slots `take` only (exact mode skips the others; under vmap the
+            # per-slot cond is a select), and nothing at all when no slot is taken
+            blank = jax.eval_shape(m.record, jtu.tree_map(lambda a: a[0], st))
+            zeros = lambda *_: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank)  # noqa: E731
+
+            def one(s_t):
+                s, t = s_t
+                return jax.lax.cond(t, m.record, zeros, s)
+
+            return jax.lax.cond(jnp.any(take), lambda: map_all(one, (st, take)),
+                                lambda: jtu.tree_map(lambda a: jnp.zeros(take.shape + a.shape, a.dtype), blank))
+
+        def advance(data, limit, floor, state, pending):
+            # up to `limit` units of work per slot; vmap mode also returns once no more than
+            # `floor` slots (of this device's) are active, so the host can narrow the batch.
+            # Also the records of the `pending` (unharvested) slots that are done.
             m = self.bind(data)
             active_all = jax.vmap(m.active)
-            if exact:
-                state, n = advance_exact(m, state)
-                return state, n[None], active_all(state)
+            if exact or jtu.tree_leaves(state)[0].shape[0] == 1:
+                # (a batch of one gains nothing from vmap: the unbatched loop, no selects)
+                state, n = advance_exact(m, state, limit)
+                act = active_all(state)
+                return state, n[None], act, records(m, state, pending & ~act)
             step_all = jax.vmap(m.advance_slot)
 
             # Runs per device (shard_map): each device loops over its own slots.
             def cond(c):
                 i, st = c
-                return (i < K) & jnp.any(active_all(st))
+                return (i < limit) & (jnp.sum(active_all(st)) > floor)
 
             def body(c):
                 i, st = c
                 return i + 1, step_all(st)
 
             n, state = jax.lax.while_loop(cond, body, (jnp.asarray(0), state))
-            return state, n[None], active_all(state)
+            act = active_all(state)
+            return state, n[None], act, records(m, state, pending & ~act)
 
-        def empty(data, index):
+        def start(data, index, take):
+            # the first fill: slots `take` start trajectories `index`, the others are empty
             m = self.bind(data)
-            return map_all(lambda i: m.init_slot(m.init(i), i, False), index)
+            return map_all(lambda it: m.init_slot(m.init(it[0]), it[0], it[1]), (index, take))
 
         P = PartitionSpec("slots")
 
-        def local(f, n_in, n_out):
+        def local(f, n_in, n_out, n_rep=1):
             # One device: no shard_map. Inside shard_map, lineax's structure check fails on
             # the manual-axis sharding of implicit solvers' Newton operators (Kvaerno5).
-            # `data` (the first argument) is replicated on every device.
+            # The first `n_rep` arguments (`data`, loop bounds) are replicated on every device.
             if nd == 1:
                 return f
-            return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) + (P,) * n_in,
+            return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
                                  out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
 
         self._refill = jax.jit(local(refill, 3, 1), donate_argnums=1)
-        self._advance = jax.jit(local(advance, 1, 3), donate_argnums=1)
-        def finalize(data, st, take):
-            # records of the harvested slots only (exact mode skips the others; under vmap
-            # the cond is a select)
-            m = self.bind(data)
-
-            def one(s_t):
-                s, t = s_t
-                blank = jax.eval_shape(m.record, s)
-                return jax.lax.cond(t, m.record, lambda s: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank), s)
-
-            return map_all(one, (st, take))
-
-        self._finalize = jax.jit(local(finalize, 2, 1))
-        self._empty = jax.jit(local(empty, 1, 1))
+        self._advance = jax.jit(local(advance, 2, 4, n_rep=3), donate_argnums=3)
+        self._start = jax.jit(local(start, 2, 1))
         self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
+
+    tail_calls_factor: int = 1
+    """Once the queue is empty (nothing to refill), each call does up to this many times
+    `steps_per_call` units of work per slot: fewer host round trips in the tail. Set by
+    subclasses whose unit of work is short."""
 
     def bind(self, data) -> "_Bound":
         """The per-slot functions with `data` (traced inside a program) in place of
@@ -416,7 +427,9 @@ class SweepEngine(abc.ABC):
         """Units of work in a batch of records (for `EngineStats`)."""
 
     def _put(self, a):
-        return jax.device_put(a, self.sharding)
+        # one device: jit takes the NumPy array itself (a sharded device_put costs more
+        # than a small program)
+        return a if len(self.mesh.devices.flat) == 1 else jax.device_put(a, self.sharding)
 
     def run(self, indices, *, on_results: Callable[[dict], None], progress=None,
             should_stop: Callable[[], bool] | None = None) -> EngineStats:
@@ -429,12 +442,19 @@ class SweepEngine(abc.ABC):
         t_start = time.perf_counter()
         slot_idx = np.full(S, -1, dtype=np.int64)
         data = self.data
-        state = self._empty(data, self._put(np.zeros(S, np.int32)))
+        state = None
         q = 0
         useful = iters = calls = 0
         while True:
             free = np.flatnonzero(slot_idx < 0)
-            if free.size and q < len(indices):
+            if state is None:
+                n_new = min(S, len(indices))
+                new_idx = np.zeros(S, np.int32)
+                new_idx[:n_new] = indices[:n_new]
+                slot_idx[:n_new] = indices[:n_new]
+                q = n_new
+                state = self._start(data, self._put(new_idx), self._put(np.arange(S) < n_new))
+            elif free.size and q < len(indices):
                 n_new = min(free.size, len(indices) - q)
                 take = np.zeros(S, bool)
                 new_idx = np.zeros(S, np.int32)
@@ -445,16 +465,23 @@ class SweepEngine(abc.ABC):
                 state = self._refill(data, state, self._put(new_idx), self._put(take))
             if not np.any(slot_idx >= 0):
                 break
-            if self.compact and not self.exact and q == len(indices):
+            tail = q == len(indices)
+            limit, floor = self.steps_per_call, 0
+            if tail:
+                limit *= self.tail_calls_factor
+            if self.compact and not self.exact and tail:
                 # nothing left to refill: a narrower batch costs less per step (vmap
-                # steps every slot, finished or not)
+                # steps every slot, finished or not); return when the next width holds
+                # the active slots
                 state, slot_idx = self._narrow(state, slot_idx)
-            state, n, active = self._advance(data, state)
+                floor = max((w for w in self.widths() if w < len(slot_idx)), default=0) // nd
+            state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state,
+                                                   self._put(slot_idx >= 0))
             calls += 1
             iters += int(np.sum(np.asarray(n))) * (len(slot_idx) // nd)
             done = (slot_idx >= 0) & ~np.asarray(active)
             if done.any():
-                rec = {k: np.asarray(v)[done] for k, v in self._finalize(data, state, self._put(done)).items()}
+                rec = {k: np.asarray(v)[done] for k, v in recs.items()}
                 useful += self.useful_work(rec)
                 slot_idx[done] = -1
                 on_results(rec)
@@ -477,12 +504,11 @@ class SweepEngine(abc.ABC):
         """Compile every program at every width (`widths()`) on empty slots, so that a
         later `run` compiles nothing."""
         data, S = self.data, self.slots
-        state = self._empty(data, self._put(np.zeros(S, np.int32)))
+        state = self._start(data, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
         state = self._refill(data, state, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
         for w in self.widths():  # run() narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
-            state = self._advance(data, state)[0]  # (donates its input)
-            jax.block_until_ready(self._finalize(data, state, self._put(np.zeros(w, bool))))
+            state = self._advance(data, np.int32(1), np.int32(0), state, self._put(np.zeros(w, bool)))[0]
 
     def _rows(self, state, rows):
         """The slots `rows` of `state` (a narrower batch, sharded like the slots)."""
@@ -514,6 +540,7 @@ class Engine(SweepEngine):
     """
 
     compact = True  # vmap mode narrows its batch at the end (a plain step compiles in seconds)
+    tail_calls_factor = 8  # a solver step is tens of microseconds: longer calls in the tail
 
     def __init__(self, problem: _Problem, init_fn: Callable | None = None, *, init_table=None, slots: int = 64,
                  steps_per_call: int = 64, devices=None, exact: bool = True):
