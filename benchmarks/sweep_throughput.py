@@ -14,7 +14,8 @@ timed:
 
 - `engine`: `Engine`, exact per-slot program (CPU) or vmap over slots (`--vmap`, GPU);
 - `engine-vmap`: `Engine` in vmap mode (on CPU only with `--also-vmap-engine`): once
-  the queue is empty the batch narrows to the live slots (widths `slots / 8^k`);
+  the queue is empty the batch narrows to the live slots (widths `slots / 8^k`; a run
+  of n < slots trajectories starts at width n);
 - `engine-vmap-full`: the same without narrowing (`compact = False`, the engine before
   the narrowing): every slot is stepped until the slowest trajectory is done;
 - `naive`: `jax.jit(jax.vmap(gradient_flow))` over the whole batch;
@@ -167,7 +168,7 @@ def run_engine(eng, n):
     """(compile seconds, [(wall, cpu) seconds of each timed run], records, EngineStats)."""
     t = time.perf_counter()
     if hasattr(eng, "warm_up"):
-        eng.warm_up()  # every program at every batch width
+        eng.warm_up(n)  # every program at every batch width of a run of n
     eng.run(np.arange(2), on_results=lambda r: None)  # compile (+ two trajectories)
     compile_s = time.perf_counter() - t
     secs = []
@@ -284,7 +285,7 @@ def main():
                 evals = 6 * int(steps.sum()) + 3 * n
                 bare = evals * costs[slots if vm else 1]["grad"]
                 arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c, **timing(secs), traj_per_s=n / s,
-                                 widths=eng.widths(), slot_iterations=st.slot_iterations,
+                                 widths=eng.widths(n), slot_iterations=st.slot_iterations,
                                  steps_total=int(steps.sum()), steps_median=float(np.median(steps)),
                                  steps_max=int(steps.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
                                  _width=slots if vm else 1,

@@ -437,7 +437,8 @@ class SweepEngine(abc.ABC):
         trajectories is passed to `on_results` as a dict of NumPy arrays (one row per
         trajectory). `progress(records)` is called after each harvest."""
         indices = np.asarray(indices, dtype=np.int64)
-        S = self.slots
+        widths = self.widths(len(indices))
+        S = widths[0]
         nd = len(self.mesh.devices.flat)
         t_start = time.perf_counter()
         slot_idx = np.full(S, -1, dtype=np.int64)
@@ -473,8 +474,8 @@ class SweepEngine(abc.ABC):
                 # nothing left to refill: a narrower batch costs less per step (vmap
                 # steps every slot, finished or not); return when the next width holds
                 # the active slots
-                state, slot_idx = self._narrow(state, slot_idx)
-                floor = max((w for w in self.widths() if w < len(slot_idx)), default=0) // nd
+                state, slot_idx = self._narrow(state, slot_idx, widths)
+                floor = max((w for w in widths if w < len(slot_idx)), default=0) // nd
             state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state,
                                                    self._put(slot_idx >= 0))
             calls += 1
@@ -491,22 +492,29 @@ class SweepEngine(abc.ABC):
                 break
         return EngineStats(useful, iters, calls, time.perf_counter() - t_start)
 
-    def widths(self) -> list[int]:
-        """Batch widths the engine runs at: `slots`, then (vmap mode with `compact`)
-        `slots / 8^k`, rounded up to multiples of the device count."""
+    def widths(self, n: int | None = None) -> list[int]:
+        """Batch widths a run of `n` trajectories (default: at least `slots`) goes
+        through: `slots`, then (vmap mode with `compact`) `slots / 8^k`, rounded up (to
+        multiples of the device count), down to one slot per device. With `compact` in vmap mode, a run of fewer than
+        `slots` trajectories starts at `n` (rounded up likewise), since a vmapped step
+        costs every slot: its widths are `n / 8^k`, compiled on first use."""
         nd = len(self.mesh.devices.flat)
         out = [self.slots]
-        while self.compact and not self.exact and out[-1] > nd and -(-(out[-1] // 8) // nd) * nd > 0:
-            out.append(-(-(out[-1] // 8) // nd) * nd)
+        if self.compact and not self.exact and n is not None and n < self.slots:
+            out = [-(-max(int(n), 1) // nd) * nd]
+        while self.compact and not self.exact and out[-1] > nd:
+            out.append(-(-(-(-out[-1] // 8)) // nd) * nd)  # ceil(w / 8), rounded up to nd
         return out
 
-    def warm_up(self) -> None:
-        """Compile every program at every width (`widths()`) on empty slots, so that a
-        later `run` compiles nothing."""
-        data, S = self.data, self.slots
+    def warm_up(self, n: int | None = None) -> None:
+        """Compile every program at every width (`widths(n)`) on empty slots, so that a
+        later `run` of `n` trajectories (default: at least `slots`) compiles nothing."""
+        data = self.data
+        widths = self.widths(n)
+        S = widths[0]
         state = self._start(data, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
         state = self._refill(data, state, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
-        for w in self.widths():  # run() narrows from each width to the next
+        for w in widths:  # run() narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
             state = self._advance(data, np.int32(1), np.int32(0), state, self._put(np.zeros(w, bool)))[0]
 
@@ -514,13 +522,13 @@ class SweepEngine(abc.ABC):
         """The slots `rows` of `state` (a narrower batch, sharded like the slots)."""
         return self._take(state, np.asarray(rows, np.int32))
 
-    def _narrow(self, state, slot_idx):
+    def _narrow(self, state, slot_idx, widths):
         """Vmap mode with an empty queue: the state restricted to its unharvested slots,
-        padded with finished ones to the smallest of `widths()` that holds them;
+        padded with finished ones to the smallest of `widths` that holds them;
         unchanged if that is the current width."""
         live = np.flatnonzero(slot_idx >= 0)
         width = len(slot_idx)
-        new = min((w for w in self.widths() if w >= live.size), default=width)
+        new = min((w for w in widths if w >= live.size), default=width)
         if new >= width:
             return state, slot_idx
         rows = np.concatenate([live, np.flatnonzero(slot_idx < 0)[:new - live.size]])
