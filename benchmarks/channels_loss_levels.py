@@ -197,7 +197,7 @@ def main():
                        n_grid=int(X.shape[0]), cell_seconds=cell_seconds, cells_not_run=skipped,
                        summary=study.summary(), **study.to_dict())
             write_json(path, json.loads(json.dumps(out, default=str)))  # after every cell: partial results survive
-        if parts and first + n < args.seeds:
+        if parts and first + n < end:
             figures(study, path.with_suffix(".png"))  # after every round
     out["cells_not_run"] = skipped
     print(study.table())

@@ -134,6 +134,38 @@ def test_convergence_study_tiny_records_follow_the_criteria():
     assert row["n"] == 3 and row["infinite"] == int(rec["infinite"].sum())
 
 
+def _synthetic_study(seeds, **settings):
+    rng = np.random.default_rng(seeds[0])
+    n = 2 * len(seeds)
+    rec = dict(activation=np.array(["g"] * n), bias=np.array([True] * n), r=np.repeat([2, 3], len(seeds)),
+               seed=np.tile(seeds, 2), label=np.array(["rosenbrock"] * n), loss=rng.uniform(0.1, 1, n),
+               infinite=rng.uniform(size=n) < 0.4, duplicate=rng.uniform(size=n) < 0.1,
+               confirmed=np.zeros(n, bool), channel_paper=np.zeros(n, bool),
+               stopped_by=np.array(["gradient"] * n))
+    rec["mse"] = 2 * rec["loss"]
+    rec["theta"] = ch._levels._column([rng.normal(size=3) for _ in range(n)])
+    base = dict(seed=0, maxnorm=1e3, rtol=1e-3, max_steps=2000, n_inputs=2, widths=[2, 3], n_seeds=len(seeds))
+    return ch.ConvergenceStudy(records=rec, settings=dict(base, **settings), seconds=1.0)
+
+
+def test_study_parts_merge_like_one_study_and_refuse_overlaps():
+    a, b = _synthetic_study([0, 1, 2]), _synthetic_study([3, 4])
+    back = ch.ConvergenceStudy.from_dict(a.to_dict())  # the JSON round trip
+    assert back.records["theta"].dtype == object
+    np.testing.assert_array_equal(np.stack(back.records["theta"]), np.stack(a.records["theta"]))
+    m = ch.ConvergenceStudy.merge([back, b])
+    assert m.settings["n_seeds"] == 5 and m.settings["widths"] == [2, 3]
+    for row in m.summary(unique=False):  # counts against a direct count over both parts
+        sel = lambda s: s.records["r"] == row["r"]  # noqa: E731
+        assert row["n"] == sum(int(sel(s).sum()) for s in (a, b))
+        assert row["infinite"] == sum(int(s.records["infinite"][sel(s)].sum()) for s in (a, b))
+        assert row["infinite_ci"] == ch.wilson_interval(row["infinite"], row["n"])
+    with pytest.raises(ValueError, match="appear in more than one"):
+        ch.ConvergenceStudy.merge([a, _synthetic_study([2, 5])])
+    with pytest.raises(ValueError, match=r"\['maxnorm'\] differ"):
+        ch.ConvergenceStudy.merge([a, _synthetic_study([3], maxnorm=1e4)])
+
+
 def test_gd_channel_trace_records_match_direct_computation():
     X = jnp.linspace(-3, 3, 41)[:, None]
     Y = ch.toy_target(X)

@@ -164,6 +164,56 @@ class ConvergenceStudy(eqx.Module):
         rec = {k: np.concatenate([s.records[k] for s in studies]) for k in studies[0].records}
         return ConvergenceStudy(records=rec, settings=studies[0].settings, seconds=sum(s.seconds for s in studies))
 
+    METHOD_SETTINGS = ("seed", "maxnorm", "t1", "rtol", "atol", "max_flow_steps", "max_steps", "patience",
+                       "g_tol", "max_time", "dup_tol", "channel_cos", "n_samples", "n_inputs", "jump_max_cos", "init")
+    """Settings that define the method: studies merge only when these agree (the others say
+    which cells and seeds ran, and how they were scheduled)."""
+
+    @staticmethod
+    def merge(studies) -> "ConvergenceStudy":
+        """One study from studies of the same method run in parts (other seeds, widths or
+        sessions): checks that `METHOD_SETTINGS` agree and that no run (activation, bias,
+        r, label, seed) appears twice, then concatenates. The merged settings list the
+        union of widths, activations and biases, and `n_seeds` as the runs per cell."""
+        studies = list(studies)
+        if not studies:
+            raise ValueError("merge needs at least one study.")
+        ref = studies[0].settings
+        for i, st in enumerate(studies[1:], 1):
+            bad = [k for k in ConvergenceStudy.METHOD_SETTINGS if str(st.settings.get(k)) != str(ref.get(k))]
+            if bad:
+                raise ValueError(f"study {i} ran another method than study 0: settings {bad} differ "
+                                 f"({[(st.settings.get(k), ref.get(k)) for k in bad]}); merge only parts of one study.")
+        out = ConvergenceStudy.concatenate(studies)
+        rec = out.records
+        keys = list(zip(*(rec[k].tolist() for k in ("activation", "bias", "r", "label", "seed"))))
+        seen, twice = set(), []
+        for k in keys:
+            if k in seen:
+                twice.append(k)
+            seen.add(k)
+        if twice:
+            raise ValueError(f"{len(twice)} runs appear in more than one study, e.g. (activation, bias, r, label, "
+                             f"seed) = {twice[0]}; merge studies of disjoint seeds (--first-seed).")
+        cells = {}
+        for k in keys:
+            cells[k[:4]] = cells.get(k[:4], 0) + 1
+        settings = dict(ref, widths=sorted({int(r) for r in rec["r"].tolist()}),
+                        activations=list(dict.fromkeys(rec["activation"].tolist())),
+                        biases=sorted({bool(b) for b in rec["bias"].tolist()}),
+                        n_seeds=sorted(set(cells.values())) if len(set(cells.values())) > 1 else next(iter(cells.values())),
+                        first_seed=int(min(rec["seed"].tolist())))
+        return ConvergenceStudy(records=rec, settings=settings, seconds=out.seconds)
+
+    @staticmethod
+    def from_dict(d: dict) -> "ConvergenceStudy":
+        """The inverse of `to_dict` (e.g. a study read back from its JSON)."""
+        rec = {}
+        for k, v in d["records"].items():
+            vector = len(v) > 0 and isinstance(v[0], list)
+            rec[k] = _column([np.asarray(t, float) for t in v]) if vector else np.asarray(v)
+        return ConvergenceStudy(records=rec, settings=dict(d["settings"]), seconds=float(d["seconds"]))
+
     def select(self, **where) -> np.ndarray:
         m = np.ones(len(self.records["loss"]), bool)
         for k, v in where.items():
@@ -216,7 +266,7 @@ class ConvergenceStudy(eqx.Module):
             mse = self.records["mse"][m]
             row["n_levels"] = len(cluster_loss_levels(np.sort(mse)[::-1], 1e-3)[0])
             row["median_mse"] = float(np.median(mse))
-            row["stopped_by"] = {r: int((self.records["stopped_by"][m] == r).sum())
+            row["stopped_by"] = {str(r): int((self.records["stopped_by"][m] == r).sum())
                                  for r in sorted(set(self.records["stopped_by"][m]))}
             out.append(row)
         return out

@@ -1,0 +1,65 @@
+"""Merge loss-levels study parts (`channels_loss_levels.py` JSONs of one method run over
+other seeds, widths or sessions, e.g. with `--first-seed`) into one JSON and PNG.
+
+The parts must share the method (`ConvergenceStudy.METHOD_SETTINGS`: tolerances,
+budgets, criteria, grid, init) and hold disjoint runs; otherwise nothing is written and
+the error names the difference. The summary (% infinite / duplicates with Wilson 95%
+intervals, confirmed channels, loss levels) is recomputed over all runs. The output must
+not be one of the inputs.
+
+Usage: python benchmarks/channels_merge.py PART.json [PART.json ...] --out MERGED.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from _output import write_json  # noqa: E402 (benchmarks/_output.py)
+from channels_loss_levels import figures  # noqa: E402
+from invariant_jax import channels as ch  # noqa: E402
+
+
+def _ran(study, cell) -> bool:
+    """Whether another part ran all the seeds of a cell that one part did not run."""
+    seeds = set(range(cell["first_seed"], cell["first_seed"] + cell["n_seeds"]))
+    m = study.select(activation=cell["activation"], bias=cell["bias"], r=cell["r"])
+    return seeds <= set(study.records["seed"][m].tolist())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("parts", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    out = args.out.resolve()
+    if out in {p.resolve() for p in args.parts}:
+        raise SystemExit(f"--out {args.out} is one of the inputs; write the merge to a new file.")
+    docs = []
+    for p in args.parts:
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"cannot read {p}: {e}")
+        if d.get("benchmark") != "channels_loss_levels":
+            raise SystemExit(f"{p} is not a channels_loss_levels result (benchmark={d.get('benchmark')!r}).")
+        docs.append(d)
+    try:
+        study = ch.ConvergenceStudy.merge(ch.ConvergenceStudy.from_dict(d) for d in docs)
+    except ValueError as e:
+        raise SystemExit(f"not merged: {e}")
+    print(study.table())
+    merged = dict(benchmark="channels_loss_levels", merged_from=[
+        dict(path=str(p), command=d.get("command"), total_seconds=d.get("total_seconds"), devices=d.get("devices"),
+             platform=d.get("platform"), runs=len(d["records"]["loss"])) for p, d in zip(args.parts, docs)],
+        total_seconds=sum(float(d.get("total_seconds", 0.0)) for d in docs),
+        n_grid=docs[0].get("n_grid"), cell_seconds=[c for d in docs for c in d.get("cell_seconds", [])],
+        cells_not_run=[c for d in docs for c in d.get("cells_not_run", []) if not _ran(study, c)],
+        summary=study.summary(), **study.to_dict())
+    write_json(out, json.loads(json.dumps(merged, default=str)))
+    figures(study, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
