@@ -134,6 +134,28 @@ def test_convergence_study_tiny_records_follow_the_criteria():
     assert row["n"] == 3 and row["infinite"] == int(rec["infinite"].sum())
 
 
+def test_sharpened_neuron_against_the_softplus_relu_gap():
+    # one softplus neuron with input weights lam * w and output weight a / lam: its output
+    # a softplus(lam z) / lam differs from the ReLU limit a relu(z) by a softplus(-lam |z|) / lam
+    X, Y = ij.rosenbrock_grid(100)
+    g = ij.mlp([2, 2, 1], bias=True)
+    net = ij.DAGNetwork(g, "softplus", key=jr.key(0))
+    for lam, want in ((1.0, False), (200.0, True)):
+        W = np.asarray(net.weights).copy()
+        h = g.index[g.hidden[0]]
+        for u in g.inputs:
+            W[g.index[u], h] *= lam
+        W[h, g.index[g.outputs[0]]] /= lam
+        n = net.with_edge_weights(jnp.asarray([W[g.index[a], g.index[b]] for a, b in g.edges]))
+        ok, share, err = ch.sharpened_neuron(n, X)
+        z = np.asarray(n.preactivations(X))[:, 0]
+        ref = np.max(np.logaddexp(0.0, -np.abs(z))) / np.max(np.maximum(z, 0.0))
+        np.testing.assert_allclose(err, ref, rtol=1e-9)
+        th = np.asarray(n.edge_weights())
+        assert share == pytest.approx(sum(W[g.index[u], h] ** 2 for u in g.inputs) / np.sum(th**2), rel=1e-12)
+        assert ok is want
+
+
 def _synthetic_study(seeds, **settings):
     rng = np.random.default_rng(seeds[0])
     n = 2 * len(seeds)

@@ -25,6 +25,7 @@ from ._levels import (
     convergence_study,
     first_layer_distances,
     mlpgf_glorot,
+    sharpened_neuron,
     wilson_interval,
 )
 from ._eos import ChannelGDTrace, gd_channel_trace

@@ -36,7 +36,7 @@ from ._glu import glu_limit, pair_output
 from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances
 
 __all__ = ["ConvergenceStudy", "convergence_study", "mlpgf_glorot", "wilson_interval", "cluster_loss_levels",
-           "confirm_channel", "first_layer_distances"]
+           "confirm_channel", "first_layer_distances", "sharpened_neuron"]
 
 
 def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -140,6 +140,30 @@ def confirm_channel(net: DAGNetwork, X, Y, *, maxnorm: float = 1e3, pair_tol: fl
     return bool(worst < glu_tol), worst, len(pairs)
 
 
+def sharpened_neuron(net: DAGNetwork, X, *, share: float = 0.5, relu_tol: float = 1e-2) -> tuple[bool, float, float]:
+    """Whether a run counted infinite is one hidden neuron sharpening into a kink rather
+    than a channel: for an activation with `sigma(lam z) / lam -> relu(z)` (softplus, g),
+    a neuron can send its input weights to infinity while its output weight shrinks, and
+    `a sigma(w . x)` tends to `a relu(w . x)`. The neuron with the largest input weights
+    (bias included) is *sharpened* when it holds at least `share` of `||theta||^2` and its
+    output over `X` equals that ReLU limit to relative error (max norm) < `relu_tol`.
+
+    **Returns:** `(sharpened, its share of ||theta||^2, relative error of the ReLU limit)`.
+    """
+    g = net.graph
+    W = np.asarray(net.weights)
+    P = [g.index[u] for u in g.inputs]
+    rows = np.stack([W[P, g.index[v]] for v in g.hidden])
+    k = int(np.argmax(np.linalg.norm(rows, axis=1)))
+    frac = float(np.sum(rows[k] ** 2) / np.sum(np.asarray(net.edge_weights()) ** 2))
+    z = np.asarray(net.preactivations(jnp.asarray(X)))[:, k]
+    a = np.array([W[g.index[g.hidden[k]], g.index[o]] for o in g.outputs])
+    out = np.asarray(net.activation_of(k).fn(jnp.asarray(z)))[:, None] * a
+    lim = np.maximum(z, 0.0)[:, None] * a
+    err = float(np.max(np.abs(out - lim)) / max(float(np.max(np.abs(lim))), 1e-300))
+    return bool(frac >= share and err < relu_tol), frac, err
+
+
 class ConvergenceStudy(eqx.Module):
     """Per-run records of `convergence_study` (one entry per run; concatenate studies
     with `ConvergenceStudy.concatenate`).
@@ -148,6 +172,7 @@ class ConvergenceStudy(eqx.Module):
     (the data set), `loss` (`(1/2N) sum (f-y)^2`), `mse` (the paper's `(1/N) sum (f-y)^2`),
     `weightnorm`, `infinite`, `min_l2`, `min_cos`, `duplicate`, `channel_paper`
     (infinite and `min_cos < 1e-2`), `confirmed` (`confirm_channel`), `glu_error`,
+    `sharpened` (infinite, not a confirmed channel, and `sharpened_neuron`),
     `stopped_by`, `n_steps`, `flow_status`, `t_flow`, `loss_flow`, `weightnorm_flow`
     (at the end of the flow phase), `jump_cos` (cosine distance between the flow's end
     and the final point, the authors' jump filter), `theta`, `theta_flow` (object arrays
@@ -237,7 +262,9 @@ class ConvergenceStudy(eqx.Module):
             n = int(m.sum())
             row = {b: (v.item() if hasattr(v, "item") else v) for b, v in zip(by, key)}
             row["n"] = n
-            for name in ("infinite", "duplicate", "confirmed", "channel_paper"):
+            for name in ("infinite", "duplicate", "confirmed", "channel_paper", "sharpened"):
+                if name not in self.records:  # (studies written before the column existed)
+                    continue
                 k = int(self.records[name][m].sum())
                 lo, hi = wilson_interval(k, n)
                 row[name] = k
@@ -273,7 +300,7 @@ class ConvergenceStudy(eqx.Module):
 
     def table(self, by=("activation", "bias", "r")) -> str:
         head = (" ".join(f"{b:>10}" for b in by) + f" {'n':>4} {'% inf':>6} {'95% CI':>13} {'confirmed':>9} "
-                f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'stopped by'}")
+                f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'sharp':>5} {'stopped by'}")
         rows = [head, "-" * len(head)]
         for s in self.summary(by):
             ci, cd = s["infinite_ci"], s["duplicate_ci"]
@@ -281,7 +308,8 @@ class ConvergenceStudy(eqx.Module):
                         + f" {s['n']:>4} {100 * s['infinite_fraction']:>6.1f} [{100 * ci[0]:>4.1f}, {100 * ci[1]:>5.1f}]"
                         f" {s['confirmed']:>4}/{s['infinite']:<4} {100 * s['duplicate_fraction']:>6.1f}"
                         f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s.get('n_unique', '-'):>6}"
-                        f" {s.get('kept', '-'):>4} {s.get('authors_channel', '-'):>4} {s['stopped_by']}")
+                        f" {s.get('kept', '-'):>4} {s.get('authors_channel', '-'):>4} {s.get('sharpened', '-'):>5}"
+                        f" {s['stopped_by']}")
         return "\n".join(rows)
 
     def to_dict(self) -> dict:
@@ -338,7 +366,7 @@ def convergence_study(
     d = X.shape[1]
     cols = {k: [] for k in ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite",
                             "min_l2", "min_cos", "duplicate", "channel_paper", "confirmed", "glu_error",
-                            "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow", "weightnorm_flow",
+                            "sharpened", "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow", "weightnorm_flow",
                             "jump_cos", "theta", "theta_flow")}
     t0 = time.perf_counter()
     grid = list(itertools.product(activations, biases, widths))
@@ -365,6 +393,7 @@ def convergence_study(
             cols["channel_paper"].append(bool(inf[n]) and cos < channel_cos)
             cols["confirmed"].append(ok)
             cols["glu_error"].append(err)
+            cols["sharpened"].append(bool(inf[n]) and not ok and sharpened_neuron(net, X)[0])
         B = n_seeds
         cols["activation"] += [act] * B
         cols["bias"] += [bool(bias)] * B
