@@ -21,6 +21,37 @@ from channels_loss_levels import figures  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 
 
+def add_sharpened(study, doc, path):
+    """The `sharpened` column (`ch.sharpened_neuron`) of a part written before it existed,
+    recomputed from its final weights on the grid its command used."""
+    import shlex
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import invariant_jax as ij
+
+    jax.config.update("jax_enable_x64", True)
+    words = shlex.split(doc.get("command") or "")
+    grid = int(words[words.index("--grid") + 1]) if "--grid" in words else 10**4
+    X, _ = ij.rosenbrock_grid(grid)
+    rec = study.records
+    if X.shape[0] != doc.get("n_grid") or set(rec["label"].tolist()) != {"rosenbrock"}:
+        print(f"{path}: no sharpened column (its data set could not be rebuilt); the merge leaves it out")
+        return
+    out = []
+    for i in range(len(rec["loss"])):
+        if not rec["infinite"][i] or rec["confirmed"][i]:
+            out.append(False)
+            continue
+        g = ij.mlp([2, int(rec["r"][i]), 1], bias=bool(rec["bias"][i]))
+        net = ij.DAGNetwork(g, str(rec["activation"][i]), edge_weights=jnp.asarray(rec["theta"][i]))
+        out.append(ch.sharpened_neuron(net, X)[0])
+    rec["sharpened"] = np.asarray(out)
+    print(f"{path}: sharpened column recomputed ({sum(out)} of {int(rec['infinite'].sum())} infinite runs)")
+
+
 def _ran(study, cell) -> bool:
     """Whether another part ran all the seeds of a cell that one part did not run."""
     seeds = set(range(cell["first_seed"], cell["first_seed"] + cell["n_seeds"]))
@@ -45,8 +76,15 @@ def main():
         if d.get("benchmark") != "channels_loss_levels":
             raise SystemExit(f"{p} is not a channels_loss_levels result (benchmark={d.get('benchmark')!r}).")
         docs.append(d)
+    parts = [ch.ConvergenceStudy.from_dict(d) for d in docs]
+    for p, d, st in zip(args.parts, docs, parts):
+        if "sharpened" not in st.records:  # a part written before the column existed
+            add_sharpened(st, d, p)
+    common = set.intersection(*(set(st.records) for st in parts))
+    parts = [ch.ConvergenceStudy(records={k: v for k, v in st.records.items() if k in common},
+                                 settings=st.settings, seconds=st.seconds) for st in parts]
     try:
-        study = ch.ConvergenceStudy.merge(ch.ConvergenceStudy.from_dict(d) for d in docs)
+        study = ch.ConvergenceStudy.merge(parts)
     except ValueError as e:
         raise SystemExit(f"not merged: {e}")
     print(study.table())
