@@ -7,7 +7,7 @@ the error names the difference. The summary (% infinite / duplicates with Wilson
 intervals, confirmed channels, loss levels) is recomputed over all runs. The output must
 not be one of the inputs.
 
-Usage: python benchmarks/channels_merge.py PART.json [PART.json ...] --out MERGED.json
+Usage: python benchmarks/channels_merge.py PART.json [PART.json ...] [--out MERGED.json]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from _output import write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from channels_loss_levels import figures  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 
@@ -62,9 +62,10 @@ def _ran(study, cell) -> bool:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="+", type=Path)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default benchmarks/results/local/channels_loss_levels_merged.json); the PNG goes beside it")
     args = ap.parse_args()
-    out = args.out.resolve()
+    out = output_path(args.out, "channels_loss_levels_merged.json").resolve()
     if out in {p.resolve() for p in args.parts}:
         raise SystemExit(f"--out {args.out} is one of the inputs; write the merge to a new file.")
     docs = []
