@@ -18,6 +18,7 @@ GLU limit (the pair's output equals `c sigma(w.u) + a (Delta.u) sigma'(w.u)` to 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 
@@ -97,13 +98,18 @@ def mlpgf_glorot(graph: DAG, key) -> jax.Array:
     return jr.normal(key, (len(graph.edges),)) * jnp.asarray(std)
 
 
-def first_layer_distances(net: DAGNetwork) -> tuple[float, float]:
-    """Smallest L2 and cosine distances between first-layer weight rows (bias included)
-    of a one-hidden-layer network. `(inf, inf)` for one hidden neuron."""
+def _first_layer_rows(net: DAGNetwork) -> np.ndarray:
+    """`(H, inputs)`: each hidden neuron's incoming weights (bias included)."""
     g = net.graph
     W = np.asarray(net.weights)
     P = [g.index[u] for u in g.inputs]
-    rows = np.stack([W[P, g.index[v]] for v in g.hidden])
+    return np.stack([W[P, g.index[v]] for v in g.hidden])
+
+
+def first_layer_distances(net: DAGNetwork) -> tuple[float, float]:
+    """Smallest L2 and cosine distances between first-layer weight rows (bias included)
+    of a one-hidden-layer network. `(inf, inf)` for one hidden neuron."""
+    rows = _first_layer_rows(net)
     l2, cos = np.inf, np.inf
     for i, j in itertools.combinations(range(rows.shape[0]), 2):
         l2 = min(l2, float(np.linalg.norm(rows[i] - rows[j])))
@@ -152,8 +158,7 @@ def sharpened_neuron(net: DAGNetwork, X, *, share: float = 0.5, relu_tol: float 
     """
     g = net.graph
     W = np.asarray(net.weights)
-    P = [g.index[u] for u in g.inputs]
-    rows = np.stack([W[P, g.index[v]] for v in g.hidden])
+    rows = _first_layer_rows(net)
     k = int(np.argmax(np.linalg.norm(rows, axis=1)))
     frac = float(np.sum(rows[k] ** 2) / np.sum(np.asarray(net.edge_weights()) ** 2))
     z = np.asarray(net.preactivations(jnp.asarray(X)))[:, k]
@@ -212,17 +217,11 @@ class ConvergenceStudy(eqx.Module):
         out = ConvergenceStudy.concatenate(studies)
         rec = out.records
         keys = list(zip(*(rec[k].tolist() for k in ("activation", "bias", "r", "label", "seed"))))
-        seen, twice = set(), []
-        for k in keys:
-            if k in seen:
-                twice.append(k)
-            seen.add(k)
+        twice = [k for k, c in collections.Counter(keys).items() if c > 1]
         if twice:
             raise ValueError(f"{len(twice)} runs appear in more than one study, e.g. (activation, bias, r, label, "
                              f"seed) = {twice[0]}; merge studies of disjoint seeds (--first-seed).")
-        cells = {}
-        for k in keys:
-            cells[k[:4]] = cells.get(k[:4], 0) + 1
+        cells = collections.Counter(k[:4] for k in keys)
         settings = dict(ref, widths=sorted({int(r) for r in rec["r"].tolist()}),
                         activations=list(dict.fromkeys(rec["activation"].tolist())),
                         biases=sorted({bool(b) for b in rec["bias"].tolist()}),

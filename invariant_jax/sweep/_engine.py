@@ -495,15 +495,16 @@ class SweepEngine(abc.ABC):
     def widths(self, n: int | None = None) -> list[int]:
         """Batch widths a run of `n` trajectories (default: at least `slots`) goes
         through: `slots`, then (vmap mode with `compact`) `slots / 8^k`, rounded up (to
-        multiples of the device count), down to one slot per device. With `compact` in vmap mode, a run of fewer than
-        `slots` trajectories starts at `n` (rounded up likewise), since a vmapped step
-        costs every slot: its widths are `n / 8^k`, compiled on first use."""
+        multiples of the device count), down to one slot per device. With `compact` in
+        vmap mode, a run of fewer than `slots` trajectories starts at `n` (rounded up
+        likewise), since a vmapped step costs every slot: its widths are `n / 8^k`,
+        compiled on first use."""
         nd = len(self.mesh.devices.flat)
-        out = [self.slots]
-        if self.compact and not self.exact and n is not None and n < self.slots:
-            out = [-(-max(int(n), 1) // nd) * nd]
-        while self.compact and not self.exact and out[-1] > nd:
-            out.append(-(-(-(-out[-1] // 8)) // nd) * nd)  # ceil(w / 8), rounded up to nd
+        up = lambda w: -(-w // nd) * nd  # noqa: E731 (rounded up to a multiple of nd)
+        narrows = self.compact and not self.exact
+        out = [up(max(int(n), 1)) if narrows and n is not None and n < self.slots else self.slots]
+        while narrows and out[-1] > nd:
+            out.append(up(-(-out[-1] // 8)))  # ceil(w / 8)
         return out
 
     def warm_up(self, n: int | None = None) -> None:
