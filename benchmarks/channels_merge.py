@@ -89,7 +89,9 @@ def main():
     except ValueError as e:
         raise SystemExit(f"not merged: {e}")
     print(study.table())
-    merged = dict(benchmark="channels_loss_levels", merged_from=[
+    merged = dict(benchmark="channels_loss_levels",
+                  devices=sorted({str(x) for d in docs for x in d.get("devices", [])}),
+                  platform=docs[0].get("platform"), jax=docs[0].get("jax"), merged_from=[
         dict(path=str(p), command=d.get("command"), total_seconds=d.get("total_seconds"), devices=d.get("devices"),
              platform=d.get("platform"), runs=len(d["records"]["loss"])) for p, d in zip(args.parts, docs)],
         total_seconds=sum(float(d.get("total_seconds", 0.0)) for d in docs),
