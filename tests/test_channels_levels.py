@@ -206,3 +206,40 @@ def test_gd_channel_trace_records_match_direct_computation():
         assert np.isclose(float(tr.loss[k, -1]), float(ij.loss_gradient(end, X, Y)[0]), rtol=1e-12)
     with pytest.raises(ValueError, match="multiple"):
         ch.gd_channel_trace(net, (0, 1), X, Y, [0.1], n_steps=30, record_every=20)
+
+
+def test_roughness_parts_merge_to_the_whole_study(tmp_path, monkeypatch):
+    """benchmarks/channels_roughness.py --merge: the committed reduced study split by
+    scaling into two parts merges back to the same summary; per-teacher counts match a
+    direct count and the teacher bootstrap interval holds the observed fraction."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    import channels_roughness as cr
+
+    whole = json.loads((root / "benchmarks/results/channels_roughness_reduced_cpu_newton2000.json").read_text())
+    labels = np.array(whole["records"]["label"])
+    paths = []
+    for part, keep in (("a", ("s=0.1", "s=0.5")), ("b", ("s=2", "s=10"))):
+        m = np.isin(labels, keep)
+        doc = dict(whole, records={k: [v for v, k_ in zip(col, m) if k_] for k, col in whole["records"].items()})
+        paths.append(tmp_path / f"{part}.json")
+        paths[-1].write_text(json.dumps(doc))
+    out = tmp_path / "merged.json"
+    cr.merge([str(p) for p in paths], out)
+    merged = json.loads(out.read_text())
+    assert out.with_suffix(".png").exists()
+    key = lambda rows: {r["label"]: (r["n"], r["infinite"], r["channel_paper"], r["confirmed"]) for r in rows}  # noqa: E731
+    assert key(merged["summary"]) == key(whole["summary"])
+    rec = {k: np.array(v, dtype=object if k == "theta" else None) for k, v in merged["records"].items()}
+    inits = whole["settings"]["n_seeds"]
+    for label, row in merged["teacher_spread"].items():
+        m = rec["label"] == label
+        counts = rec["confirmed"][m].astype(int).reshape(-1, inits).sum(1)  # teacher-major, `inits` runs each
+        assert row["confirmed_per_teacher"] == counts.tolist()
+        lo, hi = row["confirmed_ci_teacher_bootstrap"]
+        assert lo <= counts.sum() / m.sum() <= hi
+    with pytest.raises(ValueError, match="more than one part"):
+        cr.merge([str(paths[0]), str(paths[0])], tmp_path / "twice.json")
