@@ -148,6 +148,8 @@ def main():
     ap.add_argument("--samples", type=int, default=10**4)
     ap.add_argument("--teachers", type=int, default=10)
     ap.add_argument("--inits", type=int, default=10)
+    ap.add_argument("--first-teacher", type=int, default=0,
+                    help="run teachers K .. --teachers - 1 only (the rest of a study cut short; merge with --merge)")
     ap.add_argument("--r", type=int, default=4)
     ap.add_argument("--dim", type=int, default=2)
     ap.add_argument("--scalings", default=",".join(str(s) for s in PAPER_GP_SCALINGS))
@@ -178,7 +180,7 @@ def main():
     parts = []
     # teachers in the order m = 0, 1, ... across the scalings, so that a time budget
     # leaves every scaling with the same number of teachers
-    order = [(m, k, s) for m in range(args.teachers) for k, s in enumerate(scalings)]
+    order = [(m, k, s) for m in range(args.first_teacher, args.teachers) for k, s in enumerate(scalings)]
     for m, k, s in order:
         if k == 0 and time.perf_counter() - t > 60 * args.max_minutes:
             break  # only between full rounds of teachers
