@@ -11,8 +11,10 @@ In the paper every seed draws its own inputs, teacher function and init. Here ea
 `--teachers` GP draws (inputs + function) gets `--inits` initializations, trained as one
 batch; runs = teachers x inits per scaling.
 
-Full size (the paper's 10^4 samples; >= 100 runs per scaling) is for a GPU; the shared
-2-core CPU ran a reduced size (fewer samples), see the JSON's command.
+Full size (the paper's 10^4 samples, 100 runs per scaling) takes about 30 s per run on one
+CPU core: the committed run split the scalings over two processes (`--scalings 0.1,0.5` and
+`--scalings 2,10`, one per core) and merged them with `--merge`. `--first-teacher` runs the
+rest of a study cut short by `--max-minutes`.
 
 Usage: python benchmarks/channels_roughness.py [--samples 10000] [--teachers 10] [--inits 10] [--r 4]
        python benchmarks/channels_roughness.py --merge PART.json [PART.json ...] --out MERGED.json
@@ -117,7 +119,8 @@ def merge(paths, out):
 
 
 def figure(summ, scalings, path):
-    """% channels per scaling (paper's criterion and confirmed), Wilson 95% bars, as PNG beside `path`."""
+    """% infinite, % channels by the paper's criterion and % confirmed channels per scaling,
+    with Wilson 95% bars, as a PNG beside `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
