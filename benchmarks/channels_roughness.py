@@ -98,16 +98,8 @@ def merge(paths, out):
                                      "cannot tell their teachers apart.")
                 rec["teacher"][idx] = np.arange(idx.size) // inits
         studies.append(st)
-    ref = studies[0].settings
-    for p, st in zip(paths[1:], studies[1:]):
-        bad = [k for k in ch.ConvergenceStudy.METHOD_SETTINGS if str(st.settings.get(k)) != str(ref.get(k))]
-        if bad:
-            raise ValueError(f"{p} ran another method than {paths[0]}: settings {bad} differ; merge only parts of one study.")
-    study = ch.ConvergenceStudy.concatenate(studies)
+    study = ch.ConvergenceStudy.merge(studies)  # same method; no (scaling, teacher, init) twice
     rec = study.records
-    keys = list(zip(rec["label"].tolist(), rec["teacher"].tolist(), rec["seed"].tolist()))
-    if len(set(keys)) != len(keys):
-        raise ValueError("some runs (scaling, teacher, init) appear in more than one part; merge disjoint parts.")
     scalings = [s for s in PAPER_GP_SCALINGS if f"s={s:g}" in set(rec["label"].tolist())]
     parts = [{k: d.get(k) for k in ("command", "total_seconds", "platform", "devices", "jax")} for d in docs]
     summ = _write(out, study, scalings, sum(d["total_seconds"] for d in docs),

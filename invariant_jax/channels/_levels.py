@@ -181,7 +181,8 @@ class ConvergenceStudy(eqx.Module):
     `stopped_by`, `n_steps`, `flow_status`, `t_flow`, `loss_flow`, `weightnorm_flow`
     (at the end of the flow phase), `jump_cos` (cosine distance between the flow's end
     and the final point, the authors' jump filter), `theta`, `theta_flow` (object arrays
-    of edge-weight vectors); `settings`; `seconds` (wall time of the runs).
+    of edge-weight vectors); optionally `teacher` (which data draw of its `label` a run
+    trained on, when a study spans several); `settings`; `seconds` (wall time of the runs).
     """
 
     records: dict
@@ -216,11 +217,14 @@ class ConvergenceStudy(eqx.Module):
                                  f"({[(st.settings.get(k), ref.get(k)) for k in bad]}); merge only parts of one study.")
         out = ConvergenceStudy.concatenate(studies)
         rec = out.records
-        keys = list(zip(*(rec[k].tolist() for k in ("activation", "bias", "r", "label", "seed"))))
+        # a run is (activation, bias, r, label[, teacher], seed): `teacher` numbers the data
+        # draws of a label when a study trains on several (the roughness study)
+        names = [k for k in ("activation", "bias", "r", "label", "teacher", "seed") if k in rec]
+        keys = list(zip(*(rec[k].tolist() for k in names)))
         twice = [k for k, c in collections.Counter(keys).items() if c > 1]
         if twice:
-            raise ValueError(f"{len(twice)} runs appear in more than one study, e.g. (activation, bias, r, label, "
-                             f"seed) = {twice[0]}; merge studies of disjoint seeds (--first-seed).")
+            raise ValueError(f"{len(twice)} runs appear in more than one part (study) of the merge, e.g. "
+                             f"({', '.join(names)}) = {twice[0]}; merge studies of disjoint seeds (--first-seed).")
         cells = collections.Counter(k[:4] for k in keys)
         settings = dict(ref, widths=sorted({int(r) for r in rec["r"].tolist()}),
                         activations=list(dict.fromkeys(rec["activation"].tolist())),
