@@ -1,5 +1,10 @@
-"""Build notebooks/flat_channels.ipynb (then execute it with nbclient or jupyter)."""
+"""Generate (and by default execute) notebooks/flat_channels.ipynb.
 
+    .venv/bin/python notebooks/make_flat_channels_notebook.py            # write + execute, full size
+    .venv/bin/python notebooks/make_flat_channels_notebook.py --no-execute   # write the cells only
+"""
+
+import argparse
 from pathlib import Path
 
 import nbformat as nbf
@@ -7,6 +12,7 @@ import nbformat as nbf
 cells = []
 md = lambda s: cells.append(nbf.v4.new_markdown_cell(s))  # noqa: E731
 code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
+HERE = Path(__file__).resolve().parent
 
 md("""# Flat channels to infinity
 
@@ -204,42 +210,80 @@ res = ij.newton_phase(start, Xt, Yt, maxnorm=20.0, max_steps=300)
 print(res.table())
 print("weightnorm", float(res.weightnorm[0]), "confirmed:", ch.confirm_channel(start.with_edge_weights(res.theta[0]), Xt, Yt, maxnorm=20.0, pair_tol=1.0))""")
 
-md("""### Loss levels (modified Rosenbrock on the authors' regular grid)
+md("""### Loss levels at the paper's settings (modified Rosenbrock on the authors' 101 x 101 grid)
 
-Read from `benchmarks/results/channels_loss_levels_*.json` (`benchmarks/channels_loss_levels.py`).
-The committed run is **reduced** (shared 2-core CPU): an 11 x 11 grid instead of 101 x 101, 16
-seeds per cell instead of >= 100, 500 flow steps and 500 Newton iterations. Infinite runs /
-confirmed channels per cell, with Wilson 95% intervals.
+All 20 cells (`g` / softplus, without / with bias, r = 1..5) at 100 seeds each: a Kvaerno5 flow
+of up to 1000 steps, then trust-region Newton for up to 2000 iterations, `maxnorm = 1e3`
+(`benchmarks/channels_loss_levels.py`; `g` without bias on one H200, the rest on the CPU, merged
+from parts by `benchmarks/channels_merge.py`). Per cell: runs infinite by the paper's criterion
+with Wilson 95% intervals, confirmed channels (`ch.confirm_channel`: merging pair, opposite
+diverging output weights, GLU limit fitting to 1%), infinite runs that are one neuron sharpening
+into its ReLU limit (`ch.sharpened_neuron`; `-` where the JSON predates the final weights),
+duplicate neurons and loss levels.
 
-The paper claims channels are reached *with high probability*. Done its way they are, without
-biases (most runs with r >= 2 end in confirmed channels); with biases fewer runs are infinite
-and few of those are channels; with r = 1 a single neuron diverges along softplus's own ReLU
-limit, which `weightnorm >= 1e3` also counts as infinite but is no channel.""")
+The paper claims gradient-based training reaches channels *with high probability*. **Without
+biases this agrees:** every run with r >= 3 (`g`) or r >= 2 (softplus) ends infinite, and 71-100%
+of them are confirmed channels (softplus at r = 5: 38%, the rest are channel pairs whose GLU fit
+misses 1%, which the paper's criterion counts). **With biases it does not:** `g` ends infinite in
+7-27% of runs at r = 3-5 (1-19% confirmed channels; most runs stop at a finite critical point),
+and softplus's 58-84% infinite runs at r = 3-5 are mostly one neuron sharpening into its ReLU
+limit (confirmed channels 1%, 14%, 35%). With r = 1 no channel exists, yet 47-49% of softplus
+runs are infinite: the paper's `weightnorm >= 1e3` counts the sharpened neuron too.
+`docs/channels.md` has the per-width stopping reasons, wall times and the authors'
+post-processing. The SGD / Adam arm (below the figure) ran on the reduced grid only.""")
 
 code("""res_dir = Path("../benchmarks/results")
-levels = sorted(res_dir.glob("channels_loss_levels_*.json"))
-if levels:
-    lv = json.loads(levels[-1].read_text())
-    print(f"{levels[-1].name}: {lv['command']}")
-    print(f"{'act':>9} {'bias':>5} {'r':>2} {'n':>4} {'infinite':>9} {'95% CI':>14} {'confirmed':>9} {'dup':>4} {'levels':>6}")
-    for s in lv["summary"]:
-        lo, hi = s["infinite_ci"]
-        print(f"{s['activation']:>9} {str(s['bias']):>5} {s['r']:>2} {s['n']:>4} {s['infinite']:>9} [{100*lo:5.1f},{100*hi:6.1f}]% "
-              f"{s['confirmed']:>9} {s['duplicate']:>4} {s['n_levels']:>6}")
-    rec = lv["records"]
-    print(f"total: {sum(rec['infinite'])} of {len(rec['infinite'])} infinite, {sum(rec['confirmed'])} confirmed channels")
+paper_runs = ["channels_loss_levels_paper_g_nobias.json",                # one H200 GPU
+              "channels_loss_levels_paper_g_bias_cpu_seeds100.json",     # CPU, merged parts
+              "channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json",
+              "channels_loss_levels_paper_softplus_bias_cpu_seeds100.json"]
+rows = []
+for name in paper_runs:
+    path = res_dir / name
+    if not path.exists():
+        print(f"{name}: not in this checkout"); continue
+    lv = json.loads(path.read_text())
+    print(f"{name}: {len(lv['records']['loss'])} runs on {lv['devices'][0]}, {lv['total_seconds'] / 60:.0f} min")
+    rows += lv["summary"]
+print(f"\\n{'act':>9} {'bias':>5} {'r':>2} {'n':>4} {'infinite':>8} {'95% CI':>14} {'confirmed':>9} {'sharpened':>9} "
+      f"{'dup':>4} {'levels':>6}")
+for s in rows:
+    lo, hi = s["infinite_ci"]
+    print(f"{s['activation']:>9} {str(s['bias']):>5} {s['r']:>2} {s['n']:>4} {s['infinite']:>8} [{100*lo:5.1f},{100*hi:6.1f}]% "
+          f"{s['confirmed']:>9} {s.get('sharpened', '-'):>9} {s['duplicate']:>4} {s['n_levels']:>6}")
+fig, ax = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+for k, bias in enumerate((False, True)):
+    for act, colour in (("g", "C0"), ("softplus", "C1")):
+        cell = sorted((s for s in rows if s["activation"] == act and s["bias"] == bias), key=lambda s: s["r"])
+        if not cell:
+            continue
+        r = np.array([s["r"] for s in cell])
+        for key, style, shift in (("infinite", "o-", -0.06), ("confirmed", "s--", 0.06)):
+            p = np.array([s[f"{key}_fraction"] for s in cell]); ci = np.array([s[f"{key}_ci"] for s in cell])
+            ax[k].errorbar(r + shift, 100 * p, yerr=100 * np.abs(ci.T - p), fmt=style, color=colour, capsize=3,
+                           label=f"{act}: {key}")
+    ax[k].set(title=f"bias={bias}", xlabel="hidden neurons r", xticks=range(1, 6))
+    ax[k].legend(fontsize=7)
+ax[0].set_ylabel("% of runs (Wilson 95%)")
+plt.tight_layout(); plt.show()
+
+reduced = res_dir / "channels_loss_levels_reduced_cpu.json"  # the SGD / Adam arm
+if reduced.exists():
+    lv = json.loads(reduced.read_text())
+    print(f"{reduced.name}: {lv['command']}")
     for r in lv.get("optimizers", []):
         print(f"{r['optimizer']:>5} lr={r['lr']:<6g} batch={str(r['batch_size']):>5}: infinite {r['infinite']}/{r['n']}, "
-              f"median weightnorm {r['median_weightnorm']:.2f}")
-    fig = plt.figure(figsize=(12, 8)); plt.imshow(plt.imread(str(levels[-1].with_suffix(".png")))); plt.axis("off"); plt.show()""")
+              f"median weightnorm {r['median_weightnorm']:.2f}")""")
 
 md("""### Roughness (Matérn-3/2 GP teachers, the paper's kernel scalings 0.1, 0.5, 2, 10)
 
 The paper claims the channel fraction rises with the roughness of the target. Softplus, bias,
-r = 4, 2-D standard-normal inputs; the committed run is reduced (fewer samples and runs, see its
-command).""")
+r = 4, 2-D standard-normal inputs, 10^4 samples: 10 GP teachers x 10 inits per scaling (the
+merged CPU run; its `parts` name the commands). Runs of one teacher share its data, so beside the
+Wilson intervals the per-teacher counts and a teacher-bootstrap interval are printed.""")
 
-code("""rough = sorted(res_dir.glob("channels_roughness_*.json"))
+code("""paper_size = res_dir / "channels_roughness_paper_cpu_runs100.json"  # 10^4 samples, 100 runs per scaling
+rough = [paper_size] if paper_size.exists() else sorted(res_dir.glob("channels_roughness_*.json"))[-1:]
 if rough:
     ro = json.loads(rough[-1].read_text())
     print(f"{rough[-1].name}: {ro['command']}")
@@ -247,6 +291,10 @@ if rough:
         lo, hi = s["channel_paper_ci"]; clo, chi = s["confirmed_ci"]
         print(f"{s['label']:>7}: n={s['n']}, infinite {s['infinite']}, paper-criterion channels {s['channel_paper']} "
               f"[{100*lo:.0f}, {100*hi:.0f}]%, confirmed {s['confirmed']} [{100*clo:.0f}, {100*chi:.0f}]%, median MSE {s['median_mse']:.3g}")
+    for label, t in ro.get("teacher_spread", {}).items():  # runs of one teacher share its data
+        blo, bhi = t["channel_paper_ci_teacher_bootstrap"]
+        print(f"{label:>7}: paper-criterion channels per teacher {t['channel_paper_per_teacher']}, "
+              f"teacher-bootstrap 95% [{100*blo:.0f}, {100*bhi:.0f}]%")
     fig = plt.figure(figsize=(6, 4)); plt.imshow(plt.imread(str(rough[-1].with_suffix(".png")))); plt.axis("off"); plt.show()""")
 
 md("""### Edge of stability
@@ -265,7 +313,22 @@ if eos_path.exists():
         print(k, ":", f"{f['exponent']:.3f} +- {f['stderr']:.3f}" if "exponent" in f else f["error"])
     fig = plt.figure(figsize=(12, 3.6)); plt.imshow(plt.imread(str(eos_path.with_suffix(".png")))); plt.axis("off"); plt.show()""")
 
-nb = nbf.v4.new_notebook()
-nb.cells = cells
-nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-nbf.write(nb, Path(__file__).parent / "flat_channels.ipynb")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--no-execute", action="store_true", help="write the cells without outputs")
+    args = p.parse_args()
+    nb = nbf.v4.new_notebook()
+    nb.cells = cells
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if not args.no_execute:
+        from nbclient import NotebookClient
+
+        NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
+    nbf.write(nb, HERE / "flat_channels.ipynb")
+    print(f"wrote {HERE / 'flat_channels.ipynb'}")
+
+
+if __name__ == "__main__":
+    main()
