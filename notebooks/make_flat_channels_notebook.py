@@ -314,7 +314,6 @@ if eos_path.exists():
     fig = plt.figure(figsize=(12, 3.6)); plt.imshow(plt.imread(str(eos_path.with_suffix(".png")))); plt.axis("off"); plt.show()""")
 
 
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-execute", action="store_true", help="write the cells without outputs")
