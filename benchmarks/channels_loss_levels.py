@@ -9,7 +9,8 @@ L2 distance 1e-6, loss levels clustered at relative tolerance 1e-3 (on the paper
 MSE = (1/N) sum (f-y)^2 = 2 L). Every infinite run is checked with `confirm_channel`.
 
 Also an SGD / Adam arm (`ij.fit`, full batch and minibatch, a few learning rates, r = 4,
-g, bias) classified with the same criteria.
+g, bias) classified with the same criteria; `channels_optimizers.py` runs that arm alone on any
+cell.
 
 Full size (the paper's grid, 101 x 101 = 10201 points; >= 100 seeds per cell) is meant
 for a GPU; `--grid 100 --seeds 16` is the reduced size run on the shared 2-core CPU.
@@ -40,17 +41,19 @@ from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py
 
 
 
-def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size):
-    """SGD / Adam from the same inits (r = 4, g, bias), classified like the Newton runs."""
-    g = ij.mlp([2, 4, 1], bias=True)
+def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="g", bias=True, width=4):
+    """SGD / Adam (`lrs`: optimiser -> learning rates) from the Newton study's inits of seeds
+    0 .. seeds - 1 of one cell, full batch and (unless `batch_size` is None) minibatch,
+    classified like the Newton runs."""
+    g = ij.mlp([X.shape[1], width, 1], bias=bias)
     keys = jax.vmap(lambda n: jr.fold_in(jr.key(0), n))(jnp.arange(seeds))
     thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(keys)
-    net0 = ij.DAGNetwork(g, "g", edge_weights=thetas[0])
+    net0 = ij.DAGNetwork(g, activation, edge_weights=thetas[0])
     nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
     rows = []
-    for opt in ("sgd", "adam"):
+    for opt in lrs:
         for lr in lrs[opt]:
-            for bs in (None, batch_size):
+            for bs in dict.fromkeys((None, batch_size)):
                 t = time.perf_counter()
                 # the same number of updates for full batch and minibatch
                 ep = epochs if bs is None else max(1, epochs * bs // X.shape[0])
@@ -69,10 +72,11 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size):
                         conf += ch.confirm_channel(net, X, Y, maxnorm=maxnorm)[0]
                 L = np.asarray(jax.vmap(lambda th: ij.losses.network_loss(net0.with_edge_weights(th), X, Y))(theta))
                 lo, hi = ch.wilson_interval(near, seeds)
-                rows.append(dict(optimizer=opt, lr=lr, batch_size=bs, epochs=ep, updates=ep * (1 if bs is None else X.shape[0] // bs),
+                rows.append(dict(activation=activation, bias=bias, r=width, optimizer=opt, lr=lr, batch_size=bs, epochs=ep, updates=ep * (1 if bs is None else X.shape[0] // bs),
                                  n=seeds, infinite=inf,
                                  confirmed=conf, channel_like=near, channel_like_ci=(lo, hi),
                                  median_weightnorm=float(np.median(wn)), max_weightnorm=float(wn.max()),
+                                 weightnorm=wn.tolist(),
                                  median_mse=float(np.median(2 * L)), seconds=time.perf_counter() - t))
                 r = rows[-1]
                 print(f"{opt:>5} lr={lr:<6g} batch={str(bs):>5}: weightnorm median {r['median_weightnorm']:.3g} max "
