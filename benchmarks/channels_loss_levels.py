@@ -40,6 +40,12 @@ from invariant_jax import channels as ch  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 
+def channel_like(net) -> bool:
+    """A merging first-layer pair (cosine distance < 1e-2) whose output weights are opposite
+    and diverging (`detect_channels` "channel" or "candidate" at norm threshold 1)."""
+    rep = ch.detect_channels(net, pair_tol=1e-2, norm_threshold=1.0)
+    return any(p.classification in ("channel", "candidate") for p in rep.pairs)
+
 
 def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="g", bias=True, width=4):
     """SGD / Adam (`lrs`: optimiser -> learning rates) from the Newton study's inits of seeds
@@ -64,9 +70,7 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
                 inf, conf, near = 0, 0, 0
                 for n in range(seeds):
                     net = net0.with_edge_weights(theta[n])
-                    l2, cos = ch.first_layer_distances(net)
-                    rep = ch.detect_channels(net, pair_tol=1e-2, norm_threshold=1.0)
-                    near += any(p.classification in ("channel", "candidate") for p in rep.pairs)
+                    near += channel_like(net)
                     if wn[n] >= maxnorm:
                         inf += 1
                         conf += ch.confirm_channel(net, X, Y, maxnorm=maxnorm)[0]
@@ -76,7 +80,7 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
                                  n=seeds, infinite=inf,
                                  confirmed=conf, channel_like=near, channel_like_ci=(lo, hi),
                                  median_weightnorm=float(np.median(wn)), max_weightnorm=float(wn.max()),
-                                 weightnorm=wn.tolist(),
+                                 weightnorm=wn.tolist(), theta=theta.tolist(),
                                  median_mse=float(np.median(2 * L)), seconds=time.perf_counter() - t))
                 r = rows[-1]
                 print(f"{opt:>5} lr={lr:<6g} batch={str(bs):>5}: weightnorm median {r['median_weightnorm']:.3g} max "

@@ -7,8 +7,9 @@ flow-then-Newton ends in a confirmed channel from every seed. Each optimiser / l
 / batch size runs `ij.fit` from the inits of seeds 0 .. seeds-1
 (`ch.mlpgf_glorot(fold_in(key(0), n))`, the loss-levels study's), and the final points are
 classified with the study's criteria (`weightnorm >= 1e3`, `confirm_channel`, a merging
-pair with opposite diverging output weights). With `--newton` (a loss-levels JSON holding
-the cell) the same seeds' flow-then-Newton verdicts are printed and stored beside them.
+pair with opposite diverging output weights, whose count at init is stored as its baseline).
+With `--newton` (a loss-levels JSON holding the cell) the same seeds' flow-then-Newton
+verdicts are printed and stored beside them.
 The JSON is written after every optimiser / learning rate.
 
 Usage: python benchmarks/channels_optimizers.py --cell softplus,0,4 --seeds 16 --updates 20000
@@ -25,12 +26,23 @@ import time
 from pathlib import Path
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from channels_loss_levels import optimizer_arm  # noqa: E402 (enables float64)
+from channels_loss_levels import channel_like, optimizer_arm  # noqa: E402 (enables float64)
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
+from invariant_jax import channels as ch  # noqa: E402
+
+
+def channel_like_at_init(activation: str, bias: bool, r: int, seeds: int, n_inputs: int) -> int:
+    """How many of the inits already pass the arm's merging-pair test (the baseline of its
+    `channel_like` column: with 2-D inputs near-parallel rows are common at random)."""
+    g = ij.mlp([n_inputs, r, 1], bias=bias)
+    thetas = jax.vmap(lambda n: ch.mlpgf_glorot(g, jr.fold_in(jr.key(0), n)))(jnp.arange(seeds))
+    return sum(channel_like(ij.DAGNetwork(g, activation, edge_weights=th)) for th in thetas)
 
 
 def _floats(text: str, name: str) -> list[float]:
@@ -95,7 +107,9 @@ def main():
     path = output_path(args.out, f"channels_optimizers_{args.tag or f'{activation}_{int(bias)}_{r}'}.json")
     out = dict(benchmark="channels_optimizers", platform=platform.platform(), devices=[str(d) for d in jax.devices()],
                jax=jax.__version__, n_grid=int(X.shape[0]), activation=activation, bias=bias, r=r, seeds=args.seeds,
-               maxnorm=args.maxnorm, newton=newton, rows=[])
+               maxnorm=args.maxnorm, newton=newton, rows=[],
+               channel_like_at_init=channel_like_at_init(activation, bias, r, args.seeds, int(X.shape[1])))
+    print(f"merging pair with opposite diverging output weights at init: {out['channel_like_at_init']}/{args.seeds}")
     if newton:
         print(f"flow-then-Newton on these seeds: infinite {newton['infinite']}/{args.seeds}, confirmed "
               f"{newton['confirmed']}; Newton steps median {np.median(newton['n_steps']):.0f}")

@@ -230,7 +230,9 @@ and softplus's 58-84% infinite runs at r = 3-5 are mostly one neuron sharpening 
 limit (confirmed channels 1%, 14%, 35%). With r = 1 no channel exists, yet 47-49% of softplus
 runs are infinite: the paper's `weightnorm >= 1e3` counts the sharpened neuron too.
 `docs/channels.md` has the per-width stopping reasons, wall times and the authors'
-post-processing. The SGD / Adam arm (below the figure) ran on the reduced grid only.""")
+post-processing. Below the figure are the SGD / Adam arms: `g` with bias on the reduced grid, and
+softplus without bias at r = 4 on the paper's grid, from the inits where flow-then-Newton ends in a
+channel 16 of 16 times. No first-order run reaches `weightnorm >= 1e3` within 20000 updates.""")
 
 code("""res_dir = Path("../benchmarks/results")
 paper_runs = ["channels_loss_levels_paper_g_nobias.json",                # one H200 GPU
@@ -267,13 +269,21 @@ for k, bias in enumerate((False, True)):
 ax[0].set_ylabel("% of runs (Wilson 95%)")
 plt.tight_layout(); plt.show()
 
-reduced = res_dir / "channels_loss_levels_reduced_cpu.json"  # the SGD / Adam arm
-if reduced.exists():
-    lv = json.loads(reduced.read_text())
-    print(f"{reduced.name}: {lv['command']}")
-    for r in lv.get("optimizers", []):
-        print(f"{r['optimizer']:>5} lr={r['lr']:<6g} batch={str(r['batch_size']):>5}: infinite {r['infinite']}/{r['n']}, "
-              f"median weightnorm {r['median_weightnorm']:.2f}")""")
+# the SGD / Adam arms: g with bias on the reduced grid, softplus without bias on the paper's grid
+arms = [(p, "optimizers") for p in [res_dir / "channels_loss_levels_reduced_cpu.json"] if p.exists()]
+arms += [(p, "rows") for p in sorted(res_dir.glob("channels_optimizers_*.json"))]
+for path, key in arms:
+    doc = json.loads(path.read_text())
+    print(f"\\n{path.name}: {doc['command']}")
+    if doc.get("newton"):
+        nw = doc["newton"]
+        print(f"  flow-then-Newton from the same inits: infinite {nw['infinite']}/{doc['seeds']}, confirmed {nw['confirmed']}; "
+              f"merging pair at init {doc.get('channel_like_at_init', '-')}/{doc['seeds']}")
+    for r in doc[key]:
+        budget = f"{r['updates']} updates" if "updates" in r else f"{r['epochs']} epochs"
+        print(f"{r['optimizer']:>5} lr={r['lr']:<6g} batch={str(r['batch_size']):>5}: {budget}, "
+              f"infinite {r['infinite']}/{r['n']}, merging pair {r.get('channel_like', '-')}/{r['n']}, "
+              f"median weightnorm {r['median_weightnorm']:.2f} (max {r['max_weightnorm']:.1f})")""")
 
 md("""### Roughness (Matérn-3/2 GP teachers, the paper's kernel scalings 0.1, 0.5, 2, 10)
 
