@@ -31,7 +31,6 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -52,8 +51,7 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
     0 .. seeds - 1 of one cell, full batch and (unless `batch_size` is None) minibatch,
     classified like the Newton runs."""
     g = ij.mlp([X.shape[1], width, 1], bias=bias)
-    keys = jax.vmap(lambda n: jr.fold_in(jr.key(0), n))(jnp.arange(seeds))
-    thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(keys)
+    thetas = ch.study_inits(g, seeds)
     net0 = ij.DAGNetwork(g, activation, edge_weights=thetas[0])
     nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
     rows = []

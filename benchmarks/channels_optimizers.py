@@ -5,7 +5,7 @@ The paper says first-order optimisers reach channels too. `channels_loss_levels.
 in only 7% of runs; this script asks it on any cell, e.g. softplus without bias, r = 4, where
 flow-then-Newton ends in a confirmed channel from every seed. Each optimiser / learning rate
 / batch size runs `ij.fit` from the inits of seeds 0 .. seeds-1
-(`ch.mlpgf_glorot(fold_in(key(0), n))`, the loss-levels study's), and the final points are
+(`ch.study_inits`, the loss-levels study's), and the final points are
 classified with the study's criteria (`weightnorm >= 1e3`, `confirm_channel`, a merging
 pair with opposite diverging output weights, whose count at init is stored as its baseline).
 With `--newton` (a loss-levels JSON holding the cell) the same seeds' flow-then-Newton
@@ -29,8 +29,6 @@ from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py
 from channels_loss_levels import channel_like, optimizer_arm  # noqa: E402 (enables float64)
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
@@ -41,8 +39,7 @@ def channel_like_at_init(activation: str, bias: bool, r: int, seeds: int, n_inpu
     """How many of the inits already pass the arm's merging-pair test (the baseline of its
     `channel_like` column: with 2-D inputs near-parallel rows are common at random)."""
     g = ij.mlp([n_inputs, r, 1], bias=bias)
-    thetas = jax.vmap(lambda n: ch.mlpgf_glorot(g, jr.fold_in(jr.key(0), n)))(jnp.arange(seeds))
-    return sum(channel_like(ij.DAGNetwork(g, activation, edge_weights=th)) for th in thetas)
+    return sum(channel_like(ij.DAGNetwork(g, activation, edge_weights=th)) for th in ch.study_inits(g, seeds))
 
 
 def _floats(text: str, name: str) -> list[float]:
@@ -56,21 +53,20 @@ def newton_reference(path: Path, activation: str, bias: bool, r: int, seeds: int
     """Flow-then-Newton verdicts of seeds 0 .. seeds-1 of one cell of a loss-levels JSON."""
     try:
         doc = json.loads(path.read_text())
-        rec = doc["records"]
+        study = ch.ConvergenceStudy.from_dict(doc)
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise SystemExit(f"--newton {path}: not a readable loss-levels JSON ({e}).")
     if doc.get("n_grid") != n_grid:
         raise SystemExit(f"--newton {path} ran on {doc.get('n_grid')} grid points, this run on {n_grid}; "
                          "pass the --grid of that study.")
-    idx = {int(s): i for i, (a, b, w, s) in enumerate(zip(rec["activation"], rec["bias"], rec["r"], rec["seed"]))
-           if a == activation and bool(b) == bias and int(w) == r}
-    missing = [s for s in range(seeds) if s not in idx]
-    if missing:
-        raise SystemExit(f"--newton {path} lacks seeds {missing[:5]}... of {activation}, bias={bias}, r={r}; "
-                         "pass a study of that cell or fewer --seeds.")
-    rows = [idx[s] for s in range(seeds)]
-    pick = lambda k: [rec[k][i] for i in rows]  # noqa: E731
-    return dict(path=str(path), infinite=int(sum(pick("infinite"))), confirmed=int(sum(pick("confirmed"))),
+    rec = study.records
+    cell = np.flatnonzero(study.select(activation=activation, bias=bias, r=r) & (rec["seed"] < seeds))
+    cell = cell[np.argsort(rec["seed"][cell])]
+    if len(cell) != seeds:
+        raise SystemExit(f"--newton {path} holds {len(cell)} of seeds 0..{seeds - 1} of {activation}, bias={bias}, "
+                         f"r={r}; pass a study of that cell or fewer --seeds.")
+    pick = lambda k: rec[k][cell].tolist()  # noqa: E731
+    return dict(path=str(path), infinite=int(rec["infinite"][cell].sum()), confirmed=int(rec["confirmed"][cell].sum()),
                 weightnorm=pick("weightnorm"), stopped_by=pick("stopped_by"), n_steps=pick("n_steps"),
                 mse=pick("mse"))
 

@@ -31,8 +31,6 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
@@ -70,7 +68,7 @@ def main():
     rows = []
     for r in [int(w) for w in args.widths.split(",")]:
         g = ij.mlp([2, r, 1], bias=True)
-        thetas = jax.vmap(lambda n: ch.mlpgf_glorot(g, jr.fold_in(jr.key(0), n)))(jnp.arange(args.seeds))
+        thetas = ch.study_inits(g, args.seeds)
         net0 = ij.DAGNetwork(g, "g", edge_weights=thetas[0])
         Xc, Yc = check_data(g, X, Y)
         th = thetas[0]

@@ -134,6 +134,21 @@ def test_convergence_study_tiny_records_follow_the_criteria():
     assert row["n"] == 3 and row["infinite"] == int(rec["infinite"].sum())
 
 
+def test_study_inits_depend_on_the_seed_alone():
+    """Parts of a study (`first_seed`) draw the inits of the whole one, each from
+    `mlpgf_glorot(fold_in(key(seed), n))`, with the MLPGradientFlow Glorot std per layer."""
+    g = ij.mlp([2, 3, 1], bias=True)
+    whole = np.asarray(ch.study_inits(g, 6, seed=4))
+    part = np.asarray(ch.study_inits(g, 2, first_seed=3, seed=4))
+    np.testing.assert_allclose(part, whole[3:5], rtol=1e-12, atol=0)
+    one = np.asarray(ch.mlpgf_glorot(g, jr.fold_in(jr.key(4), 5)))
+    np.testing.assert_allclose(whole[5], one, rtol=1e-12, atol=0)
+    assert not np.allclose(whole[0], np.asarray(ch.study_inits(g, 1, seed=5))[0])
+    big = np.asarray(ch.study_inits(g, 4000))
+    layer1 = [n for n, (u, v) in enumerate(g.edges) if u in g.inputs and u not in g.constants]
+    assert abs(big[:, layer1].std() - np.sqrt(2 / (2 + 3))) < 0.02
+
+
 def test_sharpened_neuron_against_the_softplus_relu_gap():
     # one softplus neuron with input weights lam * w and output weight a / lam: its output
     # a softplus(lam z) / lam differs from the ReLU limit a relu(z) by a softplus(-lam |z|) / lam

@@ -26,6 +26,7 @@ from ._levels import (
     first_layer_distances,
     mlpgf_glorot,
     sharpened_neuron,
+    study_inits,
     wilson_interval,
 )
 from ._eos import ChannelGDTrace, gd_channel_trace

@@ -36,7 +36,7 @@ from ._detect import detect_channels
 from ._glu import glu_limit, pair_output
 from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances
 
-__all__ = ["ConvergenceStudy", "convergence_study", "mlpgf_glorot", "wilson_interval", "cluster_loss_levels",
+__all__ = ["ConvergenceStudy", "convergence_study", "mlpgf_glorot", "study_inits", "wilson_interval", "cluster_loss_levels",
            "confirm_channel", "first_layer_distances", "sharpened_neuron"]
 
 
@@ -96,6 +96,15 @@ def mlpgf_glorot(graph: DAG, key) -> jax.Array:
         fan_out = sum(1 for s in graph.successors(u))
         std[n] = np.sqrt(2.0 / (fan_in + fan_out))
     return jr.normal(key, (len(graph.edges),)) * jnp.asarray(std)
+
+
+def study_inits(graph: DAG, n_seeds: int, *, first_seed: int = 0, seed: int = 0) -> jax.Array:
+    """The starting points of `convergence_study`: run `n` (`n = first_seed, ...,
+    first_seed + n_seeds - 1`) starts from `mlpgf_glorot(graph, fold_in(key(seed), n))`, so
+    a run's init depends on its seed alone and a study split into parts draws the same ones.
+    **Returns:** `theta`, shape `(n_seeds, E)`."""
+    keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(first_seed, first_seed + n_seeds))
+    return jax.vmap(lambda k: mlpgf_glorot(graph, k))(keys)
 
 
 def _first_layer_rows(net: DAGNetwork) -> np.ndarray:
@@ -355,8 +364,9 @@ def convergence_study(
     final points with the paper's criteria (module docstring). `engine`: the flow phase
     through `"sweep"` (`ij.sweep_flows`), `"vmap"` or `"loop"` (see
     `ij.flow_then_newton`); `newton_batch`: `ij.newton_phase`'s `batch_size`. Run `n`
-    starts from `mlpgf_glorot(graph, fold_in(key(seed), n))` for `n = first_seed, ...,
-    first_seed + n_seeds - 1` (so a study can be extended by more seeds later).
+    starts from `study_inits(graph, ...)[n - first_seed]`, i.e. `mlpgf_glorot(graph,
+    fold_in(key(seed), n))` for `n = first_seed, ..., first_seed + n_seeds - 1` (so a study
+    can be extended by more seeds later).
 
     **Returns:** a `ConvergenceStudy`.
     """
@@ -375,8 +385,7 @@ def convergence_study(
     grid = list(itertools.product(activations, biases, widths))
     for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
         g = mlp([d, int(r), 1], bias=bool(bias))
-        keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(first_seed, first_seed + n_seeds))
-        thetas = jax.vmap(lambda k: mlpgf_glorot(g, k))(keys)
+        thetas = study_inits(g, n_seeds, first_seed=first_seed, seed=seed)
         net0 = DAGNetwork(g, act, edge_weights=thetas[0])
         nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
         res = flow_then_newton(nets, X, Y, t1=t1, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
