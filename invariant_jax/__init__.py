@@ -37,7 +37,8 @@ from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
 from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,
                            matrix_nuclear_norm, nuclear_norm, nuclear_upper_bound, nuclear_working_set)
 from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
-from .sweep import SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows
+from .sweep import (SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows,
+                    sweep_network)
 from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
 from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
 
@@ -70,6 +71,7 @@ __all__ = [
     "prune", "magnitude_prune", "neuron_scores", "PruneReport",
     # sweeps
     "SweepConfig", "SweepResult", "SweepSummary", "sweep_flows", "run_sweep", "load_sweep", "summarize_sweep",
+    "sweep_network",
     # flat channels
     "channels", "ChannelPair", "ChannelReport", "channel_coordinates", "channel_frequency", "collapse_channel",
     "detect_channels", "duplicate_neuron", "glu_limit", "jump_procedure", "saddle_line",

@@ -11,9 +11,11 @@ Constant input nodes (`constants`) always emit 1; an edge from one is a bias.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Hashable, Iterable, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -324,6 +326,114 @@ class DAG:
 
     def to_networkx(self) -> nx.DiGraph:
         return to_networkx(self)
+
+    # --------------------------------------------------------------- edge-list files
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "DAG":
+        """Read an edge-list file (the format the CLI's `--graph PATH`, a TOML
+        `graph = "PATH"` and `SweepConfig(graph=PATH)` read; `DAG.to_file` writes it).
+
+        The file is UTF-8 text: one `u v` line per edge (one weight from `u` to `v`), and
+        the lines `inputs: ...`, `outputs: ...`, optionally `constants: ...` (bias nodes
+        that always emit 1) and `hidden: ...` (fixes the tie-break order of hidden nodes
+        within a level), each a space-separated list of labels. `#` starts a comment.
+        Labels are read as strings. For example:
+
+        ```
+        # two inputs, a bias b, hidden h1 h2, one output y
+        inputs: x1 x2
+        constants: b
+        outputs: y
+        x1 h1
+        x2 h1
+        b h1
+        x2 h2
+        h1 y
+        h2 y
+        ```
+
+        **Arguments:**
+
+        - `path`: the file.
+
+        **Returns:** a validated `DAG` (as `DAG.from_edges`). Raises `FileNotFoundError`
+        for a missing file and `ValueError` naming the file and line for anything else.
+        """
+        path = Path(path)
+        text = _read_text(path)
+        edges, roles = [], {"inputs": [], "outputs": [], "constants": [], "hidden": []}
+        for lineno, raw in enumerate(text.splitlines(), start=1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            head, sep, rest = line.partition(":")
+            if sep and head.strip() in roles:
+                roles[head.strip()] = rest.split()
+                continue
+            parts = line.split()
+            if len(parts) != 2:
+                raise ValueError(f"{path}:{lineno}: expected 'u v' or 'inputs: ...'; got {raw!r}.")
+            edges.append((parts[0], parts[1]))
+        if not roles["inputs"] or not roles["outputs"]:
+            raise ValueError(f"{path}: add lines 'inputs: ...' and 'outputs: ...' naming the input and output nodes.")
+        if not edges:
+            raise ValueError(f"{path}: no edges; add one 'u v' line per edge (e.g. '{roles['inputs'][0]} "
+                             f"{roles['outputs'][0]}').")
+        used = {u for u, _ in edges} | {v for _, v in edges}
+        for role in ("inputs", "outputs", "constants", "hidden"):
+            unused = [v for v in roles[role] if v not in used]
+            if unused:
+                raise ValueError(f"{path}: {role} {unused} appear in no edge; add their edges or drop them from "
+                                 f"'{role}:'.")
+        return cls.from_edges(edges, inputs=roles["inputs"], outputs=roles["outputs"],
+                              constants=roles["constants"], hidden=roles["hidden"])
+
+    def to_file(self, path: str | os.PathLike) -> Path:
+        """Write this graph as an edge-list file that `DAG.from_file` reads back: the
+        `inputs:`, `constants:`, `hidden:` and `outputs:` lines, then one `u v` line per
+        edge in canonical order. `DAG.from_file(path) == g` when every label is a string;
+        other labels are written with `str` and come back as strings.
+
+        **Arguments:**
+
+        - `path`: the file to write (replaced if it exists).
+
+        **Returns:** the path. Raises `ValueError` for a label that cannot be written
+        (empty, or containing whitespace, `#` or `:`).
+        """
+        for v in self.nodes:
+            s = str(v)
+            if not s or any(ch.isspace() for ch in s) or "#" in s or ":" in s:
+                raise ValueError(f"Node label {v!r} cannot be written to an edge-list file (empty, or it holds "
+                                 "whitespace, '#' or ':'); relabel the graph (e.g. DAG.from_edges with "
+                                 "str labels) first.")
+        lines = [f"# {self!r}"]
+        for role, group in (("inputs", [v for v in self.inputs if v not in set(self.constants)]),
+                            ("constants", self.constants), ("hidden", self.hidden), ("outputs", self.outputs)):
+            if group:
+                lines.append(f"{role}: " + " ".join(map(str, group)))
+        lines += [f"{u} {v}" for u, v in self.edges]
+        path = Path(path)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+
+def _read_text(path: Path) -> str:
+    """The UTF-8 text of an edge-list file, or an error that names the file and the fix."""
+    if path.is_dir():
+        raise ValueError(f"Edge-list file {str(path)!r} is a directory; give a text file of 'u v' lines "
+                         "with 'inputs: ...' and 'outputs: ...'.")
+    if not path.is_file():
+        raise FileNotFoundError(f"Edge-list file {str(path)!r} does not exist.")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
+                         "give a text file of 'u v' lines with 'inputs: ...' and 'outputs: ...'.") from None
+    if "\x00" in text:
+        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (it contains NUL bytes).")
+    return text
 
 
 # ---------------------------------------------------------------------- builders

@@ -191,13 +191,21 @@ class DAGNetwork(eqx.Module):
 
     # ----------------------------------------------------------------- forward
 
-    def __call__(self, x: Float[Array, " d_in"]) -> Float[Array, " d_out"]:
-        """Evaluate on one input vector `x` of shape `(d_in,)` (constants excluded).
-        Use `jax.vmap` or `forward` for a batch."""
+    def __call__(self, x: Float[Array, "*N d_in"]) -> Float[Array, "*N d_out"]:
+        """Evaluate on one input vector `x` of shape `(d_in,)` (constants excluded), or
+        on a batch `X` of shape `(N, d_in)` (then the same as `net.forward(X)`, one
+        matrix product per level; `jax.vmap(net)(X)` gives the same values).
+
+        **Returns:** `(d_out,)` for one input, `(N, d_out)` for a batch.
+        """
+        x = jnp.asarray(x)
+        if x.ndim == 2:
+            return self.forward(x)
         if x.ndim != 1:
             raise ValueError(
-                f"net(x) takes one input of shape ({self.graph.n_in},); got {x.shape}. Use "
-                "jax.vmap(net) or net.forward(X) for a batch."
+                f"net(x) takes one input of shape ({self.graph.n_in},) or a batch of shape "
+                f"(N, {self.graph.n_in}); got shape {x.shape}. Reshape it, e.g. "
+                f"net(x.reshape(-1, {self.graph.n_in}))."
             )
         return self.forward(x[None])[0]
 

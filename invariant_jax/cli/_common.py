@@ -31,47 +31,8 @@ def add_graph_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_edge_list(path: str | Path) -> DAG:
-    """Read an edge-list file: one `u v` pair per line, plus the lines
-    `inputs: ...`, `outputs: ...` and optionally `constants: ...` (space-separated
-    labels). `#` starts a comment."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"Edge-list file {str(path)!r} is a directory; give a text file of 'u v' lines "
-                         "with 'inputs: ...' and 'outputs: ...'.")
-    if not path.is_file():
-        raise FileNotFoundError(f"Edge-list file {str(path)!r} does not exist.")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
-                         "give a text file of 'u v' lines with 'inputs: ...' and 'outputs: ...'.") from None
-    if "\x00" in text:
-        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (it contains NUL bytes).")
-    edges, roles = [], {"inputs": [], "outputs": [], "constants": []}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        head, sep, rest = line.partition(":")
-        if sep and head.strip() in roles:
-            roles[head.strip()] = rest.split()
-            continue
-        parts = line.split()
-        if len(parts) != 2:
-            raise ValueError(f"{path}:{lineno}: expected 'u v' or 'inputs: ...'; got {raw!r}.")
-        edges.append((parts[0], parts[1]))
-    if not roles["inputs"] or not roles["outputs"]:
-        raise ValueError(f"{path}: add lines 'inputs: ...' and 'outputs: ...' naming the input and output nodes.")
-    if not edges:
-        raise ValueError(f"{path}: no edges; add one 'u v' line per edge (e.g. '{roles['inputs'][0]} "
-                         f"{roles['outputs'][0]}').")
-    used = {u for u, _ in edges} | {v for _, v in edges}
-    for role in ("inputs", "outputs", "constants"):
-        unused = [v for v in roles[role] if v not in used]
-        if unused:
-            raise ValueError(f"{path}: {role} {unused} appear in no edge; add their edges or drop them from "
-                             f"'{role}:'.")
-    return DAG.from_edges(edges, inputs=roles["inputs"], outputs=roles["outputs"], constants=roles["constants"])
+    """Read an edge-list file: `DAG.from_file` (its docstring gives the format)."""
+    return DAG.from_file(path)
 
 
 def graph_from_args(args) -> DAG:

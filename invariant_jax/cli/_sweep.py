@@ -12,9 +12,9 @@ import numpy as np
 
 from .._results import is_success, result_message, result_name
 from ..sweep import BUILDERS, SweepConfig, run_sweep, summarize_sweep
+from ..sweep._config import graph_fields
 from ..sweep._run import job_array_share
 from ..sweep._store import ResultsStore, atomic_write_bytes, atomic_write_json, check_output_folder
-from ._common import read_edge_list
 
 DEFAULT_OUT = "runs/sweep"
 FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "overview")
@@ -104,15 +104,7 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
 
 
 def _graph_fields(value: str) -> dict:
-    if value in BUILDERS:
-        return {"graph": value}
-    path = Path(value)
-    if path.exists() or path.suffix:
-        g = read_edge_list(path)
-        return {"graph": "edges", "edges": [[str(u), str(v)] for u, v in g.edges],
-                "inputs": [str(v) for v in g.inputs], "outputs": [str(v) for v in g.outputs],
-                "constants": [str(v) for v in g.constants]}
-    return {"graph": value}  # SweepConfig names the valid builders
+    return graph_fields(value)  # a builder name is kept; a file becomes graph="edges" + its edge list
 
 
 def config_from_args(args) -> tuple:

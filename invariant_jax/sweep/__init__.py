@@ -4,12 +4,14 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
 - `sweep_flows(nets, X, Y, t1, ...)`: flows from a batch of networks, in memory.
 - `run_sweep(config, out, ...)`: a `SweepConfig` run into a resumable results folder.
 - `load_sweep(out)`, `summarize_sweep(config, result)`: read and summarise a sweep.
+- `sweep_network(config_or_folder, i, final=False)`: the network of row `i`.
 """
 
 from ._config import BUILDERS, SweepConfig
 from .._results import STATUSES, status_code
 from ._engine import EngineStats
 from ._run import SweepResult, init_theta, load_sweep, run_sweep, sweep_flows
+from ._rows import sweep_network
 from ._summary import SweepSummary, summarize_sweep
 
 __all__ = [
@@ -24,5 +26,6 @@ __all__ = [
     "run_sweep",
     "status_code",
     "summarize_sweep",
+    "sweep_network",
     "sweep_flows",
 ]

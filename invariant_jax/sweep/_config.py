@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,29 @@ def check_kink_options(options: SolverOptions, stop: StopRules, weight_decay: fl
                          f"{'it' if len(used) == 1 else 'them'} or use kink_aware=False.")
 
 
+def graph_fields(graph: str | os.PathLike | DAG) -> dict[str, Any]:
+    """The `SweepConfig` fields that describe `graph`: a `DAG`, or the path of an
+    edge-list file (`DAG.from_file`; a string that names an existing file or has a
+    suffix), as `graph="edges"` with `edges`, `inputs`, `outputs`, `constants` (labels as
+    strings). Any other value is returned as `{"graph": value}` for `SweepConfig` to
+    judge."""
+    if isinstance(graph, (str, os.PathLike)) and not (isinstance(graph, str) and graph in BUILDERS):
+        path = Path(graph)
+        if path.exists() or path.suffix:
+            graph = DAG.from_file(path)
+    if not isinstance(graph, DAG):
+        return {"graph": graph}
+    constants = set(graph.constants)
+    d = {"graph": "edges", "edges": tuple((str(u), str(v)) for u, v in graph.edges),
+         "inputs": tuple(str(v) for v in graph.inputs if v not in constants),
+         "outputs": tuple(str(v) for v in graph.outputs), "constants": tuple(str(v) for v in graph.constants)}
+    hidden = tuple(str(v) for v in graph.hidden)
+    default = DAG.from_edges(d["edges"], inputs=d["inputs"], outputs=d["outputs"], constants=d["constants"])
+    if default.hidden != hidden:  # only where the edge list alone would order them otherwise
+        d["hidden"] = hidden
+    return d
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SweepConfig:
     """The full definition of a sweep. Two sweeps with equal configs give equal results
@@ -46,7 +70,11 @@ class SweepConfig:
     - `graph`: builder: `"example"` (`ij.example_dag()`: skip connections and an
         out-bottleneck), `"mlp"` (uses `widths`, `bias`), `"random"` (uses `n_inputs`,
         `n_hidden`, `n_outputs`, `edge_prob`, `graph_seed`, `bias`) or `"edges"` (an
-        explicit edge list in `edges`, `inputs`, `outputs`, `constants`).
+        explicit edge list in `edges`, `inputs`, `outputs`, `constants`, and optionally
+        `hidden`, which fixes the order of hidden nodes within a level). It may also be
+        given as an `ij.DAG` or the path of an edge-list file (`ij.DAG.from_file`), in
+        Python as in a TOML file: the config then holds it as `graph="edges"` and its
+        edge list, so the config hash depends on the graph, not on the file name.
     - `activation`, `init`, `scale`: the student networks (`ij.DAGNetwork`).
     - `n_samples`, `data_seed`, `teacher_activation`: teacher-student data
         (`ij.teacher_student`; the teacher uses `activation` unless given).
@@ -80,6 +108,7 @@ class SweepConfig:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     constants: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
     activation: str = "relu"
     init: str = "glorot"
     scale: float = 1.0
@@ -106,7 +135,13 @@ class SweepConfig:
     surface_tol: float = _KINK_DEFAULTS["surface_tol"]
 
     def __post_init__(self):
-        for name in ("widths", "edges", "inputs", "outputs", "constants"):
+        if not (isinstance(self.graph, str) and self.graph in BUILDERS):
+            for name, value in graph_fields(self.graph).items():
+                if name != "graph" and getattr(self, name):
+                    raise ValueError(f"graph={self.graph!r} gives the graph; drop {name}= (or use "
+                                     "graph='edges' with edges=, inputs=, outputs=).")
+                object.__setattr__(self, name, value)
+        for name in ("widths", "edges", "inputs", "outputs", "constants", "hidden"):
             v = getattr(self, name)
             if name == "edges":
                 v = tuple(tuple(str(x) for x in e) for e in v)
@@ -128,8 +163,9 @@ class SweepConfig:
         themselves (`solver_options`, `save_times`, `stop_rules`), exactly as
         `gradient_flow` checks them."""
         if self.graph not in BUILDERS:
-            raise ValueError(f"Unknown graph builder {self.graph!r}; choose one of {list(BUILDERS)} "
-                             "(for an edge-list file use the CLI's --graph PATH).")
+            raise ValueError(f"Unknown graph builder {self.graph!r}; choose one of {list(BUILDERS)}, the path "
+                             "of an edge-list file (one with a suffix such as .txt; format: ij.DAG.from_file) "
+                             "or an ij.DAG.")
         for name in ("activation",) + (("teacher_activation",) if self.teacher_activation else ()):
             act = getattr(self, name)
             if act not in ACTIVATIONS:
@@ -195,10 +231,11 @@ class SweepConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values; the `KinkOptions` fields only where they differ
-        from their defaults (so the config hash of a sweep that does not set them is the
-        one it had before they existed)."""
+        from their defaults, and `hidden` only when set (so the config hash of a sweep that
+        does not set them is the one it had before they existed)."""
         d = dataclasses.asdict(self)
-        d = {k: v for k, v in d.items() if not (k in _KINK_DEFAULTS and v == _KINK_DEFAULTS[k])}
+        d = {k: v for k, v in d.items() if not (k in _KINK_DEFAULTS and v == _KINK_DEFAULTS[k])
+             and not (k == "hidden" and not v)}
         return {k: (list(map(list, v)) if k == "edges" else list(v) if isinstance(v, tuple) else v)
                 for k, v in d.items()}
 
@@ -224,6 +261,7 @@ class SweepConfig:
     # ------------------------------------------------------------------ building
 
     def build_graph(self) -> DAG:
+        """The sweep's `DAG` (the same object for equal configs: `DAG`s compare by structure)."""
         if self.graph == "example":
             return example_dag()
         if self.graph == "mlp":
@@ -232,9 +270,19 @@ class SweepConfig:
             return random_dag(self.n_inputs, self.n_hidden, self.n_outputs, self.edge_prob,
                               self.graph_seed, bias=self.bias)
         return DAG.from_edges(list(self.edges), inputs=list(self.inputs), outputs=list(self.outputs),
-                              constants=list(self.constants))
+                              constants=list(self.constants), hidden=list(self.hidden))
 
-    def build_data(self, graph: DAG):
+    def build_data(self, graph: DAG | None = None):
+        """The teacher-student data `(X, Y)` every trajectory of the sweep trains on
+        (`ij.teacher_student` with key `jax.random.key(data_seed)`).
+
+        **Arguments:**
+
+        - `graph`: `build_graph()` (default: built here).
+
+        **Returns:** `(X, Y)`, shapes `(n_samples, d_in)` and `(n_samples, d_out)`.
+        """
+        graph = self.build_graph() if graph is None else graph
         X, Y, _ = teacher_student(graph, int(self.n_samples), key=jr.key(self.data_seed),
                                   activation=self.teacher_activation or self.activation)
         return X, Y
