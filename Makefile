@@ -1,13 +1,16 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+LATEST := .venv-latest
 
-.PHONY: demo test test-all install clean
+.PHONY: demo test test-all test-latest constraints install clean
 
-$(BIN)/.installed: pyproject.toml
+# Installs are pinned to the versions the suite passed with (constraints.txt);
+# `make test-latest` tries the newest releases instead.
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -24,17 +27,35 @@ EXACTNESS_ISA ?= SSE4_2
 # compiles on one thread, so 2 workers on 2 cores nearly halve the time): a whole file goes
 # to one worker, so its module fixtures compile once and a docs page's blocks stay
 # together; tests/conftest.py starts the costliest files first. `make test PYTEST_N=0`
-# runs everything in one process.
+# runs everything in one process. Both runs share one persistent compilation cache that
+# lives in a temporary folder for this `make test` only (tests/conftest.py).
 PYTEST_N ?= logical
 XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder
 
+define run_tests
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export IJ_TEST_CACHE_DIR="$$cache" && \
+	$(1)/python -m pytest -q $(XDIST) $(2) && \
+	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_max_isa=$(EXACTNESS_ISA)" $(1)/python -m pytest -q $(XDIST) $(3)
+endef
+
 test: install
-	$(BIN)/python -m pytest -q $(XDIST)
-	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_max_isa=$(EXACTNESS_ISA)" $(BIN)/python -m pytest -q $(XDIST) -m "exactness and not slow"
+	$(call run_tests,$(BIN),,-m "exactness and not slow")
 
 test-all: install
-	$(BIN)/python -m pytest -q $(XDIST) -m ''
-	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_max_isa=$(EXACTNESS_ISA)" $(BIN)/python -m pytest -q $(XDIST) -m exactness
+	$(call run_tests,$(BIN),-m '',-m exactness)
+
+# The newest releases of every dependency, in a separate venv: catches upstream breaks.
+test-latest:
+	$(PY) -m venv $(LATEST)
+	$(LATEST)/bin/pip install --quiet --upgrade pip
+	$(LATEST)/bin/pip install --quiet --upgrade -e '.[test]'
+	$(LATEST)/bin/pip freeze --exclude-editable | grep -iE '^(jax|jaxlib|diffrax|equinox)=='
+	$(call run_tests,$(LATEST)/bin,,-m "exactness and not slow")
+
+# After a green `make test-latest`: pin what it installed.
+constraints:
+	{ sed -n '1,3p' constraints.txt; $(LATEST)/bin/pip freeze --exclude-editable | grep -v '^-e'; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(LATEST) .pytest_cache

@@ -1,20 +1,32 @@
-"""Where a benchmark writes its results, and the record of the command that made them.
+"""Where a benchmark writes its results, and the record of how they were made.
 
 By default a script writes under `benchmarks/results/local/` (ignored by git), so running
 it never overwrites the committed results in `benchmarks/results/`; pass `--out` with a
 path there to replace them on purpose. Every JSON written through `write_json` starts
-with `"command"`: the exact command line (with `PYTHONPATH`) that produced it.
+with `"command"` (the exact command line, with `PYTHONPATH`) and `"provenance"`: the git
+commit and whether the tree was dirty, package versions, platform, devices, and the start
+and end times of the run.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
+import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 LOCAL = HERE / "results" / "local"
+STARTED = datetime.datetime.now(datetime.timezone.utc)
+
+# the packages whose versions decide a result (the runtime dependencies that compute)
+PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "optax", "lineax", "optimistix", "numpy", "scipy",
+            "networkx", "scikit-learn", "pyarrow")
 
 
 def output_path(out: str | os.PathLike | None, name: str) -> Path:
@@ -28,18 +40,67 @@ def command() -> str:
     """The command line that is running, as it would be typed from the repository root."""
     script = Path(sys.argv[0]).resolve()
     try:
-        script = script.relative_to(HERE.parent)
+        script = script.relative_to(ROOT)
     except ValueError:
         pass
     env = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
     return env + " ".join(["python", str(script), *sys.argv[1:]])
 
 
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _devices() -> list[str] | None:
+    """The JAX devices, only if the script already imported JAX (never imports it here)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    try:
+        return [str(d) for d in jax.devices()]
+    except Exception:  # noqa: BLE001 (a broken backend must not lose the results)
+        return None
+
+
+def provenance() -> dict:
+    """How this process made its results: commit, dirty flag (uncommitted changes to
+    tracked files, `null` outside a git checkout), versions, machine and times."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": None if status is None else bool(status),
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in PACKAGES},
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "devices": _devices(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "started": STARTED.isoformat(timespec="seconds"),
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
 def write_json(path: str | os.PathLike, data: dict, **dumps) -> Path:
-    """Write `{"command": command(), **data}` as JSON to `path` and say where."""
+    """Write `{"command": ..., "provenance": ..., **data}` to `path` atomically (a
+    temporary file, then a rename) and say where."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     dumps.setdefault("indent", 1)
-    path.write_text(json.dumps({"command": command(), **data}, **dumps))
+    record = {"command": data.get("command", command()), "provenance": provenance(), **data}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, **dumps))
+    os.replace(tmp, path)
     print(f"wrote {path}")
     return path

@@ -41,7 +41,7 @@ import os
 import time
 from pathlib import Path
 
-from _output import command, output_path  # noqa: E402 (benchmarks/_output.py)
+from _output import command, output_path, provenance  # noqa: E402 (benchmarks/_output.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -202,6 +202,7 @@ def main(argv=None):
     d = ij.breast_cancer()
     t0 = time.perf_counter()
     out = {"command": command() if argv is None else " ".join(["python benchmarks/pruning_dag.py", *argv]),
+           "provenance": provenance(),
            "setup": {"data": "sklearn breast_cancer, standardised, stratified 75/25 split seed 0",
                      "activation": "relu, bias edges from a constant node", "loss": "BCE on logits",
                      "epochs": epochs, "seeds": seeds, "cut_off_tol": 0.0, "graphs": GRAPHS,
@@ -262,6 +263,7 @@ def main(argv=None):
                       f"{sum(x['frozen_boundary_edges'] for x in s)}, connectivity LP disagreements "
                       f"{sum(bool(x['connectivity_result']) for x in s)}")
     out["wall_s"] = time.perf_counter() - t0
+    out["provenance"] = provenance()  # with the end time
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(_lock_path(args.out), "w") as lock:  # two runs (--graphs) may share --out
         fcntl.flock(lock, fcntl.LOCK_EX)
