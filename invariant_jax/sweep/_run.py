@@ -18,11 +18,12 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._results import STATUSES, is_success, result_name
+from .._results import STATUSES, is_success
 from .._version import __version__
 from ..losses import check_data
 from ..network import DAGNetwork, init_edge_weights
 from ..options import KinkOptions, SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
+from ._columns import DERIVED, records_frame, trajectory_columns
 from ._config import SweepConfig, check_kink_options
 from ._engine import Engine, EngineStats, make_problem
 from ._kink import KINK_FIELDS, KinkEngine, kink_aware_default
@@ -56,6 +57,13 @@ class SweepResult(eqx.Module):
     - `kink`: for kink-aware sweeps, a dict of per-trajectory event counts
         (`num_events`, `num_crossings`, `num_sliding_entries`, `num_sliding_exits`,
         `num_ambiguous`, `max_sliding_pairs`, `sliding_time`); otherwise `None`.
+    - `columns`: for sweeps of a `SweepConfig` (`run_sweep`, `load_sweep`), the derived
+        per-trajectory columns of the tidy table (`rank_start`, `rank_end`, `connected`,
+        `n_components`, `frozen`, `component`, sign changes, `result_name`,
+        `status_name`; see `ij.sweep.trajectory_columns`), as the chunks store them;
+        otherwise `None`.
+
+    `to_pandas()` gives all of it as one data frame, one row per trajectory.
     """
 
     index: np.ndarray
@@ -78,6 +86,16 @@ class SweepResult(eqx.Module):
     rtol: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)
     kink: dict | None = None
+    columns: dict | None = None
+
+    def to_pandas(self):
+        """The tidy table: one row per trajectory, `index` first, every per-trajectory
+        field (`theta0`, `theta_final`, `c0`, `frozen` as one vector per cell), the kink
+        counts and the derived `columns`: the same columns `pd.read_parquet(folder +
+        "/chunks")` reads (deduplicated and sorted by `index`). Needs pandas."""
+        cols = {k: getattr(self, k) for k in _FIELDS}
+        cols["drift_in_tol"] = self.drift_in_tol
+        return records_frame({**cols, **(self.kink or {}), **(self.columns or {})})
 
     @property
     def status_names(self) -> tuple[str, ...]:
@@ -99,10 +117,19 @@ class SweepResult(eqx.Module):
 def _result_from_records(rec: dict[str, np.ndarray], stats: dict, rtol: float, atol: float) -> SweepResult:
     order = np.argsort(rec["index"], kind="stable")
     kink = {k: np.asarray(rec[k])[order] for k in KINK_FIELDS if k in rec} or None
+    columns = {k: np.asarray(rec[k])[order] for k in DERIVED if k in rec and k != "drift_in_tol"} or None
     rec = {k: np.asarray(v)[order] for k, v in rec.items() if k in _FIELDS}
     tol = atol + rtol * rec["scale"]
     return SweepResult(**rec, drift_in_tol=rec["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol),
-                       kink=kink)
+                       kink=kink, columns=columns)
+
+
+def with_columns(config: SweepConfig, graph, rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`rec` with the derived columns of the tidy table (`trajectory_columns`) added
+    where they are missing (records of folders written before they existed)."""
+    if all(k in rec for k in DERIVED):
+        return rec
+    return {**rec, **trajectory_columns(graph, rec, rtol=config.rtol, atol=config.atol)}
 
 
 def _stats_dict(st: EngineStats, slots: int, n_devices: int) -> dict[str, Any]:
@@ -412,7 +439,7 @@ def run_sweep(
     rec = store.load_records()
     if rec is None:
         raise ValueError("The sweep produced no records.")
-    return _result_from_records(rec, stats, config.rtol, config.atol)
+    return _result_from_records(with_columns(config, graph, rec), stats, config.rtol, config.atol)
 
 
 class SweepStoreWarning(UserWarning):
@@ -453,6 +480,7 @@ def _run_in_memory(config, engine, todo, progress) -> SweepResult:
         if bar is not None:
             bar.close()
     rec = {k: np.concatenate([m[k] for m in memory]) for k in memory[0]}
+    rec = with_columns(config, config.build_graph(), rec)
     return _result_from_records(rec, _stats_of(st, engine), config.rtol, config.atol)
 
 
@@ -467,6 +495,7 @@ def _run_claimed(config, engine, store: ResultsStore, *, pi, pc, progress, flush
                  stale_seconds, on_chunk) -> dict:
     """Claim blocks of indices, run them, write their records, until the sweep is done."""
     n = config.n_inits
+    graph = config.build_graph()
     bs = int(store.manifest.get("block_size") or default_block_size(n))
     n_blocks = -(-n // bs)
     done = np.zeros(n, bool)
@@ -495,9 +524,8 @@ def _run_claimed(config, engine, store: ResultsStore, *, pi, pc, progress, flush
     def flush():
         if buffer:
             rec = {k: np.concatenate([b[k] for b in buffer]) for k in buffer[0]}
-            # readable columns for pandas/DuckDB users (SweepResult keeps the codes)
-            rec["result_name"] = np.asarray(result_name(rec["result"]), dtype=str)
-            rec["status_name"] = np.asarray(STATUSES, dtype=str)[rec["status"]]
+            # the tidy table's derived columns (topology, ranks, names) for pandas/DuckDB users
+            rec.update(trajectory_columns(graph, rec, rtol=config.rtol, atol=config.atol))
             path = store.write_chunk(rec)
             store._seen_indices[path.name] = rec["index"]
             written.append(path.name)
@@ -588,4 +616,5 @@ def load_sweep(out: str | Path) -> tuple[SweepConfig, SweepResult]:
     rec = store.load_records()
     if rec is None:
         raise ValueError(f"{str(out)!r} holds no finished trajectories yet; run it with --resume.")
-    return config, _result_from_records(rec, {}, config.rtol, config.atol)
+    return config, _result_from_records(with_columns(config, config.build_graph(), rec), {}, config.rtol,
+                                        config.atol)

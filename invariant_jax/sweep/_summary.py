@@ -8,22 +8,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph import DAG
-from ..invariants import jacobian_rank
-from ..network import DAGNetwork
-from ..topology import connectivity, frozen_mask
+from ..topology import connectivity
+from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
 from ._engine import STATUSES
 from ._run import SweepResult
 
-COLUMNS = ("index", "status", "steps", "drift", "drift_in_tol", "rank_start", "rank_end", "connected",
-           "n_components", "bottleneck_sign_changes", "frozen_sign_changes", "loss_initial", "loss_final")
+COLUMNS = ("index", "status_name", "result_name", "num_steps", "drift", "drift_in_tol", "rank_start", "rank_end",
+           "connected", "n_components", "component", "bottleneck_sign_changes", "frozen_sign_changes",
+           "loss_initial", "loss_final")
+"""The columns of `table.csv`: a view of the tidy table (`SweepResult.to_pandas()`, the
+Parquet chunks), under the same names; kink-aware sweeps add `num_events` and
+`sliding_time`."""
 
-
-def _bottleneck_edges(g: DAG) -> np.ndarray:
-    idx = {e for v in g.out_bottlenecks for e in g.out_edges(v)}
-    idx |= {e for v in g.in_bottlenecks for e in g.in_edges(v)}
-    return np.array(sorted(idx), dtype=np.int64)
+_ROW_OF = {"num_steps": "steps", "num_events": "events"}  # SweepSummary.rows keys of table columns
 
 
 class SweepSummary:
@@ -31,14 +29,19 @@ class SweepSummary:
 
     **Attributes:**
 
-    - `rows`: a dict of equal-length NumPy arrays, one per name in `COLUMNS`:
-        `drift_in_tol = drift / (atol + rtol * conservation_scale)`; `rank_start`,
-        `rank_end`: `ij.jacobian_rank` at `theta0` and `theta_final` (equal along exact
-        flow); `connected`, `n_components`: the topology of `H_G(c0)` (`ij.connectivity`,
-        batched with `frozen_mask`); `bottleneck_sign_changes`: bottleneck edges
-        (unique out-edge of an out-bottleneck, unique in-edge of an in-bottleneck) whose
-        weight changed sign; `frozen_sign_changes`: those among frozen edges (0 when
-        the topology is right: a frozen edge cannot change sign).
+    - `rows`: a dict of equal-length NumPy arrays: `index`, `status` (the `STATUSES`
+        code), `steps` (`num_steps`), `drift`, `loss_initial`, `loss_final`, and the
+        derived columns of the tidy table (`ij.sweep.trajectory_columns`, the same
+        values the chunks store): `drift_in_tol = drift / (atol + rtol *
+        conservation_scale)`; `rank_start`, `rank_end`: the rank of `J_G` at `theta0`
+        and `theta_final` (threshold of `ij.jacobian_rank`; equal along exact flow);
+        `connected`, `n_components`, `frozen`, `component`: the topology of `H_G(c0)`
+        (`frozen_mask`, the combinatorial verdict) and the component `theta0` lies in;
+        `bottleneck_sign_changes`: bottleneck edges (unique out-edge of an
+        out-bottleneck, unique in-edge of an in-bottleneck) whose weight changed sign;
+        `frozen_sign_changes`: those among frozen edges (0 when the topology is right: a
+        frozen edge cannot change sign); `result_name`, `status_name`. Kink-aware
+        sweeps add `events` (`num_events`) and `sliding_time`.
     - `aggregate`: a dict of sweep-level numbers (counts per status, fraction
         disconnected, drift/tol quantiles, steps quantiles, work efficiency, ...).
     """
@@ -73,18 +76,18 @@ class SweepSummary:
         return "\n".join(out)
 
     def to_csv(self, path: str | Path) -> Path:
-        """Write the per-trajectory table (`COLUMNS`, `status` as its `STATUSES` name) as
-        CSV to `path`, as the CLI's `table.csv`; returns the path."""
+        """Write the per-trajectory table as CSV to `path`, as the CLI's `table.csv`: the
+        columns `COLUMNS` (plus `num_events`, `sliding_time` for kink-aware sweeps) of
+        the tidy table, under its names, floats written exactly (`repr`), booleans as
+        1/0. Returns the path."""
         path = Path(path)
+        names = list(COLUMNS) + [c for c in ("num_events", "sliding_time") if _ROW_OF.get(c, c) in self.rows]
+        cols = [np.asarray(self.rows[_ROW_OF.get(c, c)]) for c in names]
         with path.open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(COLUMNS)
+            w.writerow(names)
             for i in range(len(self.rows["index"])):
-                row = []
-                for c in COLUMNS:
-                    v = self.rows[c][i]
-                    row.append(STATUSES[v] if c == "status" else (repr(float(v)) if isinstance(v, np.floating) else int(v)))
-                w.writerow(row)
+                w.writerow([_cell(col[i]) for col in cols])
         return path
 
     def save_figures(self, folder: str | Path) -> list[Path]:
@@ -117,6 +120,14 @@ class SweepSummary:
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
         return paths
+
+
+def _cell(v):
+    if isinstance(v, (np.floating, float)):
+        return repr(float(v))
+    if isinstance(v, (np.integer, np.bool_, bool, int)):
+        return int(v)
+    return str(v)
 
 
 def _drift_panel(ax, r):
@@ -217,29 +228,21 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     **Returns:** a `SweepSummary`.
     """
     g = config.build_graph()
-    template = DAGNetwork(g, config.activation, edge_weights=np.zeros(len(g.edges)))
-    th0 = np.asarray(result.theta0)
-    th1 = np.asarray(result.theta_final)
-    finite1 = np.all(np.isfinite(th1), axis=1)
-    rank0 = np.asarray(jacobian_rank(template.with_edge_weights(th0)))
-    rank1 = np.asarray(jacobian_rank(template.with_edge_weights(np.where(finite1[:, None], th1, 0.0))))
-    rank1 = np.where(finite1, rank1, -1)
     c0 = np.asarray(result.c0, dtype=np.float64)
-    frozen = frozen_mask(g, c0)
+    derived = result.columns if result.columns is not None and all(
+        k in result.columns for k in DERIVED if k != "drift_in_tol") else trajectory_columns(
+        g, {k: getattr(result, k) for k in ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")},
+        rtol=result.rtol, atol=result.atol)
+    frozen = np.asarray(derived["frozen"], bool)
     n_check = min(int(check_rows), len(c0))
     mismatches = sum(
         set(connectivity(g, c0[i], lp="none").frozen_index) != set(np.flatnonzero(frozen[i]).tolist())
         for i in range(n_check))
-    flipped = np.sign(th0) != np.sign(th1)
-    bn = _bottleneck_edges(g)
     rows = dict(
         index=np.asarray(result.index, np.int64), status=np.asarray(result.status, np.int64),
         steps=np.asarray(result.num_steps, np.int64), drift=np.asarray(result.drift, float),
-        drift_in_tol=np.asarray(result.drift_in_tol, float), rank_start=rank0.astype(np.int64),
-        rank_end=rank1.astype(np.int64), connected=~frozen.any(axis=1),
-        n_components=(2 ** frozen.sum(axis=1)).astype(np.int64),
-        bottleneck_sign_changes=flipped[:, bn].sum(axis=1).astype(np.int64) if bn.size else np.zeros(len(th0), np.int64),
-        frozen_sign_changes=(flipped & frozen).sum(axis=1).astype(np.int64),
+        drift_in_tol=np.asarray(result.drift_in_tol, float),
+        **{k: np.asarray(derived[k]) for k in DERIVED if k != "drift_in_tol"},
         loss_initial=np.asarray(result.loss_initial, float), loss_final=np.asarray(result.loss_final, float),
     )
     if result.kink is not None:  # kink-aware sweeps: events and time on sliding modes
