@@ -40,6 +40,8 @@ from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvae
 from .sweep import (SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows,
                     sweep_network)
 from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
+from .topology import (Component, ComponentComparison, InvariantPath, Reachability, component_of, invariant_path,
+                       reachability, rescale_onto, same_component, twin_classes)
 from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "conserved_quantities", "conservation_scale", "identity_residual", "jacobian", "jacobian_rank",
     "singular_subnetworks", "SingularPoint", "singular_point", "is_singular_value",
     "Connectivity", "BalanceCondition", "connectivity", "frozen_mask", "lp_min_q",
+    "Component", "ComponentComparison", "component_of", "same_component", "InvariantPath", "invariant_path",
+    "Reachability", "reachability", "rescale_onto", "twin_classes",
     # statuses and options
     "RESULTS", "result_code", "result_from_code", "result_name", "result_message", "is_success",
     "SolverOptions", "SaveTimes", "StopRules", "KinkOptions", "log_times",

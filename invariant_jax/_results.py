@@ -84,7 +84,17 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
     )
     undecided = (
         "The search for a singular point gave up before deciding. Increase "
-        "`max_candidates`, or loosen `tol`."
+        "`max_candidates` or `time_limit`, or loosen `tol`."
+    )
+    different_components = (
+        "The two networks lie in different connected components of `H_G(c)`: a frozen "
+        "edge has opposite signs, so no path inside `H_G(c)` (and no gradient flow) joins "
+        "them. `certificate` names the edge and the balance condition that freezes it."
+    )
+    unreachable = (
+        "No positive rescaling (or twin-neuron permutation) of the target lies in the "
+        "initialization's component of `H_G(c0)`: gradient flow from this initialization "
+        "cannot reach a network with the target's function this way. `reason` says why."
     )
 
 
