@@ -69,10 +69,20 @@ class DAG:
         incoming edges, an output with outgoing edges, or a hidden node that cannot be
         reached from an input or cannot reach an output.
         """
-        edges = [tuple(e) for e in edges]
+        if isinstance(edges, (str, bytes)):
+            raise TypeError(f"edges must be a list of (u, v) pairs; got the string {edges!r}.")
+        raw = list(edges)
+        for e in raw:
+            if isinstance(e, (str, bytes)) or not isinstance(e, Iterable):
+                raise TypeError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples, e.g. "
+                                f"{('x', 'a')!r}, not the string 'xa'.")
+        edges = [tuple(e) for e in raw]
         for e in edges:
             if len(e) != 2:
                 raise ValueError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples.")
+        if not edges:
+            raise ValueError("The graph has no edges, so a network on it has no weights; give at least one "
+                             "(u, v) edge.")
         inputs = list(inputs)
         constants = list(constants)
         for c in constants:
@@ -115,6 +125,12 @@ class DAG:
                 )
             seen.add((u, v))
         in_set, out_set = set(inputs), set(outputs)
+        used = {w for e in edges for w in e}
+        for name, group in (("Output", outputs), ("Input", inputs)):
+            unused = [v for v in group if v not in used]
+            if unused:
+                raise ValueError(f"{name} node(s) {unused} appear in no edge, so they are not connected to the "
+                                 "network; add their edges or drop them.")
         for u, v in edges:
             if v in in_set:
                 raise ValueError(

@@ -54,8 +54,8 @@ def test_edge_list_file(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--graph", "ladder"], "Unknown graph builder 'ladder'"),
     (["--activation", "relux"], "Unknown activation 'relux'"),
-    (["--n-inits", "0"], "n_inits must be a positive integer; got 0"),
-    (["--n-inits", "-2"], "n_inits must be a positive integer; got -2"),
+    (["--n-inits", "0"], "--n-inits must be an integer in [1, 2147483647]; got 0"),
+    (["--n-inits", "-2"], "--n-inits must be an integer in [1, 2147483647]; got -2"),
     (["--graph", "missing.txt"], "Edge-list file 'missing.txt' does not exist"),
 ])
 def test_bad_flags_are_clean_errors(tmp_path, capsys, argv, message):

@@ -315,10 +315,10 @@ def test_overwrite_is_refused_while_a_writer_works(folder):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--slots", "0"], "must be an integer >= 1; got 0"),
-    (["--steps-per-call", "0"], "must be an integer >= 1; got 0"),
-    (["--scale", "-1"], "scale must be a positive finite number"),
-    (["--graph", "random", "--n-hidden", "-1"], "n_hidden must be an integer >= 0"),
+    (["--slots", "0"], "--slots must be an integer in [1, 2147483647]; got 0"),
+    (["--steps-per-call", "0"], "--steps-per-call must be an integer in [1, 2147483647]; got 0"),
+    (["--scale", "-1"], "--scale must be a finite number in (0, inf); got -1.0"),
+    (["--graph", "random", "--n-hidden", "-1"], "--n-hidden must be an integer in [0, 2147483647]"),
 ])
 def test_bad_flags_are_refused_before_the_folder_exists(tmp_path, capsys, argv, message):
     out = tmp_path / "run"

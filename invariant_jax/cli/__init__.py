@@ -11,7 +11,8 @@ import sys
 import jax
 
 from ..sweep import SweepConfig
-from ._common import compilation_cache_settings, enable_compilation_cache, restore_compilation_cache
+from ._common import (accept_negative_numbers, check_args, compilation_cache_settings, enable_compilation_cache,
+                      restore_compilation_cache)
 
 SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     config = {f.name: f.default for f in dataclasses.fields(SweepConfig)
               if f.default is not dataclasses.MISSING}
     for name, subparser in sub.choices.items():
+        accept_negative_numbers(subparser)  # `--atol -1e-8` reaches the validator
         show_defaults(subparser, config if name in ("sweep", "demo") else {})
     return parser
 
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         try:
+            check_args(args)  # one validation per option, the same in every command
             return int(args.run(args) or 0)
         except (ValueError, TypeError, FileNotFoundError) as e:
             print(f"invariant-jax {args.command}: error: {e}", file=sys.stderr)

@@ -46,13 +46,15 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", default="auto", choices=["auto", "sweep", "vmap"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-seed", type=int, default=1)
-    p.add_argument("--out", default=None, help="write the study as JSON to this path")
+    p.add_argument("--out", default=None, help="write the study as JSON to this path (an existing file is refused "
+                   "unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    out = check_output_path(args.out, "--out")  # before the study, not after it
+    out = check_output_path(args.out, "--out", overwrite=args.overwrite)  # before the study, not after it
     acts = [a.strip() for a in args.activations.split(",") if a.strip()]
     for a in acts:
         if not get_activation(a).smooth:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
+import tomllib
 from pathlib import Path
 
 import jax
@@ -64,11 +67,119 @@ def teacher_data(graph: DAG, args, activation: str):
     return X, Y
 
 
-def check_output_path(path, flag: str):
+def check_output_path(path, flag: str, *, overwrite: bool = False):
     """Check an output file flag (e.g. `--out`, `--json`) before any work; `None` passes.
 
-    **Raises:** `ValueError` naming the path and the fix (a directory, an unwritable place)."""
-    return None if path is None else check_output_file(path, flag)
+    **Raises:** `ValueError` naming the path and the fix (an existing file without
+    `--overwrite`, a directory, a missing or unwritable folder)."""
+    return None if path is None else check_output_file(path, flag, overwrite=overwrite)
+
+
+# ------------------------------------------------------------ one validation per option
+
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**63 - 1  # jax.random.key takes a signed 64-bit seed
+# option (argparse dest / TOML key) -> (smallest, largest) integer
+INTEGER_OPTIONS = {
+    "seed": (0, SEED_MAX), "data_seed": (0, SEED_MAX), "graph_seed": (0, SEED_MAX), "split_seed": (0, SEED_MAX),
+    "n_inits": (1, INT32_MAX), "n_samples": (1, INT32_MAX), "n_inputs": (1, INT32_MAX), "n_hidden": (0, INT32_MAX),
+    "n_outputs": (1, INT32_MAX), "slots": (1, INT32_MAX), "steps_per_call": (1, INT32_MAX),
+    "max_steps": (1, INT32_MAX), "n_save": (1, INT32_MAX), "rows": (0, INT32_MAX), "epochs": (1, INT32_MAX),
+    "batch_size": (1, INT32_MAX), "max_events": (1, INT32_MAX), "max_sliding": (0, INT32_MAX),
+    "process_index": (0, INT32_MAX), "process_count": (1, INT32_MAX), "dim": (1, INT32_MAX),
+}
+# option -> (lower bound, lower bound included, upper bound, upper bound included)
+FLOAT_OPTIONS = {
+    "t1": (0.0, False, None, False), "rtol": (0.0, False, 1.0, False), "atol": (0.0, False, None, False),
+    "scale": (0.0, False, None, False), "edge_prob": (0.0, True, 1.0, True), "weight_decay": (0.0, True, None, False),
+    "grad_norm_tol": (0.0, False, None, False), "loss_floor": (0.0, True, None, False),
+    "max_param_norm": (0.0, False, None, False), "event_tol": (0.0, False, None, False),
+    "surface_tol": (0.0, False, None, False), "lr": (0.0, False, None, False), "strength": (0.0, True, None, False),
+    "tol": (0.0, True, None, False), "test_fraction": (0.0, False, 1.0, False),
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_option(name: str, value) -> None:
+    """Validate one option by its name (`seed`, `rtol`, ...), the same way for every
+    command and for TOML files. `None` (unset) passes; unknown names pass.
+
+    **Raises:** `ValueError` (or `TypeError`) naming the option, the value and the range."""
+    if value is None:
+        return
+    if name in INTEGER_OPTIONS:
+        lo, hi = INTEGER_OPTIONS[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{_flag(name)} must be an integer in [{lo}, {hi}]; got {value!r}.")
+        if not lo <= value <= hi:
+            raise ValueError(f"{_flag(name)} must be an integer in [{lo}, {hi}]; got {value!r}.")
+    elif name in FLOAT_OPTIONS:
+        lo, lo_in, hi, hi_in = FLOAT_OPTIONS[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{_flag(name)} must be a number; got {value!r}.")
+        ok = math.isfinite(value) and (value >= lo if lo_in else value > lo)
+        ok = ok and (hi is None or (value <= hi if hi_in else value < hi))
+        if not ok:
+            what = f"{'[' if lo_in else '('}{lo:g}, {'inf)' if hi is None else f'{hi:g}' + (']' if hi_in else ')')}"
+            hint = " (a relative tolerance of 1 or more accepts any error)" if name == "rtol" else ""
+            raise ValueError(f"{_flag(name)} must be a finite number in {what}{hint}; got {value!r}.")
+
+
+def check_args(args) -> None:
+    """`check_option` on every option of parsed arguments (run by `main` before any
+    command, so `--seed -1` reads the same in `sweep`, `check` and `connectivity`)."""
+    for name, value in sorted(vars(args).items()):
+        check_option(name, value)
+
+
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+def accept_negative_numbers(parser: argparse.ArgumentParser) -> None:
+    """Let `--atol -1e-8` reach the validator (argparse takes `-1e-8` for an option and
+    says "expected one argument"): negative numbers in any notation are values."""
+    parser._negative_number_matcher = NEGATIVE_NUMBER  # argparse's own hook for '-1', '-.5'
+    parser._has_negative_number_optionals = []
+
+
+def read_config_file(path) -> dict:
+    """The options of a TOML config file: `key = value` lines, or all of them in one
+    `[sweep]` table. A UTF-8 byte-order mark is skipped.
+
+    **Raises:** `ValueError` naming the file for a directory, a binary file, a TOML
+    syntax error, keys beside the `[sweep]` table, or another table;
+    `FileNotFoundError` if there is no such file."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"Config file {str(path)!r} is a directory; give a TOML file of sweep options.")
+    if not path.is_file():
+        raise FileNotFoundError(f"Config file {str(path)!r} does not exist.")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"Config file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
+                         "give a TOML file of sweep options.") from None
+    if "\x00" in text:
+        raise ValueError(f"Config file {str(path)!r} is not a text file (it contains NUL bytes).")
+    try:
+        d = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"Config file {str(path)!r} is not valid TOML: {e}.") from None
+    tables = sorted(k for k, v in d.items() if isinstance(v, dict))
+    if "sweep" in d:
+        beside = sorted(k for k in d if k != "sweep" and not isinstance(d[k], dict))
+        if beside:
+            raise ValueError(f"Config file {str(path)!r}: keys {beside} sit beside the [sweep] table and would be "
+                             "ignored; move them into [sweep] (or drop the [sweep] header).")
+    other = [t for t in tables if t != "sweep"]
+    if other:
+        raise ValueError(f"Config file {str(path)!r}: unknown table(s) {['[' + t + ']' for t in other]}; the only "
+                         "table is [sweep] (or give the keys at the top level).")
+    return dict(d.get("sweep", d))
 
 
 def write_json(path, obj) -> Path:

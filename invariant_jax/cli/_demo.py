@@ -13,8 +13,8 @@ def add_parser(sub) -> None:
         "demo", help="run the built-in sweep (example DAG, teacher-student data) into runs/demo",
         description="The default sweep: gradient flow from 256 initializations of the example DAG "
         "(skip connections and an out-bottleneck) on teacher-student data. Prints the summary table "
-        f"and writes the results folder and figures to {DEMO_OUT}, replacing an earlier demo there. It "
-        "deletes only the files an earlier sweep wrote; a folder holding anything else is refused.")
+        f"and writes the results folder and figures to {DEMO_OUT}, replacing an earlier demo there (and only "
+        "a demo: a folder holding another sweep, or any file the store did not write, is refused).")
     p.add_argument("--out", default=DEMO_OUT, help=f"results folder (default {DEMO_OUT})")
     p.add_argument("--n-inits", type=int, default=256)
     p.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=None,
@@ -23,5 +23,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    # overwrite deletes only what an earlier sweep wrote, and refuses a folder with other files
-    return run_config(SweepConfig(n_inits=args.n_inits, kink_aware=args.kink_aware), out=args.out, overwrite=True, rows=15)
+    # overwrite replaces only an earlier demo (tag "demo"), deletes only the files the store can
+    # prove it wrote, and refuses a folder holding anything else
+    return run_config(SweepConfig(n_inits=args.n_inits, kink_aware=args.kink_aware), out=args.out, overwrite=True,
+                      rows=15, tag="demo")

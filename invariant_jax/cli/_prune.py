@@ -48,7 +48,9 @@ def add_parser(sub) -> None:
                    "to the same size (default: none, i.e. unregularized)")
     p.add_argument("--baseline-strength", type=float, default=1e-3, help="strength of an l2 baseline")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="write the report to this JSON file")
+    p.add_argument("--json", default=None, help="write the report to this JSON file (an existing file is refused "
+                   "unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     p.set_defaults(run=run)
 
 
@@ -72,7 +74,7 @@ def _acc(net, X, Y) -> float:
 
 
 def run(args) -> int:
-    json_out = check_output_path(args.json, "--json")  # before training, not after it
+    json_out = check_output_path(args.json, "--json", overwrite=args.overwrite)  # before training, not after it
     reg = args.regularizer
     if reg not in REGULARIZERS and reg != "none":
         raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")

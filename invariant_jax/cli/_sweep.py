@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +13,9 @@ import numpy as np
 from .._results import is_success, result_message, result_name
 from ..sweep import BUILDERS, SweepConfig, run_sweep, summarize_sweep
 from ..sweep._config import graph_fields
-from ..sweep._run import job_array_share
-from ..sweep._store import ResultsStore, atomic_write_bytes, atomic_write_json, check_output_folder
+from ..sweep._run import SweepInterrupted, job_array_share
+from ..sweep._store import ResultsStore, check_output_folder, dumps_strict, is_no_space
+from ._common import check_option, read_config_file
 
 DEFAULT_OUT = "runs/sweep"
 FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "overview")
@@ -66,11 +67,12 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")
     f.add_argument("--max-param-norm", type=float, default=S, help="stop a trajectory once |theta| > this")
     f.add_argument("--weight-decay", type=float, default=S)
-    f.add_argument("--kink-aware", action="store_true", default=S,
+    kink = f.add_mutually_exclusive_group()  # `--kink-aware --no-kink-aware` is an error, not "the last wins"
+    kink.add_argument("--kink-aware", action="store_true", default=S,
                    help="relu/leaky_relu (the default there, unless a stopping rule or weight decay is set): "
                         "integrate within activation patterns, locate kinks as events, follow sliding modes "
                         "(--solver is then the solver inside a pattern, e.g. gauss4)")
-    f.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=S,
+    kink.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=S,
                    help="relu/leaky_relu: plain integration across the kinks (not exact there)")
     f.add_argument("--max-events", type=int, default=S,
                    help="kink-aware: cap on located kink events per trajectory (default 1000; ij.KinkOptions)")
@@ -114,13 +116,10 @@ def config_from_args(args) -> tuple:
     given.pop("command", None)
     values: dict = {}
     if "config" in given:
-        path = Path(given.pop("config"))
-        if not path.is_file():
-            raise FileNotFoundError(f"Config file {str(path)!r} does not exist.")
-        with path.open("rb") as fh:
-            d = tomllib.load(fh)
-        values.update(d.get("sweep", d))
+        values.update(read_config_file(given.pop("config")))
     values.update(given)
+    for name, value in sorted(values.items()):
+        check_option(name, value)  # TOML values meet the same checks as flags
     engine = {k: values.pop(k) for k in _ENGINE_KEYS if k in values}
     if "graph" in values:
         values.update(_graph_fields(str(values["graph"])))
@@ -195,34 +194,52 @@ def failure_lines(codes) -> list[str]:
 
 
 def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume=False, overwrite=False,
-               progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None) -> int:
-    """Run a sweep, print its summary, and write table.csv, summary.json and figures."""
+               progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None,
+               tag=None) -> int:
+    """Run a sweep, print its summary, and write table.csv, summary.json and figures.
+
+    Ctrl-C and SIGTERM save the finished records and return 130 / 143 with one line
+    ("progress saved; rerun with --resume"); a full disk is one line naming the folder."""
     out = check_output_folder(out)
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: --resume keeps the finished records, "
+                         "--overwrite deletes them. Pass one of them.")
     process_index, process_count = _job_share(process_index, process_count)
     print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
           f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver} rtol={config.rtol:g} "
           f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}")
-    result = run_sweep(config, out, resume=resume, overwrite=overwrite, slots=slots,
-                       steps_per_call=steps_per_call, exact=exact, progress=progress,
-                       process_index=process_index, process_count=process_count)
-    summary = summarize_sweep(config, result)
-    print(summary.table(max_rows=rows))
-    print(summary.aggregate_table())
-    for line in failure_lines(result.result):
-        print(line)
-    store = ResultsStore(out)
-    written = [out / "table.csv", out / "summary.json"]
-    store.add_outputs(written)  # listed before they exist: --overwrite may delete them later
-    with tempfile.TemporaryDirectory() as tmp:
-        summary.to_csv(Path(tmp) / "table.csv")
-        text = (Path(tmp) / "table.csv").read_bytes()
-    atomic_write_bytes(out / "table.csv", lambda f: f.write(text))
-    atomic_write_json(out / "summary.json", summary.aggregate)
-    if figures:
-        names = [out / "figures" / f"{n}.png" for n in FIGURES]
-        store.add_outputs(names)
-        paths = summary.save_figures(out / "figures")
-        store.add_outputs(paths)
-        print(f"figures: {', '.join(str(p) for p in paths)}")
+    try:
+        result = run_sweep(config, out, resume=resume, overwrite=overwrite, slots=slots,
+                           steps_per_call=steps_per_call, exact=exact, progress=progress,
+                           process_index=process_index, process_count=process_count, tag=tag)
+        summary = summarize_sweep(config, result)
+        print(summary.table(max_rows=rows))
+        print(summary.aggregate_table())
+        for line in failure_lines(result.result):
+            print(line)
+        _write_outputs(ResultsStore(out), summary, figures)
+    except SweepInterrupted as e:
+        print(f"invariant-jax sweep: {e.signal}: progress saved in {str(out)!r}; rerun with --resume",
+              file=sys.stderr)
+        return 143 if e.signal == "SIGTERM" else 130
+    except OSError as e:
+        if is_no_space(e):
+            raise ValueError(f"No space left on the device holding {str(out)!r} ({e.strerror}); the finished "
+                             "records are kept: free some space and rerun with --resume.") from None
+        raise
     print(f"results: {out}/manifest.json, {out}/chunks/*.parquet, {out}/table.csv, {out}/summary.json")
     return 0  # failed trajectories are data (status column), not an error
+
+
+def _write_outputs(store: ResultsStore, summary, figures: bool) -> None:
+    """table.csv, summary.json and the figures, each listed in the manifest with its
+    SHA-256 before it is written (so that `--overwrite` can prove the store wrote it)."""
+    out = store.folder
+    with tempfile.TemporaryDirectory() as tmp:
+        summary.to_csv(Path(tmp) / "table.csv")
+        store.write_output(out / "table.csv", (Path(tmp) / "table.csv").read_bytes())
+        store.write_output(out / "summary.json", dumps_strict(summary.aggregate, indent=2, sort_keys=True).encode())
+        if figures:
+            paths = [store.write_output(out / "figures" / p.name, p.read_bytes())
+                     for p in summary.save_figures(Path(tmp) / "figures")]
+            print(f"figures: {', '.join(str(p) for p in paths)}")

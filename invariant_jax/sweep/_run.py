@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -370,6 +373,7 @@ def run_sweep(
     process_count: int | None = None,
     stale_seconds: float = 120.0,
     on_chunk: Callable[[Path], None] | None = None,
+    tag: str | None = None,
 ) -> SweepResult:
     """Run (or finish) the sweep `config`, writing records to the folder `out`.
 
@@ -386,8 +390,8 @@ def run_sweep(
     - `resume`: finish a sweep already in `out` (its config must match); finished
         trajectories are loaded, never recomputed. Implied when `process_count > 1`. Damaged chunks are moved to
         `quarantine/` and recomputed; a lost manifest is rebuilt from the chunks.
-    - `overwrite`: delete the files the store wrote in `out` first (a folder holding
-        other files is refused).
+    - `overwrite`: delete the files the store can prove it wrote in `out` first (a
+        folder holding any other file is refused, naming it). Never with `resume`.
     - `slots`, `steps_per_call`, `exact`, `devices`: engine settings (see
         `sweep_flows`); they never change the results.
     - `progress`: progress bar (done by all writers, failures, ETA).
@@ -402,19 +406,25 @@ def run_sweep(
     - `stale_seconds`: a claim whose writer's heartbeat is older than this is taken
         over (a writer on the same host whose process is gone is taken over at once).
     - `on_chunk`: called with the path of each chunk written.
+    - `tag`: a label kept in the manifest; with `overwrite`, only a sweep written with
+        the same tag is replaced (`invariant-jax demo` replaces only an earlier demo).
+
+    One folder holds one experiment: the manifest is created exclusively before anything
+    compiles, so a second writer with another config is refused at once. SIGINT and
+    SIGTERM (e.g. Slurm preemption) flush the finished records, release this writer's
+    claims and raise `SweepInterrupted` ("progress saved; rerun with --resume").
 
     **Returns:** a `SweepResult` with every record found in `out` (all writers).
     """
     if not isinstance(config, SweepConfig):
         raise TypeError(f"config must be a SweepConfig; got {type(config).__name__}.")
+    if resume and overwrite:
+        raise ValueError("resume=True and overwrite=True contradict each other: resume keeps the finished "
+                         "records, overwrite deletes them. Pass one of them.")
     if not jax.config.jax_enable_x64:
         raise ValueError("Sweeps check conservation laws and need float64: call "
                          "jax.config.update('jax_enable_x64', True) first.")
-    for name, v, lo in (("slots", slots, 1), ("steps_per_call", steps_per_call, 1), ("chunk_size", chunk_size, 1)):
-        if v is None and name == "steps_per_call":
-            continue  # the engine's default
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}; got {v!r}.")
+    check_engine_settings(slots=slots, steps_per_call=steps_per_call, chunk_size=chunk_size)
     if not (np.isfinite(flush_seconds) and flush_seconds >= 0):
         raise ValueError(f"flush_seconds must be a finite number >= 0; got {flush_seconds!r}.")
     if not (np.isfinite(stale_seconds) and stale_seconds > 0):
@@ -422,24 +432,97 @@ def run_sweep(
     pi, pc = _share(process_index, process_count)
     if not (0 <= pi < pc):
         raise ValueError(f"Need 0 <= process_index < process_count; got {pi}, {pc}.")
+    slots = min(int(slots), config.n_inits)  # more slots than trajectories only costs memory
     graph = config.build_graph()  # graph, data and engine errors come before the folder is touched
     X, Y = config.build_data(graph)
+    check_initial_state(config, graph, X, Y)
     engine = _engine(config, graph, X, Y, slots=slots, steps_per_call=steps_per_call, exact=exact, devices=devices)
-    init_theta(config, graph, 0)  # initializer errors (e.g. a bad scale) too
     if out is None:
         return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], progress)
     store = ResultsStore(out)
     resume = resume or pc > 1  # the writers of a multi-process sweep join one folder
     store.open({**manifest_for(config), "block_size": default_block_size(config.n_inits)},
-               resume=resume, overwrite=overwrite)
+               resume=resume, overwrite=overwrite, tag=tag)
     for note in store.notes:
         warnings.warn(note, SweepStoreWarning, stacklevel=2)
-    stats = _run_claimed(config, engine, store, pi=pi, pc=pc, progress=progress, flush_seconds=flush_seconds,
-                         chunk_size=chunk_size, stale_seconds=stale_seconds, on_chunk=on_chunk)
+    try:
+        with _signals_interrupt(store.folder):
+            stats = _run_claimed(config, engine, store, pi=pi, pc=pc, progress=progress, flush_seconds=flush_seconds,
+                                 chunk_size=chunk_size, stale_seconds=stale_seconds, on_chunk=on_chunk)
+    except Exception:
+        store.discard_if_unused()  # failed before any record: the corrected command starts afresh
+        raise
     rec = store.load_records()
     if rec is None:
         raise ValueError("The sweep produced no records.")
     return _result_from_records(with_columns(config, graph, rec), stats, config.rtol, config.atol)
+
+
+INT32_MAX = 2**31 - 1
+
+
+def check_engine_settings(*, slots, steps_per_call, chunk_size=1) -> None:
+    """Refuse engine settings that are not integers in `[1, 2**31 - 1]` (the engine's
+    counters are int32), naming the value. `steps_per_call=None` is the default."""
+    for name, v in (("slots", slots), ("steps_per_call", steps_per_call), ("chunk_size", chunk_size)):
+        if v is None and name == "steps_per_call":
+            continue  # the engine's default
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= INT32_MAX:
+            raise ValueError(f"{name} must be an integer >= 1 (and at most {INT32_MAX}); got {v!r}.")
+
+
+def check_initial_state(config: SweepConfig, graph, X, Y) -> None:
+    """Refuse, before any folder or compile, a graph without hidden nodes, and a config
+    whose first initialization already overflows: non-finite weights, `|theta0|^2` or
+    initial loss (e.g. a huge `scale`)."""
+    from ..losses import network_loss
+
+    if not graph.hidden:
+        raise ValueError(f"The graph {graph} has no hidden nodes, so there is no conserved quantity c = B~ theta^2 "
+                         "to sweep; add a hidden layer (e.g. --graph mlp --widths 3,4,1).")
+    theta = np.asarray(init_theta(config, graph, 0))
+    net = DAGNetwork(graph, config.activation, edge_weights=theta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = float(np.sum(theta.astype(np.float64) ** 2))
+    loss = float(network_loss(net, X, Y, config.loss))
+    if not (np.all(np.isfinite(theta)) and np.isfinite(sq) and np.isfinite(loss)):
+        what = "weights" if not np.all(np.isfinite(theta)) else "|theta0|^2" if not np.isfinite(sq) else "loss"
+        raise ValueError(f"scale={config.scale:g} gives an initialization whose {what} is not finite in float64 "
+                         f"(initialization 0: max |theta0| = {np.nanmax(np.abs(theta)):.3g}, loss {loss:.3g}); "
+                         "lower --scale.")
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT (Ctrl-C) or SIGTERM (e.g. Slurm preemption) after its
+    finished records were written and its claims released (`signal`, `folder`)."""
+
+    def __init__(self, signal_name: str, folder: Path):
+        super().__init__(f"{signal_name}: progress saved in {str(folder)!r}; rerun with --resume")
+        self.signal, self.folder = signal_name, Path(folder)
+
+
+@contextlib.contextmanager
+def _signals_interrupt(folder: Path):
+    """Inside: SIGTERM raises like Ctrl-C (in the main thread, where no handler of the
+    caller's is installed), so `_run_claimed`'s cleanup flushes and releases; both leave
+    as `SweepInterrupted`."""
+    installed = False
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+            signal.SIG_DFL, None):
+        def on_term(signum, frame):
+            raise SweepInterrupted("SIGTERM", folder)
+
+        signal.signal(signal.SIGTERM, on_term)
+        installed = True
+    try:
+        yield
+    except SweepInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise SweepInterrupted("SIGINT", folder) from None
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class SweepStoreWarning(UserWarning):
@@ -600,11 +683,14 @@ def load_sweep(out: str | Path) -> tuple[SweepConfig, SweepResult]:
     Reads Parquet folders and the `.npz` folders of earlier versions. A damaged chunk is
     skipped with a warning naming it (`run_sweep(..., resume=True)` recomputes it); a
     chunk of another sweep, or two different records for one index, raise `ValueError`
-    naming the files. A lost or damaged manifest is rebuilt from the chunks (in memory).
+    naming the files. A lost or damaged manifest, or one whose config disagrees with every
+    chunk, is rebuilt from the chunks (in memory, with a warning). Missing initializations
+    are never silent: a `SweepStoreWarning` gives how many and which, and names the chunks
+    that a finished claim lists but that are gone.
     """
-    store = ResultsStore(out)
     if not Path(out).is_dir():
         raise FileNotFoundError(f"{str(out)!r} is not a results folder (no such directory).")
+    store = ResultsStore(out)
     man, why = store._manifest_or_rebuild()
     if man is None:
         raise FileNotFoundError(f"{str(out)!r} holds no sweep: {why}, and no chunk to rebuild it from.")
@@ -616,5 +702,32 @@ def load_sweep(out: str | Path) -> tuple[SweepConfig, SweepResult]:
     rec = store.load_records()
     if rec is None:
         raise ValueError(f"{str(out)!r} holds no finished trajectories yet; run it with --resume.")
+    _warn_missing(store, config, rec["index"])
     return config, _result_from_records(with_columns(config, config.build_graph(), rec), {}, config.rtol,
                                         config.atol)
+
+
+def _ranges(idx) -> str:
+    """`[0, 1, 2, 5, 7, 8]` -> `"0-2, 5, 7-8"` (at most 8 runs)."""
+    runs, start = [], None
+    for a, b in zip(idx, list(idx[1:]) + [None]):
+        start = a if start is None else start
+        if b != a + 1:
+            runs.append(f"{start}" if start == a else f"{start}-{a}")
+            start = None
+    return ", ".join(runs[:8]) + (f", ... ({len(runs) - 8} more runs)" if len(runs) > 8 else "")
+
+
+def _warn_missing(store: ResultsStore, config: SweepConfig, index: np.ndarray) -> None:
+    missing = sorted(set(range(config.n_inits)) - {int(i) for i in index})
+    lost = store.lost_chunks()
+    if not missing and not lost:
+        return
+    msg = f"{str(store.folder)!r}: {len(index)} of {config.n_inits} initializations have records"
+    if missing:
+        msg += f"; missing: {_ranges(missing)}"
+    if lost:
+        msg += (f"; chunks listed as finished but gone: {', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''} "
+                "(deleted or moved by hand)")
+    msg += ". `invariant-jax sweep --resume` computes the missing ones (a sweep still running adds them itself)."
+    warnings.warn(msg, SweepStoreWarning, stacklevel=3)

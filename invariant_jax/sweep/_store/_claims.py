@@ -118,9 +118,9 @@ class Claims:
     def _create(self, k: int) -> bool:
         tmp = self.dir / f".block-{int(k):07d}.{self.writer['id']}.{secrets.token_hex(3)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        with os.fdopen(fd, "w") as f:
-            json.dump({**self.writer, "done": False, "claimed": time.time()}, f)
-        try:
+        try:  # a full disk must not leave an empty temporary behind
+            with os.fdopen(fd, "w") as f:
+                json.dump({**self.writer, "done": False, "claimed": time.time()}, f)
             os.link(tmp, self.block_path(k))
             return True
         except FileExistsError:

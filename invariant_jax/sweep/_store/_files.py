@@ -3,6 +3,8 @@ strict JSON (NaN and infinities as `null`), and output-path checks made before a
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import math
 import os
@@ -76,9 +78,10 @@ def _nearest_existing(path: Path) -> Path:
     return probe
 
 
-def check_output_file(path: str | Path, flag: str) -> Path:
+def check_output_file(path: str | Path, flag: str, *, overwrite: bool = False) -> Path:
     """Check, before any work, that the file `path` can be written: not empty, not a
-    directory, its nearest existing ancestor a writable folder (nothing is created).
+    directory, not an existing file (unless `overwrite`), in an existing writable folder
+    (nothing is created, not even the folder).
 
     **Raises:** `ValueError` naming the path and the fix."""
     if path is None or str(path).strip() == "":
@@ -86,15 +89,61 @@ def check_output_file(path: str | Path, flag: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path, e.g. {str(path / 'out.json')!r}.")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{flag} {str(path)!r} exists and is not writable; choose another path.")
-    probe = _nearest_existing(path.parent if str(path.parent) else Path("."))
-    if not probe.is_dir():
-        raise ValueError(f"{flag} {str(path)!r}: {str(probe)!r} is a file, not a folder; choose another path.")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {str(path)!r} is not writable (no write permission in {str(probe)!r}); "
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise ValueError(f"{flag} {str(path)!r} already exists; choose another path, or pass --overwrite "
+                             "to replace it.")
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{flag} {str(path)!r} exists and is not writable; choose another path.")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        probe = _nearest_existing(parent)
+        if not probe.is_dir():
+            raise ValueError(f"{flag} {str(path)!r}: {str(probe)!r} is a file, not a folder; choose another path.")
+        raise ValueError(f"{flag} {str(path)!r}: the folder {str(parent)!r} does not exist; create it first "
+                         f"(mkdir -p {str(parent)!r}) or choose another path.")
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {str(path)!r}: {str(parent)!r} is a file, not a folder; choose another path.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(path)!r} is not writable (no write permission in {str(parent)!r}); "
                          "choose another path.")
     return path
+
+
+def create_exclusive(path: str | Path, data: bytes) -> bool:
+    """Create the file `path` holding `data` only if no file of that name exists, atomically
+    (a complete temporary file is hard-linked to `path`, which fails if `path` exists, also
+    on NFS). Returns whether this call created it; a temporary is never left behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_no_space(error: BaseException) -> bool:
+    """Whether `error` is a full disk or exceeded quota (ENOSPC, EDQUOT)."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def check_output_folder(folder: str | Path, flag: str = "--out") -> Path:

@@ -1,6 +1,8 @@
 """The results folder: `manifest.json`, `chunks/` (Parquet records), `claims/` (who works
 on what), `quarantine/` (damaged files set aside) and the outputs listed in the manifest
-(`table.csv`, `summary.json`, figures). The store deletes only files it wrote."""
+(`table.csv`, `summary.json`, figures). The store deletes or moves only files it can prove
+it wrote (`_ownership`), and one folder holds one experiment, decided by the exclusive
+creation of its manifest before any compile."""
 
 from __future__ import annotations
 
@@ -15,12 +17,10 @@ import numpy as np
 
 from ._chunks import SCHEMA_VERSION, DamagedChunk, read_chunk, read_indices, read_meta, write_chunk
 from ._claims import Claims, _pid_alive, new_writer
-from ._files import atomic_write_json, check_output_folder
+from ._files import atomic_write_bytes, atomic_write_json, check_output_folder, create_exclusive, dumps_strict
+from ._ownership import (CHUNKS, CLAIMS, MANIFEST, QUARANTINE, SIDECAR, Inventory, chunk_meta, inventory,
+                         read_store_manifest, sidecar_record)
 
-MANIFEST = "manifest.json"
-CHUNKS = "chunks"
-CLAIMS = "claims"
-QUARANTINE = "quarantine"
 FORMAT = "invariant_jax.sweep/2"
 # what format-1 folders (npz chunks, before outputs were listed) wrote besides chunks
 _LEGACY_OUTPUTS = ("table.csv", "summary.json", "figures/overview.png", "figures/drift_tol.png",
@@ -59,6 +59,7 @@ class ResultsStore:
         self._cache: dict[str, tuple[dict, dict]] = {}  # chunk name -> (records, metadata)
         self._seen_indices: dict[str, np.ndarray] = {}
         self.manifest: dict | None = None
+        self.created = False  # whether this writer created the manifest
 
     # -- paths -----------------------------------------------------------------
     @property
@@ -80,182 +81,251 @@ class ResultsStore:
 
     # -- manifest --------------------------------------------------------------
     def read_manifest(self) -> dict | None:
-        """The manifest, `None` if there is none. **Raises:** `ValueError` naming a damaged one."""
-        p = self.folder / MANIFEST
-        if not p.is_file():
-            return None
-        try:
-            man = json.loads(p.read_text())
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"{str(p)!r} is damaged ({type(e).__name__}: {e}).") from None
-        if not isinstance(man, dict) or not isinstance(man.get("config"), dict):
-            raise ValueError(f"{str(p)!r} is damaged (no 'config' entry).")
+        """The store's manifest, `None` if there is none.
+
+        **Raises:** `ValueError` naming a damaged manifest, or one the store did not write."""
+        man, problem, _ = read_store_manifest(self.folder / MANIFEST)
+        if man is None and (self.folder / MANIFEST).exists():
+            raise ValueError(problem + ".")
         return man
 
     def _manifest_or_rebuild(self) -> tuple[dict | None, str | None]:
-        """(manifest, None), or (manifest rebuilt from the chunks, why), or (None, why)."""
-        try:
-            man = self.read_manifest()
-            if man is not None:
-                return man, None
-            why = f"{str(self.folder / MANIFEST)!r} is missing"
-        except ValueError as e:
-            why = str(e)
+        """(manifest, None), or (manifest rebuilt from the chunks, why), or (None, why).
+        A manifest whose config disagrees with every chunk (all of one other config) is
+        replaced by the chunks' config."""
+        man, why, _ = read_store_manifest(self.folder / MANIFEST)
+        metas = {}
         for f in self.chunk_files():
-            if f.suffix != ".parquet":
-                continue
-            try:
-                meta = read_meta(f)
-            except DamagedChunk:
-                continue
-            if isinstance(meta.get("config"), dict):
-                return {"format": FORMAT, "config": meta["config"], "config_hash": meta.get("config_hash"),
-                        "schema_version": SCHEMA_VERSION, "rebuilt_from": f.name, "outputs": []}, why
+            if f.suffix == ".parquet":
+                meta, _ = chunk_meta(f)
+                if meta is not None and isinstance(meta.get("config"), dict):
+                    metas.setdefault(meta.get("config_hash"), (f.name, meta))
+        if man is not None:
+            if len(metas) == 1 and config_hash(man["config"]) not in metas:
+                name, meta = next(iter(metas.values()))
+                why = (f"{str(self.folder / MANIFEST)!r} disagrees with every chunk (differs in "
+                       f"{_diff(man['config'], meta['config'])})")
+                return self._rebuilt(meta, name, man), why
+            return man, None
+        for name, meta in metas.values():
+            return self._rebuilt(meta, name, None), why
         return None, why
+
+    @staticmethod
+    def _rebuilt(meta: dict, name: str, old: dict | None) -> dict:
+        keep = {k: old[k] for k in ("outputs", "output_sha256", "tag", "block_size") if old and k in old}
+        return {"format": FORMAT, "outputs": [], **keep, "config": meta["config"],
+                "config_hash": config_hash(meta["config"]), "schema_version": SCHEMA_VERSION, "rebuilt_from": name}
 
     def _write_manifest(self, man: dict) -> None:
         atomic_write_json(self.folder / MANIFEST, man)
         self.manifest = man
 
-    def add_outputs(self, paths) -> None:
-        """List files written into the folder (e.g. `table.csv`) in the manifest, so that
-        `--overwrite` may delete them later."""
+    def _create_manifest(self, man: dict) -> None:
+        """Create `manifest.json` exclusively: of two writers starting at once, one creates
+        it; the other joins if its config is the same and is refused otherwise."""
+        data = dumps_strict(man, indent=2, sort_keys=True).encode()
+        if create_exclusive(self.folder / MANIFEST, data):
+            self.manifest, self.created = man, True
+            return
+        cur, problem, _ = read_store_manifest(self.folder / MANIFEST)
+        if cur is not None and config_hash(cur["config"]) == man["config_hash"]:
+            self.manifest = cur  # another writer of this sweep created it meanwhile
+            return
+        differs = _diff(cur["config"], man["config"]) if cur is not None else problem
+        raise ValueError(f"Another writer has just started a different sweep in {str(self.folder)!r} "
+                         f"(differs in {differs}); one folder holds one experiment. Choose another --out.")
+
+    def write_output(self, path: str | Path, data: bytes) -> Path:
+        """Write an output file (e.g. `table.csv`) into the folder atomically, listed in the
+        manifest with its SHA-256 first, so that `--overwrite` can prove it wrote it."""
+        path = Path(path)
+        rel = str(path.resolve().relative_to(self.folder.resolve()))
         man = self.read_manifest() or self.manifest
-        rel = [str(Path(p).resolve().relative_to(self.folder.resolve())) for p in paths]
-        outs = sorted(set(man.get("outputs", [])) | set(rel))
-        if outs != man.get("outputs"):
-            self._write_manifest({**man, "outputs": outs})
+        digest = hashlib.sha256(data).hexdigest()
+        hashes = dict(man.get("output_sha256") or {})
+        known = hashes.get(rel) or []
+        hashes[rel] = [digest, *[h for h in known if h != digest]][:4]  # the file now, or before
+        outs = sorted(set(man.get("outputs", [])) | {rel})
+        if outs != man.get("outputs") or hashes != man.get("output_sha256"):
+            self._write_manifest({**man, "outputs": outs, "output_sha256": hashes})
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_bytes(path, lambda f: f.write(data))
+        return path
 
     # -- ownership -------------------------------------------------------------
-    def _owned(self, man: dict | None) -> set[str]:
-        outs = set(man.get("outputs", [])) if man else set()
-        if man is not None and man.get("format") != FORMAT:
-            outs |= set(_LEGACY_OUTPUTS)
-        return outs
+    def inventory(self) -> Inventory:
+        """What the folder holds: the store's files, foreign files, damaged chunks."""
+        return inventory(self.folder, _LEGACY_OUTPUTS)
 
-    def foreign_files(self, man: dict | None) -> list[str]:
-        """Files and folders under `folder` the store did not write (relative paths)."""
-        outs = self._owned(man)
-        out_dirs = {str(Path(o).parent) for o in outs} - {"."}
-        foreign = []
-        for p in sorted(self.folder.iterdir()):
-            name = p.name
-            if name == MANIFEST or (name.startswith(f".{MANIFEST}.") and name.endswith(".tmp")):
-                continue
-            if name in (CLAIMS, QUARANTINE) and p.is_dir() and not p.is_symlink():
-                continue  # entirely the store's
-            if name == CHUNKS and p.is_dir() and not p.is_symlink():
-                foreign += [f"{CHUNKS}/{q.name}" for q in sorted(p.iterdir())
-                            if not (q.is_file() and (_is_chunk(q.name) or q.name.startswith(".chunk-")))]
-                continue
-            if name in out_dirs and p.is_dir() and not p.is_symlink():
-                foreign += [f"{name}/{q.name}" for q in sorted(p.iterdir()) if f"{name}/{q.name}" not in outs]
-                continue
-            if name in outs and p.is_file():
-                continue
-            foreign.append(name + ("/" if p.is_dir() else ""))
-        return foreign
+    def _refuse_foreign(self, inv: Inventory, doing: str) -> None:
+        if inv.foreign:
+            more = f" and {len(inv.foreign) - 8} more" if len(inv.foreign) > 8 else ""
+            raise ValueError(
+                f"{doing} refused: {str(self.folder)!r} holds files this store did not write: "
+                f"{'; '.join(inv.foreign[:8])}{more}. The store never deletes or moves them: move them out "
+                "of the folder, or choose another --out (nothing was changed).")
 
-    def _clear(self, man: dict | None) -> int:
-        """Delete the files the store wrote (never anything else). Returns how many."""
-        n = 0
-        for sub in (CHUNKS, CLAIMS, QUARANTINE):
-            d = self.folder / sub
-            if d.is_dir() and not d.is_symlink():
-                for q in d.iterdir():
-                    if q.is_file() or q.is_symlink():
-                        q.unlink()
-                        n += 1
-                d.rmdir()
-        for o in self._owned(man):
-            p = self.folder / o
-            if p.is_file():
+    def _clear(self, inv: Inventory) -> str:
+        """Delete the files the store can prove it wrote (`inv.owned`), then the store's
+        folders left empty. Returns what was deleted, in words."""
+        counts: dict[str, int] = {}
+        for p in inv.owned:
+            rel = p.relative_to(self.folder).parts
+            kind = rel[0] if len(rel) > 1 and rel[0] in (CHUNKS, CLAIMS, QUARANTINE) else "outputs"
+            kind = "manifest" if rel == (MANIFEST,) else kind
+            try:
                 p.unlink()
-                n += 1
-                if p.parent != self.folder and p.parent.is_dir() and not any(p.parent.iterdir()):
-                    p.parent.rmdir()
-        for p in self.folder.iterdir():
-            if p.name == MANIFEST or (p.name.startswith(f".{MANIFEST}.") and p.name.endswith(".tmp")):
-                p.unlink()
-                n += 1
-        return n
+            except FileNotFoundError:
+                continue
+            counts[kind] = counts.get(kind, 0) + 1
+        for d in sorted({p.parent for p in inv.owned if p.parent != self.folder}, reverse=True):
+            try:
+                d.rmdir()  # only if empty
+            except OSError:
+                pass
+        n = sum(counts.values())
+        parts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        return f"deleted {n} file{'s' if n != 1 else ''} the store had written ({parts or 'none'})"
+
+    def _overwrite(self, inv: Inventory, tag: str | None) -> None:
+        unproven = [str(p.relative_to(self.folder)) for p in inv.damaged]
+        if (self.folder / MANIFEST).exists() and inv.manifest is None:
+            unproven.append(f"{MANIFEST} ({inv.manifest_problem.split(' ', 1)[1]})")
+        if unproven:
+            raise ValueError(
+                f"--overwrite refused: the store cannot prove it wrote {', '.join(unproven)} in "
+                f"{str(self.folder)!r} (unreadable). Move them away, or choose another --out (nothing was changed).")
+        if tag is not None and (inv.manifest is None or inv.manifest.get("tag") != tag) and inv.owned:
+            what = "no sweep manifest" if inv.manifest is None else f"a sweep not written by {tag!r}"
+            raise ValueError(f"{str(self.folder)!r} holds {what}; {tag!r} replaces only an earlier {tag!r}. "
+                             "Choose another --out (nothing was changed).")
+        busy = [f"{w.get('host')}:{w.get('pid')}" for w in self.writers() if w["alive"]]
+        if busy:
+            raise ValueError(
+                f"--overwrite refused: writer(s) {', '.join(busy)} still work on {str(self.folder)!r} "
+                "(see `invariant-jax sweep --status`). Stop them first, or choose another --out.")
+        self.notes.append(f"--overwrite: {self._clear(inv)} in {self.folder}")
+
+    def _rebuild(self, manifest: dict, inv: Inventory, why: str) -> None:
+        """Replace an unusable or disagreeing manifest with one for `manifest`'s config,
+        whose chunks are all in the folder (the old file is set aside, not deleted)."""
+        first = sorted(inv.chunk_hashes)[0]
+        old = inv.manifest or {}
+        keep = {k: old[k] for k in ("outputs", "output_sha256") if k in old}
+        if (self.folder / MANIFEST).exists():
+            self._quarantine(self.folder / MANIFEST, why, proven=inv.manifest is not None)
+        new = {**manifest, **keep, "rebuilt_from": first}
+        self.notes.append(f"{why}: manifest rebuilt from the chunks (config from {first})")
+        self._create_manifest(new)
+
+    def _existing(self, inv: Inventory, manifest: dict, resume: bool) -> None:
+        """Decide what to do with a folder that already holds a sweep (no --overwrite)."""
+        requested, old = manifest["config_hash"], inv.manifest
+        hashes = set(inv.chunk_hashes.values())
+        if old is None:
+            if not inv.chunk_hashes and not (self.folder / MANIFEST).exists():
+                return  # only the store's empty folders or claims: create or join
+            if not resume:
+                raise ValueError(f"Results folder {str(self.folder)!r} holds a sweep whose manifest is unusable "
+                                 f"({inv.manifest_problem}). Pass --resume to rebuild it from the chunks, or choose "
+                                 "another --out.")
+            if not inv.chunk_hashes:
+                raise ValueError(f"{inv.manifest_problem}, and no readable chunk to rebuild it from: the store cannot "
+                                 f"prove it wrote {MANIFEST}. Move it away, or choose another --out (nothing was changed).")
+            if hashes != {requested}:
+                raise self._other_sweep(inv, manifest)
+            return self._rebuild(manifest, inv, inv.manifest_problem)
+        if config_hash(old["config"]) == requested:
+            if not resume:
+                raise ValueError(f"Results folder {str(self.folder)!r} already holds this sweep. Pass --resume to "
+                                 "finish it, or --overwrite to start again.")
+            if old.get("format") != FORMAT or old.get("config_hash") != requested:
+                self._write_manifest({**manifest, "outputs": sorted(set(old.get("outputs", []))
+                                                                     | set(_LEGACY_OUTPUTS if old.get("format") != FORMAT else ())),
+                                      **({"output_sha256": old["output_sha256"]} if "output_sha256" in old else {})})
+            else:
+                self.manifest = old
+            return
+        if resume and hashes == {requested}:  # the chunks are this sweep's: the manifest is wrong
+            return self._rebuild(manifest, inv, f"{str(self.folder / MANIFEST)!r} disagrees with its chunks "
+                                                f"(differs in {_diff(old['config'], manifest['config'])})")
+        raise self._other_sweep(inv, manifest)
+
+    def _other_sweep(self, inv: Inventory, manifest: dict) -> ValueError:
+        by_hash: dict = {}
+        for name, h in sorted(inv.chunk_hashes.items()):
+            by_hash.setdefault(h, []).append(name)
+        old = inv.manifest
+        if len(by_hash) > 1:
+            listing = "; ".join(f"{h}: {', '.join(v[:3])}{' ...' if len(v) > 3 else ''}" for h, v in by_hash.items())
+            return ValueError(f"Results folder {str(self.folder)!r} mixes chunks of {len(by_hash)} sweeps ({listing}); "
+                              f"this sweep's config hash is {manifest['config_hash']}. Move the other sweep's chunks "
+                              "to their own folder.")
+        cfg = old["config"] if old is not None else None
+        if cfg is None and by_hash:
+            meta, _ = chunk_meta(self.chunk_dir / next(iter(by_hash.values()))[0])
+            cfg = (meta or {}).get("config") or {}
+        return ValueError(
+            f"Results folder {str(self.folder)!r} holds a sweep with a different config (differs in "
+            f"{_diff(cfg or {}, manifest['config'])}). Choose another --out, or pass --overwrite (without "
+            "--resume) to delete the files the store wrote there.")
 
     # -- open ------------------------------------------------------------------
-    def open(self, manifest: dict, *, resume: bool = False, overwrite: bool = False) -> None:
+    def open(self, manifest: dict, *, resume: bool = False, overwrite: bool = False, tag: str | None = None) -> None:
         """Prepare the folder for `manifest` (a dict with a `"config"` entry), before any work.
 
-        - missing or empty folder: create it;
-        - same config: with `resume`, keep the finished chunks (a lost or damaged
-            manifest is rebuilt from them); without, refuse unless `overwrite`;
+        - a file the store did not write anywhere in the folder (see `inventory`): refused,
+            named, nothing changed;
+        - missing or empty folder: the manifest is created exclusively, so that of two
+            writers starting at once with different configs one is refused;
+        - same config: with `resume`, keep the finished chunks (a lost, damaged or
+            disagreeing manifest is rebuilt from them); without, refuse unless `overwrite`;
         - different config: refuse unless `overwrite`;
-        - `overwrite` deletes only the files the store wrote; a folder holding anything
-            else is refused.
+        - `overwrite` (never with `resume`) deletes only the files the store can prove it
+            wrote; with `tag`, only a sweep opened with the same tag is replaced.
         Damaged chunks are moved to `quarantine/` (named in `self.notes`); a chunk of
         another sweep is refused by name.
         """
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite contradict each other: --resume keeps the finished "
+                             "records, --overwrite deletes them. Pass one of them.")
         check_output_folder(self.folder)
         manifest = {**manifest, "format": FORMAT, "schema_version": SCHEMA_VERSION,
-                    "config_hash": config_hash(manifest["config"])}
+                    "config_hash": config_hash(manifest["config"]), "output_sha256": {}}
         manifest.setdefault("outputs", [])
+        if tag is not None:
+            manifest["tag"] = str(tag)
         if self.folder.is_dir() and any(self.folder.iterdir()):
-            old, why = self._manifest_or_rebuild()
-            if old is None and why is not None and (self.folder / MANIFEST).exists():
-                # a damaged manifest and no readable chunk to rebuild it from: set it aside
-                self._quarantine(self.folder / MANIFEST, why)
-                old, why = None, None
-            foreign = self.foreign_files(old)
-            if old is None and not foreign:
-                pass  # only the store's own empty folders (another writer is creating it): join
-            elif old is None:
-                raise ValueError(
-                    f"Output folder {str(self.folder)!r} holds files this store did not write "
-                    f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}) and no sweep; "
-                    "choose another --out (nothing was deleted).")
-            elif overwrite:
-                if foreign:
-                    raise ValueError(
-                        f"--overwrite refused: {str(self.folder)!r} also holds files this store did not write "
-                        f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}). Move them away or "
-                        "choose another --out (nothing was deleted).")
-                busy = [f"{w.get('host')}:{w.get('pid')}" for w in self.writers() if w["alive"]]
-                if busy:
-                    raise ValueError(
-                        f"--overwrite refused: writer(s) {', '.join(busy)} still work on {str(self.folder)!r} "
-                        "(see `invariant-jax sweep --status`). Stop them first, or choose another --out.")
-                n = self._clear(old)
-                self.notes.append(f"--overwrite: deleted {n} files the store had written in {self.folder}")
-            elif config_hash(old["config"]) != manifest["config_hash"]:
-                raise ValueError(
-                    f"Results folder {str(self.folder)!r} holds a sweep with a different config "
-                    f"(differs in {_diff(old['config'], manifest['config'])}). Choose another --out, or pass "
-                    "--overwrite to delete the files the store wrote there.")
-            elif not resume:
-                raise ValueError(
-                    f"Results folder {str(self.folder)!r} already holds this sweep. Pass --resume to "
-                    "finish it, or --overwrite to start again.")
-            elif why is not None:
-                self.notes.append(f"{why}: manifest rebuilt from the chunks (config from {old['rebuilt_from']})")
-                if (self.folder / MANIFEST).exists():
-                    self._quarantine(self.folder / MANIFEST, why)
-                self._write_manifest({**manifest, "outputs": old.get("outputs", []),
-                                      "rebuilt_from": old["rebuilt_from"]})
-            elif old.get("format") != FORMAT or old.get("config_hash") != manifest["config_hash"]:
-                self._write_manifest({**manifest, "outputs": sorted(set(old.get("outputs", []))
-                                                                     | set(self._owned(old)))})
+            inv = self.inventory()
+            self._refuse_foreign(inv, "--overwrite" if overwrite else "--resume" if resume else "The sweep")
+            if overwrite:
+                self._overwrite(inv, tag)
             else:
-                self.manifest = old
+                self._existing(inv, manifest, resume)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.chunk_dir.mkdir(exist_ok=True)
         if self.manifest is None:
-            try:
-                current = self.read_manifest()
-            except ValueError:
-                current = None
-            if current is not None and config_hash(current["config"]) == manifest["config_hash"]:
-                self.manifest = current  # another writer created it meanwhile
-            else:
-                self._write_manifest(manifest)
+            self._create_manifest(manifest)
+        self.chunk_dir.mkdir(exist_ok=True)
         self.scan(quarantine=True)
+
+    def discard_if_unused(self) -> bool:
+        """Undo `open` when this writer created the sweep and nothing was computed (an
+        error before the first record): delete the manifest it created and the store's
+        empty folders, so the corrected command starts afresh. Returns whether it did."""
+        if not self.created or self.chunk_files() or self.writers():
+            return False
+        inv = self.inventory()
+        if inv.foreign or inv.damaged or inv.manifest is None or inv.manifest.get("config_hash") != \
+                (self.manifest or {}).get("config_hash"):
+            return False
+        self._clear(inv)
+        for d in (self.chunk_dir, self.claim_dir, self.folder):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        return True
 
     # -- chunks ----------------------------------------------------------------
     def write_chunk(self, records: dict[str, np.ndarray]) -> Path:
@@ -263,20 +333,27 @@ class ResultsStore:
         w = self.writer
         path = self.chunk_dir / f"chunk-{w['host']}-{w['pid']}-{w['id']}-{self._n_written:06d}.parquet"
         man = self.manifest
+        n = len(records["index"])  # a column, so pandas / DuckDB can keep to one experiment
+        records = {**records, "config_hash": np.full(n, man["config_hash"], dtype=f"<U{len(man['config_hash'])}")}
         write_chunk(path, records, config_hash=man["config_hash"], config=man["config"], writer=w)
         self._n_written += 1
         return path
 
-    def _quarantine(self, path: Path, why: str) -> Path:
+    def _quarantine(self, path: Path, why: str, *, proven: bool) -> Path:
+        """Move `path` into `quarantine/` with a sidecar `<name>.why.json` (its SHA-256, why,
+        and whether the store had proven it wrote it: only then may `--overwrite` delete it)."""
         self.quarantine_dir.mkdir(exist_ok=True)
         dest = self.quarantine_dir / path.name
         k = 1
-        while dest.exists():
+        while dest.exists() or (self.quarantine_dir / (dest.name + SIDECAR)).exists():
             dest = self.quarantine_dir / f"{path.name}.{k}"
             k += 1
         try:
+            record = sidecar_record(path, why=why, proven=proven, moved_from=str(path.relative_to(self.folder)))
+            atomic_write_json(self.quarantine_dir / (dest.name + SIDECAR), record)
             os.replace(path, dest)
         except FileNotFoundError:  # another writer set it aside first
+            (self.quarantine_dir / (dest.name + SIDECAR)).unlink(missing_ok=True)
             self.notes.append(f"{why}; already moved to {self.quarantine_dir} by another writer")
             return dest
         self.notes.append(f"{why}; moved to {dest}")
@@ -306,7 +383,8 @@ class ResultsStore:
                 rec, meta = read_chunk(f)
             except DamagedChunk as e:
                 if quarantine:
-                    self._quarantine(f, f"damaged chunk {str(f)!r}: {e.reason}")
+                    proven = f.suffix == ".parquet" and chunk_meta(f)[0] is not None
+                    self._quarantine(f, f"damaged chunk {str(f)!r}: {e.reason}", proven=proven)
                 else:
                     msg = f"damaged chunk {str(f)!r} skipped: {e.reason}; `--resume` sets it aside and recomputes it"
                     self.notes.append(msg)
@@ -390,20 +468,44 @@ class ResultsStore:
             out.append({**w, "heartbeat_age_s": round(age, 1), "alive": alive})
         return out
 
+    def lost_chunks(self) -> list[str]:
+        """Chunks that a finished claim lists but that are neither in `chunks/` nor set
+        aside in `quarantine/` (deleted or moved away by hand)."""
+        if not self.claim_dir.is_dir():
+            return []
+        listed = set()
+        for p in self.claim_dir.glob("block-*.json"):
+            try:
+                c = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(c, dict) and c.get("done"):
+                listed.update(str(n) for n in c.get("chunks") or [])
+        present = {p.name for p in self.chunk_files()}
+        aside = {p.name.split(".parquet")[0] + ".parquet" for p in self.quarantine_dir.glob("chunk-*")} \
+            if self.quarantine_dir.is_dir() else set()
+        return sorted(listed - present - aside)
+
     def status(self) -> dict:
-        """Progress across all writers: records, writers, claims, quarantined files."""
+        """Progress across all writers: records, missing indices and lost chunks, chunks of
+        another sweep, writers, claims, quarantined, damaged and foreign files."""
         man, why = self._manifest_or_rebuild()
         if man is None:
             raise FileNotFoundError(f"{str(self.folder)!r} holds no sweep ({why}).")
         n_inits = int(man["config"].get("n_inits", 0))
-        done, per_writer, damaged = set(), {}, []
+        expected = config_hash(man["config"])
+        done, per_writer, damaged, other = set(), {}, [], []
         for f in self.chunk_files():
             try:
                 idx = read_indices(f)
-                w = read_meta(f).get("writer", {}) if f.suffix == ".parquet" else {}
+                meta = read_meta(f) if f.suffix == ".parquet" else {}
             except DamagedChunk as e:
                 damaged.append(f"{f.name}: {e.reason}")
                 continue
+            if meta.get("config_hash", expected) != expected:
+                other.append(f"{f.name} (config hash {meta.get('config_hash')})")
+                continue
+            w = meta.get("writer", {})
             done.update(int(i) for i in idx)
             key = f"{w.get('host', '?')}:{w.get('pid', '?')}:{w.get('id', 'npz')}"
             per_writer[key] = per_writer.get(key, 0) + len(idx)
@@ -415,9 +517,14 @@ class ResultsStore:
                 c = json.loads(p.read_text())
             except (OSError, ValueError):
                 c = {}
+            c = c if isinstance(c, dict) else {}
             blocks["done" if c.get("done") else "live" if beats.get(c.get("id")) else "stale"] += 1
-        quarantined = sorted(p.name for p in self.quarantine_dir.iterdir()) if self.quarantine_dir.is_dir() else []
-        return {"folder": str(self.folder), "config_hash": config_hash(man["config"]), "n_inits": n_inits,
-                "done": len(done), "remaining": n_inits - len(done), "records_by_writer": per_writer,
+        quarantined = sorted(p.name for p in self.quarantine_dir.iterdir() if not p.name.endswith(SIDECAR)) \
+            if self.quarantine_dir.is_dir() else []
+        done &= set(range(n_inits))
+        missing = sorted(set(range(n_inits)) - done)
+        return {"folder": str(self.folder), "config_hash": expected, "n_inits": n_inits,
+                "done": len(done), "remaining": n_inits - len(done), "missing": missing,
+                "lost_chunks": self.lost_chunks(), "other_sweep_chunks": other, "records_by_writer": per_writer,
                 "writers": writers, "blocks": blocks, "quarantined": quarantined, "damaged": damaged,
-                "manifest": "ok" if why is None else why}
+                "foreign": self.inventory().foreign, "manifest": "ok" if why is None else why}
