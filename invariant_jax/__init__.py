@@ -24,7 +24,8 @@ from .channels import (ChannelPair, ChannelReport, channel_coordinates, channel_
 from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
 from .datasets import (TabularData, breast_cancer, gp_data, gp_sample, load_csv, matern32_kernel,
                        modified_rosenbrock, regular_grid, rosenbrock_data, rosenbrock_grid, teacher_student)
-from .flow import ConservationReport, Flow, check_conservation, flow_field, gradient_flow, trajectory_record
+from .flow import (ConservationReport, Flow, NoConservationLaw, check_conservation, flow_field, gradient_flow,
+                   trajectory_record)
 from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
 from .invariants import (SingularPoint, conservation_scale, conserved_quantities, identity_residual,
                          is_singular_value, jacobian, jacobian_rank, singular_point, singular_subnetworks)
@@ -66,6 +67,7 @@ __all__ = [
     # flows
     "SOLVERS", "get_solver", "GaussLegendre", "Projected", "hessian_kvaerno5", "rescale_to_conserved",
     "Flow", "gradient_flow", "flow_field", "trajectory_record", "ConservationReport", "check_conservation",
+    "NoConservationLaw",
     "KinkFlow", "kink_aware_flow",
     "ConvergeResult", "STOP_REASONS", "newton_phase", "flow_then_newton", "weightnorm",
     # training and pruning

@@ -8,6 +8,7 @@ rate `dt`.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "trajectory_record",
     "ConservationReport",
     "check_conservation",
+    "NoConservationLaw",
 ]
 
 
@@ -64,6 +66,13 @@ class Flow(eqx.Module):
     - `stats`: diffrax's step statistics (`num_steps`, `num_accepted_steps`, ...).
     - `network`: the initial network (its graph and activation define the flow).
     - `rtol`, `atol`: the tolerances used.
+    - `conservation_law`: whether a conservation law applies, so that `drift` measures
+        the error of the integration: `True` for positively homogeneous activations
+        (relu, leaky_relu, linear) without a regularizer (weight decay keeps the law:
+        `expected` is `c(0) exp(-2 lambda t)`). `False` for other activations (tanh,
+        softplus, ...) or with a regularizer: `conserved` and `drift` are then measured
+        all the same, but nothing conserves `c`, and `gradient_flow` warns once per
+        activation (`NoConservationLaw`).
     """
 
     ts: Float[Array, " T"]
@@ -81,6 +90,7 @@ class Flow(eqx.Module):
     network: DAGNetwork
     rtol: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)
+    conservation_law: bool = eqx.field(static=True, default=True)
 
     @property
     def final(self) -> DAGNetwork:
@@ -139,6 +149,7 @@ class Flow(eqx.Module):
             network=net0,
             rtol=float(rtol),
             atol=float(atol),
+            conservation_law=bool(net.is_positively_homogeneous),
         )
 
 
@@ -302,8 +313,36 @@ def gradient_flow(
             stacklevel=2,
         )
 
-    return _gradient_flow(net, X, Y, theta0, ts, t0, t1, opts=opts, stop=stop, loss=loss,
+    law = bool(net.is_positively_homogeneous) and (reg is None or strength == 0)
+    if not law:
+        warn_no_law(net, regularized=reg is not None and strength != 0)
+    flow = _gradient_flow(net, X, Y, theta0, ts, t0, t1, opts=opts, stop=stop, loss=loss,
                           weight_decay=weight_decay, reg=reg, strength=strength, throw=throw)
+    return flow if law == flow.conservation_law else dataclasses.replace(flow, conservation_law=law)
+
+
+class NoConservationLaw(UserWarning):
+    """`gradient_flow` on a network to which no conservation law applies: `Flow.drift`
+    and `Flow.conserved` are measured, but nothing conserves `c = B~ theta^2`."""
+
+
+_WARNED_NO_LAW: set = set()
+
+
+def warn_no_law(net: DAGNetwork, *, regularized: bool = False) -> None:
+    """Warn (once per process for each activation, or for a regularizer) that no
+    conservation law applies to this flow (`NoConservationLaw`)."""
+    names = tuple(sorted({a.name for a in net.activations if not a.positively_homogeneous}))
+    key = ("regularizer",) if regularized and not names else names
+    if key in _WARNED_NO_LAW:
+        return
+    _WARNED_NO_LAW.add(key)
+    why = (f"activation(s) {list(names)} are not positively homogeneous" if names else
+           "a regularizer is added to the loss")
+    warnings.warn(f"No conservation law applies to this flow ({why}): flow.drift and flow.conserved measure "
+                  "c = B~ theta^2, but nothing conserves it, so they are not integration errors "
+                  "(flow.conservation_law is False). Use relu, leaky_relu or linear, without a regularizer, "
+                  "for a law. Shown once per activation.", NoConservationLaw, stacklevel=3)
 
 
 @eqx.filter_jit
@@ -360,8 +399,9 @@ class ConservationReport(eqx.Module):
     (drift divided by `atol + rtol * scale`), `identity_residual` (max relative
     `|B~ (theta * grad L)|` at time 0), `num_steps`, `loss_initial`, `loss_final`,
     `result` (`RESULTS`: the flow's result, or `drift_exceeded` when a successful flow
-    drifted by more than 100 tolerance units). Also `rtol`, `atol`, `homogeneous`
-    (whether the law is expected to hold).
+    drifted by more than 100 tolerance units; only where a law applies). Also `rtol`,
+    `atol`, `homogeneous` (whether the law is expected to hold: without it, the table's
+    rows say `no law` and drift is not judged).
     """
 
     drift: np.ndarray
@@ -391,7 +431,7 @@ class ConservationReport(eqx.Module):
         lines = [head, "-" * len(head)]
         ok = self.success
         for i in range(len(self.drift)):
-            st = "ok" if ok[i] else "FAILED"
+            st = ("ok" if self.homogeneous else "no law") if ok[i] else "FAILED"
             lines.append(
                 f"{i:>4} {st:>8} {int(self.num_steps[i]):>7d} {self.loss_initial[i]:>10.3e} "
                 f"{self.loss_final[i]:>10.3e} {self.drift[i]:>9.1e} {self.drift_in_tol[i]:>9.2f} "
@@ -433,7 +473,7 @@ def check_conservation(
         raise ValueError(
             f"Activation(s) {names} are not positively homogeneous, so c = B~ theta^2 is not "
             "conserved and there is nothing to check. Use relu, leaky_relu or linear, or "
-            "pass force=True to measure the drift anyway."
+            "pass force=True to measure the drift anyway (invariant-jax check: --force)."
         )
     if not isinstance(solver, SolverOptions):
         solver = as_solver_options(solver, rtol=1e-10 if rtol is None else rtol, atol=1e-10 if atol is None else atol)
@@ -456,7 +496,8 @@ def check_conservation(
     d, dr, scale, idr, steps, l0, l1, code = (np.asarray(a) for a in run(nets))
     drift_in_tol = d / (opts.atol + opts.rtol * scale)
     ok = np.asarray(is_success(code))
-    code = np.where(ok & ~(drift_in_tol <= 100.0), int(result_code(RESULTS.drift_exceeded)), code)
+    if nets.is_positively_homogeneous:  # without a law (force=True), drift is measured, not judged
+        code = np.where(ok & ~(drift_in_tol <= 100.0), int(result_code(RESULTS.drift_exceeded)), code)
     return ConservationReport(
         drift=d,
         drift_relative=dr,

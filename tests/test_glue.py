@@ -112,3 +112,37 @@ def test_sweep_network_errors(swept):
         ij.sweep_network(out, 1.0)
     with pytest.raises(TypeError, match="SweepConfig or a results folder"):
         ij.sweep_network(3, 0)
+
+
+def test_flow_says_whether_a_law_applies():
+    import warnings
+
+    from invariant_jax import flow as flow_module
+
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(1))
+    flow_module._WARNED_NO_LAW.clear()
+    tanh = ij.DAGNetwork(g, "tanh", key=jax.random.key(0))
+    with pytest.warns(ij.NoConservationLaw, match=r"\['tanh'\] are not positively homogeneous"):
+        f = ij.gradient_flow(tanh, X, Y, 0.2, n_save=5)
+    assert f.conservation_law is False and float(f.drift) > 0  # measured, but no law
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ij.NoConservationLaw)  # once per activation
+        ij.gradient_flow(tanh, X, Y, 0.2, n_save=5)
+    relu = ij.DAGNetwork(g, "relu", key=jax.random.key(0))
+    assert ij.gradient_flow(relu, X, Y, 0.2, n_save=5).conservation_law is True
+    with pytest.warns(ij.NoConservationLaw, match="regularizer"):
+        assert ij.gradient_flow(relu, X, Y, 0.2, n_save=5, regularizer="l2", strength=0.1).conservation_law is False
+    # weight decay keeps a law (c(t) = c(0) exp(-2 lambda t))
+    assert ij.gradient_flow(relu, X, Y, 0.2, n_save=5, weight_decay=0.1).conservation_law is True
+    # check_conservation(force=True) reports drift without judging it
+    rep = ij.check_conservation(tanh, X, Y, t1=0.2, force=True)
+    assert rep.passed and not rep.homogeneous and "no law" in rep.table() and "FAILED" not in rep.table()
+
+
+def test_cli_check_names_its_flags(capsys):
+    from invariant_jax.cli import main
+
+    assert main(["check", "--activation", "tanh"]) == 2
+    err = capsys.readouterr().err
+    assert "--force" in err and "force=True" not in err

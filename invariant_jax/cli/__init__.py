@@ -25,13 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"invariant_jax.cli._{name}").add_parser(sub)
-    # sweep and demo leave their flags at None so that a TOML file can set them: their
+    # sweep, demo and check leave their flags at None (a TOML file can set sweep's): their
     # defaults are SweepConfig's
     config = {f.name: f.default for f in dataclasses.fields(SweepConfig)
               if f.default is not dataclasses.MISSING}
     for name, subparser in sub.choices.items():
         accept_negative_numbers(subparser)  # `--atol -1e-8` reaches the validator
-        show_defaults(subparser, config if name in ("sweep", "demo") else {})
+        show_defaults(subparser, config if name in ("sweep", "demo", "check") else {})
     return parser
 
 

@@ -7,6 +7,7 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
 - `sweep_network(config_or_folder, i, final=False)`: the network of row `i`.
 """
 
+from ._columns import DERIVED, trajectory_columns
 from ._config import BUILDERS, SweepConfig
 from .._results import STATUSES, status_code
 from ._engine import EngineStats
@@ -16,6 +17,7 @@ from ._summary import SweepSummary, summarize_sweep
 
 __all__ = [
     "BUILDERS",
+    "DERIVED",
     "STATUSES",
     "EngineStats",
     "SweepConfig",
@@ -27,5 +29,6 @@ __all__ = [
     "status_code",
     "summarize_sweep",
     "sweep_network",
+    "trajectory_columns",
     "sweep_flows",
 ]
