@@ -75,7 +75,9 @@ def _devices() -> list[str] | None:
 
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
-    tracked files, `null` outside a git checkout), versions, machine and times."""
+    tracked files, `null` outside a git checkout), versions, machine (with its load
+    average when the results were written: other work on a shared machine slows
+    timings) and times."""
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "commit": _git("rev-parse", "HEAD"),
@@ -87,6 +89,7 @@ def provenance() -> dict:
         "cpu_count": os.cpu_count(),
         "devices": _devices(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "started": STARTED.isoformat(timespec="seconds"),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

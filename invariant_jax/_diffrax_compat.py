@@ -26,7 +26,26 @@ from diffrax._term import WrapTerm
 # sweep engine does the same substitution, so it needs to recognise the sentinel.
 from diffrax._root_finder import use_stepsize_tol
 
-__all__ = ["WrapTerm", "use_stepsize_tol", "with_controller_tols", "enumeration_table", "cacheable_checks"]
+# `prevbefore(x)`: the largest float below `x`, as diffrax clips its last step to `t1`.
+from equinox.internal import prevbefore
+
+__all__ = ["WrapTerm", "use_stepsize_tol", "prevbefore", "with_controller_tols", "enumeration_table",
+           "cacheable_checks", "INTERNALS", "CHECKED_AGAINST"]
+
+CHECKED_AGAINST = {"diffrax": "0.7.2", "equinox": "0.13.8", "jax": "0.10.2"}
+"""The versions whose internals were read for this module (constraints.txt pins them);
+`make test-latest` runs the suite, `tests/test_packaging.py` included, on the newest."""
+
+INTERNALS = (
+    "equinox._errors.EQX_ON_ERROR",
+    "equinox.internal.prevbefore",
+    "equinox._enum.Enumeration._index_to_message",
+    "equinox._enum.Enumeration._name_to_item",
+    "diffrax._term.WrapTerm",
+    "diffrax._root_finder.use_stepsize_tol",
+)
+"""Every private name of equinox and diffrax the package uses, as `module.attribute`;
+tests/test_packaging.py checks that each still resolves in the installed versions."""
 
 
 def enumeration_table(enumeration) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -316,9 +316,15 @@ def gradient_flow(
     law = bool(net.is_positively_homogeneous) and (reg is None or strength == 0)
     if not law:
         warn_no_law(net, regularized=reg is not None and strength != 0)
-    flow = _gradient_flow(net, X, Y, theta0, ts, t0, t1, opts=opts, stop=stop, loss=loss,
-                          weight_decay=weight_decay, reg=reg, strength=strength, throw=throw)
-    return flow if law == flow.conservation_law else dataclasses.replace(flow, conservation_law=law)
+    # t0, t1 and the tolerances enter the program as arrays, so a new horizon or tolerance
+    # compiles nothing (a stepsize_controller given by the user is passed as it is)
+    controller = opts.stepsize_controller or diffrax.PIDController(
+        rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype))
+    flow = _gradient_flow(net, X, Y, theta0, ts, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype),
+                          solver=opts.get_solver(), controller=controller, max_steps=opts.max_steps,
+                          dt0=opts.dt0, stop=stop, loss=loss, weight_decay=weight_decay, reg=reg,
+                          strength=strength, throw=throw)
+    return dataclasses.replace(flow, rtol=float(opts.rtol), atol=float(opts.atol), conservation_law=law)
 
 
 class NoConservationLaw(UserWarning):
@@ -346,12 +352,14 @@ def warn_no_law(net: DAGNetwork, *, regularized: bool = False) -> None:
 
 
 @eqx.filter_jit
-def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, opts: SolverOptions, stop: StopRules, loss,
-                   weight_decay, reg, strength, throw: bool) -> Flow:
+def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, solver, controller, max_steps: int, dt0, stop: StopRules,
+                   loss, weight_decay, reg, strength, throw: bool) -> Flow:
     """`gradient_flow` after its checks: one compiled program per configuration (graph,
-    shapes, options, loss; Python numbers are part of the configuration, arrays are not),
-    reused by later calls with other weights or data. Under a wall-time rule the clock
-    starts inside the program, so compilation is not timed."""
+    shapes, solver, step budget, stopping rules, loss; Python numbers are part of the
+    configuration, arrays are not: weights, data, `t0`, `t1`, `rtol`, `atol`), reused by
+    later calls. Under a wall-time rule the clock starts inside the program, so
+    compilation is not timed. The returned `Flow`'s `rtol` / `atol` are NaN placeholders
+    (static fields cannot hold traced values); `gradient_flow` fills them in."""
     field = flow_field(net, loss=loss, weight_decay=weight_decay, regularizer=reg, strength=strength)
 
     def rule_hits(t, y, args, clock_start):
@@ -365,15 +373,15 @@ def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, opts: SolverOptions, stop: 
         event = diffrax.Event(lambda t, y, args, **kwargs: jnp.any(rule_hits(t, y, args, start)))
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
-        opts.get_solver(),
+        solver,
         t0,
         t1,
-        opts.dt0,
+        dt0,
         theta0,
         args=(X, Y),
         saveat=diffrax.SaveAt(ts=ts, t1=True),
-        stepsize_controller=opts.get_controller(),
-        max_steps=opts.max_steps,
+        stepsize_controller=controller,
+        max_steps=max_steps,
         event=event,
         throw=throw,
     )
@@ -386,10 +394,22 @@ def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, opts: SolverOptions, stop: 
         event_code = result_code(RESULTS.event_occurred)
         code = jnp.where(code == event_code, StopRules.result_code(hits, event_code), code)
     return Flow.from_solution(net, X, Y, sol, theta0=theta0, t0=t0, loss=loss, weight_decay=weight_decay,
-                              rtol=opts.rtol, atol=opts.atol, result=code)
+                              rtol=float("nan"), atol=float("nan"), result=code)
 
 
 # ------------------------------------------------------------------ conservation check
+
+
+@eqx.filter_jit
+def _check_run(nets, X, Y, t1, opts, loss):
+    """The flows of `check_conservation`, vmapped: one compiled program per configuration."""
+    def one(n):
+        f = gradient_flow(n, X, Y, t1, solver=opts, n_save=21, loss=loss)
+        res = identity_residual(n, X, Y, loss=loss, relative=True)
+        return f.drift, f.drift_relative, conservation_scale(n), jnp.max(jnp.abs(res)), \
+            f.stats["num_steps"], f.losses[0], f.loss_final, result_code(f.result)
+
+    return eqx.filter_vmap(one)(nets)
 
 
 class ConservationReport(eqx.Module):
@@ -483,17 +503,7 @@ def check_conservation(
         nets = jax.tree.map(lambda a: a[None], nets)
     X, Y = check_data(nets.graph, X, Y)
 
-    @eqx.filter_jit
-    def run(nets):
-        def one(n):
-            f = gradient_flow(n, X, Y, t1, solver=opts, n_save=21, loss=loss)
-            res = identity_residual(n, X, Y, loss=loss, relative=True)
-            return f.drift, f.drift_relative, conservation_scale(n), jnp.max(jnp.abs(res)), \
-                f.stats["num_steps"], f.losses[0], f.loss_final, result_code(f.result)
-
-        return eqx.filter_vmap(one)(nets)
-
-    d, dr, scale, idr, steps, l0, l1, code = (np.asarray(a) for a in run(nets))
+    d, dr, scale, idr, steps, l0, l1, code = (np.asarray(a) for a in _check_run(nets, X, Y, t1, opts, loss))
     drift_in_tol = d / (opts.atol + opts.rtol * scale)
     ok = np.asarray(is_success(code))
     if nets.is_positively_homogeneous:  # without a law (force=True), drift is measured, not judged

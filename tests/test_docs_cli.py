@@ -4,8 +4,11 @@ flag fails here), and README's `check` command and a small sweep run as written.
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -140,6 +143,19 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     path = _output.write_json(tmp_path / "z.json", {"a": 1})
     rec = json.loads(path.read_text())
     assert rec["a"] == 1 and rec["command"].endswith("python benchmarks/flow_vs_scipy.py --n-inits 2")
+    prov = rec["provenance"]   # how it was made: the code, the packages, the machine, the times
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode == 0:   # in a git checkout: the commit and whether tracked files differ from it
+        assert prov["commit"] == head.stdout.strip() and isinstance(prov["dirty"], bool)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        assert prov["dirty"] == bool(dirty)
+    from importlib.metadata import version
+
+    assert prov["versions"]["jax"] == version("jax") and prov["versions"]["diffrax"] == version("diffrax")
+    assert prov["python"] == platform.python_version() and prov["cpu_count"] == os.cpu_count()
+    assert prov["started"] <= prov["finished"] and prov["finished"].endswith("+00:00")
+    assert not list(tmp_path.glob(".*.tmp")), "write_json leaves no temporary file"
     ignore = (ROOT / ".gitignore").read_text().split()   # works without a git checkout too
     assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 

@@ -20,7 +20,7 @@ def test_drift_shrinks_with_tolerance(relu_setup):
     g, X, Y, net = relu_setup
     drifts = []
     for tol in (1e-6, 1e-8, 1e-10):
-        f = ij.gradient_flow(net, X, Y, 2.0, solver=ij.SolverOptions(rtol=tol, atol=tol, max_steps=200_000))
+        f = ij.gradient_flow(net, X, Y, 2.0, rtol=tol, atol=tol)  # one program for the three
         assert bool(f.success), ij.result_message(f.result)
         drifts.append(float(f.drift))
     assert drifts[2] < 1e-7
@@ -92,8 +92,13 @@ def test_one_compiled_program_per_configuration():
     # and the cached program computed the flow of the new inputs: the built-in MSE agrees
     f3 = ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), 2 * X, Y + 1, 1.0)
     np.testing.assert_allclose(f2.theta_final, f3.theta_final, rtol=1e-10, atol=1e-12)
-    ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), X, Y, 1.0, loss=mse, rtol=1e-6)
-    assert len(traces) > n
+    # the horizon and the tolerances are arrays in the program too: no new trace, and the
+    # same numbers as a run that started with them
+    f4 = ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), X, Y, 0.5, loss=mse, rtol=1e-6)
+    assert len(traces) == n and float(f4.t_final) == 0.5 and f4.rtol == 1e-6
+    assert float(f4.stats["num_steps"]) < float(f1.stats["num_steps"])
+    ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), X, Y, 1.0, loss=mse, solver="dopri5")
+    assert len(traces) > n  # another solver is another program
 
 
 def test_failure_is_recorded_not_raised(relu_setup):
