@@ -131,9 +131,20 @@ def test_flow_says_whether_a_law_applies():
         ij.gradient_flow(tanh, X, Y, 0.2, n_save=5)
     relu = ij.DAGNetwork(g, "relu", key=jax.random.key(0))
     assert ij.gradient_flow(relu, X, Y, 0.2, n_save=5).conservation_law is True
+
+
+@pytest.mark.slow  # two more compiled programs
+def test_regularizer_has_no_law_and_check_conservation_says_no_law():
+    from invariant_jax import flow as flow_module
+
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(1))
+    flow_module._WARNED_NO_LAW.clear()
+    relu = ij.DAGNetwork(g, "relu", key=jax.random.key(0))
     with pytest.warns(ij.NoConservationLaw, match="regularizer"):
         assert ij.gradient_flow(relu, X, Y, 0.2, n_save=5, regularizer="l2", strength=0.1).conservation_law is False
     # check_conservation(force=True) reports drift without judging it
+    tanh = ij.DAGNetwork(g, "tanh", key=jax.random.key(0))
     rep = ij.check_conservation(tanh, X, Y, t1=0.2, force=True)
     assert rep.passed and not rep.homogeneous and "no law" in rep.table() and "FAILED" not in rep.table()
 
@@ -144,3 +155,19 @@ def test_cli_check_names_its_flags(capsys):
     assert main(["check", "--activation", "tanh"]) == 2
     err = capsys.readouterr().err
     assert "--force" in err and "force=True" not in err
+
+
+def test_cli_connectivity_explains_a_sweep_row(swept, capsys):
+    from invariant_jax.cli import main
+
+    cfg, out, res = swept
+    df = res.to_pandas()
+    for i in (0, 5):
+        assert main(["connectivity", "--from-sweep", str(out), "--index", str(i)]) == 0
+        text = capsys.readouterr().out
+        row = df[df["index"] == i].iloc[0]
+        assert f"initialization {i} of the sweep" in text
+        want = "connected (1 component)" if row["connected"] else f"{row['n_components']} connected components"
+        assert want in text, text
+    assert main(["connectivity", "--from-sweep", str(out), "--index", "6"]) == 2
+    assert "outside the sweep's initializations 0 .. 5" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import numpy as np
 from .._results import result_message, result_name
 from ..invariants import conserved_quantities, singular_point
 from ..network import INITIALIZERS, DAGNetwork
+from ..sweep import sweep_network
 from ..topology import connectivity
 from ._common import add_graph_args, graph_from_args
 
@@ -21,14 +22,20 @@ def add_parser(sub) -> None:
         "connectivity", help="explain the connected components of H_G(c) in words",
         description="Say whether the invariant set H_G(c) = {theta : B~ theta^2 = c} is connected, "
         "which edges are frozen (can never change sign under gradient flow) and why: the "
-        "bottleneck, the set S whose balance condition fails and sum_S c. c comes from --c FILE "
-        "or from a random initialization (--seed, --init, --scale). The LP verdict (HiGHS) is "
-        "checked against the combinatorial one.")
+        "bottleneck, the set S whose balance condition fails and sum_S c. c comes from --c FILE, "
+        "from row --index of a sweep's results folder (--from-sweep DIR; its graph too), or from a "
+        "random initialization (--seed, --init, --scale). The LP verdict (HiGHS) is checked "
+        "against the combinatorial one.")
     add_graph_args(p)
     p.add_argument("--c", dest="c_file", default=None,
                    help="file with c: JSON (a list in graph.hidden order, or {label: value}), or text "
                    "lines 'label value' (default: draw c from an initialization)")
-    p.add_argument("--seed", type=int, default=0, help="initialization seed when --c is not given")
+    p.add_argument("--from-sweep", metavar="DIR", default=None,
+                   help="explain a row of the sweep in DIR: its graph and the c0 of initialization --index")
+    p.add_argument("--index", type=int, default=0, help="with --from-sweep: the row's initialization index")
+    p.add_argument("--seed", type=int, default=0,
+                   help="initialization seed when --c and --from-sweep are not given (key(seed), not a sweep's "
+                        "init: use --from-sweep DIR --index I for that)")
     p.add_argument("--init", default="glorot", choices=INITIALIZERS)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--tol", type=float, default=None, help="sums within tol of 0 count as 0 (default: see docs)")
@@ -65,18 +72,34 @@ def read_c(path: str | Path):
     raise ValueError(f"{path}: expected a JSON list or object; got {type(data).__name__}.")
 
 
-def run(args) -> int:
+def _from_sweep(folder, index: int):
+    """`(graph, c0, description)` of row `index` of the sweep in `folder`."""
+    net = sweep_network(folder, index)
+    c = np.asarray(conserved_quantities(net), dtype=np.float64)
+    return net.graph, c, f"c0 of initialization {index} of the sweep in {folder}"
+
+
+def _c_from_args(args):
+    """`(graph, c, description)` from --graph and --c FILE, or a --seed initialization."""
     g = graph_from_args(args)
     if args.c_file is not None:
         c = read_c(args.c_file)
         if isinstance(c, dict):  # labels in files are strings; match graph labels by str()
             by_str = {str(v): v for v in g.hidden}
             c = {by_str.get(k, k): val for k, val in c.items()}
-        source = f"c from {args.c_file}"
+        return g, c, f"c from {args.c_file}"
+    net = DAGNetwork(g, "relu", key=jr.key(args.seed), init=args.init, scale=args.scale)
+    c = np.asarray(conserved_quantities(net), dtype=np.float64)
+    return g, c, f"c = B~ theta^2 of a {args.init} initialization (seed {args.seed}, scale {args.scale:g})"
+
+
+def run(args) -> int:
+    if args.from_sweep is not None:
+        if args.c_file is not None:
+            raise ValueError("Give either --c FILE or --from-sweep DIR, not both.")
+        g, c, source = _from_sweep(args.from_sweep, args.index)
     else:
-        net = DAGNetwork(g, "relu", key=jr.key(args.seed), init=args.init, scale=args.scale)
-        c = np.asarray(conserved_quantities(net), dtype=np.float64)
-        source = f"c = B~ theta^2 of a {args.init} initialization (seed {args.seed}, scale {args.scale:g})"
+        g, c, source = _c_from_args(args)
     r = connectivity(g, c, tol=args.tol, lp=args.lp)
     print(f"graph: {g}; {source}")
     print("c: " + ", ".join(f"{v!s}={x:.4g}" for v, x in zip(g.hidden, r.c)))
