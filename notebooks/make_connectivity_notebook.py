@@ -1,7 +1,8 @@
 """Generate (and optionally execute) notebooks/connectivity_and_singularities.ipynb.
 
-    .venv/bin/python notebooks/make_connectivity_notebook.py            # write + execute, full size
-    IJ_NOTEBOOK_SMALL=1 .venv/bin/python notebooks/make_connectivity_notebook.py --no-execute
+    .venv/bin/python notebooks/make_connectivity_notebook.py            # write the cells (as committed)
+    .venv/bin/python notebooks/make_connectivity_notebook.py --execute  # and execute, full size
+    IJ_NOTEBOOK_SMALL=1 .venv/bin/python notebooks/make_connectivity_notebook.py --execute
 """
 
 from __future__ import annotations
@@ -162,10 +163,11 @@ def execute(nb, timeout: int = 1800):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--no-execute", action="store_true")
+    p.add_argument("--execute", action="store_true", help="execute it and write it with outputs (for reading "
+                   "locally; the repository keeps notebooks without outputs, and the tests execute them)")
     args = p.parse_args()
     nb = build()
-    if not args.no_execute:
+    if args.execute:
         execute(nb)
     nbformat.write(nb, NB)
     print(f"wrote {NB}")

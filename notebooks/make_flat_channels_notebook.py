@@ -1,7 +1,7 @@
-"""Generate (and by default execute) notebooks/flat_channels.ipynb.
+"""Generate (and optionally execute) notebooks/flat_channels.ipynb.
 
-    .venv/bin/python notebooks/make_flat_channels_notebook.py            # write + execute, full size
-    .venv/bin/python notebooks/make_flat_channels_notebook.py --no-execute   # write the cells only
+    .venv/bin/python notebooks/make_flat_channels_notebook.py            # write the cells (as committed)
+    .venv/bin/python notebooks/make_flat_channels_notebook.py --execute  # and execute, full size
 """
 
 import argparse
@@ -326,12 +326,13 @@ if eos_path.exists():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--no-execute", action="store_true", help="write the cells without outputs")
+    p.add_argument("--execute", action="store_true", help="execute it and write it with outputs (for reading "
+                   "locally; the repository keeps notebooks without outputs, and the tests execute them)")
     args = p.parse_args()
     nb = nbf.v4.new_notebook()
     nb.cells = cells
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    if not args.no_execute:
+    if args.execute:
         from nbclient import NotebookClient
 
         NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()

@@ -1,5 +1,6 @@
-"""Build notebooks/pruning.ipynb (then execute it with
-`jupyter nbconvert --execute --inplace notebooks/pruning.ipynb` or nbclient)."""
+"""Build notebooks/pruning.ipynb, without outputs as the repository keeps it (execute it
+locally with `jupyter nbconvert --execute --inplace notebooks/pruning.ipynb` or nbclient;
+the tests execute it at small size)."""
 
 from pathlib import Path
 

@@ -160,7 +160,7 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "_output.py"))
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("_output.py", "docs_tables.py")))
 def test_every_benchmark_writes_through_output(script):
     """No script writes its results JSON by itself (that is how committed results got
     overwritten and commands went unrecorded): each takes `--out` and goes through
@@ -197,7 +197,7 @@ def _recorded_command(rec) -> str:
     return cmd if isinstance(cmd, str) else ""
 
 
-RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+RESULTS = sorted(p for p in (ROOT / "benchmarks" / "results").rglob("*.json") if "local" not in p.parts)
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])

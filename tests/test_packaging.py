@@ -91,3 +91,18 @@ def test_private_names_are_all_listed():
                                      path.read_text(), re.M):
             for n in names.replace(" ", "").split(","):
                 assert f"{mod}.{n}" in listed or mod in listed, f"{path.name}: {mod}.{n} not in INTERNALS"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebooks_are_committed_without_outputs(path):
+    """Notebooks are stored as their generators write them (`notebooks/make_*.py`), with
+    no outputs: a re-run adds no megabytes to the history, and the suite executes each
+    one (tests/test_notebook_*.py)."""
+    import json
+
+    nb = json.loads(path.read_text())
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert cells, f"{path.name} has no code"
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells), \
+        f"{path.name} carries outputs: write it again with notebooks/make_*.py (without --execute)"
+    assert path.stat().st_size < 100_000

@@ -1,0 +1,144 @@
+"""The numbers in README.md, docs/*.md and benchmarks/README.md that come from committed
+results, written from those JSON files.
+
+A page holds a generated block as
+
+    <!-- generated: NAME -->
+    ...text written by BLOCKS[NAME]...
+    <!-- end generated -->
+
+`python benchmarks/docs_tables.py` rewrites every block from the JSON files it reads;
+`--check` changes nothing and exits 1, naming each block that differs (the suite runs the
+check: tests/test_docs_numbers.py). So a number in a block cannot drift from its file.
+
+Usage: python benchmarks/docs_tables.py [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+PAGES = [ROOT / "README.md", HERE / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _command(rec: dict) -> str:
+    cmd = rec.get("command") or (rec.get("meta") or {}).get("command") or ""
+    return cmd if isinstance(cmd, str) else ""
+
+
+def _commit(rec: dict) -> str:
+    prov = rec.get("provenance") or {}
+    if prov.get("commit"):
+        return prov["commit"][:7] + (" (dirty)" if prov.get("dirty") else "")
+    if prov.get("committed_in"):
+        return f"committed in {prov['committed_in'][:7]}; code not recorded"
+    return "not recorded"
+
+
+def results_index() -> str:
+    """Every committed results file with the command that wrote it and its commit."""
+    rows = ["| file | command | commit |", "|---|---|---|"]
+    for path in sorted(RESULTS.glob("*.json")) + sorted((RESULTS / "parts").glob("*.json")):
+        rec = json.loads(path.read_text())
+        cmd = _command(rec).replace("|", "\\|")
+        rows.append(f"| `{path.relative_to(RESULTS).as_posix()}` | `{cmd}` | {_commit(rec)} |")
+    return "\n".join(rows) + "\n"
+
+
+JUMP_STUDIES = [
+    ("g with bias", "channels_loss_levels_paper_g_bias_cpu_seeds100.json"),
+    ("softplus without bias", "channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json"),
+    ("softplus with bias", "channels_loss_levels_paper_softplus_bias_cpu_seeds100.json"),
+    ("roughness (softplus r = 4, bias)", "channels_roughness_paper_cpu_runs100.json"),
+]
+
+
+def jump_filter() -> str:
+    """How many runs the authors' jump filter keeps, per study, overall and among the
+    runs that end infinite (`weightnorm >= maxnorm`)."""
+    rows = ["| study | runs kept by the filter | infinite runs kept | flow phase alone past `maxnorm` |",
+            "|---|---|---|---|"]
+    for label, name in JUMP_STUDIES:
+        study = _load(name)
+        rec, settings = study["records"], study["settings"]
+        kept = [c is not None and c < settings["jump_max_cos"] for c in rec["jump_cos"]]
+        inf = rec["infinite"]
+        maxnorm = settings["maxnorm"]
+        flow_past = sum(w is not None and w >= maxnorm for w in rec["weightnorm_flow"])
+        n_inf = sum(inf)
+        rows.append(f"| {label} (`{name}`) | {sum(kept)} / {len(kept)} | "
+                    f"{sum(k and i for k, i in zip(kept, inf))} / {n_inf} | {flow_past} / {len(kept)} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_suite_time() -> str:
+    """README's Quickstart sentence on how long `make test` takes, from the timed clean clone."""
+    rec = _load("test_suite_time.json")
+    s = rec["summary"]
+    return (f"From a clean clone at {rec['provenance']['commit'][:7]} on this project's 2-core machine "
+            f"(load average {s['load_average_before']:.1f} before it started): the install took "
+            f"{s['install_s']:.0f} s and `make test` {s['make_test_s']:.0f} s "
+            f"({s['passed']} passed, {s['skipped']} skipped, then {s['exactness_passed']} exactness "
+            f"tests under SSE4_2), from `{rec['command']}` "
+            f"(`benchmarks/results/test_suite_time.json`, with per-file times).\n")
+
+
+BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time}
+
+
+def render(text: str) -> str:
+    """`text` with every generated block written anew."""
+    def one(m):
+        name = m.group("name")
+        if name not in BLOCKS:
+            raise KeyError(f"unknown generated block {name!r}; known: {sorted(BLOCKS)}")
+        return m.group(1) + BLOCKS[name]() + m.group(4)
+
+    return BLOCK.sub(one, text)
+
+
+def stale_blocks() -> list[str]:
+    """`page: block` for every generated block whose text differs from its file."""
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        new = render(text)
+        if new != text:
+            old_blocks = {m.group("name"): m.group("body") for m in BLOCK.finditer(text)}
+            new_blocks = {m.group("name"): m.group("body") for m in BLOCK.finditer(new)}
+            out += [f"{page.relative_to(ROOT)}: {n}" for n in old_blocks if old_blocks[n] != new_blocks.get(n)]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs from its file")
+    args = ap.parse_args(argv)
+    if args.check:
+        stale = stale_blocks()
+        for s in stale:
+            print(f"stale: {s} (run python benchmarks/docs_tables.py)")
+        return 1 if stale else 0
+    for page in PAGES:
+        text = page.read_text()
+        new = render(text)
+        if new != text:
+            page.write_text(new)
+            print(f"wrote {page.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
