@@ -21,7 +21,13 @@ chatters where the field jumps (the kink of `k` is where the frozen-wrong runs s
 most frozen-wrong runs end at `max_steps`; `max_steps_hit` counts them. A run *learns* (beats the frozen bound) when its final loss is below
 half the best loss reachable with `theta_{k y} >= 0` (the least-squares fit of the skip
 alone; any non-negative `k` contribution only adds to the residual of a target whose
-`k`-part is non-positive); `exact_fit` counts final losses below 1e-6. Writes `benchmarks/results/toy_bottleneck.json`.
+`k`-part is non-positive); `exact_fit` counts final losses below 1e-6.
+
+`reachability` compares `ij.reachability(init, teacher)` (a positively rescaled copy of
+the teacher in the init's component of `H_G(c0)`) with the outcomes and lists every
+disagreement; on this graph (one hidden node, no twins) it is the t = 0 verdict, since
+rescaling keeps signs. `natural_glorot` is the frozen-wrong rate of plain Glorot draws (no
+rescaling), from one batched `ij.component_of`. Writes `benchmarks/results/toy_bottleneck.json`.
 """
 
 from __future__ import annotations
@@ -52,11 +58,18 @@ def toy_graph() -> ij.DAG:
                              inputs=["x0", "x1"], outputs=["y"])
 
 
-def toy_data(n_samples: int = 64, seed: int = 5):
+def toy_teacher() -> np.ndarray:
+    """The teacher's edge weights: `-relu(x0 + 0.5 x1) + 0.3 x0`."""
     g = toy_graph()
     th = np.zeros(len(g.edges))
     th[g.edges.index(("x0", "k"))], th[g.edges.index(("x1", "k"))] = 1.0, 0.5
     th[g.edges.index(("k", "y"))], th[g.edges.index(("x0", "y"))] = -1.0, 0.3
+    return th
+
+
+def toy_data(n_samples: int = 64, seed: int = 5):
+    g = toy_graph()
+    th = toy_teacher()
     X = jr.normal(jr.key(seed), (n_samples, 2))
     Y = ij.DAGNetwork(g, edge_weights=th).forward(X)
     # best loss with theta_ky >= 0: least squares on the skip x0 -> y alone
@@ -81,6 +94,37 @@ def toy_inits(n_per_kind: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         ratio = rng.uniform(lo, hi, sl.sum())
         th[sl, ky] = sign * np.sqrt(ratio * np.sum(th[sl][:, win] ** 2, axis=1))
     return th, kind
+
+
+def natural_frozen_wrong(n: int = 100_000, seed: int = 1) -> dict:
+    """How often a plain Glorot draw (no rescaling) is frozen with the wrong sign
+    (`theta_ky > 0` and `c_k < 0`): one batched `ij.component_of` over `n` draws."""
+    g = toy_graph()
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(seed), n))
+    comp = ij.component_of(nets)
+    ky = g.edges.index(("k", "y"))
+    wrong = comp.signs[:, ky] > 0
+    p = float(wrong.mean())
+    return {"n_draws": n, "seed": seed, "init": "glorot", "frozen": float(comp.frozen[:, ky].mean()),
+            "frozen_wrong": p, "frozen_wrong_stderr": float(np.sqrt(p * (1 - p) / n)),
+            "frozen_right": float((comp.signs[:, ky] < 0).mean())}
+
+
+def reachability_verdicts(th: np.ndarray) -> np.ndarray:
+    """`ij.reachability(init, teacher)` for each initialization row: can a rescaled copy of
+    the teacher lie in the init's component of `H_G(c0)`?"""
+    g = toy_graph()
+    teacher = ij.DAGNetwork(g, "relu", edge_weights=toy_teacher())
+    return np.array([ij.reachability(ij.DAGNetwork(g, "relu", edge_weights=t), teacher).reachable for t in th])
+
+
+def _disagreements(th, kind, reach, success, loss_final) -> list[dict]:
+    g = toy_graph()
+    ky = g.edges.index(("k", "y"))
+    c = (th**2) @ g.incidence().T
+    return [{"run": int(i), "kind": KINDS[kind[i]], "c_k": float(c[i, 0]), "theta_ky0": float(th[i, ky]),
+             "reachable": bool(reach[i]), "learnt": bool(success[i]), "loss_final": float(loss_final[i])}
+            for i in np.flatnonzero(reach != success)]
 
 
 def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: int = 0, method: str = "plain") -> dict:
@@ -129,6 +173,7 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
     wall = time.perf_counter() - t0
     success = loss_final < 0.5 * L_nonneg
     predicted_fail = verdict & (th[:, ky] > 0)
+    reach = reachability_verdicts(th)
     out = {
         "graph_edges": [list(e) for e in g.edges], "n_per_kind": n_per_kind, "t1": t1,
         "method": {"plain": "gradient flow, Tsit5, rtol = atol = 1e-6, max_steps 20,000",
@@ -138,6 +183,14 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
         "ts": ij.log_times(0.0, t1, n_save).tolist(), "kinds": {},
         "verdict_accuracy": float(np.mean(predicted_fail == ~success)),
         "frozen_wrong_all_fail": bool(np.all(~success[predicted_fail])),
+        "reachability": {
+            "verdict": "ij.reachability(init, teacher): a positively rescaled copy of the teacher lies in the "
+                       "init's component of H_G(c0) (no twin neurons in this graph)",
+            "accuracy": float(np.mean(reach == success)),
+            "same_as_t0_verdict": bool(np.all(reach == ~predicted_fail)),
+            "n_disagreements": int(np.sum(reach != success)),
+            "disagreements": _disagreements(th, kind, reach, success, loss_final),
+        },
         "max_drift_relative": float(np.nanmax(np.where(ok, drift, np.nan))),
     }
     for i, name in enumerate(KINDS):
@@ -166,10 +219,13 @@ def main():
     p.add_argument("--t1", type=float, default=30.0)
     p.add_argument("--method", choices=["kink", "plain", "both"], default="both",
                    help="kink-aware flow, plain gradient flow, or both (the top level is the kink-aware run)")
+    p.add_argument("--n-natural", type=int, default=100_000,
+                   help="plain Glorot draws for the natural frozen-wrong rate")
     p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; pass benchmarks/results/toy_bottleneck.json to replace the committed results)")
     args = p.parse_args()
     res = run_toy(args.n_per_kind, t1=args.t1, method="plain" if args.method == "plain" else "kink")
     res.pop("_arrays")
+    res["natural_glorot"] = natural_frozen_wrong(args.n_natural)
     if args.method == "both":
         plain = run_toy(args.n_per_kind, t1=args.t1, method="plain")
         plain.pop("_arrays")
@@ -189,6 +245,15 @@ def main():
                   f"{r['frac_theta_ky_sign_changed']:>12.2f}")
     print(f"verdict at t=0 (frozen with wrong sign => fails) accuracy: {res['verdict_accuracy']:.3f}; "
           f"every frozen-wrong init failed: {res['frozen_wrong_all_fail']}")
+    rr = res["reachability"]
+    print(f"reachability verdict (rescaled teacher in the init's component) accuracy: {rr['accuracy']:.3f} "
+          f"({rr['n_disagreements']} disagreements; identical to the t=0 verdict: {rr['same_as_t0_verdict']})")
+    for d in rr["disagreements"]:
+        print(f"  run {d['run']:>3} {d['kind']:>15} c_k = {d['c_k']:+.3f} theta_ky(0) = {d['theta_ky0']:+.3f} "
+              f"reachable = {d['reachable']} learnt = {d['learnt']} final loss = {d['loss_final']:.4f}")
+    nat = res["natural_glorot"]
+    print(f"plain Glorot draws ({nat['n_draws']}): frozen {nat['frozen']:.3f}, frozen with the wrong sign "
+          f"(theta_ky > 0, c_k < 0) {nat['frozen_wrong']:.4f} +- {nat['frozen_wrong_stderr']:.4f}")
     out = write_json(output_path(args.out, "toy_bottleneck.json"), res)
     print(f"wrote {out}")
 

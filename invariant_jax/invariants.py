@@ -3,6 +3,7 @@ and the singular sub-networks that zero weights cut off."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from tqdm import tqdm
 
 from ._results import RESULTS
 from .losses import check_data, edge_loss_fn
@@ -28,6 +30,8 @@ __all__ = [
     "SingularPoint",
     "as_conserved",
     "conserved_tol",
+    "zero_sum_groups",
+    "hidden_components",
 ]
 
 
@@ -241,7 +245,85 @@ def _cutoff_residual(g, c: np.ndarray, W) -> tuple[float, np.ndarray]:
     return float(np.max(np.abs(B @ q - c), initial=0.0)), q
 
 
-def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 64) -> SingularPoint:
+def _all_subset_sums(x: np.ndarray) -> np.ndarray:
+    """The `2^n` subset sums of `x`, the empty set first."""
+    s = np.zeros(1)
+    for v in x:
+        s = np.concatenate([s, s + v])
+    return s
+
+
+def _near_zero_subsets(x: np.ndarray, bound: float, limit: int) -> list[np.ndarray] | None:
+    """Every nonempty subset of `x` with `|sum| <= bound`, as boolean masks (meet in the
+    middle: two halves of `2^(n/2)` sums, one sort, two binary searches), or `None` when
+    there are more than `limit`."""
+    n = len(x)
+    h = n // 2
+    A, Bs = _all_subset_sums(x[:h]), _all_subset_sums(x[h:])
+    order = np.argsort(Bs, kind="stable")
+    Bsorted = Bs[order]
+    lo = np.searchsorted(Bsorted, -A - bound, side="left")
+    hi = np.searchsorted(Bsorted, -A + bound, side="right")
+    count = int(np.sum(hi - lo)) - 1  # the empty set pairs with itself
+    if count > limit:
+        return None
+    out = []
+    for i in np.flatnonzero(hi > lo):
+        for j in order[lo[i]:hi[i]]:
+            if i == 0 and j == 0:
+                continue
+            bits = np.concatenate([(i >> np.arange(h)) & 1, (int(j) >> np.arange(n - h)) & 1]).astype(bool)
+            out.append(bits)
+    return out
+
+
+def hidden_components(graph) -> list[list[int]]:
+    """The connected components (ignoring direction) of the graph restricted to hidden
+    nodes, as lists of positions in `graph.hidden`. A cut-off group may be taken inside
+    one of them: each connected piece of a cut-off group is cut off by itself."""
+    g = graph
+    hid = {v: i for i, v in enumerate(g.hidden)}
+    parent = list(range(len(hid)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for u, v in g.edges:
+        if u in hid and v in hid:
+            parent[find(hid[u])] = find(hid[v])
+    comps: dict[int, list[int]] = {}
+    for i in range(len(hid)):
+        comps.setdefault(find(i), []).append(i)
+    return list(comps.values())
+
+
+def zero_sum_groups(graph, c: np.ndarray, tol: float, *, max_size: int = 40,
+                    limit: int = 256) -> list[frozenset] | None:
+    """Every set `W` of hidden nodes inside one hidden component with
+    `|sum_W c| <= H tol`: the candidates for a cut-off group (whose flow cancels in the
+    sum, so `|sum_W c| <= |W| tol`), smallest first; `None` when a component has more than
+    `max_size` nodes or there are more than `limit` candidates. Cost `2^(n/2)` per
+    component of `n` nodes (meet in the middle)."""
+    c = np.asarray(c, dtype=np.float64)
+    H = len(c)
+    bound = H * tol + 64 * np.finfo(np.float64).eps * float(np.sum(np.abs(c)))
+    out: list[frozenset] = []
+    for comp in hidden_components(graph):
+        if len(comp) > max_size:
+            return None
+        masks = _near_zero_subsets(c[comp], bound, limit - len(out))
+        if masks is None:
+            return None
+        out += [frozenset(graph.hidden[comp[k]] for k in np.flatnonzero(m)) for m in masks]
+    return sorted(out, key=len)
+
+
+def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 64,
+                   time_limit: float | None = None, max_subset_size: int = 40,
+                   progress: bool = False) -> SingularPoint:
     """Decide whether `H_G(c) = {theta : B~ theta^2 = c}` contains a singular point: a
     `theta` whose zero edges cut a group `W` of hidden nodes off every input and output.
 
@@ -256,10 +338,22 @@ def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 
     `max |B~ q - c|`; a `W` it rejects (a MILP tolerance artefact) is excluded by a
     no-good cut and the MILP re-solved.
 
-    Cost: one MILP with `E + H` variables and about `2E + 2H` rows per candidate (the
-    problem contains subset-sum, so the worst case is exponential in `H`; for the graphs
-    of this toolkit, up to a few dozen hidden nodes, it takes milliseconds), plus one LP
-    with `E + 1` variables per candidate.
+    First, without any MILP: a cut-off group `W` has `|sum_W c| <= |W| tol` (the flow
+    inside `W` cancels in the sum), and `W` may be taken inside one connected component
+    of the hidden nodes (each connected piece of a cut-off group is cut off by itself).
+    `zero_sum_groups` lists every subset of a component with `|sum_W c| <= H tol` by
+    meet in the middle (`2^(n/2)` sums per component of `n <= max_subset_size` nodes), and
+    each is decided by the exact LP above. This is exact, and for a generic `c` (any
+    random initialization) the list is empty or a handful: milliseconds up to 40 hidden
+    nodes per component. The MILP runs only when a component is larger or there are more
+    than `max_candidates` near-zero subsets.
+
+    Cost: the question contains subset-sum (a layer of nodes with `c_v < 0` feeding a
+    layer with `c_v > 0` is cut off exactly when some of them sum to 0), so no method is
+    polynomial in general (unless P = NP). The MILP (`E + H` variables, about `2E + 2H`
+    rows, one per candidate) is therefore bounded: `time_limit` seconds in all and
+    `max_candidates` proposals, after which `result` is `RESULTS.undecided`. For a
+    given network, `singular_subnetworks` (which groups *are* cut off) is linear time.
 
     **Arguments:**
 
@@ -269,16 +363,33 @@ def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 
         tol`. Default `1e-10 * sum |c_v|`.
     - `max_candidates`: give up (with a `result` message) after this many rejected MILP
         proposals.
+    - `time_limit`: give up after this many seconds of MILP search (default: no limit).
+    - `max_subset_size`: the largest hidden component for the subset-sum enumeration.
+    - `progress`: show a progress bar over MILP candidates.
 
     **Returns:** a `SingularPoint` (truthy when found).
     """
     g = graph
     c = as_conserved(g, c)
     tol = conserved_tol(tol, c)
+    if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
+        raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
+    if len(g.hidden) == 0:
+        return SingularPoint(False, None, None, float("nan"), 0, tol, RESULTS.successful)
+    cands = zero_sum_groups(g, c, tol, max_size=max_subset_size, limit=max_candidates)
+    if cands is None:
+        return _milp_search(g, c, tol, max_candidates, time_limit, progress)
+    for n, W in enumerate(tqdm(cands, disable=not progress, desc="singular point: zero-sum groups"), start=1):
+        resid, q = _cutoff_residual(g, c, W)
+        if resid <= tol:
+            return SingularPoint(True, W, np.sqrt(q), resid, n, tol, RESULTS.successful)
+    return SingularPoint(False, None, None, float("nan"), len(cands), tol, RESULTS.successful)
+
+
+def _milp_problem(g, c: np.ndarray, tol: float):
+    """The MILP of `singular_point`: (objective, constraints, integrality, bounds)."""
     B = g.incidence()
     H, E = B.shape
-    if H == 0:
-        return SingularPoint(False, None, None, float("nan"), 0, tol, RESULTS.successful)
     s = max(float(np.max(np.abs(c))), tol)
     cs, ts = c / s, tol / s
     M = (float(np.sum(np.abs(cs))) + H * ts) * (1 + 1e-9) + 1e-12
@@ -300,27 +411,52 @@ def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 
     integrality = np.concatenate([np.zeros(E), np.ones(H)])
     bounds = Bounds(np.zeros(E + H), np.concatenate([np.full(E, np.inf), np.ones(H)]))
     obj = np.concatenate([np.zeros(E), np.ones(H)])  # smallest group first
-    for n in range(1, max_candidates + 1):
-        res = milp(obj, constraints=cons, integrality=integrality, bounds=bounds)
-        if res.status == 2 or res.x is None:  # infeasible
-            return SingularPoint(False, None, None, float("nan"), n - 1, tol, RESULTS.successful)
-        x = np.round(res.x[E:]).astype(bool)
-        W = frozenset(v for v, xi in zip(g.hidden, x) if xi)
-        resid, q = _cutoff_residual(g, c, W)
-        if resid <= tol:
-            return SingularPoint(True, W, np.sqrt(q), resid, n, tol, RESULTS.successful)
-        cut = np.concatenate([np.zeros(E), np.where(x, -1.0, 1.0)])
-        cons.append(LinearConstraint(cut[None], 1 - x.sum(), np.inf))
-    return SingularPoint(False, None, None, float("nan"), max_candidates, tol, RESULTS.undecided,
-                         f"Undecided: {max_candidates} MILP candidates were rejected by the exact LP; "
-                         "pass a larger max_candidates or a larger tol.")
+    return obj, cons, integrality, bounds
 
 
-def is_singular_value(graph, c, *, tol: float | None = None) -> bool:
+def _milp_search(g, c, tol, max_candidates, time_limit, progress) -> SingularPoint:
+    obj, cons, integrality, bounds = _milp_problem(g, c, tol)
+    E = len(g.edges)
+    start = time.perf_counter()
+    bar = tqdm(total=max_candidates, disable=not progress, desc="singular point: MILP candidates")
+    try:
+        for n in range(1, max_candidates + 1):
+            opts = {}
+            if time_limit is not None:
+                left = time_limit - (time.perf_counter() - start)
+                if left <= 0:
+                    break
+                opts["time_limit"] = left
+            res = milp(obj, constraints=cons, integrality=integrality, bounds=bounds, options=opts)
+            bar.update(1)
+            if res.status == 2:  # infeasible: proven
+                return SingularPoint(False, None, None, float("nan"), n - 1, tol, RESULTS.successful)
+            if res.x is None:  # time limit (status 1) or another failure: undecided
+                break
+            x = np.round(res.x[E:]).astype(bool)
+            W = frozenset(v for v, xi in zip(g.hidden, x) if xi)
+            resid, q = _cutoff_residual(g, c, W)
+            if resid <= tol:
+                return SingularPoint(True, W, np.sqrt(q), resid, n, tol, RESULTS.successful)
+            cut = np.concatenate([np.zeros(E), np.where(x, -1.0, 1.0)])
+            cons.append(LinearConstraint(cut[None], 1 - x.sum(), np.inf))
+        else:
+            return SingularPoint(False, None, None, float("nan"), max_candidates, tol, RESULTS.undecided,
+                                 f"Undecided: {max_candidates} MILP candidates were rejected by the exact LP; "
+                                 "pass a larger max_candidates or a larger tol.")
+    finally:
+        bar.close()
+    return SingularPoint(False, None, None, float("nan"), n - 1, tol, RESULTS.undecided,
+                         f"Undecided: the MILP search stopped at time_limit = {time_limit:g} s (some subset of "
+                         "hidden nodes has a near-zero sum of c, so the subset-sum pre-check could not decide); "
+                         "pass a larger time_limit.")
+
+
+def is_singular_value(graph, c, *, tol: float | None = None, time_limit: float | None = None) -> bool:
     """Whether `H_G(c)` contains a singular point (a point where zero edges cut some group
     of hidden nodes off every input and output). See `singular_point` for the method,
     its cost and the witness. Raises if the search was undecided."""
-    sp = singular_point(graph, c, tol=tol)
+    sp = singular_point(graph, c, tol=tol, time_limit=time_limit)
     if not sp.success:
         raise RuntimeError(sp.message)
     return sp.found

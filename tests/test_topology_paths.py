@@ -261,3 +261,62 @@ def test_reachability_deep_dag_and_bad_input():
         ij.reachability(init, ij.DAGNetwork(ij.example_dag(), "relu", key=jr.key(0)))
     with pytest.raises(ValueError, match="different activations"):
         ij.reachability(init, ij.DAGNetwork(g, "linear", key=jr.key(0)))
+
+
+def _brute_singular(g, c):
+    """Some nonempty W whose boundary edges at 0 leave {q >= 0 : B~ q = c} feasible."""
+    B = g.incidence().astype(float)
+    for r in range(1, len(g.hidden) + 1):
+        for W in itertools.combinations(g.hidden, r):
+            W = set(W)
+            bounds = [(0, 0) if (u in W) != (v in W) else (0, None) for u, v in g.edges]
+            if linprog(np.zeros(len(g.edges)), A_eq=B, b_eq=c, bounds=bounds, method="highs").status == 0:
+                return True
+    return False
+
+
+def test_zero_sum_groups_match_enumeration():
+    from invariant_jax.invariants import hidden_components, zero_sum_groups
+
+    g = ij.mlp([2, 3, 4, 1])
+    rng = np.random.default_rng(0)
+    c = rng.integers(-3, 4, size=7).astype(float)
+    tol = 1e-9
+    got = set(zero_sum_groups(g, c, tol, limit=10_000))
+    (comp,) = hidden_components(g)
+    want = {frozenset(g.hidden[i] for i in S) for r in range(1, 8) for S in itertools.combinations(comp, r)
+            if abs(sum(c[i] for i in S)) <= 7 * tol}
+    assert got == want and len(want) > 5
+    assert zero_sum_groups(g, c, tol, limit=3) is None  # too many: the MILP decides
+
+
+@pytest.mark.parametrize("widths", [[2, 3, 3, 1], [1, 2, 3, 2]])
+def test_singular_point_matches_brute_force(widths):
+    g = ij.mlp(widths)
+    rng = np.random.default_rng(len(widths) + widths[0])
+    for _ in range(8):
+        c = rng.integers(-2, 3, size=len(g.hidden)).astype(float)
+        sp = ij.singular_point(g, c)
+        assert sp.success and sp.found == _brute_singular(g, c), c
+        if sp.found:
+            np.testing.assert_allclose((sp.theta**2) @ g.incidence().T, c, atol=1e-9)
+
+
+def test_singular_point_30_hidden_is_decided_fast():
+    """Issue 30 item 6: `connectivity --singular` hung at 30 hidden nodes (edge prob 0.2)."""
+    import time
+
+    g = ij.random_dag(3, 30, 1, 0.2, key=0)
+    c = (np.random.default_rng(0).normal(size=len(g.edges)) ** 2) @ g.incidence().T
+    t = time.perf_counter()
+    sp = ij.singular_point(g, c)
+    assert sp.success and not sp.found
+    assert time.perf_counter() - t < 10.0
+    c2 = c.copy()  # now cut a node off: a point with its edges at 0 exists iff c_v = 0
+    v = g.hidden.index(next(v for v in g.hidden if g.predecessors(v) and g.successors(v)))
+    c2[v] = 0.0
+    assert ij.singular_point(g, c2).found
+    sp = ij.singular_point(g, c, max_subset_size=4, time_limit=0.5)  # bounded MILP search
+    assert sp.result in (ij.RESULTS.successful, ij.RESULTS.undecided)
+    with pytest.raises(ValueError, match="time_limit"):
+        ij.singular_point(g, c, time_limit=-1.0)

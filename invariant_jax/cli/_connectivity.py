@@ -40,7 +40,11 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--tol", type=float, default=None, help="sums within tol of 0 count as 0 (default: see docs)")
     p.add_argument("--lp", default="candidates", choices=("candidates", "all", "none"))
-    p.add_argument("--singular", action="store_true", help="also decide whether H_G(c) contains a singular point")
+    p.add_argument("--singular", action="store_true", help="also decide whether H_G(c) contains a singular point "
+                   "(exact subset-sum enumeration per hidden component of <= 40 nodes, else a MILP bounded by "
+                   "--time-limit)")
+    p.add_argument("--time-limit", type=float, default=60.0,
+                   help="seconds for the singular-point MILP when it is needed (default: 60); then 'undecided'")
     p.set_defaults(run=run)
 
 
@@ -106,7 +110,9 @@ def run(args) -> int:
     print(f"out-bottlenecks: {list(map(str, g.out_bottlenecks))}; in-bottlenecks: {list(map(str, g.in_bottlenecks))}")
     print(r.explain())
     if args.singular:
-        sp = singular_point(g, r.c, tol=args.tol)
+        if not (args.time_limit > 0 and np.isfinite(args.time_limit)):
+            raise ValueError(f"--time-limit must be a positive number of seconds; got {args.time_limit!r}.")
+        sp = singular_point(g, r.c, tol=args.tol, time_limit=args.time_limit, progress=True)
         if not sp.success:
             print(f"singular points: {result_name(sp.result)} ({sp.message}) {result_message(sp.result)}")
         elif sp.found:
