@@ -123,3 +123,76 @@ def test_kink_aware_sweep_reuses_its_engine_for_new_data():
     assert counter.n == 0
     assert np.array_equal(np.asarray(r1b.theta_final), np.asarray(r1.theta_final))
     assert np.array_equal(np.asarray(r1b.kink["num_events"]), np.asarray(r1.kink["num_events"]))
+
+
+# --- one compiled program per configuration, whatever the number of initializations ---
+
+_NS = (1, 37, 64, 1000)
+
+
+def _relu_batches(ns, E_seed=5):
+    """Batches of relu networks of mlp([2, 3, 1]) whose first rows agree: batch n holds
+    the first n of 1000 initial weight vectors (built before any counting)."""
+    g = ij.mlp([2, 3, 1])
+    base = ij.DAGNetwork(g, "relu", key=jr.key(0))
+    table = np.asarray(jr.normal(jr.key(E_seed), (max(ns), len(g.edges)))) * 0.8
+    return {n: base.with_edge_weights(table[:n]) for n in ns}, table
+
+
+@pytest.mark.parametrize("kink_aware", [False, True], ids=["plain", "kink"])
+def test_no_batch_size_compiles_again(kink_aware):
+    """After a first call, sweeps of 1, 37, 64 and 1000 networks compile nothing, and a
+    trajectory's record does not depend on the batch it was in (one program run again)."""
+    counter = _CountCompiles()
+    batches, table = _relu_batches((16,) + _NS)
+    X, Y = _data(0)
+    # the kink-aware configuration of the test above (its engine, if compiled, is reused)
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=3, slots=2, kink_aware=kink_aware)
+    ij.sweep_flows(batches[16], X, Y, 0.5, **opts)  # the first call compiles
+    out = {}
+    for n in _NS:
+        with counter:
+            out[n] = ij.sweep_flows(batches[n], X, Y, 0.5, **opts)
+        assert counter.n == 0, f"n = {n} compiled {counter.n} programs"
+        assert len(out[n]) == n and (out[n].kink is not None) == kink_aware
+        np.testing.assert_array_equal(out[n].theta0, table[:n])
+    big = out[1000]
+    assert np.mean(big.success) > 0.99  # (kink-aware: 2 of these 1000 end in the cascade of test_kink_cascade.py)
+    for n in (1, 37, 64):
+        for k in ("theta_final", "loss_final", "t_final", "num_steps", "drift"):
+            np.testing.assert_array_equal(getattr(out[n], k), getattr(big, k)[:n], err_msg=f"{k}, n = {n}")
+    # an independent check of the integrated problem: the loss decreased along the flow,
+    # and the recorded loss is the loss of the recorded weights
+    g = batches[1].graph
+    for i in (0, 500, 999):
+        net = ij.DAGNetwork(g, "relu", edge_weights=big.theta_final[i])
+        assert np.isclose(float(ij.network_loss(net, X, Y)), big.loss_final[i], rtol=1e-12)
+        assert big.loss_final[i] <= big.loss_initial[i]
+
+
+@pytest.mark.parametrize("kink_aware", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["plain", "kink"])
+def test_resume_compiles_nothing(tmp_path, kink_aware):
+    """`run_sweep` resuming a folder with a lost chunk (fewer trajectories to run than the
+    first call) reuses the compiled engine and recomputes the same records bit for bit."""
+    import pyarrow.parquet as pq
+
+    from invariant_jax.sweep import SweepConfig, run_sweep
+
+    counter = _CountCompiles()
+    cfg = SweepConfig(graph="mlp", widths=(2, 3, 1), n_samples=8, n_inits=13, t1=0.3, solver="tsit5",
+                      rtol=1e-6, atol=1e-6, n_save=3, kink_aware=kink_aware)
+    out = tmp_path / "run"
+    kw = dict(slots=4, progress=False, flush_seconds=0.0, chunk_size=4)
+    with counter:
+        full = run_sweep(cfg, out, **kw)
+    assert counter.n > 0
+    chunk = sorted((out / "chunks").glob("*.parquet"))[1]
+    lost = pq.read_table(chunk, columns=["index"]).column("index").to_pylist()
+    chunk.unlink()
+    with counter:
+        resumed = run_sweep(cfg, out, resume=True, **kw)
+    assert counter.n == 0, f"the resume compiled {counter.n} programs"
+    assert 0 < len(lost) < 13 and resumed.stats["useful_steps"] > 0
+    for k in ("theta_final", "loss_final", "num_steps", "result"):
+        np.testing.assert_array_equal(getattr(resumed, k), getattr(full, k), err_msg=k)

@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "run", None):
             parser.print_help()
             return 2
+        if args.command == "sweep":  # before JAX starts its backends: one CPU device per core
+            importlib.import_module("invariant_jax.cli._sweep").use_cpu_cores()
         try:
             check_args(args)  # one validation per option, the same in every command
             return int(args.run(args) or 0)

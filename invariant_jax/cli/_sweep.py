@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import tempfile
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from .._results import is_success, result_message, result_name
@@ -105,6 +107,27 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--no-figures", dest="figures", action="store_false", default=S)
 
 
+def use_cpu_cores(environ=None) -> int | None:
+    """Give JAX one CPU device per core this process may use, so that a sweep on a CPU
+    shards its slots over every core (`SweepEngine` uses all local devices). Runs before
+    JAX starts its backends; it leaves alone a count the user chose
+    (`XLA_FLAGS=--xla_force_host_platform_device_count=K` or `JAX_NUM_CPU_DEVICES=K`;
+    `K = 1` keeps one device). **Returns:** the count set, or `None` when it left it alone
+    (chosen by the user, or JAX's backends already running, e.g. called from Python)."""
+    env = os.environ if environ is None else environ
+    if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", "") or env.get("JAX_NUM_CPU_DEVICES"):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        jax.config.update("jax_num_cpu_devices", int(cores))
+    except RuntimeError:  # the backends are already initialized: keep what JAX has
+        return None
+    return int(cores)
+
+
 def _graph_fields(value: str) -> dict:
     return graph_fields(value)  # a builder name is kept; a file becomes graph="edges" + its edge list
 
@@ -164,6 +187,15 @@ def print_status(folder) -> int:
         print(f"  quarantined: {q}")
     for d in st["damaged"]:
         print(f"  damaged (set aside by the next --resume): {d}")
+    if st["missing"] and not any(w["alive"] for w in st["writers"]):
+        shown = ", ".join(map(str, st["missing"][:20])) + (" ..." if len(st["missing"]) > 20 else "")
+        print(f"  missing initializations ({len(st['missing'])}, no writer running): {shown}; --resume computes them")
+    for c in st["lost_chunks"]:
+        print(f"  lost: {c} (a finished claim lists it, but it is gone; --resume recomputes its records)")
+    for c in st["other_sweep_chunks"]:
+        print(f"  chunk of another sweep (not counted): {c}")
+    for f in st["foreign"]:
+        print(f"  not written by the store (every command refuses this folder until it is moved): {f}")
     return 0
 
 

@@ -328,9 +328,14 @@ class SweepEngine(abc.ABC):
 
             return jax.lax.fori_loop(0, jnp.sum(act), one, (st, jnp.asarray(0)))
 
-        def refill(data, state, index, take):
+        def theta0(m, i, row):
+            # the initial weights of trajectory `i`: its row of the host's init table
+            # (fed with the queue, `rows`), else `init_fn(i)`
+            return m.init(i) if row is None else row
+
+        def refill(data, state, index, rows, take):
             m = self.bind(data)
-            fresh = map_all(lambda i: m.init_slot(m.init(i), i, True), index)
+            fresh = map_all(lambda a: m.init_slot(theta0(m, a[0], a[1]), a[0], True), (index, rows))
             return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
 
         def records(m, st, take):
@@ -372,10 +377,10 @@ class SweepEngine(abc.ABC):
             act = active_all(state)
             return state, n[None], act, records(m, state, pending & ~act)
 
-        def start(data, index, take):
+        def start(data, index, rows, take):
             # the first fill: slots `take` start trajectories `index`, the others are empty
             m = self.bind(data)
-            return map_all(lambda it: m.init_slot(m.init(it[0]), it[0], it[1]), (index, take))
+            return map_all(lambda a: m.init_slot(theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
 
         P = PartitionSpec("slots")
 
@@ -388,9 +393,9 @@ class SweepEngine(abc.ABC):
             return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
                                  out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
 
-        self._refill = jax.jit(local(refill, 3, 1), donate_argnums=1)
+        self._refill = jax.jit(local(refill, 4, 1), donate_argnums=1)
         self._advance = jax.jit(local(advance, 2, 4, n_rep=3), donate_argnums=3)
-        self._start = jax.jit(local(start, 2, 1))
+        self._start = jax.jit(local(start, 3, 1))
         self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
 
     data: Any = ()
@@ -426,10 +431,23 @@ class SweepEngine(abc.ABC):
     def useful_work(self, rec: dict) -> int:
         """Units of work in a batch of records (for `EngineStats`)."""
 
+    table: np.ndarray | None = None
+    """Initial weights on the host, `(n, E)`: trajectory `i` starts at row `i` (else
+    `init_fn(i)` inside the programs). The queue feeds the rows of the slots it fills,
+    `(slots, E)` per call, so no program depends on `n`."""
+
     def _put(self, a):
         # one device: jit takes the NumPy array itself (a sharded device_put costs more
         # than a small program)
         return a if len(self.mesh.devices.flat) == 1 else jax.device_put(a, self.sharding)
+
+    def _put_rows(self, index, take):
+        """The init-table rows of the slots `take` (zeros elsewhere), or `None` (no table)."""
+        if self.table is None:
+            return None
+        rows = np.zeros((len(index),) + self.table.shape[1:], self.table.dtype)
+        rows[take] = self.table[index[take]]
+        return self._put(rows)
 
     def run(self, indices, *, on_results: Callable[[dict], None], progress=None,
             should_stop: Callable[[], bool] | None = None) -> EngineStats:
@@ -448,14 +466,9 @@ class SweepEngine(abc.ABC):
         useful = iters = calls = 0
         while True:
             free = np.flatnonzero(slot_idx < 0)
-            if state is None:
-                n_new = min(S, len(indices))
-                new_idx = np.zeros(S, np.int32)
-                new_idx[:n_new] = indices[:n_new]
-                slot_idx[:n_new] = indices[:n_new]
-                q = n_new
-                state = self._start(data, self._put(new_idx), self._put(np.arange(S) < n_new))
-            elif free.size and q < len(indices):
+            if state is None or (free.size and q < len(indices)):
+                # the next block of the queue into the free slots: every argument has
+                # the fixed shape (S, ...), whatever the number of trajectories
                 n_new = min(free.size, len(indices) - q)
                 take = np.zeros(S, bool)
                 new_idx = np.zeros(S, np.int32)
@@ -463,7 +476,8 @@ class SweepEngine(abc.ABC):
                 new_idx[free[:n_new]] = indices[q:q + n_new]
                 slot_idx[free[:n_new]] = indices[q:q + n_new]
                 q += n_new
-                state = self._refill(data, state, self._put(new_idx), self._put(take))
+                args = (self._put(new_idx), self._put_rows(new_idx, take), self._put(take))
+                state = self._start(data, *args) if state is None else self._refill(data, state, *args)
             if not np.any(slot_idx >= 0):
                 break
             tail = q == len(indices)
@@ -494,18 +508,23 @@ class SweepEngine(abc.ABC):
 
     def widths(self, n: int | None = None) -> list[int]:
         """Batch widths a run of `n` trajectories (default: at least `slots`) goes
-        through: `slots`, then (vmap mode with `compact`) `slots / 8^k`, rounded up (to
-        multiples of the device count), down to one slot per device. With `compact` in
-        vmap mode, a run of fewer than `slots` trajectories starts at `n` (rounded up
-        likewise), since a vmapped step costs every slot: its widths are `n / 8^k`,
-        compiled on first use."""
+        through: `slots`, then (vmap mode with `compact`) the ladder `slots / 8^k`,
+        rounded up (to multiples of the device count), down to one slot per device.
+        With `compact` in vmap mode, a run of fewer than `slots` trajectories starts at
+        the narrowest of `slots / 2^j` (rounded up likewise) that holds `n`, since a
+        vmapped step costs every slot, then follows the ladder. No width depends on `n`
+        itself: each compiles once, so at most `log2(slots) + 1` programs per engine,
+        whatever the batch sizes (`warm_up(n)` compiles a run of `n`'s)."""
         nd = len(self.mesh.devices.flat)
         up = lambda w: -(-w // nd) * nd  # noqa: E731 (rounded up to a multiple of nd)
         narrows = self.compact and not self.exact
-        out = [up(max(int(n), 1)) if narrows and n is not None and n < self.slots else self.slots]
+        out = [self.slots]
         while narrows and out[-1] > nd:
             out.append(up(-(-out[-1] // 8)))  # ceil(w / 8)
-        return out
+        start = self.slots
+        while narrows and n is not None and start > nd and up(-(-start // 2)) >= n:
+            start = up(-(-start // 2))
+        return [start] + [w for w in out if w < start]
 
     def warm_up(self, n: int | None = None) -> None:
         """Compile every program at every width (`widths(n)`) on empty slots, so that a
@@ -513,8 +532,9 @@ class SweepEngine(abc.ABC):
         data = self.data
         widths = self.widths(n)
         S = widths[0]
-        state = self._start(data, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
-        state = self._refill(data, state, self._put(np.zeros(S, np.int32)), self._put(np.zeros(S, bool)))
+        none = (self._put(np.zeros(S, np.int32)), self._put_rows(np.zeros(S, np.int32), np.zeros(S, bool)),
+                self._put(np.zeros(S, bool)))
+        state = self._refill(data, self._start(data, *none), *none)
         for w in widths:  # run() narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
             state = self._advance(data, np.int32(1), np.int32(0), state, self._put(np.zeros(w, bool)))[0]
@@ -557,7 +577,8 @@ class Engine(SweepEngine):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.problem = problem
         self._static = eqx.filter(problem, eqx.is_array, inverse=True)
-        self.data = (eqx.filter(problem, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
+        self.data = eqx.filter(problem, eqx.is_array)
+        self.table = host_table(init_table, _dtype(problem), problem.net.n_edges)
         super().__init__(init_fn, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
 
     def with_data(self, problem: _Problem, init_table=None) -> "Engine":
@@ -565,21 +586,19 @@ class Engine(SweepEngine):
         with the programs compiled for this engine. They must have the shapes and dtypes
         of the current ones, and `problem` the same solver and options (the caller keys
         its engines on them, as `sweep_flows` does). **Returns:** `self`."""
-        new = (eqx.filter(problem, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
-        old_s, new_s = jtu.tree_structure(self.data), jtu.tree_structure(new)
-        shapes = lambda t: [(a.shape, a.dtype) for a in jtu.tree_leaves(t)]  # noqa: E731
-        if old_s != new_s or shapes(self.data) != shapes(new):
+        new = eqx.filter(problem, eqx.is_array)
+        if not same_arrays(self.data, new) or (init_table is None) != (self.table is None):
             raise ValueError("with_data needs arrays of the same structure, shapes and dtypes as the engine's; "
                              "build a new Engine for a different problem.")
         self.problem = problem
         self.data = new
+        if init_table is not None:
+            self.table = host_table(init_table, self.table.dtype, problem.net.n_edges)
         return self
 
     def bind(self, data):
-        dyn, table = data
-        p = eqx.combine(dyn, self._static)
-        init = self.init_fn if table is None else (lambda i: table[i])
-        return _Bound(init, functools.partial(_init_slot, p), functools.partial(_active, p),
+        p = eqx.combine(data, self._static)
+        return _Bound(self.init_fn, functools.partial(_init_slot, p), functools.partial(_active, p),
                       functools.partial(_step_slot, p), functools.partial(_finalize_slot, p),
                       functools.partial(_step_slot, p, masked=False))
 
@@ -606,6 +625,24 @@ class _Bound(NamedTuple):
     advance_slot: Callable
     record: Callable
     advance_active: Callable | None = None  # advance_slot for a slot known to be active (default: advance_slot)
+
+
+def same_arrays(a, b) -> bool:
+    """Whether two pytrees of arrays have the same structure, shapes and dtypes (so a
+    compiled program takes either)."""
+    shapes = lambda t: [(x.shape, x.dtype) for x in jtu.tree_leaves(t)]  # noqa: E731
+    return jtu.tree_structure(a) == jtu.tree_structure(b) and shapes(a) == shapes(b)
+
+
+def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
+    """The init table as a host `(n, E)` array of the problem's dtype (or `None`)."""
+    if init_table is None:
+        return None
+    table = np.asarray(init_table, dtype=dtype)
+    if table.ndim != 2 or table.shape[1] != n_edges:
+        raise ValueError(f"init_table has shape {table.shape}; expected (n, {n_edges}): one row of edge weights "
+                         "per trajectory.")
+    return table
 
 
 def _bcast(mask, a):

@@ -25,7 +25,7 @@ from jaxtyping import Array
 from ..flow import trajectory_record
 from ..kinks import KinkState, make_kink_integrator
 from ..network import DAGNetwork
-from ._engine import SweepEngine, _Bound
+from ._engine import SweepEngine, _Bound, host_table, same_arrays
 
 KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits",
                "num_ambiguous", "max_sliding_pairs", "sliding_time")
@@ -83,8 +83,8 @@ class KinkEngine(SweepEngine):
         self.loss = options.get("loss", "mse")
         self._static = eqx.filter(self.integrator, eqx.is_array, inverse=True)
         dtype = self.integrator.prob.X.dtype
-        self.data = (eqx.filter(self.integrator, eqx.is_array),
-                     None if init_table is None else jnp.asarray(init_table, dtype))
+        self.data = eqx.filter(self.integrator, eqx.is_array)
+        self.table = host_table(init_table, dtype, net.n_edges)
         if steps_per_call is None:
             steps_per_call = KINK_STEPS_PER_CALL_EXACT if exact else KINK_STEPS_PER_CALL
         init = None if init_fn is None else (lambda i: jnp.asarray(init_fn(i), dtype))
@@ -96,23 +96,22 @@ class KinkEngine(SweepEngine):
         the options must be the current ones (the caller keys its engines on them, as
         `sweep_flows` does). **Returns:** `self`."""
         integ = self._make_integrator(net, X, Y, t1, **options)
-        new = (eqx.filter(integ, eqx.is_array), None if init_table is None else jnp.asarray(init_table))
-        shapes = lambda t: [(a.shape, a.dtype) for a in jtu.tree_leaves(t)]  # noqa: E731
-        same = jtu.tree_structure(new) == jtu.tree_structure(self.data) and shapes(new) == shapes(self.data)
+        new = eqx.filter(integ, eqx.is_array)
+        same = same_arrays(new, self.data) and (init_table is None) == (self.table is None)
         if not same or not eqx.tree_equal(eqx.filter(integ, eqx.is_array, inverse=True), self._static):
             raise ValueError("with_data needs arrays of the same structure, shapes and dtypes, and the same t1 "
                              "and options, as the engine's; build a new KinkEngine for a different problem.")
         self.net, self.integrator, self.data = net, integ, new
+        if init_table is not None:
+            self.table = host_table(init_table, self.table.dtype, net.n_edges)
         return self
 
     def _make_integrator(self, net, X, Y, t1, **options):
         return dataclasses.replace(make_kink_integrator(net, X, Y, t1, **options), one_site=self._one_site)
 
     def bind(self, data):
-        dyn, table = data
-        integ = eqx.combine(dyn, self._static)
-        init = self.init_fn if table is None else (lambda i: table[i])
-        return _Bound(init, functools.partial(self._init_slot, integ), self.active,
+        integ = eqx.combine(data, self._static)
+        return _Bound(self.init_fn, functools.partial(self._init_slot, integ), self.active,
                       functools.partial(self._advance_slot, integ), functools.partial(self._record, integ))
 
     def init_slot(self, theta0, index, occupied):

@@ -212,14 +212,15 @@ def sweep_flows(
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     X, Y = check_data(nets.graph, X, Y)
-    thetas = nets.edge_weights()
-    if thetas.ndim == 1:
-        thetas = thetas[None]
-    if not bool(jnp.all(jnp.isfinite(thetas))):
-        raise ValueError("Some initial weights are not finite; re-initialize those networks.")
+    # host-side (NumPy): an eager JAX op on the batch would compile once per batch size
+    rows, cols = nets.graph.edge_index
+    thetas = np.asarray(nets.weights)[..., rows, cols].reshape(-1, len(rows))
+    if not np.all(np.isfinite(thetas)):
+        bad = np.flatnonzero(~np.all(np.isfinite(thetas), axis=1))
+        raise ValueError(f"The initial weights of networks {bad[:10].tolist()} are not finite; re-initialize them.")
     check_positive("t1", t1)
     stop = StopRules() if stop is None else stop
-    template = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
+    template = jax.tree.map(lambda a: jnp.asarray(np.asarray(a)[0]) if a.ndim == 3 else a, nets)
     acts = template.activations
     given = solver if isinstance(solver, SolverOptions) else SolverOptions()
     kink_aware = kink_aware_default(
@@ -296,10 +297,11 @@ def _shapes(*trees) -> tuple:
 def _flow_engine(problem, thetas, *, slots, steps_per_call, devices, exact, key) -> Engine:
     """A `sweep_flows` engine: compiled once per graph, activations, options and array
     shapes (`key` + the shapes and dtypes of the problem's arrays and `thetas`), then
-    reused with new data (`Engine.with_data`): the data set, `t1` and the initial weights
-    are arguments of its programs, not constants."""
-    full = (key, _shapes(problem, thetas), int(slots), int(steps_per_call), bool(exact),
-            None if devices is None else tuple(devices))
+    reused with new data (`Engine.with_data`): the data set and `t1` are arguments of its
+    programs, not constants, and the initial weights are fed with the queue in blocks of
+    `slots` rows, so the number of networks compiles nothing."""
+    full = (key, _shapes(problem), thetas.shape[1:], str(thetas.dtype), int(slots), int(steps_per_call),
+            bool(exact), None if devices is None else tuple(devices))
     return _cached(_FLOW_ENGINES, full,
                    lambda: Engine(problem, init_table=thetas, slots=slots, steps_per_call=steps_per_call,
                                   devices=devices, exact=exact),
@@ -311,8 +313,8 @@ def _kink_engine(template, X, Y, t1, thetas, *, slots, steps_per_call, devices, 
     options and array shapes, then reused with new data and initial weights
     (`KinkEngine.with_data`)."""
     full = ("kink", jax.tree.structure(template), float(t1), tuple(sorted(options.items())),
-            _shapes(jnp.asarray(X), jnp.asarray(Y), thetas), slots, steps_per_call, bool(exact),
-            None if devices is None else tuple(devices))
+            _shapes(jnp.asarray(X), jnp.asarray(Y)), thetas.shape[1:], str(thetas.dtype), slots, steps_per_call,
+            bool(exact), None if devices is None else tuple(devices))
     return _cached(_FLOW_ENGINES, full,
                    lambda: KinkEngine(template, X, Y, t1, init_table=thetas, slots=slots,
                                       steps_per_call=steps_per_call, devices=devices, exact=exact, **options),
