@@ -21,7 +21,7 @@ def test_channels_cli_bad_flags(capsys, argv, msg):
 @pytest.mark.slow
 def test_channels_cli_tiny_study(tmp_path, capsys):
     out = tmp_path / "freq.json"
-    rc = main(["channels", "--activations", "softplus", "--roughness", "0.5,10", "--widths", "2", "--n-inits", "2",
+    rc = main(["channels", "--method", "flow", "--activations", "softplus", "--roughness", "0.5,10", "--widths", "2", "--n-inits", "2",
                "--n-samples", "12", "--t1", "10", "--no-progress", "--out", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())

@@ -1,10 +1,14 @@
-"""`invariant-jax channels`: the frequency study (how often gradient flow from
-Glorot-normal initializations ends in a flat channel) from flags."""
+"""`invariant-jax channels`: how often training ends in a flat channel, by the paper's
+method (flow then Newton, the default) or the flow-only frequency study."""
 
 from __future__ import annotations
 
+import jax.random as jr
+import numpy as np
+
 from ..activations import get_activation
-from ..channels import channel_frequency
+from ..channels import ConvergenceStudy, channel_frequency, convergence_study
+from ..datasets import gp_data
 from ._common import check_output_path, write_json
 
 
@@ -22,13 +26,24 @@ def _ints(text: str, flag: str) -> list[int]:
         raise ValueError(f"{flag} must be comma-separated integers; got {text!r}.") from None
 
 
+METHODS = ("newton", "flow")
+# each method's own defaults: the paper's (flow then Newton) and the flow-only study's
+_DEFAULTS = {"newton": dict(t1=1e12, rtol=1e-3, atol=1e-6), "flow": dict(t1=1e4, rtol=1e-7, atol=1e-7)}
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "channels", help="frequency of flat channels vs target roughness, width and activation",
-        description="Run gradient flow from Glorot-normal initializations of mlp([dim, width, 1]) on "
-        "Matern-3/2 Gaussian-process targets of roughness s (length scale 1/s), and count how often "
-        "the flow ends in a flat channel (detect_channels). Time is gradient-flow time of "
-        "L = (1/2N) sum (f - y)^2.")
+        "channels", help="how often training ends in a flat channel, vs target roughness, width and activation",
+        description="Train mlp([dim, width, 1]) from many initializations on Matern-3/2 Gaussian-process "
+        "targets of roughness s (length scale 1/s) and count how often training ends in a flat channel. "
+        "--method newton (the default, the paper's method): gradient flow (Kvaerno5) then trust-region "
+        "Newton (ij.flow_then_newton), a run is infinite when weightnorm = sum(theta^2)/(2E) reaches "
+        "--maxnorm, and a channel is confirmed when its pair matches the GLU limit (ij.channels."
+        "confirm_channel). --method flow: the flow-only study (ij.channel_frequency; gradient flow to --t1, "
+        "then detect_channels): finite-time flow rarely gets far enough into a channel, so it finds few by "
+        "design; it is not the paper's method. Time is gradient-flow time of L = (1/2N) sum (f - y)^2.")
+    p.add_argument("--method", default="newton", choices=METHODS,
+                   help="newton: flow then Newton (the paper's method); flow: the flow-only study")
     p.add_argument("--activations", default="softplus,erf", help="comma-separated smooth activations")
     p.add_argument("--roughness", default="0.1,0.5,2,10", help="comma-separated GP roughness values s")
     p.add_argument("--widths", default="2,4", help="comma-separated hidden widths (>= 2)")
@@ -36,13 +51,18 @@ def add_parser(sub) -> None:
     p.add_argument("--n-samples", type=int, default=32)
     p.add_argument("--dim", type=int, default=1, help="input dimension")
     p.add_argument("--no-bias", action="store_true", help="networks without bias edges")
-    p.add_argument("--t1", type=float, default=1e4)
-    p.add_argument("--solver", default="kvaerno5")
-    p.add_argument("--rtol", type=float, default=1e-7)
-    p.add_argument("--atol", type=float, default=1e-7)
-    p.add_argument("--max-steps", type=int, default=20_000)
-    p.add_argument("--norm-threshold", type=float, default=1e3, help="parameter-norm criterion (paper: 1e3)")
-    p.add_argument("--pair-tol", type=float, default=1e-3, help="cosine-distance criterion for pairs")
+    p.add_argument("--t1", type=float, default=None,
+                   help="final gradient-flow time (default: newton 1e12, flow 1e4)")
+    p.add_argument("--rtol", type=float, default=None, help="(default: newton 1e-3, flow 1e-7)")
+    p.add_argument("--atol", type=float, default=None, help="(default: newton 1e-6, flow 1e-7)")
+    p.add_argument("--maxnorm", type=float, default=1e3,
+                   help="newton: a run is infinite once weightnorm = sum(theta^2)/(2E) reaches this (paper: 1e3)")
+    p.add_argument("--max-flow-steps", type=int, default=2000, help="newton: solver steps of the flow phase")
+    p.add_argument("--max-newton-steps", type=int, default=2000, help="newton: Newton iterations")
+    p.add_argument("--solver", default="kvaerno5", help="flow: the solver")
+    p.add_argument("--max-steps", type=int, default=20_000, help="flow: step budget per trajectory")
+    p.add_argument("--norm-threshold", type=float, default=1e3, help="flow: ||theta|| criterion of detect_channels")
+    p.add_argument("--pair-tol", type=float, default=1e-3, help="flow: cosine-distance criterion for pairs")
     p.add_argument("--engine", default="auto", choices=["auto", "sweep", "vmap"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-seed", type=int, default=1)
@@ -53,25 +73,63 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
-    out = check_output_path(args.out, "--out", overwrite=args.overwrite)  # before the study, not after it
+def _grid(args) -> tuple[list[str], list[float], list[int]]:
+    """The activations, roughness values and widths, checked before any work."""
     acts = [a.strip() for a in args.activations.split(",") if a.strip()]
     for a in acts:
         if not get_activation(a).smooth:
             raise ValueError(f"--activations: {a!r} is not smooth; flat channels need a smooth activation "
                              "(softplus, erf, g, tanh, gelu).")
-    st = channel_frequency(
-        activations=tuple(acts), roughness=tuple(_floats(args.roughness, "--roughness")),
-        widths=tuple(_ints(args.widths, "--widths")), n_inits=args.n_inits, n_samples=args.n_samples,
-        dim=args.dim, bias=not args.no_bias, t1=args.t1, solver=args.solver, rtol=args.rtol, atol=args.atol,
-        max_steps=args.max_steps, norm_threshold=args.norm_threshold, pair_tol=args.pair_tol,
-        engine=args.engine, seed=args.seed, data_seed=args.data_seed, progress=not args.no_progress)
-    print(f"frequency study: {args.n_inits} Glorot-normal inits per cell, {args.n_samples} samples, dim {args.dim}, "
-          f"t1={args.t1:g} (gradient-flow time of L = (1/2N) sum (f - y)^2), solver {args.solver}")
-    print(st.table())
-    n_fail = int((st.status >= 2).sum())
-    if n_fail:
-        print(f"{n_fail} trajectories failed (e.g. max steps); raise --max-steps or loosen --rtol.")
+    rough = _floats(args.roughness, "--roughness")
+    if not rough or any(not (np.isfinite(s) and s > 0) for s in rough):
+        raise ValueError(f"--roughness: every roughness s must be positive (length scale 1/s); got {rough}.")
+    widths = _ints(args.widths, "--widths")
+    if not widths or any(w < 2 for w in widths):
+        raise ValueError(f"--widths: Widths must be integers >= 2 (a channel needs two neurons); got {widths}.")
+    return acts, rough, widths
+
+
+def run(args) -> int:
+    out = check_output_path(args.out, "--out", overwrite=args.overwrite)  # before the study, not after it
+    acts, rough, widths = _grid(args)
+    opts = {k: (getattr(args, k) if getattr(args, k) is not None else v) for k, v in _DEFAULTS[args.method].items()}
+    if args.method == "flow":
+        print("flow-only study (ij.channel_frequency): gradient flow to --t1, then detect_channels. Not the "
+              "paper's method: finite-time flow rarely reaches a channel; the default --method newton is.")
+        st = channel_frequency(
+            activations=tuple(acts), roughness=tuple(rough), widths=tuple(widths), n_inits=args.n_inits,
+            n_samples=args.n_samples, dim=args.dim, bias=not args.no_bias, solver=args.solver,
+            max_steps=args.max_steps, norm_threshold=args.norm_threshold, pair_tol=args.pair_tol,
+            engine=args.engine, seed=args.seed, data_seed=args.data_seed, progress=not args.no_progress, **opts)
+        print(f"{args.n_inits} Glorot-normal inits per cell, {args.n_samples} samples, dim {args.dim}, "
+              f"t1={opts['t1']:g} (gradient-flow time of L = (1/2N) sum (f - y)^2), solver {args.solver}")
+        print(st.table())
+        n_fail = int((st.status >= 2).sum())
+        if n_fail:
+            print(f"{n_fail} trajectories failed (e.g. max steps); raise --max-steps or loosen --rtol.")
+        result = st.to_dict()
+    else:
+        st = _newton_study(args, acts, rough, widths, opts)
+        print(f"flow then Newton (ij.flow_then_newton, the paper's method): {args.n_inits} inits per cell "
+              f"(MLPGradientFlow glorot), {args.n_samples} samples per GP target, dim {args.dim}; Kvaerno5 flow "
+              f"to t1={opts['t1']:g} at rtol={opts['rtol']:g}, atol={opts['atol']:g}, then trust-region Newton; "
+              f"infinite: weightnorm >= {args.maxnorm:g}; confirmed: a channel pair matching its GLU limit")
+        print(st.table(by=("label", "activation", "r")))
+        result = st.to_dict()
     if out is not None:
-        print(f"wrote {write_json(out, st.to_dict())}")
+        print(f"wrote {write_json(out, result)}")
     return 0
+
+
+def _newton_study(args, acts, rough, widths, opts):
+    """`convergence_study` (flow then Newton) on one GP target per roughness value,
+    labelled `s=<value>`, concatenated."""
+    engine = "sweep" if args.engine == "auto" else args.engine
+    parts = []
+    for k, s in enumerate(rough):
+        X, Y = gp_data(args.n_samples, args.dim, roughness=float(s), key=jr.fold_in(jr.key(args.data_seed), k))
+        parts.append(convergence_study(
+            X, Y, widths=tuple(widths), activations=tuple(acts), biases=(not args.no_bias,), n_seeds=args.n_inits,
+            seed=args.seed, label=f"s={s:g}", maxnorm=args.maxnorm, max_flow_steps=args.max_flow_steps,
+            max_steps=args.max_newton_steps, engine=engine, progress=not args.no_progress, **opts))
+    return ConvergenceStudy.concatenate(parts)
