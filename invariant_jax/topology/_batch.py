@@ -9,6 +9,8 @@ row. Both give the same verdict as `connectivity` (tested).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from jaxtyping import Bool, Float
 from tqdm import tqdm
@@ -18,6 +20,16 @@ from ._closure import _as_array, closed_sets, exact_scale
 from ._conditions import evaluate, regions
 
 __all__ = ["frozen_mask"]
+
+
+@functools.lru_cache(maxsize=256)
+def _closed_matrix(g: DAG, r, max_sets: int) -> np.ndarray | None:
+    """The nonempty closed sets of one region as rows of 0/1 over `g.hidden` (graph only,
+    cached), or `None` when there are more than `max_sets`."""
+    sets = closed_sets(r.nodes, r.requires, max_sets)
+    if sets is None:
+        return None
+    return _as_array([S for S in sets if S], {v: i for i, v in enumerate(g.hidden)}, len(g.hidden))
 
 
 def frozen_mask(
@@ -60,9 +72,8 @@ def frozen_mask(
     index = {v: i for i, v in enumerate(g.hidden)}
     mask = np.zeros((N, len(g.edges)), dtype=bool)
     for r in regions(g):
-        sets = closed_sets(r.nodes, r.requires, max_sets)
-        if sets is not None:
-            M = _as_array([S for S in sets if S], index, H)  # (n_sets, H)
+        M = _closed_matrix(g, r, max_sets)
+        if M is not None:
             sums = cs @ M.T
             if r.side == "out":
                 viol = np.min(sums, axis=1, initial=np.inf) < -tol

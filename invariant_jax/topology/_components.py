@@ -8,8 +8,11 @@ edge. So the component of a network is that sign vector, with the edges named.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import numpy as np
+import scipy.sparse as sp
 from jaxtyping import Bool, Float, Int
 
 from .._results import RESULTS
@@ -17,7 +20,7 @@ from ..graph import DAG
 from ..network import DAGNetwork
 from ._batch import frozen_mask
 
-__all__ = ["Component", "ComponentComparison", "component_of", "same_component", "edge_weights_of"]
+__all__ = ["Component", "ComponentComparison", "component_of", "same_component", "edge_weights_of", "network_c_and_tol"]
 
 
 def edge_weights_of(obj, theta=None) -> tuple[DAG, np.ndarray, float]:
@@ -52,11 +55,28 @@ def edge_weights_of(obj, theta=None) -> tuple[DAG, np.ndarray, float]:
     return g, th.astype(np.float64), eps
 
 
-def _c_and_tol(g: DAG, th: np.ndarray, eps: float):
-    B = g.incidence()
+@functools.lru_cache(maxsize=32)
+def _sparse_incidence(g: DAG) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """`B~^T` and `|B~|^T` as sparse `(E, H)` matrices (two entries per hidden-hidden edge)."""
+    hid = {v: i for i, v in enumerate(g.hidden)}
+    r, c, val = [], [], []
+    for k, (u, v) in enumerate(g.edges):
+        if v in hid:
+            r.append(k), c.append(hid[v]), val.append(1.0)
+        if u in hid:
+            r.append(k), c.append(hid[u]), val.append(-1.0)
+    Bt = sp.csr_matrix((val, (r, c)), shape=(len(g.edges), len(hid)))
+    return Bt, abs(Bt)
+
+
+def network_c_and_tol(g: DAG, th: np.ndarray, eps: float):
+    """`c = B~ theta^2` `(..., H)` and the default balance tolerance of a network,
+    `max(1e-10, 64 eps) * H * conservation_scale`, per network (sparse: linear in `E`)."""
+    Bt, absBt = _sparse_incidence(g)
     q = th**2
-    c = q @ B.T
-    scale = np.max(q @ np.abs(B).T, axis=-1, initial=0.0)
+    flat = q.reshape(-1, q.shape[-1])
+    c = np.asarray(flat @ Bt).reshape(q.shape[:-1] + (Bt.shape[1],))
+    scale = np.max(np.asarray(flat @ absBt), axis=-1, initial=0.0).reshape(q.shape[:-1])
     tol = max(1e-10, 64 * eps) * np.maximum(scale * len(g.hidden), 1e-290)
     return c, tol
 
@@ -169,7 +189,7 @@ def component_of(net: DAGNetwork | DAG, theta=None, *, tol=None) -> Component:
     network; `.labels`, `.frozen`, `.signs` for a batch).
     """
     g, th, eps = edge_weights_of(net, theta)
-    c, auto_tol = _c_and_tol(g, th, eps)
+    c, auto_tol = network_c_and_tol(g, th, eps)
     batch = th.shape[:-1]
     if tol is not None:
         if isinstance(tol, bool) or not np.all(np.isfinite(tol)) or np.any(np.asarray(tol) <= 0):

@@ -17,10 +17,13 @@ cut), never an enumeration of subsets.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Hashable
 from fractions import Fraction
 
-import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import breadth_first_order
 
 from ..graph import DAG
 from ._closure import max_weight_closure
@@ -104,34 +107,52 @@ class BalanceCondition:
                        f"(S = {{{', '.join(S)}}} has {self.inequality}): the edge is free to change sign.")
 
 
-def _pure(gx: nx.DiGraph, g: DAG, v, side: str) -> list:
-    """Hidden nodes all of whose paths to the outputs (`out`) or from the inputs (`in`)
-    pass through `v`."""
-    h = gx.copy()
-    h.remove_node(v)
+def _augmented(g: DAG, side: str) -> sp.csr_matrix:
+    """The adjacency matrix with one extra node `n` joined to every output (`out`: edges
+    reversed, so a search from `n` finds the nodes that reach an output) or from every
+    input (`in`)."""
+    n = g.n_nodes
+    rows, cols = g.edge_index
+    ends = [g.index[y] for y in (g.outputs if side == "out" else g.inputs)]
     if side == "out":
-        cand = set(g.ancestors(v)) & set(g.hidden)
-        free = set().union(*(nx.ancestors(h, y) for y in g.outputs))
+        r, c = np.concatenate([cols, np.full(len(ends), n)]), np.concatenate([rows, ends])
     else:
-        cand = set(g.descendants(v)) & set(g.hidden)
-        free = set().union(*(nx.descendants(h, x) for x in g.inputs))
-    return [x for x in g.hidden if x in cand and x not in free]
+        r, c = np.concatenate([rows, np.full(len(ends), n)]), np.concatenate([cols, ends])
+    return sp.csr_matrix((np.ones(len(r), dtype=np.int8), (r, c)), shape=(n + 1, n + 1))
 
 
+def _pure(M: sp.csr_matrix, g: DAG, v, side: str) -> list:
+    """Hidden nodes all of whose paths to the outputs (`out`) or from the inputs (`in`)
+    pass through `v`: those the search from the extra node misses once `v` is removed.
+    One breadth-first search (SciPy, linear time)."""
+    iv = g.index[v]
+    keep = np.ones(M.shape[0], dtype=np.int8)
+    keep[iv] = 0
+    D = sp.diags(keep)
+    seen = np.zeros(M.shape[0], dtype=bool)
+    seen[breadth_first_order(D @ M @ D, M.shape[0] - 1, directed=True, return_predecessors=False)] = True
+    cand = g.ancestors(v) if side == "out" else g.descendants(v)
+    return [x for x in g.hidden if x in cand and not seen[g.index[x]]]
+
+
+@functools.lru_cache(maxsize=32)
 def regions(g: DAG) -> tuple[Region, ...]:
     """The balance conditions of `g` (graph only): one per out-bottleneck and one per
-    in-bottleneck, in edge order."""
-    gx = g.to_networkx()
+    in-bottleneck, in edge order. Cached per graph (a `DAG` is immutable)."""
     out: list[Region] = []
+    if g.out_bottlenecks:
+        M = _augmented(g, "out")
     for v in g.out_bottlenecks:
         (k,) = g.out_edges(v)
-        nodes = [v] + _pure(gx, g, v, "out")
+        nodes = [v] + _pure(M, g, v, "out")
         ns = set(nodes)
         req = tuple((x, y) for x in nodes for y in g.successors(x) if y in ns and (x, y) != g.edges[k])
         out.append(Region(k, g.edges[k], "out", v, tuple(nodes), req))
+    if g.in_bottlenecks:
+        M = _augmented(g, "in")
     for w in g.in_bottlenecks:
         (k,) = g.in_edges(w)
-        nodes = [w] + _pure(gx, g, w, "in")
+        nodes = [w] + _pure(M, g, w, "in")
         ns = set(nodes)
         req = tuple((x, y) for x in nodes for y in g.predecessors(x) if y in ns and (y, x) != g.edges[k])
         out.append(Region(k, g.edges[k], "in", w, tuple(nodes), req))

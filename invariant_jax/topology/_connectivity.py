@@ -13,9 +13,10 @@ from scipy.optimize import linprog
 
 from .._results import RESULTS
 from ..graph import DAG
-from ..invariants import as_conserved, conservation_scale, conserved_quantities, conserved_tol
+from ..invariants import as_conserved, conserved_tol
 from ..network import DAGNetwork
 from ._closure import exact_scale
+from ._components import edge_weights_of, network_c_and_tol
 from ._conditions import BalanceCondition, evaluate, regions
 
 __all__ = ["Connectivity", "connectivity", "lp_min_q", "LP_MODES"]
@@ -144,11 +145,11 @@ def _resolve(graph, c, tol):
                              "(or use ij.frozen_mask for many c at once).")
         if c is not None:
             raise TypeError("Pass either a network, or a graph and c; not a network and c.")
-        g = net.graph
-        cv = as_conserved(g, np.asarray(conserved_quantities(net), dtype=np.float64))
+        g, th, eps = edge_weights_of(net)
+        cv, auto_tol = network_c_and_tol(g, th, eps)
+        cv = as_conserved(g, cv)
         if tol is None:
-            eps = float(np.finfo(np.asarray(net.weights).dtype).eps)
-            tol = max(1e-10, 64 * eps) * max(float(conservation_scale(net)) * len(g.hidden), 1e-290)
+            tol = float(auto_tol)
         return g, cv, conserved_tol(tol, cv)
     if not isinstance(graph, DAG):
         raise TypeError(f"connectivity needs a DAG (and c) or a DAGNetwork; got {type(graph).__name__}.")
