@@ -15,35 +15,46 @@ Conventions shared by every module:
 - Every result carries `result: RESULTS` and `.success`; `result_message` says the fix.
 """
 
-from . import channels
-from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
+import ast as _ast
+import importlib as _importlib
+from pathlib import Path as _Path
+from typing import TYPE_CHECKING
+
 from ._version import __version__
-from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
-from .channels import (ChannelPair, ChannelReport, channel_coordinates, channel_frequency, collapse_channel,
-                       detect_channels, duplicate_neuron, glu_limit, jump_procedure, saddle_line)
-from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
-from .datasets import (TabularData, breast_cancer, gp_data, gp_sample, load_csv, matern32_kernel,
-                       modified_rosenbrock, regular_grid, rosenbrock_data, rosenbrock_grid, teacher_student)
-from .flow import (ConservationReport, Flow, NoConservationLaw, check_conservation, flow_field, gradient_flow,
-                   trajectory_record)
-from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
-from .invariants import (SingularPoint, conservation_scale, conserved_quantities, identity_residual,
-                         is_singular_value, jacobian, jacobian_rank, singular_point, singular_subnetworks)
-from .kinks import KinkFlow, kink_aware_flow
-from .losses import (bce, check_data, edge_loss_fn, gauss_hermite, get_loss, hessian, hessian_spectrum,
-                     loss_gradient, mse, network_loss, population_loss, weighted_mse)
-from .network import DAGNetwork, init_edge_weights
-from .options import KinkOptions, SaveTimes, SolverOptions, StopRules, log_times
-from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
-from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,
-                           matrix_nuclear_norm, nuclear_norm, nuclear_upper_bound, nuclear_working_set)
-from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
-from .sweep import (SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows,
-                    sweep_network)
-from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
-from .topology import (Component, ComponentComparison, InvariantPath, Reachability, component_of, invariant_path,
-                       reachability, rescale_onto, same_component, twin_classes)
-from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
+
+# The public names and the modules they come from: the import block below, which type
+# checkers and IDEs read. At run time each name is imported on first use (PEP 562), so
+# `import invariant_jax` (and so the CLI's `--help`) does not import JAX.
+if TYPE_CHECKING:
+    from . import channels
+    from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
+    from ._version import __version__
+    from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
+    from .channels import (ChannelPair, ChannelReport, channel_coordinates, channel_frequency, collapse_channel,
+                           detect_channels, duplicate_neuron, glu_limit, jump_procedure, saddle_line)
+    from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
+    from .datasets import (TabularData, breast_cancer, gp_data, gp_sample, load_csv, matern32_kernel,
+                           modified_rosenbrock, regular_grid, rosenbrock_data, rosenbrock_grid, teacher_student)
+    from .flow import (ConservationReport, Flow, NoConservationLaw, check_conservation, flow_field, gradient_flow,
+                       trajectory_record)
+    from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
+    from .invariants import (SingularPoint, conservation_scale, conserved_quantities, identity_residual,
+                             is_singular_value, jacobian, jacobian_rank, singular_point, singular_subnetworks)
+    from .kinks import KinkFlow, kink_aware_flow
+    from .losses import (bce, check_data, edge_loss_fn, gauss_hermite, get_loss, hessian, hessian_spectrum,
+                         loss_gradient, mse, network_loss, population_loss, weighted_mse)
+    from .network import DAGNetwork, init_edge_weights
+    from .options import KinkOptions, SaveTimes, SolverOptions, StopRules, log_times
+    from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
+    from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,
+                               matrix_nuclear_norm, nuclear_norm, nuclear_upper_bound, nuclear_working_set)
+    from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
+    from .sweep import (SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows,
+                        sweep_network)
+    from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
+    from .topology import (Component, ComponentComparison, InvariantPath, Reachability, component_of, invariant_path,
+                           reachability, rescale_onto, same_component, twin_classes)
+    from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
 
 __all__ = [
     # graphs and networks
@@ -83,3 +94,31 @@ __all__ = [
     "detect_channels", "duplicate_neuron", "glu_limit", "jump_procedure", "saddle_line",
     "__version__",
 ]
+
+
+def _exported() -> dict[str, str]:
+    """`{public name: submodule}`, read from the `TYPE_CHECKING` import block above."""
+    tree = _ast.parse(_Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, _ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    out = {}
+    for node in block.body:
+        for alias in node.names:
+            out[alias.asname or alias.name] = alias.name if node.module is None else node.module
+    return out
+
+
+_EXPORTED = _exported()
+
+
+def __getattr__(name: str):
+    module = _EXPORTED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'invariant_jax' has no attribute {name!r}")
+    mod = _importlib.import_module(f".{module}", __name__)
+    value = mod if module == name else getattr(mod, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTED))

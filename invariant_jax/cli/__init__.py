@@ -1,34 +1,31 @@
-"""The `invariant-jax` command. Each subcommand lives in `cli/_<name>.py` and defines
-`add_parser(subparsers)`, which registers its parser with `set_defaults(run=...)`."""
+"""The `invariant-jax` command. Each subcommand's flags are in `cli/_parsers.py` (no JAX
+import, so `--help` and flag errors answer at once); its work is `run(args)` in
+`cli/_<name>.py`, imported after parsing."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import sys
 
-import jax
+from ._parsers import SUBCOMMANDS, accept_negative_numbers, config_defaults
 
-from ..sweep import SweepConfig
-from ._common import (accept_negative_numbers, check_args, compilation_cache_settings, enable_compilation_cache,
-                      restore_compilation_cache)
-
-SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
+__all__ = ["SUBCOMMANDS", "build_parser", "main", "show_defaults"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The full parser (every subcommand), built without importing JAX."""
     parser = argparse.ArgumentParser(
         prog="invariant-jax",
         description="Exact gradient flow, conservation laws and invariant-set topology on DAG networks.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parsers = importlib.import_module("invariant_jax.cli._parsers")
     for name in SUBCOMMANDS:
-        importlib.import_module(f"invariant_jax.cli._{name}").add_parser(sub)
+        getattr(parsers, f"add_{name}_parser")(sub)
     # sweep, demo and check leave their flags at None (a TOML file can set sweep's): their
     # defaults are SweepConfig's
-    config = {f.name: f.default for f in dataclasses.fields(SweepConfig)
-              if f.default is not dataclasses.MISSING}
+    config = config_defaults()
     for name, subparser in sub.choices.items():
         accept_negative_numbers(subparser)  # `--atol -1e-8` reaches the validator
         show_defaults(subparser, config if name in ("sweep", "demo", "check") else {})
@@ -59,25 +56,26 @@ def show_defaults(parser: argparse.ArgumentParser, fallback: dict | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    jax.config.update("jax_enable_x64", True)  # the CLI checks laws: float64 throughout
-    cache = compilation_cache_settings()
-    enable_compilation_cache()  # a repeated command reuses its compiled programs
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and flag errors end here, before JAX is imported
+    if not args.command:
+        parser.print_help()
+        return 2
+    if args.command == "sweep":  # before JAX starts its backends: one CPU device per core
+        importlib.import_module("invariant_jax.cli._sweep").use_cpu_cores()
+    common = importlib.import_module("invariant_jax.cli._common")
+    importlib.import_module("jax").config.update("jax_enable_x64", True)  # the CLI checks laws: float64
+    cache = common.compilation_cache_settings()
+    common.enable_compilation_cache()  # a repeated command reuses its compiled programs
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if not getattr(args, "run", None):
-            parser.print_help()
-            return 2
-        if args.command == "sweep":  # before JAX starts its backends: one CPU device per core
-            importlib.import_module("invariant_jax.cli._sweep").use_cpu_cores()
         try:
-            check_args(args)  # one validation per option, the same in every command
-            return int(args.run(args) or 0)
+            common.check_args(args)  # one validation per option, the same in every command
+            return int(importlib.import_module(f"invariant_jax.cli._{args.command}").run(args) or 0)
         except (ValueError, TypeError, FileNotFoundError) as e:
             print(f"invariant-jax {args.command}: error: {e}", file=sys.stderr)
             return 2
     finally:  # called from Python (tests, notebooks), the caller's JAX stays as it was
-        restore_compilation_cache(cache)
+        common.restore_compilation_cache(cache)
 
 
 if __name__ == "__main__":

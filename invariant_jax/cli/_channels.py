@@ -10,6 +10,7 @@ from ..activations import get_activation
 from ..channels import ConvergenceStudy, channel_frequency, convergence_study
 from ..datasets import gp_data
 from ._common import check_output_path, write_json
+from ._parsers import CHANNEL_DEFAULTS
 
 
 def _floats(text: str, flag: str) -> list[float]:
@@ -24,53 +25,6 @@ def _ints(text: str, flag: str) -> list[int]:
         return [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"{flag} must be comma-separated integers; got {text!r}.") from None
-
-
-METHODS = ("newton", "flow")
-# each method's own defaults: the paper's (flow then Newton) and the flow-only study's
-_DEFAULTS = {"newton": dict(t1=1e12, rtol=1e-3, atol=1e-6), "flow": dict(t1=1e4, rtol=1e-7, atol=1e-7)}
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "channels", help="how often training ends in a flat channel, vs target roughness, width and activation",
-        description="Train mlp([dim, width, 1]) from many initializations on Matern-3/2 Gaussian-process "
-        "targets of roughness s (length scale 1/s) and count how often training ends in a flat channel. "
-        "--method newton (the default, the paper's method): gradient flow (Kvaerno5) then trust-region "
-        "Newton (ij.flow_then_newton), a run is infinite when weightnorm = sum(theta^2)/(2E) reaches "
-        "--maxnorm, and a channel is confirmed when its pair matches the GLU limit (ij.channels."
-        "confirm_channel). --method flow: the flow-only study (ij.channel_frequency; gradient flow to --t1, "
-        "then detect_channels): finite-time flow rarely gets far enough into a channel, so it finds few by "
-        "design; it is not the paper's method. Time is gradient-flow time of L = (1/2N) sum (f - y)^2.")
-    p.add_argument("--method", default="newton", choices=METHODS,
-                   help="newton: flow then Newton (the paper's method); flow: the flow-only study")
-    p.add_argument("--activations", default="softplus,erf", help="comma-separated smooth activations")
-    p.add_argument("--roughness", default="0.1,0.5,2,10", help="comma-separated GP roughness values s")
-    p.add_argument("--widths", default="2,4", help="comma-separated hidden widths (>= 2)")
-    p.add_argument("--n-inits", type=int, default=4)
-    p.add_argument("--n-samples", type=int, default=32)
-    p.add_argument("--dim", type=int, default=1, help="input dimension")
-    p.add_argument("--no-bias", action="store_true", help="networks without bias edges")
-    p.add_argument("--t1", type=float, default=None,
-                   help="final gradient-flow time (default: newton 1e12, flow 1e4)")
-    p.add_argument("--rtol", type=float, default=None, help="(default: newton 1e-3, flow 1e-7)")
-    p.add_argument("--atol", type=float, default=None, help="(default: newton 1e-6, flow 1e-7)")
-    p.add_argument("--maxnorm", type=float, default=1e3,
-                   help="newton: a run is infinite once weightnorm = sum(theta^2)/(2E) reaches this (paper: 1e3)")
-    p.add_argument("--max-flow-steps", type=int, default=2000, help="newton: solver steps of the flow phase")
-    p.add_argument("--max-newton-steps", type=int, default=2000, help="newton: Newton iterations")
-    p.add_argument("--solver", default="kvaerno5", help="flow: the solver")
-    p.add_argument("--max-steps", type=int, default=20_000, help="flow: step budget per trajectory")
-    p.add_argument("--norm-threshold", type=float, default=1e3, help="flow: ||theta|| criterion of detect_channels")
-    p.add_argument("--pair-tol", type=float, default=1e-3, help="flow: cosine-distance criterion for pairs")
-    p.add_argument("--engine", default="auto", choices=["auto", "sweep", "vmap"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-seed", type=int, default=1)
-    p.add_argument("--out", default=None, help="write the study as JSON to this path (an existing file is refused "
-                   "unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(run=run)
 
 
 def _grid(args) -> tuple[list[str], list[float], list[int]]:
@@ -92,7 +46,7 @@ def _grid(args) -> tuple[list[str], list[float], list[int]]:
 def run(args) -> int:
     out = check_output_path(args.out, "--out", overwrite=args.overwrite)  # before the study, not after it
     acts, rough, widths = _grid(args)
-    opts = {k: (getattr(args, k) if getattr(args, k) is not None else v) for k, v in _DEFAULTS[args.method].items()}
+    opts = {k: (getattr(args, k) if getattr(args, k) is not None else v) for k, v in CHANNEL_DEFAULTS[args.method].items()}
     if args.method == "flow":
         print("flow-only study (ij.channel_frequency): gradient flow to --t1, then detect_channels. Not the "
               "paper's method: finite-time flow rarely reaches a channel; the default --method newton is.")

@@ -6,49 +6,14 @@ import argparse
 
 import numpy as np
 
-from .._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
+from .._results import RESULTS, is_success, result_code, result_from_code, result_message
 from ..activations import get_activation
 from ..flow import ConservationReport
 from ..invariants import identity_residual
 from ..network import DAGNetwork
 from ..sweep import SweepConfig, run_sweep
-from ._common import add_data_args, add_graph_args, graph_from_args, teacher_data
-
-N_INITS = 4  # check's own default: a few initializations (a sweep's is SweepConfig.n_inits)
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="check that gradient flow conserves c = B~ theta^2",
-                       description="Run gradient flow from several random initializations and report, per "
-                       "trajectory, the drift of c = B~ theta^2 in units of the tolerance and the "
-                       "residual of the identity B~(theta * grad L) = 0. Initialization i is the sweep's "
-                       "(fold_in(key(seed), i)), integrated as `sweep` does: kink-aware for relu / leaky_relu "
-                       "unless --no-kink-aware, with the sweep's defaults for every option not given.")
-    add_graph_args(p)
-    add_data_args(p)
-    add_check_args(p)
-    p.set_defaults(run=run)
-
-
-def add_check_args(p) -> None:
-    """The flow options; their defaults are `SweepConfig`'s (shown in --help), except
-    `--n-inits` (a few)."""
-    p.add_argument("--activation", default=None, help="hidden activation")
-    p.add_argument("--init", default=None, help="glorot, kaiming or normal")
-    p.add_argument("--n-inits", type=int, default=N_INITS)
-    p.add_argument("--seed", type=int, default=None, help="init i uses fold_in(key(seed), i), as in sweep")
-    p.add_argument("--t1", type=float, default=None, help="final gradient-flow time")
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument("--atol", type=float, default=None)
-    p.add_argument("--solver", default=None, help="(kink-aware: the solver inside each activation pattern)")
-    p.add_argument("--max-steps", type=int, default=None, help="step budget per trajectory")
-    p.add_argument("--kink-aware", dest="kink_aware", action="store_true", default=None,
-                   help="relu/leaky_relu (the default there, as in sweep): integrate within activation patterns, "
-                        "locate kinks as events, follow sliding modes")
-    p.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=None,
-                   help="relu/leaky_relu: plain integration across the kinks (not exact there)")
-    p.add_argument("--force", action="store_true",
-                   help="measure even for an activation without a conservation law (rows then say 'no law')")
+from ._common import graph_from_args
+from ._parsers import add_check_args, add_data_args, add_graph_args
 
 
 _SWEEP_FLAGS = ("activation", "init", "seed", "t1", "rtol", "atol", "solver", "max_steps", "kink_aware")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import re
 import tomllib
 from pathlib import Path
 
@@ -18,19 +16,6 @@ from ..graph import DAG, example_dag, mlp, random_dag
 from ..sweep._store import atomic_write_json, check_output_file
 
 BUILDERS = ("example", "mlp", "random")
-
-
-def add_graph_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("graph")
-    g.add_argument("--graph", default="example",
-                   help="builder name (example, mlp, random) or an edge-list file (default: example)")
-    g.add_argument("--widths", default="5,8,1", help="mlp widths, comma-separated (default: 5,8,1)")
-    g.add_argument("--bias", action="store_true", help="add a bias (constant) node")
-    g.add_argument("--n-inputs", type=int, default=3)
-    g.add_argument("--n-hidden", type=int, default=8)
-    g.add_argument("--n-outputs", type=int, default=1)
-    g.add_argument("--edge-prob", type=float, default=0.4)
-    g.add_argument("--graph-seed", type=int, default=0)
 
 
 def read_edge_list(path: str | Path) -> DAG:
@@ -54,12 +39,6 @@ def graph_from_args(args) -> DAG:
     if Path(name).suffix or Path(name).exists():
         return read_edge_list(name)
     raise ValueError(f"Unknown graph builder {name!r}; choose one of {list(BUILDERS)} or give an edge-list file.")
-
-
-def add_data_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("data")
-    g.add_argument("--n-samples", type=int, default=20, help="teacher-student samples (default: 20)")
-    g.add_argument("--data-seed", type=int, default=1)
 
 
 def teacher_data(graph: DAG, args, activation: str):
@@ -133,16 +112,6 @@ def check_args(args) -> None:
     command, so `--seed -1` reads the same in `sweep`, `check` and `connectivity`)."""
     for name, value in sorted(vars(args).items()):
         check_option(name, value)
-
-
-NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
-
-
-def accept_negative_numbers(parser: argparse.ArgumentParser) -> None:
-    """Let `--atol -1e-8` reach the validator (argparse takes `-1e-8` for an option and
-    says "expected one argument"): negative numbers in any notation are values."""
-    parser._negative_number_matcher = NEGATIVE_NUMBER  # argparse's own hook for '-1', '-.5'
-    parser._has_negative_number_optionals = []
 
 
 def read_config_file(path) -> dict:

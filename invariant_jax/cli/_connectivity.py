@@ -11,41 +11,10 @@ import numpy as np
 
 from .._results import result_message, result_name
 from ..invariants import conserved_quantities, singular_point
-from ..network import INITIALIZERS, DAGNetwork
+from ..network import DAGNetwork
 from ..sweep import sweep_network
 from ..topology import connectivity
-from ._common import add_graph_args, graph_from_args
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "connectivity", help="explain the connected components of H_G(c) in words",
-        description="Say whether the invariant set H_G(c) = {theta : B~ theta^2 = c} is connected, "
-        "which edges are frozen (can never change sign under gradient flow) and why: the "
-        "bottleneck, the set S whose balance condition fails and sum_S c. c comes from --c FILE, "
-        "from row --index of a sweep's results folder (--from-sweep DIR; its graph too), or from a "
-        "random initialization (--seed, --init, --scale). The LP verdict (HiGHS) is checked "
-        "against the combinatorial one.")
-    add_graph_args(p)
-    p.add_argument("--c", dest="c_file", default=None,
-                   help="file with c: JSON (a list in graph.hidden order, or {label: value}), or text "
-                   "lines 'label value' (default: draw c from an initialization)")
-    p.add_argument("--from-sweep", metavar="DIR", default=None,
-                   help="explain a row of the sweep in DIR: its graph and the c0 of initialization --index")
-    p.add_argument("--index", type=int, default=0, help="with --from-sweep: the row's initialization index")
-    p.add_argument("--seed", type=int, default=0,
-                   help="initialization seed when --c and --from-sweep are not given (key(seed), not a sweep's "
-                        "init: use --from-sweep DIR --index I for that)")
-    p.add_argument("--init", default="glorot", choices=INITIALIZERS)
-    p.add_argument("--scale", type=float, default=1.0)
-    p.add_argument("--tol", type=float, default=None, help="sums within tol of 0 count as 0 (default: see docs)")
-    p.add_argument("--lp", default="candidates", choices=("candidates", "all", "none"))
-    p.add_argument("--singular", action="store_true", help="also decide whether H_G(c) contains a singular point "
-                   "(exact subset-sum enumeration per hidden component of <= 40 nodes, else a MILP bounded by "
-                   "--time-limit)")
-    p.add_argument("--time-limit", type=float, default=60.0,
-                   help="seconds for the singular-point MILP when it is needed (default: 60); then 'undecided'")
-    p.set_defaults(run=run)
+from ._common import graph_from_args
 
 
 def read_c(path: str | Path):

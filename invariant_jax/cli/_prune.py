@@ -12,46 +12,10 @@ from ..graph import mlp
 from ..network import DAGNetwork
 from ..pruning import magnitude_prune, prune
 from ..regularizers import REGULARIZERS
-from ..training import OPTIMIZERS, fit
+from ..training import fit
 from ._common import check_output_path, write_json
 
 DATASETS = ("breast_cancer",)
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "prune", help="train with a regularizer, prune cut-off neurons, report",
-        description="Train an MLP (ReLU, BCE on logits) on a built-in or CSV binary-classification "
-        "data set with a chosen regularizer, remove the hidden neurons that zero weights cut off "
-        "(lossless), and compare with magnitude pruning to the same size.")
-    p.add_argument("--data", default="breast_cancer",
-                   help="built-in data set (breast_cancer) or a numeric CSV file (default: breast_cancer)")
-    p.add_argument("--target", default="-1", help="CSV label column: name or position (default: last)")
-    p.add_argument("--test-fraction", type=float, default=0.25)
-    p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--hidden", default="20", help="hidden widths, comma-separated (default: 20)")
-    p.add_argument("--no-bias", action="store_true", help="no bias node")
-    p.add_argument("--regularizer", default="nuclear", help="none, l1, l2 or nuclear (default: nuclear)")
-    p.add_argument("--strength", type=float, default=1e-2)
-    p.add_argument("--optimizer", default="sgd", help=f"one of {sorted(OPTIMIZERS)} (default: sgd)")
-    p.add_argument("--lr", type=float, default=0.2)
-    p.add_argument("--epochs", type=int, default=2000)
-    p.add_argument("--batch-size", type=int, default=None, help="default: full batch")
-    p.add_argument("--subgradient", action="store_true",
-                   help="use the regularizer's (sub)gradient instead of its proximal map")
-    p.add_argument("--tol", type=float, default=0.0,
-                   help="|theta| <= tol counts as zero, in the training log (rank, cut-off neurons) and when "
-                        "pruning (default 0: exact zeros, which the proximal steps give)")
-    p.add_argument("--dead-on-data", action="store_true", help="also remove neurons that never fire on the training data")
-    p.add_argument("--baseline", default="none",
-                   help="also train this arm (none, l2 or off) from the same seed and magnitude-prune it "
-                   "to the same size (default: none, i.e. unregularized)")
-    p.add_argument("--baseline-strength", type=float, default=1e-3, help="strength of an l2 baseline")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="write the report to this JSON file (an existing file is refused "
-                   "unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
-    p.set_defaults(run=run)
 
 
 def _load(args):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -13,98 +12,16 @@ import jax
 import numpy as np
 
 from .._results import is_success, result_message, result_name
-from ..sweep import BUILDERS, SweepConfig, run_sweep, summarize_sweep
+from ..sweep import SweepConfig, run_sweep, summarize_sweep
 from ..sweep._config import graph_fields
 from ..sweep._run import SweepInterrupted, job_array_share
 from ..sweep._store import ResultsStore, check_output_folder, dumps_strict, is_no_space
 from ._common import check_option, read_config_file
+from ._parsers import DEFAULT_OUT
 
-DEFAULT_OUT = "runs/sweep"
 FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "overview")
 _ENGINE_KEYS = ("out", "slots", "steps_per_call", "resume", "overwrite", "progress", "exact",
                 "rows", "figures", "process_index", "process_count")
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "sweep", help="gradient flow from many initializations: statistics, figures, results folder",
-        description="Run exact gradient flow from many random initializations with a continuous-"
-        "batching engine, write every trajectory's record to a resumable results folder, and "
-        "summarise conservation drift, rank of J_G, connectivity of H_G(c0), bottleneck sign "
-        "changes, final loss and steps. Options come from flags, a TOML --config, or the built-in "
-        "default (the example DAG with skip connections and a bottleneck, on teacher-student data). "
-        "Flags override the TOML file. Time is gradient-flow time of L = (1/2N) sum ||f - y||^2.")
-    add_sweep_args(p)
-    p.set_defaults(run=run)
-
-
-def add_sweep_args(p: argparse.ArgumentParser) -> None:
-    S = argparse.SUPPRESS
-    p.add_argument("--config", default=S, help="TOML file of sweep options (keys as the flags, with _)")
-    g = p.add_argument_group("graph")
-    g.add_argument("--graph", default=S, help="builder (example, mlp, random) or an edge-list file; default example")
-    g.add_argument("--widths", default=S, help="mlp widths, comma-separated (default 5,8,1)")
-    g.add_argument("--bias", action="store_true", default=S, help="add a bias node (mlp, random)")
-    g.add_argument("--n-inputs", type=int, default=S)
-    g.add_argument("--n-hidden", type=int, default=S)
-    g.add_argument("--n-outputs", type=int, default=S)
-    g.add_argument("--edge-prob", type=float, default=S)
-    g.add_argument("--graph-seed", type=int, default=S)
-    n = p.add_argument_group("networks and data")
-    n.add_argument("--activation", default=S, help="hidden activation (default relu)")
-    n.add_argument("--init", default=S, help="glorot (default), kaiming or normal")
-    n.add_argument("--scale", type=float, default=S, help="multiplies the initializer's std (default 1)")
-    n.add_argument("--n-samples", type=int, default=S, help="teacher-student samples (default 20)")
-    n.add_argument("--data-seed", type=int, default=S)
-    f = p.add_argument_group("flow")
-    f.add_argument("--n-inits", type=int, default=S, help="number of initializations (default 256)")
-    f.add_argument("--seed", type=int, default=S, help="init i uses fold_in(key(seed), i) (default 0)")
-    f.add_argument("--t1", type=float, default=S, help="final gradient-flow time (default 1)")
-    f.add_argument("--solver", default=S, help="tsit5 (default), dopri5, dopri8, ...")
-    f.add_argument("--rtol", type=float, default=S, help="default 1e-8")
-    f.add_argument("--atol", type=float, default=S, help="default 1e-8")
-    f.add_argument("--max-steps", type=int, default=S, help="step budget per trajectory (default 100000)")
-    f.add_argument("--n-save", type=int, default=S, help="times at which drift is measured (default 101)")
-    f.add_argument("--grad-norm-tol", type=float, default=S, help="stop a trajectory once |grad L| < this")
-    f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")
-    f.add_argument("--max-param-norm", type=float, default=S, help="stop a trajectory once |theta| > this")
-    f.add_argument("--weight-decay", type=float, default=S)
-    kink = f.add_mutually_exclusive_group()  # `--kink-aware --no-kink-aware` is an error, not "the last wins"
-    kink.add_argument("--kink-aware", action="store_true", default=S,
-                   help="relu/leaky_relu (the default there, unless a stopping rule or weight decay is set): "
-                        "integrate within activation patterns, locate kinks as events, follow sliding modes "
-                        "(--solver is then the solver inside a pattern, e.g. gauss4)")
-    kink.add_argument("--no-kink-aware", dest="kink_aware", action="store_false", default=S,
-                   help="relu/leaky_relu: plain integration across the kinks (not exact there)")
-    f.add_argument("--max-events", type=int, default=S,
-                   help="kink-aware: cap on located kink events per trajectory (default 1000; ij.KinkOptions)")
-    f.add_argument("--max-sliding", type=int, default=S,
-                   help="kink-aware: most (sample, node) pairs sliding at once (default 16; 0 disables sliding)")
-    f.add_argument("--event-tol", type=float, default=S,
-                   help="kink-aware: time tolerance of the event root finder (default 1e-13)")
-    f.add_argument("--surface-tol", type=float, default=S,
-                   help="kink-aware: |z| <= surface_tol * max|z| at an event counts as on the surface (default 1e-9)")
-    e = p.add_argument_group("engine and output")
-    e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
-    e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")
-    e.add_argument("--steps-per-call", type=int, default=S, help="steps (kink-aware: segments) between harvests (default 64; kink-aware --vmap 4)")
-    e.add_argument("--resume", action="store_true", default=S, help="finish the sweep in --out")
-    e.add_argument("--overwrite", action="store_true", default=S,
-                   help="delete the files an earlier sweep wrote in --out first (a folder holding other "
-                        "files is refused)")
-    e.add_argument("--process-index", type=int, default=S,
-                   help="this writer's place among --process-count writers sharing --out (default: "
-                        "jax.process_index(), or the job-array task: SLURM_ARRAY_TASK_ID, SGE_TASK_ID)")
-    e.add_argument("--process-count", type=int, default=S,
-                   help="number of writers (default: jax.process_count(), or SLURM_ARRAY_TASK_COUNT, ...); "
-                        "writers claim blocks of work, so a fast one helps a slow one")
-    e.add_argument("--status", metavar="DIR", default=S,
-                   help="print the progress of the sweep in DIR across all writers, and exit")
-    e.add_argument("--vmap", dest="exact", action="store_false", default=S,
-                   help="vmap over slots (for GPUs) instead of the exact per-slot program")
-    e.add_argument("--no-progress", dest="progress", action="store_false", default=S)
-    e.add_argument("--rows", type=int, default=S, help="rows of the printed table (default 20)")
-    e.add_argument("--no-figures", dest="figures", action="store_false", default=S)
 
 
 def use_cpu_cores(environ=None) -> int | None:
