@@ -27,10 +27,11 @@ EXACTNESS_ISA ?= SSE4_2
 # compiles on one thread, so 2 workers on 2 cores nearly halve the time): a whole file goes
 # to one worker, so its module fixtures compile once and a docs page's blocks stay
 # together; tests/conftest.py starts the costliest files first. `make test PYTEST_N=0`
-# runs everything in one process. Both runs share one persistent compilation cache that
-# lives in a temporary folder for this `make test` only (tests/conftest.py).
+# runs everything in one process; PYTEST_ARGS adds pytest options. Both runs share one
+# persistent compilation cache in a temporary folder that lives for this `make test` only
+# (conftest.py).
 PYTEST_N ?= logical
-XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder
+XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 define run_tests
 	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export IJ_TEST_CACHE_DIR="$$cache" && \

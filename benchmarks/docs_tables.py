@@ -87,7 +87,7 @@ def test_suite_time() -> str:
     """README's Quickstart sentence on how long `make test` takes, from the timed clean clone."""
     rec = _load("test_suite_time.json")
     s = rec["summary"]
-    return (f"From a clean clone at {rec['provenance']['commit'][:7]} on this project's 2-core machine "
+    return (f"From a clean clone of {rec['cloned_commit'][:7]} on this project's 2-core machine "
             f"(load average {s['load_average_before']:.1f} before it started): the install took "
             f"{s['install_s']:.0f} s and `make test` {s['make_test_s']:.0f} s "
             f"({s['passed']} passed, {s['skipped']} skipped, then {s['exactness_passed']} exactness "
@@ -95,7 +95,21 @@ def test_suite_time() -> str:
             f"(`benchmarks/results/test_suite_time.json`, with per-file times).\n")
 
 
-BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time}
+def first_calls() -> str:
+    """README's Cost paragraph: fresh-process first calls of its example."""
+    rec = _load("first_calls.json")
+    s = rec["summary"]
+    return (f"importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
+            f"{s['gradient_flow_first_s']:.1f} s (nearly all compiling) and the same call again "
+            f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
+            f"{s['kink_aware_flow_first_s']:.1f} s and again {s['kink_aware_flow_again_s']:.3f} s "
+            f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}, load average "
+            f"{rec['provenance']['load_average'][0]:.1f} when written; `{rec['command']}`, "
+            f"`benchmarks/results/first_calls.json`).\n")
+
+
+BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
+          "first-calls": first_calls}
 
 
 def render(text: str) -> str:

@@ -1,0 +1,93 @@
+"""What a user waits for on the first calls: README's example (5-20-1 ReLU MLP with bias,
+20 teacher-student points, t1 = 2, rtol = atol = 1e-8), each measurement in a fresh Python
+process (no compilation cache, nothing warm):
+
+- `import invariant_jax`;
+- the first `ij.gradient_flow(...)` call (trace, compile, run) and the same call again;
+- the first `ij.kink_aware_flow(net, X, Y, 2.0)` call (its default inner solver) and again.
+
+Rounds alternate the measurements, so a change of machine load hits all of them; the
+table gives the median and range over rounds. README's Cost paragraph is generated from
+the JSON (`benchmarks/docs_tables.py`).
+
+Usage: python benchmarks/first_calls.py [--rounds 3] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import json, os, sys, time
+t = time.perf_counter()
+import jax
+jax.config.update("jax_enable_x64", True)
+import invariant_jax as ij
+out = {"import_s": time.perf_counter() - t}
+what = sys.argv[1]
+if what != "import":
+    g = ij.mlp([5, 20, 1], bias=True)
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.key(0))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(1), init="glorot")
+    if what == "gradient_flow":
+        call = lambda: ij.gradient_flow(net, X, Y, t1=2.0, rtol=1e-8, atol=1e-8)
+    else:
+        call = lambda: ij.kink_aware_flow(net, X, Y, 2.0)
+    for key in ("first_s", "again_s"):
+        t = time.perf_counter()
+        f = call()
+        jax.block_until_ready(f.theta_final)
+        out[key] = time.perf_counter() - t
+    out["success"] = bool(f.success)
+print("RESULT " + json.dumps(out))
+"""
+
+WHAT = ("import", "gradient_flow", "kink_aware_flow")
+
+
+def measure(what: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", CHILD, what], env=env, capture_output=True, text=True, timeout=1800)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not line:
+        raise RuntimeError(f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    return json.loads(line[0][len("RESULT "):])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3, help="fresh processes per measurement")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/first_calls.json)")
+    args = ap.parse_args(argv)
+    path = output_path(args.out, "first_calls.json")
+    runs = {w: [] for w in WHAT}
+    for r in range(args.rounds):
+        for w in WHAT:
+            runs[w].append(measure(w))
+            print(f"round {r}: {w} {runs[w][-1]}", flush=True)
+    summary = {"import_s": statistics.median(x["import_s"] for x in runs["import"])}
+    for w in WHAT[1:]:
+        assert all(x["success"] for x in runs[w]), f"{w} failed"
+        for key in ("first_s", "again_s"):
+            vals = [x[key] for x in runs[w]]
+            summary[f"{w}_{key}"] = statistics.median(vals)
+            summary[f"{w}_{key}_range"] = [min(vals), max(vals)]
+    print(json.dumps(summary, indent=1))
+    write_json(path, {"benchmark": "first_calls", "workload": "README example: mlp([5, 20, 1], bias=True), relu, "
+                      "20 teacher points (key 0), glorot init (key 1), t1 = 2, rtol = atol = 1e-8 "
+                      "(kink_aware_flow: its defaults)", "rounds": args.rounds, "runs": runs, "summary": summary})
+
+
+if __name__ == "__main__":
+    main()
