@@ -4,9 +4,11 @@ and XLA compilations per call, for the plain and the kink-aware engine.
 Issue 27 measured every new batch size compiling again (kink-aware 8-11 s per new n, plain
 2-3 s; warm 0.4 s / 0.12 s). Since then the initial weights are fed to the slots with the
 queue in blocks of fixed shape `(slots, E)`, so only the first call of a configuration
-compiles. Workload: `sweep_throughput.py`'s heavy one (5-20-1 ReLU without bias, 20
+compiles. Workload: `sweep_throughput.py`'s heavy one (5-20-1 MLP without bias, 20
 teacher points, t1 = 1, Tsit5, rtol = atol = 1e-8; inits `PRNGKey(i)`), 64 slots, exact
-mode. The batch of size n is the first n inits, so "n again" repeats a call.
+mode: ReLU for the kink-aware arm; softplus for the plain arm (a smooth net, what the plain
+engine is for: plain integration across ReLU kinks takes thousands of steps per
+trajectory). The batch of size n is the first n inits, so "n again" repeats a call.
 
 Usage: PYTHONPATH=benchmarks .venv/bin/python benchmarks/sweep_batch_sizes.py [--sizes 2 64 32 ...] [--out ...]
 """
@@ -33,25 +35,23 @@ _EVENT = "/jax/core/compile/backend_compile_duration"
 SIZES = (2, 64, 32, 64, 128, 256, 256, 1, 37)
 
 
-def workload(n_max):
+def workload(sizes, activation):
     g = ij.mlp([5, 20, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 20, key=jr.PRNGKey(3))
-    keys = jax.vmap(jr.PRNGKey)(jnp.arange(n_max))
+    keys = jax.vmap(jr.PRNGKey)(jnp.arange(max(sizes)))
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
     thetas = np.asarray(nets.edge_weights())
-    base = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
-    return X, Y, {n: base.with_edge_weights(thetas[:n]) for n in sorted(set(SIZES) | {n_max})}
+    base = ij.DAGNetwork(g, activation, edge_weights=thetas[0])
+    return X, Y, {n: base.with_edge_weights(thetas[:n]) for n in sorted(set(sizes))}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    ap.add_argument("--arms", nargs="+", default=["plain", "kink"], choices=["plain", "kink"])
+    ap.add_argument("--arms", nargs="+", default=["kink", "plain"], choices=["plain", "kink"])
     ap.add_argument("--slots", type=int, default=64)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    global SIZES
-    SIZES = tuple(args.sizes)
     compiles = {"n": 0, "seconds": 0.0}
 
     def listen(event, duration, **kw):
@@ -61,9 +61,9 @@ def main():
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     load = [list(os.getloadavg())]
-    X, Y, batches = workload(max(args.sizes))
     rows = []
     for arm in args.arms:
+        X, Y, batches = workload(args.sizes, "relu" if arm == "kink" else "softplus")
         opts = dict(solver="tsit5", rtol=1e-8, atol=1e-8, n_save=11, slots=args.slots, kink_aware=arm == "kink")
         seen = set()
         for call, n in enumerate(args.sizes):
@@ -83,7 +83,7 @@ def main():
     load.append(list(os.getloadavg()))
     path = output_path(args.out, "sweep_batch_sizes.json")
     write_json(path, dict(benchmark="sweep_batch_sizes", settings=vars(args), loadavg_before_after=load,
-                          workload="heavy: 5-20-1 relu, no bias, 20 teacher points (PRNGKey(3)), inits PRNGKey(i), "
+                          workload="heavy: 5-20-1, no bias (kink arm relu, plain arm softplus), 20 teacher points (PRNGKey(3)), inits PRNGKey(i), "
                                    "t1 = 1, Tsit5 rtol = atol = 1e-8, n_save 11, exact mode",
                           note="one process; call 1 of each arm compiles, the later calls should compile nothing. "
                                "The machine is shared (2 cores): loadavg_before_after says how loaded it was.",
