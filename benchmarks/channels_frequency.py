@@ -31,7 +31,8 @@ def main():
     ap.add_argument("--n-samples", type=int, default=32)
     ap.add_argument("--widths", default="2,4")
     ap.add_argument("--t1", type=float, default=1e6)
-    ap.add_argument("--norm-threshold", type=float, default=1e3)
+    ap.add_argument("--maxnorm", type=float, default=1e3, help="weightnorm criterion of detect_channels")
+    ap.add_argument("--pair-tol", type=float, default=1e-2)
     ap.add_argument("--out", default=None,
                     help="JSON path (default: benchmarks/results/local/channels_frequency.json; the committed file is "
                          "benchmarks/results/channels_frequency.json)")
@@ -39,7 +40,7 @@ def main():
     t = time.perf_counter()
     st = channel_frequency(n_inits=args.n_inits, n_samples=args.n_samples, t1=args.t1,
                            widths=tuple(int(w) for w in args.widths.split(",")),
-                           norm_threshold=args.norm_threshold, max_steps=50_000, progress=True)
+                           maxnorm=args.maxnorm, pair_tol=args.pair_tol, max_steps=50_000, progress=True)
     dt = time.perf_counter() - t
     print(st.table())
     n = st.channel.size

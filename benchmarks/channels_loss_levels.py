@@ -41,8 +41,9 @@ from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py
 
 def channel_like(net) -> bool:
     """A merging first-layer pair (cosine distance < 1e-2) whose output weights are opposite
-    and diverging (`detect_channels` "channel" or "candidate" at norm threshold 1)."""
-    rep = ch.detect_channels(net, pair_tol=1e-2, norm_threshold=1.0)
+    and diverging (`detect_channels` "channel" or "candidate" at Euclidean norm threshold 1,
+    i.e. `weightnorm >= 1 / (2E)`)."""
+    rep = ch.detect_channels(net, pair_tol=1e-2, maxnorm=0.5 / len(net.graph.edges))
     return any(p.classification in ("channel", "candidate") for p in rep.pairs)
 
 

@@ -106,8 +106,11 @@ def test_newton_phase_walks_down_a_channel_to_maxnorm():
     assert r.reason == ("maxnorm",) and list(ij.result_name(r.result)) == ["stopped_param_norm"]
     assert float(r.weightnorm[0]) >= 20.0 and float(r.loss[0]) < float(ij.losses.network_loss(net, X, Y))
     end = net.with_edge_weights(r.theta[0])
-    ok, err, n = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)
-    assert ok and n == 1 and err < 1e-2
+    ok, err, pairs = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)
+    assert ok and len(pairs) == 1 and err < 1e-2
+    (p,) = pairs  # the confirmed pair itself: its GLU limit is the pair's output to that error
+    lim, out = np.asarray(ch.glu_limit(p, X, net=end)), np.asarray(ch.pair_output(p, X))
+    assert np.max(np.abs(out - lim)) / np.max(np.abs(lim)) == pytest.approx(err, rel=1e-12)
 
 
 def test_newton_phase_bad_input():

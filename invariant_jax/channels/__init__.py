@@ -13,12 +13,13 @@ from ._glu import (
     set_channel_coordinates,
 )
 from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
-from ._detect import CLASSIFICATIONS, ChannelReport, detect_channels
+from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_channels
 from ._jump import GLUConvergence, JumpResult, PowerLaw, glu_convergence, jump_procedure, power_law_fit
 from ._toy import (SIGMOID2, ToyCriticalPoints, toy_activation, toy_critical_points, toy_data, toy_limit_loss, toy_network,
                    toy_target)
 from ._frequency import FrequencyStudy, channel_frequency
 from ._levels import (
+    Confirmation,
     ConvergenceStudy,
     cluster_loss_levels,
     confirm_channel,

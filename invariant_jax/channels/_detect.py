@@ -1,6 +1,12 @@
 """Channel detection with the criteria of "Flat Channels to Infinity in Neural Loss
 Landscapes": a large parameter norm, merging input weights, output weights diverging
-with opposite signs, and late updates pointing along the channel."""
+with opposite signs, and late updates pointing along the channel.
+
+One definition of "channel" serves `detect_channels`, `confirm_channel` and
+`flow_then_newton`: the norm test is the paper's `weightnorm(theta) = sum(theta^2) / (2E)
+>= maxnorm` (`ij.weightnorm`; default 1e3, where `flow_then_newton` stops and counts a run
+infinite), and input weights merge below cosine distance `pair_tol` (default 1e-2, the
+paper's)."""
 
 from __future__ import annotations
 
@@ -9,12 +15,19 @@ from itertools import combinations
 import equinox as eqx
 import numpy as np
 
+from ..converge import weightnorm
 from ..flow import Flow
 from ..losses import check_data, loss_gradient
 from ..network import DAGNetwork
 from ._glu import ChannelPair, channel_coordinates
 
-__all__ = ["ChannelReport", "detect_channels", "CLASSIFICATIONS"]
+__all__ = ["ChannelReport", "detect_channels", "CLASSIFICATIONS", "MAXNORM", "PAIR_TOL"]
+
+MAXNORM = 1e3
+"""The paper's norm criterion: `weightnorm(theta) >= MAXNORM` (as `flow_then_newton`)."""
+
+PAIR_TOL = 1e-2
+"""The paper's merging criterion: cosine distance between input weights below `PAIR_TOL`."""
 
 CLASSIFICATIONS = ("channel", "candidate", "merging")
 
@@ -33,7 +46,8 @@ class ChannelReport(eqx.Module):
         criteria values (`late_fractions` is NaN when no update direction was available).
     - `groups`: tuples of 3 or more hidden positions whose input weights lie within
         cosine distance `group_tol` of each other (connected components).
-    - `param_norm`: `||theta||`; `in_channel`: whether any pair is a `"channel"`;
+    - `param_norm`: `||theta||`; `weightnorm`: `sum(theta^2) / (2E)`, the quantity the
+        norm criterion tests; `in_channel`: whether any pair is a `"channel"`;
         `thresholds`: the criteria settings used.
     """
 
@@ -44,6 +58,7 @@ class ChannelReport(eqx.Module):
     late_fractions: np.ndarray
     groups: tuple[tuple[int, ...], ...]
     param_norm: float
+    weightnorm: float
     in_channel: bool
     thresholds: dict
 
@@ -53,7 +68,8 @@ class ChannelReport(eqx.Module):
 
     def table(self) -> str:
         head = f"{'pair':>14} {'class':>10} {'cos dist':>9} {'eps':>9} {'|c|':>9} {'|a|':>9} {'late':>6}"
-        lines = [f"||theta|| = {self.param_norm:.3e}", head, "-" * len(head)]
+        lines = [f"||theta|| = {self.param_norm:.3e}, weightnorm = {self.weightnorm:.3e} (channel: >= "
+                 f"{self.thresholds['maxnorm']:g})", head, "-" * len(head)]
         for p, cd, lf in zip(self.pairs, self.cosine_distances, self.late_fractions):
             lines.append(f"{str(p.nodes):>14} {p.classification:>10} {cd:>9.1e} {float(p.eps):>9.2e} "
                          f"{float(np.linalg.norm(p.c)):>9.3f} {float(np.linalg.norm(p.a)):>9.3f} {lf:>6.2f}")
@@ -95,8 +111,8 @@ def detect_channels(
     X=None,
     Y=None,
     *,
-    norm_threshold: float = 1e3,
-    pair_tol: float = 1e-3,
+    maxnorm: float = MAXNORM,
+    pair_tol: float = PAIR_TOL,
     group_tol: float = 1e-2,
     late_fraction: float = 0.5,
     late_window: float = 0.1,
@@ -111,9 +127,11 @@ def detect_channels(
     - `X`, `Y`: data. For a network they give the update direction `-grad L`; a `Flow`
         uses its own late displacement instead. Without either, the late-update criterion
         is skipped.
-    - `norm_threshold`: `||theta||` must exceed it (paper: 1e3).
+    - `maxnorm`: the norm criterion, `weightnorm(theta) = sum(theta^2) / (2E) >= maxnorm`
+        (paper: 1e3; the same test as `flow_then_newton`'s `maxnorm`, so its end points
+        counted infinite pass it).
     - `pair_tol`, `group_tol`: cosine-distance thresholds between input weights for pairs
-        (1e-3) and groups (1e-2).
+        (paper: 1e-2) and groups (1e-2).
     - `late_fraction`: the share of the late update's squared norm that must lie along
         the pairs' channel directions `d theta / d eps` (default 0.5, "most").
     - `late_window`: for a `Flow`, the late update is `theta_final` minus the state at
@@ -121,11 +139,12 @@ def detect_channels(
 
     Output weights "diverge" when they have opposite signs (`a_i . a_j < 0`) and, for a
     `Flow`, `||a_i - a_j||` grew over the late window; for a single network, when
-    `||a_i - a_j|| > sqrt(norm_threshold)`.
+    `||a_i - a_j|| > (2 maxnorm E)^(1/4)`, the square root of the Euclidean norm at
+    `weightnorm = maxnorm`.
 
     **Returns:** a `ChannelReport`.
     """
-    for name, v in (("norm_threshold", norm_threshold), ("pair_tol", pair_tol), ("group_tol", group_tol)):
+    for name, v in (("maxnorm", maxnorm), ("pair_tol", pair_tol), ("group_tol", group_tol)):
         if not (np.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be positive and finite; got {v!r}.")
     if not 0 < late_fraction <= 1 or not 0 < late_window < 1:
@@ -155,6 +174,9 @@ def detect_channels(
     W = np.asarray(net.weights)
     theta = np.asarray(net.edge_weights())
     norm = float(np.linalg.norm(theta))
+    # weightnorm >= maxnorm, written as ||theta|| > sqrt(2 maxnorm E) with a relative slack of
+    # 1e-9 so that an end point stopped at weightnorm = maxnorm passes despite round-off
+    norm_threshold = float(np.sqrt(2 * maxnorm * theta.size)) * (1 - 1e-9)
     H = len(g.hidden)
     info = [_in_out(net, W, k) for k in range(H)]
     W_early = None if earlier is None else np.asarray(net.with_edge_weights(earlier).weights)
@@ -228,8 +250,9 @@ def detect_channels(
         late_fractions=np.asarray(lfs, dtype=float),
         groups=groups,
         param_norm=norm,
+        weightnorm=float(weightnorm(theta)),
         in_channel=any(p.classification == "channel" for p in out),
-        thresholds=dict(norm_threshold=norm_threshold, pair_tol=pair_tol, group_tol=group_tol,
+        thresholds=dict(maxnorm=maxnorm, pair_tol=pair_tol, group_tol=group_tol,
                         late_fraction=late_fraction, late_window=late_window),
     )
 

@@ -20,7 +20,7 @@ from .._results import result_code, status_code
 from ..network import DAGNetwork
 from ..options import SolverOptions
 from ..sweep import sweep_flows
-from ._detect import detect_channels
+from ._detect import MAXNORM, PAIR_TOL, detect_channels
 
 __all__ = ["FrequencyStudy", "channel_frequency"]
 
@@ -108,8 +108,8 @@ def channel_frequency(
     rtol: float = 1e-7,
     atol: float = 1e-7,
     max_steps: int = 20_000,
-    norm_threshold: float = 1e3,
-    pair_tol: float = 1e-3,
+    maxnorm: float = MAXNORM,
+    pair_tol: float = PAIR_TOL,
     engine: str = "auto",
     seed: int = 0,
     data_seed: int = 1,
@@ -119,7 +119,7 @@ def channel_frequency(
     """Run gradient flow from `n_inits` Glorot-normal initializations of
     `mlp([dim, width, 1], bias=bias)` for every activation, roughness `s` and width, on
     one GP target per `s` (`gp_data(n_samples, dim, roughness=s)`), and classify each
-    final state with `detect_channels(net, X, Y, norm_threshold=..., pair_tol=...)` (the
+    final state with `detect_channels(net, X, Y, maxnorm=..., pair_tol=...)` (the
     late update is `-grad L` at the final state).
 
     The flows go through the sweep engine (`ij.sweep.sweep_flows`: continuous batching,
@@ -163,7 +163,7 @@ def channel_frequency(
             res = _vmapped_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps)
         for n in range(n_inits):
             net = DAGNetwork(g, act, edge_weights=res.theta_final[n])
-            rep = detect_channels(net, X, Y, norm_threshold=norm_threshold, pair_tol=pair_tol)
+            rep = detect_channels(net, X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
             cls = {p.classification for p in rep.pairs}
             channel[a, k, m, n] = "channel" in cls
             candidate[a, k, m, n] = "candidate" in cls and "channel" not in cls
@@ -172,7 +172,7 @@ def channel_frequency(
         t_final[a, k, m] = res.t_final
         status[a, k, m] = res.status
     settings = dict(n_inits=n_inits, n_samples=n_samples, dim=dim, bias=bias, t1=t1, solver=solver, rtol=rtol,
-                    atol=atol, max_steps=max_steps, norm_threshold=norm_threshold, pair_tol=pair_tol, seed=seed,
+                    atol=atol, max_steps=max_steps, maxnorm=maxnorm, pair_tol=pair_tol, seed=seed,
                     data_seed=data_seed, init="glorot (normal)")
     return FrequencyStudy(activations=tuple(activations), roughness=tuple(float(s) for s in roughness),
                           widths=tuple(int(w) for w in widths), channel=channel, candidate=candidate,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import itertools
 import time
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -32,7 +33,7 @@ from tqdm.auto import tqdm
 from ..converge import STOP_REASONS, flow_then_newton
 from ..graph import DAG, mlp
 from ..network import DAGNetwork
-from ._detect import detect_channels
+from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import glu_limit, pair_output
 from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances
 
@@ -127,32 +128,44 @@ def first_layer_distances(net: DAGNetwork) -> tuple[float, float]:
     return l2, cos
 
 
-def confirm_channel(net: DAGNetwork, X, Y, *, maxnorm: float = 1e3, pair_tol: float = 1e-2,
-                    glu_tol: float = 1e-2, loss="mse") -> tuple[bool, float, int]:
-    """Confirm that a run counted infinite sits in a flat channel: `detect_channels`
-    finds a `"channel"` pair (merging input weights at cosine distance < `pair_tol`,
-    output weights of opposite sign with `||a_i - a_j||` above the square root of the
-    norm threshold, `||theta||` above the Euclidean norm of `weightnorm = maxnorm`, i.e.
-    `sqrt(2 maxnorm E)`), and each such pair's output equals its GLU limit to relative
+class Confirmation(NamedTuple):
+    """What `confirm_channel` found (a tuple: `confirmed, glu_error, pairs = ...`)."""
+
+    confirmed: bool
+    """A `"channel"` pair was found and every such pair matches its GLU limit."""
+    glu_error: float
+    """The worst relative error (max norm over `X`) of a pair's output against its GLU
+    limit; NaN when no pair was found."""
+    pairs: tuple
+    """The `ChannelPair`s classified `"channel"` (their `eps`, `c`, `a`, `w`, `Delta`
+    feed `glu_limit` and `collapse_channel`)."""
+
+
+def confirm_channel(net: DAGNetwork, X, Y, *, maxnorm: float = MAXNORM, pair_tol: float = PAIR_TOL,
+                    glu_tol: float = 1e-2, loss="mse") -> Confirmation:
+    """Confirm that a run counted infinite sits in a flat channel: `detect_channels(net,
+    maxnorm=maxnorm, pair_tol=pair_tol)` finds a `"channel"` pair (the one definition of
+    a channel: `weightnorm >= maxnorm` as `flow_then_newton` counts a run infinite,
+    merging input weights at cosine distance < `pair_tol`, output weights of opposite
+    sign and diverging), and each such pair's output equals its GLU limit to relative
     error < `glu_tol`. The late-update test of `detect_channels` is skipped: at a Newton
     end point `-grad L` is the residual of the last step, not the direction of travel.
 
-    **Returns:** `(confirmed, worst GLU relative error, number of channel pairs)`.
+    **Returns:** a `Confirmation` `(confirmed, glu_error, pairs)`.
     """
-    E = int(net.edge_weights().shape[-1])
-    # no late-update test: at a Newton end point -grad L is what the last step left over,
-    # not the direction of travel; the GLU fit below checks the channel geometry instead
-    rep = detect_channels(net, norm_threshold=float(np.sqrt(2 * maxnorm * E)) * (1 - 1e-9), pair_tol=pair_tol)
+    # no late-update test (no X, Y): at a Newton end point -grad L is what the last step left
+    # over, not the direction of travel; the GLU fit below checks the channel geometry instead
+    rep = detect_channels(net, maxnorm=maxnorm, pair_tol=pair_tol)
     pairs = rep.channels
     if not pairs:
-        return False, float("nan"), 0
+        return Confirmation(False, float("nan"), ())
     X = jnp.asarray(X)
     worst = 0.0
     for p in pairs:
         lim = np.asarray(glu_limit(p, X, net=net))
         out = np.asarray(pair_output(p, X))
         worst = max(worst, float(np.max(np.abs(out - lim)) / max(np.max(np.abs(lim)), 1e-300)))
-    return bool(worst < glu_tol), worst, len(pairs)
+    return Confirmation(bool(worst < glu_tol), worst, tuple(pairs))
 
 
 def sharpened_neuron(net: DAGNetwork, X, *, share: float = 0.5, relu_tol: float = 1e-2) -> tuple[bool, float, float]:

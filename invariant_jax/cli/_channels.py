@@ -53,7 +53,7 @@ def run(args) -> int:
         st = channel_frequency(
             activations=tuple(acts), roughness=tuple(rough), widths=tuple(widths), n_inits=args.n_inits,
             n_samples=args.n_samples, dim=args.dim, bias=not args.no_bias, solver=args.solver,
-            max_steps=args.max_steps, norm_threshold=args.norm_threshold, pair_tol=args.pair_tol,
+            max_steps=args.max_steps, maxnorm=args.maxnorm, pair_tol=args.pair_tol,
             engine=args.engine, seed=args.seed, data_seed=args.data_seed, progress=not args.no_progress, **opts)
         print(f"{args.n_inits} Glorot-normal inits per cell, {args.n_samples} samples, dim {args.dim}, "
               f"t1={opts['t1']:g} (gradient-flow time of L = (1/2N) sum (f - y)^2), solver {args.solver}")
@@ -84,6 +84,7 @@ def _newton_study(args, acts, rough, widths, opts):
         X, Y = gp_data(args.n_samples, args.dim, roughness=float(s), key=jr.fold_in(jr.key(args.data_seed), k))
         parts.append(convergence_study(
             X, Y, widths=tuple(widths), activations=tuple(acts), biases=(not args.no_bias,), n_seeds=args.n_inits,
-            seed=args.seed, label=f"s={s:g}", maxnorm=args.maxnorm, max_flow_steps=args.max_flow_steps,
+            seed=args.seed, label=f"s={s:g}", maxnorm=args.maxnorm, channel_cos=args.pair_tol,
+            max_flow_steps=args.max_flow_steps,
             max_steps=args.max_newton_steps, engine=engine, progress=not args.no_progress, **opts))
     return ConvergenceStudy.concatenate(parts)

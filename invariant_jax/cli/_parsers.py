@@ -275,13 +275,14 @@ def add_channels_parser(sub) -> None:
     p.add_argument("--rtol", type=float, default=None, help="(default: newton 1e-3, flow 1e-7)")
     p.add_argument("--atol", type=float, default=None, help="(default: newton 1e-6, flow 1e-7)")
     p.add_argument("--maxnorm", type=float, default=1e3,
-                   help="newton: a run is infinite once weightnorm = sum(theta^2)/(2E) reaches this (paper: 1e3)")
+                   help="a run is infinite, and a channel's norm large enough, once weightnorm = sum(theta^2)/(2E) "
+                        "reaches this (paper: 1e3; both methods)")
     p.add_argument("--max-flow-steps", type=int, default=2000, help="newton: solver steps of the flow phase")
     p.add_argument("--max-newton-steps", type=int, default=2000, help="newton: Newton iterations")
     p.add_argument("--solver", default="kvaerno5", help="flow: the solver")
     p.add_argument("--max-steps", type=int, default=20_000, help="flow: step budget per trajectory")
-    p.add_argument("--norm-threshold", type=float, default=1e3, help="flow: ||theta|| criterion of detect_channels")
-    p.add_argument("--pair-tol", type=float, default=1e-3, help="flow: cosine-distance criterion for pairs")
+    p.add_argument("--pair-tol", type=float, default=1e-2,
+                   help="a pair's input weights merge below this cosine distance (paper: 1e-2; both methods)")
     p.add_argument("--engine", default="auto", choices=["auto", "sweep", "vmap"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-seed", type=int, default=1)
