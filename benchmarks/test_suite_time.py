@@ -3,7 +3,7 @@ checkout's HEAD into a temporary folder, then `make install` (timed on its own) 
 `make test` with `--durations=0`, whose per-test times are summed per file. README's
 Quickstart sentence is generated from the JSON (`benchmarks/docs_tables.py`).
 
-Usage: python benchmarks/test_suite_time.py [--out PATH] [--keep]
+Usage: python benchmarks/test_suite_time.py [--commit REV] [--out PATH] [--keep]
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ DURATION = re.compile(r"^\s*([\d.]+)s (?:call|setup|teardown)\s+(\S+?)(?:::|$)",
 SUMMARY = re.compile(r"(\d+) passed(?:, (\d+) skipped)?.* in ([\d.]+)s")
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
+def timed(cmd: list[str], cwd: Path, **env) -> tuple[float, str]:
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "IJ_", "XLA_"))})
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "IJ_", "XLA_"))}, **env})
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return time.perf_counter() - t, proc.stdout + proc.stderr
@@ -44,6 +44,7 @@ def per_file(output: str) -> dict[str, float]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/test_suite_time.json)")
+    ap.add_argument("--commit", default="HEAD", help="the commit to clone and time (default: HEAD)")
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     args = ap.parse_args(argv)
     path = output_path(args.out, "test_suite_time.json")
@@ -52,9 +53,10 @@ def main(argv=None):
     try:
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(tmp / "repo")], check=True)
         repo = tmp / "repo"
+        subprocess.run(["git", "checkout", "--quiet", args.commit], cwd=repo, check=True)
         cloned = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
         install_s, _ = timed(["make", "install"], repo)
-        test_s, out = timed(["make", "test", "PYTEST_ARGS=--durations=0 -p no:cacheprovider"], repo)
+        test_s, out = timed(["make", "test"], repo, PYTEST_ADDOPTS="--durations=0 -p no:cacheprovider")
     finally:
         if args.keep:
             print(f"clone kept at {tmp}")
