@@ -441,6 +441,11 @@ class SweepEngine(abc.ABC):
         # than a small program)
         return a if len(self.mesh.devices.flat) == 1 else jax.device_put(a, self.sharding)
 
+    def _empty(self, S: int) -> tuple:
+        """`(index, rows, take)` arguments of `_start` / `_refill` that fill no slot."""
+        none = np.zeros(S, bool)
+        return self._put(np.zeros(S, np.int32)), self._put_rows(np.zeros(S, np.int32), none), self._put(none)
+
     def _put_rows(self, index, take):
         """The init-table rows of the slots `take` (zeros elsewhere), or `None` (no table)."""
         if self.table is None:
@@ -466,7 +471,11 @@ class SweepEngine(abc.ABC):
         useful = iters = calls = 0
         while True:
             free = np.flatnonzero(slot_idx < 0)
-            if state is None or (free.size and q < len(indices)):
+            if state is None:
+                # empty slots, then the first block by the refill program, so that a first
+                # run (of any size) compiles every program a later run of any size needs
+                state = self._start(data, *self._empty(S))
+            if free.size and q < len(indices):
                 # the next block of the queue into the free slots: every argument has
                 # the fixed shape (S, ...), whatever the number of trajectories
                 n_new = min(free.size, len(indices) - q)
@@ -476,8 +485,7 @@ class SweepEngine(abc.ABC):
                 new_idx[free[:n_new]] = indices[q:q + n_new]
                 slot_idx[free[:n_new]] = indices[q:q + n_new]
                 q += n_new
-                args = (self._put(new_idx), self._put_rows(new_idx, take), self._put(take))
-                state = self._start(data, *args) if state is None else self._refill(data, state, *args)
+                state = self._refill(data, state, self._put(new_idx), self._put_rows(new_idx, take), self._put(take))
             if not np.any(slot_idx >= 0):
                 break
             tail = q == len(indices)
@@ -532,9 +540,7 @@ class SweepEngine(abc.ABC):
         data = self.data
         widths = self.widths(n)
         S = widths[0]
-        none = (self._put(np.zeros(S, np.int32)), self._put_rows(np.zeros(S, np.int32), np.zeros(S, bool)),
-                self._put(np.zeros(S, bool)))
-        state = self._refill(data, self._start(data, *none), *none)
+        state = self._refill(data, self._start(data, *self._empty(S)), *self._empty(S))
         for w in widths:  # run() narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
             state = self._advance(data, np.int32(1), np.int32(0), state, self._put(np.zeros(w, bool)))[0]
