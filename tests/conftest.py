@@ -7,7 +7,9 @@ import jax
 import pytest
 
 jax.config.update("jax_enable_x64", True)
-# the CLI's persistent compilation cache stays off in tests (no writes to ~/.cache)
+# the CLI's own compilation cache folder stays unused in tests (no writes to ~/.cache):
+# the tests' processes share the session's temporary cache (JAX_COMPILATION_CACHE_DIR,
+# set in the root conftest.py), which the CLI keeps when JAX already has one
 os.environ["INVARIANT_JAX_NO_CACHE"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,36 +18,21 @@ ROOT = Path(__file__).resolve().parent.parent
 # --no-loadscope-reorder`): each file runs whole on one worker (its module fixtures compile
 # once; a docs page's blocks share one namespace), and the workers take files in collection
 # order. The files that cost most start first, so that no long one is left for the end
-# while the other worker idles. CPU seconds per file (with its subprocesses), measured in
-# a 2-worker run of the default suite at 962edc5 on a loaded 2-core machine (about 1.4x a
-# quiet machine's); a file not listed runs after these, in collection order.
-SLOWEST_FIRST = [
-    "tests/test_flow.py",  # 80
-    "tests/test_sweep.py",  # 59
-    "tests/test_notebook_channels.py",  # 55 (with the notebook's kernel)
-    "tests/test_training.py",  # 55
-    "tests/test_solvers.py",  # 54
-    "tests/test_notebook_pruning.py",  # 49
-    "docs/sweep.md",  # 40
-    "tests/test_sweep_kinks.py",  # 35
-    "tests/test_channels.py",  # 35
-    "tests/test_sweep_recompile.py",  # 31
-    "tests/test_network.py",  # 31
-    "tests/test_invariants.py",  # 31
-    "docs/solvers.md",  # 30
-    "tests/test_notebook_connectivity.py",  # 24
-    "tests/test_channels_levels.py",  # 23
-    "tests/test_pruning.py",  # 18
-    "docs/channels.md",  # 18
-    "tests/test_population.py",  # 18
-    "tests/test_sweep_store.py",  # 17
-    "tests/test_singular.py",  # 17
-    "tests/test_regularizers.py",  # 17
-    "tests/test_channels_jump.py",  # 15
-    "tests/test_results_options.py",  # 13
-    "tests/test_channels_flow.py",  # 12
-    "README.md",  # 10
-]
+# while the other worker idles: the order is read from the seconds per file of the last
+# timed clean-clone run (`benchmarks/test_suite_time.py`, its committed JSON); a file not
+# listed there runs after these, in collection order.
+def _slowest_first() -> list[str]:
+    import json
+
+    path = ROOT / "benchmarks" / "results" / "test_suite_time.json"
+    try:
+        seconds = json.loads(path.read_text())["seconds_per_file"]
+    except (OSError, ValueError, KeyError):
+        return []
+    return sorted(seconds, key=lambda name: -seconds[name])
+
+
+SLOWEST_FIRST = _slowest_first()
 
 
 def pytest_collection_modifyitems(config, items):
