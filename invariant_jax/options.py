@@ -72,9 +72,9 @@ class SolverOptions(eqx.Module):
     **Fields:**
 
     - `solver`: a name in `ij.SOLVERS` (e.g. `"tsit5"`, `"gauss4"`) or a diffrax solver.
-    - `rtol`, `atol`: tolerances of the `diffrax.PIDController` (positive; `rtol` must be
-        at least 10 machine epsilons of the state's dtype, checked by `check_dtype` when
-        the data is known).
+    - `rtol`, `atol`: tolerances of the `diffrax.PIDController` (positive; `rtol < 1`,
+        since a relative tolerance of 1 accepts any error, and at least 10 machine
+        epsilons of the state's dtype, checked by `check_dtype` when the data is known).
     - `max_steps`: diffrax's step budget (an integer >= 1).
     - `dt0`: the first step (`None`: chosen by diffrax).
     - `stepsize_controller`: replaces the default `PIDController(rtol, atol)`.
@@ -95,6 +95,9 @@ class SolverOptions(eqx.Module):
         elif not isinstance(self.solver, diffrax.AbstractSolver):
             raise TypeError(f"solver must be a name in ij.SOLVERS or a diffrax solver; got {self.solver!r}.")
         check_positive("rtol", self.rtol)
+        if self.rtol >= 1:
+            raise ValueError(f"rtol must be < 1 (a relative tolerance of 1 or more accepts any error, so every "
+                             f"step passes); got {self.rtol!r}. Use e.g. rtol=1e-8.")
         check_positive("atol", self.atol)
         check_integer("max_steps", self.max_steps, minimum=1)
         check_positive("dt0", self.dt0, allow_none=True)

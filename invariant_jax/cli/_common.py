@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from pathlib import Path
 
 import jax
@@ -13,6 +12,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
+from ..sweep._config import read_config_toml
 from ..sweep._store import atomic_write_json, check_output_file
 
 BUILDERS = ("example", "mlp", "random")
@@ -115,40 +115,9 @@ def check_args(args) -> None:
 
 
 def read_config_file(path) -> dict:
-    """The options of a TOML config file: `key = value` lines, or all of them in one
-    `[sweep]` table. A UTF-8 byte-order mark is skipped.
-
-    **Raises:** `ValueError` naming the file for a directory, a binary file, a TOML
-    syntax error, keys beside the `[sweep]` table, or another table;
-    `FileNotFoundError` if there is no such file."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"Config file {str(path)!r} is a directory; give a TOML file of sweep options.")
-    if not path.is_file():
-        raise FileNotFoundError(f"Config file {str(path)!r} does not exist.")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"Config file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
-                         "give a TOML file of sweep options.") from None
-    if "\x00" in text:
-        raise ValueError(f"Config file {str(path)!r} is not a text file (it contains NUL bytes).")
-    try:
-        d = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"Config file {str(path)!r} is not valid TOML: {e}.") from None
-    tables = sorted(k for k, v in d.items() if isinstance(v, dict))
-    if "sweep" in d:
-        beside = sorted(k for k in d if k != "sweep" and not isinstance(d[k], dict))
-        if beside:
-            raise ValueError(f"Config file {str(path)!r}: keys {beside} sit beside the [sweep] table and would be "
-                             "ignored; move them into [sweep] (or drop the [sweep] header).")
-    other = [t for t in tables if t != "sweep"]
-    if other:
-        raise ValueError(f"Config file {str(path)!r}: unknown table(s) {['[' + t + ']' for t in other]}; the only "
-                         "table is [sweep] (or give the keys at the top level).")
-    return dict(d.get("sweep", d))
+    """The options of a TOML config file: `read_config_toml` (the one reader, shared with
+    `SweepConfig.from_toml`; its docstring gives the rules)."""
+    return read_config_toml(path)
 
 
 def write_json(path, obj) -> Path:

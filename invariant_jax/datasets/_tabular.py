@@ -7,6 +7,7 @@ Both return a `TabularData`: standardised features (train-set mean and std), lab
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import equinox as eqx
@@ -99,6 +100,41 @@ def breast_cancer(*, test_fraction: float = 0.25, seed: int = 0) -> TabularData:
                              feature_names=d.feature_names, name="breast_cancer")
 
 
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _read_rows(path: Path) -> list[tuple[int, list[str]]]:
+    """The non-blank rows of a CSV file as `(line number, cells)`; errors name the file
+    and the line."""
+    if path.is_dir():
+        raise ValueError(f"CSV file {str(path)!r} is a directory; give the path of a CSV file.")
+    if not path.is_file():
+        raise FileNotFoundError(f"CSV file {str(path)!r} does not exist.")
+    data = path.read_bytes()
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ValueError(f"{path}: line {_line_of(data, nul)} holds a NUL byte: this is not a "
+                         "text file; give a numeric CSV file.")
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the first cell
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: line {_line_of(data, e.start)}: byte {e.start} is not UTF-8: this is not a "
+                         "UTF-8 text file; give a numeric CSV file (save it as UTF-8).") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows = []
+    while True:
+        start = reader.line_num + 1  # a quoted cell may span lines: a row is named by its first
+        try:
+            rows.append((start, next(reader)))
+        except StopIteration:
+            break
+        except csv.Error as e:
+            raise ValueError(f"{path}: line {start}: CSV syntax error ({e}); check the quotes on that "
+                             "line.") from None
+    return [(n, r) for n, r in rows if any(c.strip() for c in r)]
+
+
 def load_csv(
     path: str | Path,
     *,
@@ -118,14 +154,13 @@ def load_csv(
         header when it has a non-numeric cell).
 
     **Returns:** a `TabularData`. A non-numeric or missing cell, or a NaN/inf, raises a
-    `ValueError` naming its column and its row (1-based line number in the file).
+    `ValueError` naming its column and its row (1-based line number in the file). A UTF-8
+    byte-order mark is skipped; a directory, a binary file (not UTF-8, or NUL bytes) or a
+    CSV syntax error (a stray or unterminated quote) raises a `ValueError` naming the file
+    and the line.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"CSV file {str(path)!r} does not exist.")
-    with path.open(newline="") as f:
-        rows = [r for r in csv.reader(f)]
-    lines = [(i + 1, r) for i, r in enumerate(rows) if any(c.strip() for c in r)]
+    lines = _read_rows(path)
     if not lines:
         raise ValueError(f"{path}: the CSV file is empty.")
 

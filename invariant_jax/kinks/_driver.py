@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from .._checks import check_finite
 from .._diffrax_compat import cacheable_checks
 from .._results import RESULTS
 from ..flow import Flow
@@ -411,7 +412,9 @@ def kink_aware_flow(
         saveat=as_save_times(saveat, n_save), kinks=kinks, loss=loss,
     )
     dtype = integ.prob.X.dtype
-    return _kink_flow(integ, net, net.edge_weights().astype(dtype), loss)
+    theta0 = check_finite(net.edge_weights().astype(dtype), "is not finite; re-initialize the network.",
+                          where="initial weight theta0[{index}] ")  # as gradient_flow: before any compile
+    return _kink_flow(integ, net, theta0, loss)
 
 
 @eqx.filter_jit

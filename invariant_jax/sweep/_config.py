@@ -37,6 +37,53 @@ def check_kink_options(options: SolverOptions, stop: StopRules, weight_decay: fl
                          f"{'it' if len(used) == 1 else 'them'} or use kink_aware=False.")
 
 
+def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """The options of a TOML config file: `key = value` lines, or all of them in one
+    `[sweep]` table. A UTF-8 byte-order mark is skipped. The one reader of config files:
+    `SweepConfig.from_toml` and the CLI's `--config` both use it.
+
+    **Arguments:**
+
+    - `path`: the TOML file.
+
+    **Returns:** the options as a dict (not yet validated: `SweepConfig.from_dict` does that).
+
+    **Raises:** `ValueError` naming the file for a directory, a binary file, a TOML
+    syntax error, keys beside the `[sweep]` table, or another table;
+    `FileNotFoundError` if there is no such file."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"Config file {str(path)!r} is a directory; give a TOML file of sweep options.")
+    if not path.is_file():
+        raise FileNotFoundError(f"Config file {str(path)!r} does not exist.")
+    data = path.read_bytes()
+    bad = data.find(b"\x00")
+    if bad < 0:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            bad = e.start
+    if bad >= 0:
+        line = data.count(b"\n", 0, bad) + 1
+        raise ValueError(f"Config file {str(path)!r} is not a text file (line {line}, byte {bad}: "
+                         f"{'a NUL byte' if data[bad] == 0 else 'not UTF-8'}); give a TOML file of sweep options.")
+    try:
+        d = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"Config file {str(path)!r} is not valid TOML: {e}.") from None
+    tables = sorted(k for k, v in d.items() if isinstance(v, dict))
+    if "sweep" in d:
+        beside = sorted(k for k in d if k != "sweep" and not isinstance(d[k], dict))
+        if beside:
+            raise ValueError(f"Config file {str(path)!r}: keys {beside} sit beside the [sweep] table and would be "
+                             "ignored; move them into [sweep] (or drop the [sweep] header).")
+    other = [t for t in tables if t != "sweep"]
+    if other:
+        raise ValueError(f"Config file {str(path)!r}: unknown table(s) {['[' + t + ']' for t in other]}; the only "
+                         "table is [sweep] (or give the keys at the top level).")
+    return dict(d.get("sweep", d))
+
+
 def graph_fields(graph: str | os.PathLike | DAG) -> dict[str, Any]:
     """The `SweepConfig` fields that describe `graph`: a `DAG`, or the path of an
     edge-list file (`DAG.from_file`; a string that names an existing file or has a
@@ -249,14 +296,18 @@ class SweepConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides) -> "SweepConfig":
-        """Read a TOML file of `key = value` lines (a `[sweep]` table is also accepted)."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"Config file {str(path)!r} does not exist.")
-        with path.open("rb") as f:
-            d = tomllib.load(f)
-        d = d.get("sweep", d)
-        return cls.from_dict({**d, **overrides})
+        """Read a TOML file of `key = value` lines, or all of them in one `[sweep]` table
+        (`read_config_toml`: keys beside the `[sweep]` table, other tables, a binary file, a
+        byte-order mark and syntax errors follow its rules).
+
+        **Arguments:**
+
+        - `path`: the TOML file.
+        - `overrides`: options that replace the file's.
+
+        **Returns:** a `SweepConfig`.
+        """
+        return cls.from_dict({**read_config_toml(path), **overrides})
 
     # ------------------------------------------------------------------ building
 
