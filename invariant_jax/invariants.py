@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 from jaxtyping import Array, Float
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from tqdm import tqdm
@@ -232,7 +233,8 @@ def _cutoff_residual(g, c: np.ndarray, W) -> tuple[float, np.ndarray]:
     # variables [q (E), t]; minimise t subject to -t <= B q - c <= t
     obj = np.zeros(E + 1)
     obj[-1] = 1.0
-    A = np.block([[B, -np.ones((H, 1))], [-B, -np.ones((H, 1))]])
+    Bs, one = sp.csr_matrix(B.astype(np.float64)), sp.csr_matrix(np.ones((H, 1)))
+    A = sp.vstack([sp.hstack([Bs, -one]), sp.hstack([-Bs, -one])]).tocsr()
     b = np.concatenate([cs, -cs])
     bounds = [(0.0, None)] * E + [(0.0, None)]
     for k in _boundary_edges(g, W):
@@ -394,20 +396,21 @@ def _milp_problem(g, c: np.ndarray, tol: float):
     cs, ts = c / s, tol / s
     M = (float(np.sum(np.abs(cs))) + H * ts) * (1 + 1e-9) + 1e-12
     hid = {v: i for i, v in enumerate(g.hidden)}
-    rows = []  # big-M rows forcing q_e = 0 when e crosses the boundary of W
+    r, col, val = [], [], []  # big-M rows forcing q_e = 0 when e crosses the boundary of W (sparse)
     for k, (u, v) in enumerate(g.edges):
         ends = [hid[w] for w in (u, v) if w in hid]
         signs = [(1.0, -1.0), (-1.0, 1.0)] if len(ends) == 2 else [(1.0,)] * len(ends[:1])
         for sg in signs:
-            r = np.zeros(E + H)
-            r[k] = 1.0
-            for i, sgn in zip(ends, sg):
-                r[E + i] += M * sgn
-            rows.append(r)
-    cons = [LinearConstraint(np.hstack([B, np.zeros((H, H))]), cs - ts, cs + ts),
+            i = len(r) and r[-1] + 1
+            r.append(i), col.append(k), val.append(1.0)
+            for j, sgn in zip(ends, sg):
+                r.append(i), col.append(E + j), val.append(M * sgn)
+    Bs = sp.csr_matrix(B.astype(np.float64))
+    cons = [LinearConstraint(sp.hstack([Bs, sp.csr_matrix((H, H))]).tocsr(), cs - ts, cs + ts),
             LinearConstraint(np.concatenate([np.zeros(E), np.ones(H)])[None], 1, np.inf)]
-    if rows:
-        cons.append(LinearConstraint(np.array(rows), -np.inf, M))
+    if r:
+        rows = sp.csr_matrix((val, (r, col)), shape=(r[-1] + 1, E + H))
+        cons.append(LinearConstraint(rows, -np.inf, M))
     integrality = np.concatenate([np.zeros(E), np.ones(H)])
     bounds = Bounds(np.zeros(E + H), np.concatenate([np.full(E, np.inf), np.ones(H)]))
     obj = np.concatenate([np.zeros(E), np.ones(H)])  # smallest group first

@@ -10,8 +10,10 @@ from ._components import Component, ComponentComparison, component_of, same_comp
 from ._conditions import BalanceCondition
 from ._connectivity import LP_MODES, Connectivity, connectivity, lp_min_q
 from ._path import InvariantPath, invariant_path
+from ._plot import plot_invariant_set, sample_invariant_set
 from ._reach import Reachability, reachability, rescale_onto, twin_classes
 
 __all__ = ["Connectivity", "BalanceCondition", "connectivity", "lp_min_q", "frozen_mask", "LP_MODES",
            "Component", "ComponentComparison", "component_of", "same_component",
-           "InvariantPath", "invariant_path", "Reachability", "reachability", "rescale_onto", "twin_classes"]
+           "InvariantPath", "invariant_path", "Reachability", "reachability", "rescale_onto", "twin_classes",
+           "sample_invariant_set", "plot_invariant_set"]
