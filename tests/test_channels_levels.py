@@ -103,7 +103,7 @@ def test_newton_phase_walks_down_a_channel_to_maxnorm():
     Y = ch.toy_target(X)
     net = ch.toy_network(1.10, 0.57, 3.83, -2.21)  # gradient flow from (0.55 s2, 0.7 s2, 3, -2.5) at t ~ 2600
     r = ij.newton_phase(net, X, Y, maxnorm=20.0, max_steps=300)
-    assert r.reason == ("maxnorm",) and list(ij.result_name(r.result)) == ["stopped_param_norm"]
+    assert r.reason == ("maxnorm",) and list(ij.result_name(r.result)) == ["stopped_weightnorm"]
     assert float(r.weightnorm[0]) >= 20.0 and float(r.loss[0]) < float(ij.losses.network_loss(net, X, Y))
     end = net.with_edge_weights(r.theta[0])
     ok, err, pairs = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)

@@ -369,6 +369,9 @@ def convergence_study(
     slots: int | None = None,
     engine: str = "sweep",
     newton_batch: int | None = None,
+    flow_stop: str = "stop",
+    flow_wall_time: float = np.inf,
+    n_record: int = 0,
     progress: bool = True,
 ) -> ConvergenceStudy:
     """Train `n_seeds` MLPGradientFlow-Glorot initializations of `mlp([d, r, 1], bias)`
@@ -376,7 +379,12 @@ def convergence_study(
     (Kvaerno5 flow at `rtol`/`atol` to `t1`, then trust-region Newton), and classify the
     final points with the paper's criteria (module docstring). `engine`: the flow phase
     through `"sweep"` (`ij.sweep_flows`), `"vmap"` or `"loop"` (see
-    `ij.flow_then_newton`); `newton_batch`: `ij.newton_phase`'s `batch_size`. Run `n`
+    `ij.flow_then_newton`); `newton_batch`: `ij.newton_phase`'s `batch_size`;
+    `flow_stop`, `flow_wall_time`, `n_record`: as in `ij.flow_then_newton` (default
+    `"stop"`, the scheme of the committed studies; `"penalty"`, MLPGradientFlow's, needs
+    `engine="loop"` or `"vmap"`). Records add `grad_norm`, `min_eig` (minimum Hessian
+    eigenvalue at the end), `weightnorm_flow_max`, `passed_maxnorm_ode` (the authors'
+    Fig. 4 norm criterion) and, with `n_record`, a `trajectory` dict per run. Run `n`
     starts from `study_inits(graph, ...)[n - first_seed]`, i.e. `mlpgf_glorot(graph,
     fold_in(key(seed), n))` for `n = first_seed, ..., first_seed + n_seeds - 1` (so a study
     can be extended by more seeds later).
@@ -393,7 +401,8 @@ def convergence_study(
     cols = {k: [] for k in ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite",
                             "min_l2", "min_cos", "duplicate", "channel_paper", "confirmed", "glu_error",
                             "sharpened", "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow", "weightnorm_flow",
-                            "jump_cos", "theta", "theta_flow")}
+                            "jump_cos", "theta", "theta_flow", "grad_norm", "min_eig", "weightnorm_flow_max",
+                            "passed_maxnorm_ode", "trajectory")}
     t0 = time.perf_counter()
     grid = list(itertools.product(activations, biases, widths))
     for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
@@ -404,7 +413,8 @@ def convergence_study(
         res = flow_then_newton(nets, X, Y, t1=t1, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
                                maxnorm=maxnorm, max_steps=max_steps, patience=patience, g_tol=g_tol,
                                max_time=max_time, slots=slots or min(n_seeds, 256), engine=engine,
-                               batch_size=newton_batch)
+                               batch_size=newton_batch, flow_stop=flow_stop, flow_wall_time=flow_wall_time,
+                               n_record=0 if engine == "sweep" else n_record)
         theta = np.asarray(res.theta)
         inf = np.asarray(res.infinite)
         for n in range(n_seeds):
@@ -437,6 +447,15 @@ def convergence_study(
         theta_flow = np.asarray(res.theta_flow)
         cols["weightnorm_flow"] += (np.sum(theta_flow**2, axis=1) / (2 * theta_flow.shape[1])).tolist()
         cols["jump_cos"] += jump_distance(theta_flow, theta).tolist()
+        cols["grad_norm"] += np.asarray(res.grad_norm).tolist()
+        cols["min_eig"] += np.asarray(res.min_eig).tolist()
+        cols["weightnorm_flow_max"] += np.asarray(res.weightnorm_flow_max).tolist()
+        cols["passed_maxnorm_ode"] += np.asarray(res.passed_maxnorm_ode).tolist()
+        if engine != "sweep" and n_record:
+            rec = res.trajectory.to_dict()
+            cols["trajectory"] += [{k: rec[k][n] for k in rec} for n in range(B)]
+        else:
+            cols["trajectory"] += [None] * B
         cols["theta"] += list(theta)
         cols["theta_flow"] += list(theta_flow)
     records = {k: _column(v) for k, v in cols.items()}
@@ -446,7 +465,8 @@ def convergence_study(
                     max_time=max_time, dup_tol=dup_tol, channel_cos=channel_cos, n_samples=int(X.shape[0]),
                     n_inputs=int(d), jump_max_cos=JUMP_MAX_COS,
                     init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
-                    flow=f"Kvaerno5 via {engine}", newton_batch=newton_batch,
+                    flow=f"Kvaerno5 via {engine}", newton_batch=newton_batch, flow_stop=flow_stop,
+                    flow_wall_time=flow_wall_time, n_record=n_record,
                     newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)")
     return ConvergenceStudy(records=records, settings=settings, seconds=time.perf_counter() - t0)
 

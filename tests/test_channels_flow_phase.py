@@ -1,0 +1,139 @@
+"""The flat-channels flow phase the paper's way (issue 28): MLPGradientFlow.jl's soft
+cubic maxnorm penalty against hand computations and finite differences, the Newton
+options and stop reasons as RESULTS members, the per-run record (log-spaced trajectory,
+minimum Hessian eigenvalue against numpy.linalg.eigvalsh), and the ODE phase alone
+reaching maxnorm on the two-neuron toy, where the channel is known in closed form."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+import invariant_jax as ij
+from invariant_jax import channels as ch
+from invariant_jax import converge as cv
+
+
+def test_penalty_matches_mlpgradientflow_by_hand():
+    theta = jnp.array([3.0, -4.0, 5.0, 1.0])  # sum sq = 51, E = 4 -> weightnorm = 51/8
+    wn = 51 / 8
+    assert float(cv.weightnorm(theta)) == pytest.approx(wn, rel=1e-15)
+    m = 5.0
+    # MLPGradientFlow: (nx - maxnorm)^3/3 * N added to sum (f-y)^2; ours is that over 2N
+    assert float(cv.maxnorm_penalty(theta, m)) == pytest.approx((wn - m) ** 3 / 6, rel=1e-14)
+    assert float(cv.maxnorm_penalty(theta, 7.0)) == 0.0  # below maxnorm: no penalty
+    # gradient: their (nx - m)^2 x / length(x) * N, over 2N; Hessian likewise
+    g = np.asarray(jax.grad(cv.maxnorm_penalty)(theta, m))
+    assert np.allclose(g, (wn - m) ** 2 * np.asarray(theta) / 4 / 2, rtol=1e-14)
+    H = np.asarray(jax.hessian(cv.maxnorm_penalty)(theta, m))
+    t = np.asarray(theta)
+    H_ref = (2 * (wn - m) * np.outer(t, t) / 16 + np.eye(4) * (wn - m) ** 2 / 4) / 2
+    assert np.allclose(H, H_ref, rtol=1e-13)
+    # central finite differences of the penalty itself
+    h = 1e-6
+    fd = np.array([(float(cv.maxnorm_penalty(theta.at[i].add(h), m)) - float(cv.maxnorm_penalty(theta.at[i].add(-h), m)))
+                   / (2 * h) for i in range(4)])
+    assert np.allclose(fd, g, rtol=1e-7)
+    # C2 at the threshold: value, gradient and Hessian vanish as weightnorm -> maxnorm+
+    edge = theta * np.sqrt(m / wn) * (1 + 1e-9)
+    assert float(cv.maxnorm_penalty(edge, m)) < 1e-24
+    assert np.max(np.abs(np.asarray(jax.hessian(cv.maxnorm_penalty)(edge, m)))) < 1e-6
+    with pytest.raises(ValueError, match="maxnorm"):
+        cv.MaxnormPenalty(-1.0)
+
+
+def test_newton_options_and_results():
+    o = cv.NewtonOptions(patience=7)
+    assert o.patience == 7 and o.maxnorm == 1e3
+    for kw in (dict(patience=0), dict(max_steps=1.5), dict(g_tol=0.0), dict(batch_size=0), dict(maxnorm=-1.0),
+               dict(max_time=float("nan")), dict(patience=True)):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            cv.NewtonOptions(**kw)
+    names = ij.result_name(cv.newton_result(list(cv.STOP_REASONS)))
+    assert list(names) == ["newton_unfinished", "stopped_grad_norm", "stopped_patience", "stopped_weightnorm",
+                           "max_steps_reached", "stopped_wall_time", "nonfinite_state"]
+    ok = np.asarray(ij.is_success(cv.newton_result(list(cv.STOP_REASONS))))
+    assert ok.tolist() == [False, True, True, True, False, True, False]  # running and patience no longer alike
+    assert ij.result_name(cv.newton_result("patience")) == "stopped_patience"  # old JSONs store the names
+    with pytest.raises(ValueError, match="converged"):
+        cv.newton_result(["converged"])
+
+
+def test_closest_pair_distance_and_min_eig_brute_force():
+    g = ij.mlp([2, 3, 1], bias=True)
+    theta = jax.random.normal(jax.random.key(0), (len(g.edges),))
+    net = ij.DAGNetwork(g, "softplus", edge_weights=theta)
+    W = np.asarray(net.weights)
+    hid = [g.index[v] for v in g.hidden]
+    ref = min(np.linalg.norm(W[:, hid[i]] - W[:, hid[j]]) for i in range(3) for j in range(i + 1, 3))
+    assert float(cv.closest_pair_distance(net, theta)) == pytest.approx(ref, rel=1e-12)
+    A = np.asarray(jax.random.normal(jax.random.key(1), (6, 6)))
+    S = A + A.T
+    assert float(cv.min_hessian_eigenvalue(jnp.asarray(S))) == pytest.approx(np.linalg.eigvalsh(S)[0], rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def toy_run():  # compiles a Kvaerno5 flow and the Newton phase: ~60 s here, so its tests are slow
+    # the two-neuron toy, started beside its channel at w* = 0.8666 (a "channel minimum"
+    # of the limit loss L0(w) with h > 0): the penalized ODE phase alone must run down
+    # the channel to maxnorm and hover there
+    X, Y, loss = ch.toy_data(61)
+    net = ch.toy_network(0.8, 0.95, 2.0, -1.0)
+    nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
+    res = cv.flow_then_newton(nets, X, Y, t1=1e8, maxnorm=20.0, loss=loss, n_record=17, max_steps=20, engine="loop")
+    return X, Y, loss, net, res
+
+
+@pytest.mark.slow
+def test_ode_phase_reaches_maxnorm_on_the_toy_channel(toy_run):
+    X, Y, loss, net, r = toy_run
+    assert bool(r.passed_maxnorm_ode[0]) and r.settings["flow_stop"] == "penalty"
+    wn = float(r.weightnorm_flow_max[0])
+    assert 20.0 <= wn < 20.1  # hovers just above maxnorm: the cubic penalty holds it there
+    th = np.asarray(r.theta_flow[0])  # (w1, w2, a1, a2)
+    w, eps = (th[0] + th[1]) / 2, abs(th[0] - th[1]) / 2
+    dL0 = jax.jit(jax.grad(lambda v: ch.toy_limit_loss(v, n_points=61)[0]))
+    w_star = brentq(lambda v: float(dL0(v)), 0.82, 0.95, xtol=1e-12)  # the channel minimum of L0(w)
+    assert abs(w_star - 0.8666) < 1e-3
+    assert abs(w - w_star) < 0.02 and th[2] * th[3] < 0  # merged at w*, output weights opposite
+    # closed form along the channel: L = L0(w) + eps^2 h(w) + O(eps^4)
+    L0, c, a, h = (float(v) for v in ch.toy_limit_loss(w, n_points=61))
+    assert float(r.loss_flow[0]) - L0 == pytest.approx(eps**2 * h, rel=0.1)
+    # hovering is a stationary point of L + penalty: the two gradients cancel
+    Lf = ij.losses.edge_loss_fn(net, *ij.losses.check_data(net.graph, X, Y), loss)
+    gL = np.asarray(jax.grad(Lf)(jnp.asarray(th)))
+    gP = np.asarray(jax.grad(cv.maxnorm_penalty)(jnp.asarray(th), 20.0))
+    assert np.max(np.abs(gL + gP)) < 1e-3 * np.max(np.abs(gL))
+    assert r.reason == ("maxnorm",) and ij.result_name(r.result)[0] == "stopped_weightnorm"
+
+
+@pytest.mark.slow
+def test_trajectory_record(toy_run):
+    X, Y, loss, net, r = toy_run
+    tr = r.trajectory
+    t = np.asarray(tr.t[0])
+    assert t.shape == (17,) and t[0] == 0.0 and t[-1] == pytest.approx(1e8)
+    assert np.all(np.diff(t) > 0)
+    ratios = t[2:] / t[1:-1]  # geometric from 1e-2 to t1
+    assert np.allclose(ratios, ratios[0], rtol=1e-10) and t[1] == pytest.approx(1e-2)
+    assert np.all(np.isfinite(np.asarray(tr.loss[0])))
+    assert float(tr.loss[0, 0]) == pytest.approx(float(ij.losses.edge_loss_fn(net, *ij.losses.check_data(
+        net.graph, X, Y), loss)(net.edge_weights())), rel=1e-12)
+    assert float(tr.pair_distance[0, 0]) == pytest.approx(0.15, rel=1e-12)  # |w1 - w2| at the start
+    assert float(np.nanmax(np.asarray(tr.weightnorm))) == pytest.approx(float(r.weightnorm_flow_max[0]), rel=1e-6)
+    # the end record's min eigenvalue is the data-loss Hessian's, against numpy
+    Xc, Yc = ij.losses.check_data(net.graph, X, Y)
+    H = np.asarray(jax.hessian(ij.losses.edge_loss_fn(net, Xc, Yc, loss))(r.theta[0]))
+    assert float(r.min_eig[0]) == pytest.approx(np.linalg.eigvalsh(H)[0], rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_flow_then_newton_bad_input(toy_run):
+    X, Y, loss, net, _ = toy_run
+    for kw, word in ((dict(flow_stop="hard"), "flow_stop"), (dict(engine="sweep"), "sweep"),
+                     (dict(n_record=1), "n_record"), (dict(flow_wall_time=0.0), "flow_wall_time"),
+                     (dict(patience=0), "patience")):
+        with pytest.raises(ValueError, match=word):
+            cv.flow_then_newton(net, X, Y, loss=loss, **kw)
