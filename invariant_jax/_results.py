@@ -26,6 +26,7 @@ __all__ = [
     "RESULTS",
     "SUCCESS_RESULTS",
     "STOP_RESULTS",
+    "NEWTON_STOP_RESULTS",
     "STATUSES",
     "result_code",
     "result_from_code",
@@ -96,6 +97,21 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
         "initialization's component of `H_G(c0)`: gradient flow from this initialization "
         "cannot reach a network with the target's function this way. `reason` says why."
     )
+    # ---------------------------------------------- the Newton phase (`ij.newton_phase`)
+    stopped_patience = (
+        "Stopped by `NewtonOptions(patience=...)`: the best loss did not improve (by more "
+        "than `rel_improve`, relative) for that many Newton iterations; the run returns its "
+        "best point. Not a failure; raise `patience` or lower `rel_improve` to go on."
+    )
+    stopped_weightnorm = (
+        "Stopped by `NewtonOptions(maxnorm=...)`: `weightnorm(theta) = sum(theta^2)/(2E)` "
+        "reached `maxnorm` (the flat-channels paper counts such a run infinite). Not a "
+        "failure; raise `maxnorm` to follow the channel further."
+    )
+    newton_unfinished = (
+        "The Newton phase had not stopped when its results were read (no stopping rule "
+        "held). Raise `max_steps` or `max_time` of `NewtonOptions`."
+    )
 
 
 _NAMES, _MESSAGES = enumeration_table(RESULTS)
@@ -108,7 +124,11 @@ STOP_RESULTS = (
 )
 """The members that a stopping rule sets, in the order of `StopRules`' fields."""
 
-SUCCESS_RESULTS = (RESULTS.successful, RESULTS.event_occurred) + STOP_RESULTS
+NEWTON_STOP_RESULTS = (RESULTS.stopped_patience, RESULTS.stopped_weightnorm)
+"""The members that the Newton phase's own stopping rules set (successes; its gradient and
+wall-time rules reuse `stopped_grad_norm` and `stopped_wall_time`)."""
+
+SUCCESS_RESULTS = (RESULTS.successful, RESULTS.event_occurred) + STOP_RESULTS + NEWTON_STOP_RESULTS
 """The members that count as success: reached the end, or stopped by a rule."""
 
 
@@ -170,7 +190,8 @@ STATUSES = ("ok", "stopped", "max_steps", "nonfinite", "failed")
 `nonfinite` has a non-finite weight, loss or gradient at its final state; `failed` is any
 other failure (the exact reason is the `RESULTS` code)."""
 
-_STOP_CODES = np.asarray([int(result_code(r)) for r in (RESULTS.event_occurred,) + STOP_RESULTS], np.int32)
+_STOP_CODES = np.asarray([int(result_code(r)) for r in (RESULTS.event_occurred,) + STOP_RESULTS + NEWTON_STOP_RESULTS],
+                         np.int32)
 _MAX_CODES = np.asarray([int(result_code(r)) for r in (RESULTS.max_steps_reached, RESULTS.max_events_reached)],
                         np.int32)
 
