@@ -12,6 +12,12 @@ modes, the fallback leaves the pattern as it was with restart margins that let p
 on their wrong side, each margin is used up after `ztol / |dz/dt|` (~1e-9 in time), and
 the next event fires.
 
+Trajectory 714 step by step (t1 = 1.5, Tsit5 1e-10): event 6 (t = 0.4309) starts sliding
+on pair (6, 0); at event 7 (t = 0.49512) all 12 pre-activations of node 0 are below 4e-15:
+the slide ran into the origin. Event 7 is ambiguous; the fallback leaves a pattern whose
+rates disagree with it (pair 0 inactive with dz/dt = +0.42), and every later event is
+ambiguous, 1.9e-9 apart in time.
+
 What the fix must do, from the smooth limit (ReLU replaced by `softplus(beta z) / beta`,
 Kvaerno5 at 1e-10, beta = 1e3 and 1e4): the flow *leaves* the origin. Up to the
 collapse the kink-aware flow and the smooth one agree to 6e-5 (beta = 1e4); after it the
@@ -19,8 +25,14 @@ smooth node's incoming weights grow again (714: to about -0.07 by t = 1.5, the s
 both beta). Making the node dead (incoming weights set to 0, every pair inactive: a
 stationary Filippov mode for ReLU, and what plain gradient flow's relu'(0) = 0 does)
 removes the cascade but stays at the origin, 0.03-0.07 away from the smooth limit by
-t = 1.5: a wrong answer, so it was not committed. The mode to find at the origin is the
-sector (or ray) along which the field leaves it.
+t = 1.5: a wrong answer, so it was not committed. A search for an escaping *sector*
+(fixed point of `P[:, v] <- (dz/dt > 0)` from every pair active, 16 iterations, then
+`resolve`) found none for either trajectory (tried, not committed). The smooth flow
+leaves along a *ray*, sliding on another surface: at t = 1.5 (beta = 1e4) node 0's
+incoming weights of trajectory 714 are (-0.0698, -0.0087), where |z_9| = 6e-4 and
+|z_4| = 1.6e-3 while the other |z| reach 0.13. So the mode to find at the origin is the
+sector or sliding ray along which the field leaves it (in the node's incoming-weight
+space, the blown-up dynamics on the unit sphere of directions).
 """
 
 import jax
