@@ -32,7 +32,7 @@ import invariant_jax as ij  # noqa: E402
 from _output import output_path, write_json  # noqa: E402
 
 _EVENT = "/jax/core/compile/backend_compile_duration"
-SIZES = (2, 64, 32, 64, 128, 256, 256, 1, 37)
+SIZES = (2, 64, 32, 64, 128, 256, 1, 37)
 
 
 def workload(sizes, activation):
