@@ -53,7 +53,8 @@ if TYPE_CHECKING:
                         sweep_network)
     from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
     from .topology import (Component, ComponentComparison, InvariantPath, Reachability, component_of, invariant_path,
-                           reachability, rescale_onto, same_component, twin_classes)
+                           plot_invariant_set, reachability, rescale_onto, same_component, sample_invariant_set,
+                           twin_classes)
     from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
 
 __all__ = [
@@ -71,7 +72,7 @@ __all__ = [
     "singular_subnetworks", "SingularPoint", "singular_point", "is_singular_value",
     "Connectivity", "BalanceCondition", "connectivity", "frozen_mask", "lp_min_q",
     "Component", "ComponentComparison", "component_of", "same_component", "InvariantPath", "invariant_path",
-    "Reachability", "reachability", "rescale_onto", "twin_classes",
+    "Reachability", "reachability", "rescale_onto", "twin_classes", "sample_invariant_set", "plot_invariant_set",
     # statuses and options
     "RESULTS", "result_code", "result_from_code", "result_name", "result_message", "is_success",
     "SolverOptions", "SaveTimes", "StopRules", "KinkOptions", "log_times",

@@ -53,9 +53,8 @@ def run(args) -> int:
     d = _load(args)
     g = mlp([d.n_features, *hidden, 1], bias=not args.no_bias)
     proximal = reg in ("l1", "l2", "nuclear") and not args.subgradient
-    if proximal and reg == "nuclear" and len(hidden) > 1:
-        raise ValueError("The nuclear norm's proximal step needs one hidden layer; with several, add "
-                         "--subgradient and choose --tol > 0 (weights with |theta| <= tol count as zero).")
+    # nuclear + proximal on several hidden layers: fit's working-set forward-backward step
+    # (regularizers.nuclear_working_set; docs/pruning.md), as benchmarks/pruning_dag.py runs it
     net = DAGNetwork(g, "relu", key=jr.key(args.seed))
     res = fit(net, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, regularizer=None if reg == "none" else reg,
               strength=args.strength, optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs,
