@@ -148,6 +148,12 @@ def main():
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--max-steps", type=int, default=2000)
     ap.add_argument("--patience", type=int, default=100)
+    ap.add_argument("--flow-stop", default="stop", choices=("stop", "penalty"),
+                    help="ODE phase: stop at maxnorm (the committed studies) or MLPGradientFlow's cubic maxnorm "
+                         "penalty (the paper's way; needs --engine loop or vmap)")
+    ap.add_argument("--flow-wall-time", type=float, default=float("inf"), help="ODE-phase seconds per run")
+    ap.add_argument("--t1", type=float, default=1e12, help="ODE-phase flow time (of L = (1/2N) sum (f-y)^2)")
+    ap.add_argument("--n-record", type=int, default=0, help="log-spaced trajectory rows per run (loop/vmap engines)")
     ap.add_argument("--optimizers", action="store_true", help="also run the SGD / Adam arm")
     ap.add_argument("--opt-seeds", type=int, default=32)
     ap.add_argument("--opt-epochs", type=int, default=20000, help="full-batch updates (minibatch: the same count)")
@@ -187,7 +193,9 @@ def main():
             parts.append(ch.convergence_study(X, Y, widths=[w], activations=[act], biases=[bool(bias)],
                                               n_seeds=n, first_seed=first, max_flow_steps=args.max_flow_steps,
                                               max_steps=args.max_steps, patience=args.patience, label="rosenbrock",
-                                              engine=args.engine, newton_batch=args.newton_batch, progress=False))
+                                              engine=args.engine, newton_batch=args.newton_batch, progress=False,
+                                              flow_stop=args.flow_stop, flow_wall_time=args.flow_wall_time,
+                                              t1=args.t1, n_record=args.n_record))
             cell_seconds.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n,
                                      seconds=time.perf_counter() - tc))
             study = ch.ConvergenceStudy.concatenate(parts)

@@ -301,9 +301,12 @@ class ConvergenceStudy(eqx.Module):
                 nk = int(kept.sum())
                 row["kept"] = nk
                 row["kept_ci"] = wilson_interval(nk, n)
+                # the authors' Fig. 4 criterion reads the ODE phase's end: `passed_maxnorm_ode`
+                # where recorded, else the flow's final weightnorm (older studies)
+                ode = rec["passed_maxnorm_ode"].astype(bool) if "passed_maxnorm_ode" in rec else \
+                    rec["weightnorm_flow"] > self.settings["maxnorm"]
                 for name, hit in (("infinite_kept", rec["infinite"]),
-                                  ("authors_channel", (rec["weightnorm_flow"] > self.settings["maxnorm"])
-                                   & (rec["min_cos"] < self.settings["channel_cos"]))):
+                                  ("authors_channel", ode & (rec["min_cos"] < self.settings["channel_cos"]))):
                     k = int((hit & kept).sum())
                     row[name] = k
                     row[f"{name}_fraction"] = k / nk if nk else float("nan")
