@@ -198,3 +198,40 @@ def test_resume_compiles_nothing(tmp_path, kink_aware):
     assert 0 < len(lost) < 13 and resumed.stats["useful_steps"] > 0
     for k in ("theta_final", "loss_final", "num_steps", "result"):
         np.testing.assert_array_equal(getattr(resumed, k), getattr(full, k), err_msg=k)
+
+
+_TWO_DEVICES = r"""
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_enable_x64", True)
+import sys; sys.path.insert(0, "tests")
+import numpy as np, invariant_jax as ij
+from test_sweep_recompile import _relu_batches, _data
+batches, table = _relu_batches((37,))
+X, Y = _data(0)
+for ka in (False, True):
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=3, slots=4, kink_aware=ka)
+    two = ij.sweep_flows(batches[37], X, Y, 0.5, **opts)
+    one = ij.sweep_flows(batches[37], X, Y, 0.5, devices=jax.devices()[:1], **opts)
+    assert two.stats["devices"] == 2 and one.stats["devices"] == 1
+    np.testing.assert_array_equal(two.theta0, table[:37])
+    for k in ("theta_final", "loss_final", "num_steps", "result"):
+        np.testing.assert_array_equal(getattr(two, k), getattr(one, k), err_msg=k)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_init_table_rows_sharded_over_two_devices():
+    """The init-table rows fed with the queue are sharded with the slots: on 2 (forced)
+    CPU devices a sweep equals the 1-device sweep bit for bit (exact mode: the same
+    per-slot program), plain and kink-aware."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", _TWO_DEVICES], cwd=root, capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, timeout=900)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
