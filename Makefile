@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LATEST := .venv-latest
 
-.PHONY: demo test test-all test-latest constraints install clean
+.PHONY: demo test test-all test-latest constraints install docs clean
 
 # Installs are pinned to the versions the suite passed with (constraints.txt);
 # `make test-latest` tries the newest releases instead.
@@ -45,6 +45,11 @@ test: install
 test-all: install
 	$(call run_tests,$(BIN),-m '',-m exactness)
 
+# The user guide and API reference (mkdocs + mkdocstrings), built with --strict into site/;
+# the suite builds it too (tests/test_glue_docs.py).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict -d site
+
 # The newest releases of every dependency, in a separate venv: catches upstream breaks.
 test-latest:
 	$(PY) -m venv $(LATEST)
@@ -59,4 +64,4 @@ constraints:
 	mv constraints.tmp constraints.txt
 
 clean:
-	rm -rf $(VENV) $(LATEST) .pytest_cache
+	rm -rf $(VENV) $(LATEST) .pytest_cache site
