@@ -28,7 +28,9 @@ incoming minus squared outgoing weights), so it never leaves
    verdict at `t = 0` predicts failure,
 3. how often random initializations disconnect `H_G(c)`, per architecture and initializer,
 4. singular points: `J_G` loses rank exactly where sub-networks are cut off, and gradient flow
-   keeps that rank.
+   keeps that rank,
+5. the invariant set itself (the toy's two sheets and one sheet, with flows inside), and the
+   component of a network, a path inside `H_G(c)` and the reachability of a teacher.
 
 Time is the gradient-flow time of `L = (1/2N) sum ||f - y||^2`. Set the environment variable
 `IJ_NOTEBOOK_SMALL=1` for a quick run (the test suite does)."""),
@@ -144,6 +146,47 @@ for a in ax:
     a.set_xscale("log"); a.set_xlabel("gradient-flow time t"); a.legend(fontsize=8)
 ax[1].set_ylim(0, 1.05)
 plt.tight_layout(); plt.show()"""),
+    ("md", """## 5. The invariant set itself, and using the theorem
+
+On the toy graph, `H_G(c)` in `(theta_x0k, theta_x1k, theta_ky)` is the hyperboloid
+`theta_x0k^2 + theta_x1k^2 - theta_ky^2 = c_k` (the skip weight is free): two sheets when
+`c_k < 0` (the sign of `theta_ky` is frozen), one when `c_k > 0`. `ij.plot_invariant_set`
+samples it (points of `P(c)` from LP vertices plus input-output paths, random signs) and
+colours the points by component; gradient-flow trajectories stay on their sheet.
+`ij.component_of`, `ij.invariant_path` and `ij.reachability` answer the questions a user
+of the theorem asks: which component, a path inside `H_G(c)`, and whether the teacher's
+function is available from an initialization."""),
+    ("code", """sys.path.insert(0, str(Path("..", "benchmarks").resolve()))
+from toy_bottleneck import toy_data, toy_graph, toy_teacher
+g = toy_graph()
+X, Y, _ = toy_data()
+E = {e: k for k, e in enumerate(g.edges)}
+def on_H(ck, a, b, d_sign, s):
+    th = np.zeros(len(g.edges))
+    th[E["x0", "k"]], th[E["x1", "k"]], th[E["x0", "y"]] = a, b, s
+    th[E["k", "y"]] = d_sign * np.sqrt(a * a + b * b - ck)
+    return th
+fig = plt.figure(figsize=(11, 5))
+for j, ck in enumerate([-0.5, 0.5]):
+    inits = [on_H(ck, 0.6, 0.3, 1, 0.1), on_H(ck, 0.8, -0.6, 1, -0.2), on_H(ck, 0.5, 0.4, -1, 0.0)]
+    trajs = [np.asarray(ij.gradient_flow(ij.DAGNetwork(g, "relu", edge_weights=t), X, Y, 8.0 if SMALL else 30.0,
+                                         saveat=ij.SaveTimes(n_save=100)).thetas) for t in inits]
+    ax = fig.add_subplot(1, 2, j + 1, projection="3d")
+    ij.plot_invariant_set(g, [ck], edges=[("x0", "k"), ("x1", "k"), ("k", "y")], trajectories=trajs,
+                          n=800 if SMALL else 4000, seed=j, ax=ax)
+    comp = ij.component_of(g, np.stack([t[[0, -1]] for t in trajs]))
+    print(f"c_k = {ck:+}: components of each flow at start / end:", [list(l) for l in comp.labels])
+plt.tight_layout(); plt.show()
+
+teacher = ij.DAGNetwork(g, "relu", edge_weights=toy_teacher())
+wrong = ij.DAGNetwork(g, "relu", edge_weights=on_H(-0.5, 0.6, 0.3, 1, 0.1))    # frozen, theta_ky > 0
+free = ij.DAGNetwork(g, "relu", edge_weights=on_H(0.5, 0.6, 0.3, 1, 0.1))      # connected
+print(ij.component_of(wrong).label, "|", ij.reachability(wrong, teacher).reason[:160], "...")
+r = ij.reachability(free, teacher)
+print("reachable:", r.reachable, " rescaling lambda_k =", r.scales, " residual", f"{r.residual:.1e}")
+path = ij.invariant_path(free, r.network(free))
+print(f"path to the rescaled teacher: {len(path)} networks, max |B~ theta^2 - c| / scale = {path.residual.max():.1e}, "
+      f"largest step {path.max_step:.3f}, sign changes at {path.flips}")"""),
 ]
 
 

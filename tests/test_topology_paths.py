@@ -320,3 +320,28 @@ def test_singular_point_30_hidden_is_decided_fast():
     assert sp.result in (ij.RESULTS.successful, ij.RESULTS.undecided)
     with pytest.raises(ValueError, match="time_limit"):
         ij.singular_point(g, c, time_limit=-1.0)
+
+
+def test_component_labels_equal_the_sweep_store_column():
+    """`component_of(g, theta0).labels` is the sweep store's `component` column."""
+    from invariant_jax.sweep import trajectory_columns
+
+    g = ij.mlp([2, 3, 1])
+    rng = np.random.default_rng(1)
+    th0 = rng.normal(size=(40, len(g.edges)))
+    th0[:, [g.edges.index((f"h1_{j}", "y0")) for j in range(3)]] *= 3.0  # many frozen rows
+    c0 = th0**2 @ g.incidence().T
+    n = len(th0)
+    rec = {"theta0": th0, "theta_final": th0, "c0": c0, "drift": np.zeros(n), "scale": np.ones(n),
+           "result": np.zeros(n, np.int32), "status": np.zeros(n, np.int64)}
+    col = trajectory_columns(g, rec, rtol=1e-6, atol=1e-6)["component"]
+    labels = ij.component_of(g, th0, tol=1e-10 * np.abs(c0).sum(1)).labels
+    assert list(col) == list(labels) and len(set(labels)) > 3
+
+
+def test_sample_invariant_set_lies_on_it():
+    g = ij.example_dag()
+    c = np.asarray(ij.conserved_quantities(ij.DAGNetwork(g, "relu", key=jr.key(3))))
+    th = ij.sample_invariant_set(g, c, 300, seed=1)
+    np.testing.assert_allclose(th**2 @ g.incidence().T, np.broadcast_to(c, (300, len(c))), atol=1e-12 * np.abs(c).sum())
+    assert len(set(ij.component_of(g, th).labels)) == int(ij.connectivity(g, c).n_components)

@@ -69,9 +69,11 @@ def sample_invariant_set(graph: DAG, c, n: int = 2000, *, seed: int = 0, n_verti
     V = np.array(verts)
     scale = spread * max(1.0, float(np.max(np.abs(c), initial=0.0)))
     q = rng.dirichlet(np.ones(len(V)), size=n) @ V
-    for i in range(n):
-        for _ in range(int(rng.integers(0, 4))):
-            q[i, _random_path(g, rng)] += rng.exponential(scale)
+    n_paths = 2 * len(g.inputs) + 2
+    for i in range(n):  # several paths with continuous weights fill the cone, not only its edges
+        w = scale * rng.uniform(0.0, 1.0) ** 2
+        for _ in range(n_paths):
+            q[i, _random_path(g, rng)] += w * rng.exponential(1.0 / n_paths)
     signs = rng.choice([-1.0, 1.0], size=(n, E))
     return signs * np.sqrt(np.maximum(q, 0.0))
 
