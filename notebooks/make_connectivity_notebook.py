@@ -156,8 +156,7 @@ colours the points by component; gradient-flow trajectories stay on their sheet.
 `ij.component_of`, `ij.invariant_path` and `ij.reachability` answer the questions a user
 of the theorem asks: which component, a path inside `H_G(c)`, and whether the teacher's
 function is available from an initialization."""),
-    ("code", """sys.path.insert(0, str(Path("..", "benchmarks").resolve()))
-from toy_bottleneck import toy_data, toy_graph, toy_teacher
+    ("code", """from toy_bottleneck import toy_data, toy_graph, toy_teacher
 g = toy_graph()
 X, Y, _ = toy_data()
 E = {e: k for k, e in enumerate(g.edges)}
@@ -168,9 +167,10 @@ def on_H(ck, a, b, d_sign, s):
     return th
 fig = plt.figure(figsize=(11, 5))
 for j, ck in enumerate([-0.5, 0.5]):
-    inits = [on_H(ck, 0.6, 0.3, 1, 0.1), on_H(ck, 0.8, -0.6, 1, -0.2), on_H(ck, 0.5, 0.4, -1, 0.0)]
+    inits = [on_H(ck, 0.9, 0.4, 1, 0.1), on_H(ck, 0.8, -0.7, 1, -0.2), on_H(ck, 0.8, 0.5, -1, 0.0)]
     trajs = [np.asarray(ij.gradient_flow(ij.DAGNetwork(g, "relu", edge_weights=t), X, Y, 8.0 if SMALL else 30.0,
                                          saveat=ij.SaveTimes(n_save=100)).thetas) for t in inits]
+    trajs = [t[np.all(np.isfinite(t), axis=1)] for t in trajs]  # a flow stopped at a kink leaves later saves unfilled
     ax = fig.add_subplot(1, 2, j + 1, projection="3d")
     ij.plot_invariant_set(g, [ck], edges=[("x0", "k"), ("x1", "k"), ("k", "y")], trajectories=trajs,
                           n=800 if SMALL else 4000, seed=j, ax=ax)
@@ -180,7 +180,7 @@ plt.tight_layout(); plt.show()
 
 teacher = ij.DAGNetwork(g, "relu", edge_weights=toy_teacher())
 wrong = ij.DAGNetwork(g, "relu", edge_weights=on_H(-0.5, 0.6, 0.3, 1, 0.1))    # frozen, theta_ky > 0
-free = ij.DAGNetwork(g, "relu", edge_weights=on_H(0.5, 0.6, 0.3, 1, 0.1))      # connected
+free = ij.DAGNetwork(g, "relu", edge_weights=on_H(0.5, 0.9, 0.4, 1, 0.1))      # connected
 print(ij.component_of(wrong).label, "|", ij.reachability(wrong, teacher).reason[:160], "...")
 r = ij.reachability(free, teacher)
 print("reachable:", r.reachable, " rescaling lambda_k =", r.scales, " residual", f"{r.residual:.1e}")
