@@ -345,3 +345,17 @@ def test_sample_invariant_set_lies_on_it():
     th = ij.sample_invariant_set(g, c, 300, seed=1)
     np.testing.assert_allclose(th**2 @ g.incidence().T, np.broadcast_to(c, (300, len(c))), atol=1e-12 * np.abs(c).sum())
     assert len(set(ij.component_of(g, th).labels)) == int(ij.connectivity(g, c).n_components)
+
+
+def test_cli_connectivity_plot(tmp_path, capsys):
+    from invariant_jax.cli import main
+
+    png = tmp_path / "h.png"
+    args = ["connectivity", "--graph", "mlp", "--widths", "2,3,1", "--seed", "1", "--plot", str(png)]
+    assert main(args) == 0
+    assert png.stat().st_size > 1000 and "wrote" in capsys.readouterr().out
+    assert main(args) == 2  # an existing file is refused before any work
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(args + ["--overwrite"]) == 0
+    assert main(["connectivity", "--graph", "mlp", "--widths", "2,3,1", "--plot", str(tmp_path / "h.pdf")]) == 2
+    assert ".png" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from ..invariants import conserved_quantities, singular_point
 from ..network import DAGNetwork
 from ..sweep import sweep_network
 from ..topology import connectivity
-from ._common import graph_from_args
+from ._common import check_output_path, graph_from_args
 
 
 def read_c(path: str | Path):
@@ -66,13 +66,37 @@ def _c_from_args(args):
     return g, c, f"c = B~ theta^2 of a {args.init} initialization (seed {args.seed}, scale {args.scale:g})"
 
 
+PLOT_MAX_EDGES = 200
+
+
+def _plot(g, c, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..topology import plot_invariant_set
+
+    ax = plot_invariant_set(g, c, n=3000)
+    ax.figure.tight_layout()
+    ax.figure.savefig(path, dpi=110)
+    plt.close(ax.figure)
+    print(f"wrote {path}: H_G(c) on three edge weights, coloured by component")
+
+
 def run(args) -> int:
+    plot_path = check_output_path(args.plot, "--plot", overwrite=args.overwrite)  # before any work
+    if plot_path is not None and not str(args.plot).lower().endswith(".png"):
+        raise ValueError(f"--plot writes a PNG; give a file name ending in .png (got {args.plot!r}).")
     if args.from_sweep is not None:
         if args.c_file is not None:
             raise ValueError("Give either --c FILE or --from-sweep DIR, not both.")
         g, c, source = _from_sweep(args.from_sweep, args.index)
     else:
         g, c, source = _c_from_args(args)
+    if plot_path is not None and not 3 <= len(g.edges) <= PLOT_MAX_EDGES:
+        raise ValueError(f"--plot draws graphs with 3 to {PLOT_MAX_EDGES} edges; this one has {len(g.edges)}. "
+                         "Use ij.plot_invariant_set(g, c, edges=[...]) in Python for a chosen projection.")
     r = connectivity(g, c, tol=args.tol, lp=args.lp)
     print(f"graph: {g}; {source}")
     print("c: " + ", ".join(f"{v!s}={x:.4g}" for v, x in zip(g.hidden, r.c)))
@@ -89,6 +113,8 @@ def run(args) -> int:
                   f"(witness residual {sp.residual:.2g}).")
         else:
             print("H_G(c) contains no singular point: J_G has full rank everywhere on it.")
+    if plot_path is not None:
+        _plot(g, r.c, plot_path)
     if not r.success:
         print(f"{result_name(r.result)}: {r.message} {result_message(r.result)}")
     return 0 if r.success else 1

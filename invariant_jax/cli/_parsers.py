@@ -244,6 +244,10 @@ def add_connectivity_parser(sub) -> None:
                    "--time-limit)")
     p.add_argument("--time-limit", type=float, default=60.0,
                    help="seconds for the singular-point MILP when it is needed (default: 60); then 'undecided'")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="draw H_G(c) (points of it on three edge weights, coloured by component; "
+                   "ij.plot_invariant_set) to this PNG; graphs of at most 200 edges")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
 
 METHODS = ("newton", "flow")
 
