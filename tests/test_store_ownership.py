@@ -285,6 +285,25 @@ def test_signal_flushes_records_and_releases_claims(tmp_path, reference, sig):
     _same(res, reference)
 
 
+def test_interrupt_raised_again_while_flushing_still_releases(tmp_path, reference):
+    """An on_chunk (or a full disk) that raises again in the final flush once left the
+    heartbeat thread running: the writer's claims stayed alive and the next run in the
+    same process waited for them forever."""
+    out = tmp_path / "run"
+
+    def stop(path):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(SweepConfig(**CFG), out, chunk_size=1, flush_seconds=0.0, on_chunk=stop, **KW)
+    assert not [t for t in threading.enumerate() if t.name == "invariant_jax-heartbeat" and t.is_alive()]
+    assert not list((out / "claims").glob("writer-*.json"))
+    claims = [json.loads(p.read_text()) for p in (out / "claims").glob("block-*.json")]
+    assert all(c.get("done") for c in claims)  # nothing left held
+    res = _quiet(run_sweep, SweepConfig(**CFG), out, resume=True, **KW)
+    _same(res, reference)
+
+
 def test_cli_prints_one_line_on_sigterm(tmp_path, monkeypatch, capsys):
     import invariant_jax.cli._sweep as sweep_cli
 

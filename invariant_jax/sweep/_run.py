@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .._results import STATUSES, is_success
 from .._version import __version__
-from ..losses import check_data
+from ..losses import check_data, network_loss
 from ..network import DAGNetwork, init_edge_weights
 from ..options import KinkOptions, SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
 from ._columns import DERIVED, records_frame, trajectory_columns
@@ -477,8 +477,6 @@ def check_initial_state(config: SweepConfig, graph, X, Y) -> None:
     """Refuse, before any folder or compile, a graph without hidden nodes, and a config
     whose first initialization already overflows: non-finite weights, `|theta0|^2` or
     initial loss (e.g. a huge `scale`)."""
-    from ..losses import network_loss
-
     if not graph.hidden:
         raise ValueError(f"The graph {graph} has no hidden nodes, so there is no conserved quantity c = B~ theta^2 "
                          "to sweep; add a hidden layer (e.g. --graph mlp --widths 3,4,1).")
@@ -670,12 +668,14 @@ def _run_claimed(config, engine, store: ResultsStore, *, pi, pc, progress, flush
                 claims.mark_done(k, written)
             mine = []
     finally:
-        flush()
-        for k in mine:  # interrupted: give the unfinished blocks back at once
-            claims.release(k)
-        claims.stop()
-        if bar is not None:
-            bar.close()
+        try:
+            flush()  # may raise again (a full disk, an on_chunk that raises): release anyway
+        finally:
+            for k in mine:  # interrupted: give the unfinished blocks back at once
+                claims.release(k)
+            claims.stop()  # else the heartbeat thread keeps this writer's claims alive forever
+            if bar is not None:
+                bar.close()
     return _stats_of(stats, engine)
 
 
