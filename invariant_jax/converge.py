@@ -190,7 +190,8 @@ class ConvergeResult(eqx.Module):
       saved times and its end; NaN without a flow phase); `passed_maxnorm_ode`: whether
       it reached `maxnorm` (the ODE phase alone, before Newton);
     - `trajectory`: a `TrajectoryRecord` of the ODE phase (`(B, K)` arrays, log-spaced
-      in time; all NaN without a flow phase);
+      in time; all NaN without a flow phase); `flow_steps`: the ODE phase's solver steps
+      (-1 when not known: no flow phase, or the sweep engine);
     - `wall_time`: seconds of the Newton phase (all runs together, compilation
       included); `settings`: the options used.
     """
@@ -209,6 +210,7 @@ class ConvergeResult(eqx.Module):
     weightnorm_flow_max: Float[Array, " B"]
     passed_maxnorm_ode: Bool[Array, " B"]
     trajectory: TrajectoryRecord
+    flow_steps: Int[Array, " B"]
     wall_time: float
     settings: dict = eqx.field(static=True)
 
@@ -429,7 +431,7 @@ def newton_phase(
                           stopped_by=jnp.concatenate(reasons), theta_flow=theta0, loss_flow=nan, t_flow=nan,
                           flow_status=jnp.full((B,), -1), min_eig=lam, weightnorm_flow_max=nan,
                           passed_maxnorm_ode=jnp.zeros((B,), bool), trajectory=TrajectoryRecord.empty(B, 1, theta.dtype),
-                          wall_time=wall, settings=settings)
+                          flow_steps=jnp.full((B,), -1), wall_time=wall, settings=settings)
 
 
 def _run_group(net, X, Y, theta0, s0, bs, loss, opts: NewtonOptions, t_start, progress):
@@ -463,6 +465,7 @@ class _FlowBatch(eqx.Module):
     t_final: Array
     status: Array
     record: TrajectoryRecord | None = None
+    n_steps: Array | None = None
 
 
 @eqx.filter_jit
@@ -484,7 +487,7 @@ def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, 
         rec = TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, edge_loss_fn(one_net, X, Y, loss)) \
             if n_record else None
         return _FlowBatch(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
-                          status=status_code(f.result), record=rec)
+                          status=status_code(f.result), record=rec, n_steps=f.stats["num_steps"])
 
     return eqx.filter_vmap(one)(nets)
 
@@ -603,4 +606,5 @@ def flow_then_newton(
                                   if flow_stop == "penalty" else "stop at weightnorm >= maxnorm (StopRules.max_param_norm)"))
     return dataclasses.replace(out, theta_flow=res.theta_final, loss_flow=res.loss_final, t_flow=res.t_final,
                                flow_status=res.status, weightnorm_flow_max=wn_max,
-                               passed_maxnorm_ode=wn_max >= maxnorm, trajectory=rec, settings=settings)
+                               passed_maxnorm_ode=wn_max >= maxnorm, trajectory=rec, settings=settings,
+                               flow_steps=res.n_steps if res.n_steps is not None else jnp.full((B,), -1))

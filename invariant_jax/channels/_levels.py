@@ -387,7 +387,7 @@ def convergence_study(
     `"stop"`, the scheme of the committed studies; `"penalty"`, MLPGradientFlow's, needs
     `engine="loop"` or `"vmap"`). Records add `grad_norm`, `min_eig` (minimum Hessian
     eigenvalue at the end), `weightnorm_flow_max`, `passed_maxnorm_ode` (the authors'
-    Fig. 4 norm criterion) and, with `n_record`, a `trajectory` dict per run. Run `n`
+    Fig. 4 norm criterion), `flow_steps` and, with `n_record`, a `trajectory` dict per run. Run `n`
     starts from `study_inits(graph, ...)[n - first_seed]`, i.e. `mlpgf_glorot(graph,
     fold_in(key(seed), n))` for `n = first_seed, ..., first_seed + n_seeds - 1` (so a study
     can be extended by more seeds later).
@@ -405,7 +405,7 @@ def convergence_study(
                             "min_l2", "min_cos", "duplicate", "channel_paper", "confirmed", "glu_error",
                             "sharpened", "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow", "weightnorm_flow",
                             "jump_cos", "theta", "theta_flow", "grad_norm", "min_eig", "weightnorm_flow_max",
-                            "passed_maxnorm_ode", "trajectory")}
+                            "passed_maxnorm_ode", "flow_steps", "trajectory")}
     t0 = time.perf_counter()
     grid = list(itertools.product(activations, biases, widths))
     for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
@@ -454,6 +454,7 @@ def convergence_study(
         cols["min_eig"] += np.asarray(res.min_eig).tolist()
         cols["weightnorm_flow_max"] += np.asarray(res.weightnorm_flow_max).tolist()
         cols["passed_maxnorm_ode"] += np.asarray(res.passed_maxnorm_ode).tolist()
+        cols["flow_steps"] += np.asarray(res.flow_steps).tolist()
         if engine != "sweep" and n_record:
             rec = res.trajectory.to_dict()
             cols["trajectory"] += [{k: rec[k][n] for k in rec} for n in range(B)]
