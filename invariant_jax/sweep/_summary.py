@@ -1,4 +1,4 @@
-"""Per-trajectory statistics of a sweep, aggregate numbers, and figures."""
+"""Per-trajectory statistics of a sweep, aggregate numbers, and its figures (drawn by `_figures`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
 from ._engine import STATUSES
+from ._figures import config_title, graph_figure, save_overview, trajectory_figure
 from ._run import SweepResult
 
 COLUMNS = ("index", "status_name", "result_name", "num_steps", "drift", "drift_in_tol", "rank_start", "rank_end",
@@ -44,11 +45,16 @@ class SweepSummary:
         sweeps add `events` (`num_events`) and `sliding_time`.
     - `aggregate`: a dict of sweep-level numbers (counts per status, fraction
         disconnected, drift/tol quantiles, steps quantiles, work efficiency, ...).
+    - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
+        the figures' titles and re-integrated trajectories; `None` when not known).
     """
 
-    def __init__(self, rows: dict[str, np.ndarray], aggregate: dict):
+    def __init__(self, rows: dict[str, np.ndarray], aggregate: dict, *, config: SweepConfig | None = None,
+                 theta0: np.ndarray | None = None):
         self.rows = rows
         self.aggregate = aggregate
+        self.config = config
+        self.theta0 = theta0
 
     def table(self, max_rows: int = 20) -> str:
         """The per-trajectory table (first `max_rows` rows) as text."""
@@ -90,35 +96,40 @@ class SweepSummary:
                 w.writerow([_cell(col[i]) for col in cols])
         return path
 
-    def save_figures(self, folder: str | Path) -> list[Path]:
-        """Write the PNG figures (one per panel, and `overview.png` with all of them)."""
+    def save_figures(self, folder: str | Path, *, trajectories: int = 3) -> list[Path]:
+        """Write the PNG figures: one per overview panel that has something to show,
+        `overview.png` with all of them (the configuration in its title, dropped panels
+        said in a sentence), and, when the summary knows its config and initial weights
+        (`summarize_sweep` gives both), `trajectories.png` (`trajectories` example
+        flows re-integrated over time: loss, `c(t) - c(0)` in tolerance units,
+        bottleneck weights) and `graph.png` (bottlenecks and frozen edges).
+
+        **Arguments:**
+
+        - `folder`: where to write (created).
+        - `trajectories`: how many example trajectories to re-integrate (0: none).
+
+        **Returns:** the paths written.
+        """
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        panels = [("drift_tol", _drift_panel), ("loss_by_connectivity", _loss_panel),
-                  ("disconnected", _disconnected_panel), ("rank", _rank_panel), ("steps", _steps_panel)]
-        if "events" in self.rows:
-            panels.append(("kink_events", _kink_panel))
-        paths = []
-        for name, fn in panels:
-            fig, ax = plt.subplots(figsize=(4.5, 3.4), layout="constrained")
-            fn(ax, self.rows)
-            paths.append(folder / f"{name}.png")
-            fig.savefig(paths[-1], dpi=110)
-            plt.close(fig)
-        cols = -(-(len(panels) + 1) // 2)
-        fig, axs = plt.subplots(2, cols, figsize=(4.4 * cols, 7.5), layout="constrained")
-        for ax, (_, fn) in zip(axs.flat, panels):
-            fn(ax, self.rows)
-        _status_panel(axs.flat[-1], self.rows)
-        fig.suptitle(f"sweep: {len(self.rows['index'])} initializations")
-        paths.append(folder / "overview.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        title = config_title(self.config, len(self.rows["index"]))
+        activation = None if self.config is None else self.config.activation
+        paths = save_overview(self.rows, folder, title=title, activation=activation)
+        if self.config is None:
+            return paths
+        figs = [("graph.png", graph_figure(self.config, self.rows))]
+        if trajectories and self.theta0 is not None:
+            figs.append(("trajectories.png", trajectory_figure(self.config, self.rows, self.theta0, k=trajectories)))
+        for name, fig in figs:
+            if fig is not None:
+                paths.append(folder / name)
+                fig.savefig(paths[-1], dpi=110)
+                plt.close(fig)
         return paths
 
 
@@ -128,90 +139,6 @@ def _cell(v):
     if isinstance(v, (np.integer, np.bool_, bool, int)):
         return int(v)
     return str(v)
-
-
-def _drift_panel(ax, r):
-    v = np.asarray(r["drift_in_tol"], float)
-    v = v[np.isfinite(v)]
-    bins = np.logspace(np.log10(max(v.min(), 1e-6)), np.log10(max(v.max(), 1e-5)) + 0.1, 30) if v.size else 10
-    ax.hist(np.maximum(v, 1e-6), bins=bins, color="C0")
-    ax.set_xscale("log")
-    ax.set_xlabel("drift of c / (atol + rtol scale)")
-    ax.set_ylabel("initializations")
-    ax.set_title("conservation drift in tolerance units")
-
-
-def _loss_panel(ax, r):
-    L = np.asarray(r["loss_final"], float)
-    ok = np.isfinite(L) & (L > 0)
-    conn = np.asarray(r["connected"], bool)
-    data = [L[ok & conn], L[ok & ~conn]]
-    lo = min((d.min() for d in data if d.size), default=1e-12)
-    hi = max((d.max() for d in data if d.size), default=1.0)
-    bins = np.logspace(np.log10(lo), np.log10(hi) + 1e-9, 30)
-    for d, lab, col in zip(data, ("connected H_G(c0)", "disconnected H_G(c0)"), ("C2", "C3")):
-        if d.size:
-            ax.hist(d, bins=bins, alpha=0.6, label=f"{lab} ({d.size})", color=col)
-    ax.set_xscale("log")
-    ax.set_xlabel("final loss")
-    ax.set_ylabel("initializations")
-    ax.legend(fontsize=8)
-    ax.set_title("final loss by connectivity verdict")
-
-
-def _disconnected_panel(ax, r):
-    comps = np.asarray(r["n_components"])
-    vals, counts = np.unique(comps, return_counts=True)
-    ax.bar([str(v) for v in vals], counts / max(len(comps), 1), color="C4")
-    frac = float(np.mean(~np.asarray(r["connected"], bool))) if len(comps) else 0.0
-    ax.set_xlabel("components of H_G(c0)")
-    ax.set_ylabel("fraction of initializations")
-    ax.set_title(f"disconnected: {frac:.1%}")
-
-
-def _rank_panel(ax, r):
-    r0, r1 = np.asarray(r["rank_start"]), np.asarray(r["rank_end"])
-    ks = np.arange(min(r0.min(), r1.min()), max(r0.max(), r1.max()) + 1) if len(r0) else np.arange(1)
-    w = 0.4
-    ax.bar(ks - w / 2, [np.sum(r0 == k) for k in ks], w, label="start", color="C0")
-    ax.bar(ks + w / 2, [np.sum(r1 == k) for k in ks], w, label="end", color="C1")
-    ax.set_xticks(ks)
-    ax.set_xlabel("rank of J_G(theta)")
-    ax.set_ylabel("initializations")
-    ax.legend(fontsize=8)
-    ax.set_title(f"rank start vs end (changed: {int(np.sum(r0 != r1))})")
-
-
-def _steps_panel(ax, r):
-    s = np.maximum(np.asarray(r["steps"], float), 1)
-    ax.hist(s, bins=np.logspace(0, np.log10(s.max()) + 0.05, 30) if len(s) else 10, color="C5")
-    ax.set_xscale("log")
-    ax.set_xlabel("solver steps (accepted + rejected)")
-    ax.set_ylabel("initializations")
-    if len(s):
-        ax.set_title(f"steps: median {np.median(s):.0f}, max {s.max():.0f}")
-
-
-def _kink_panel(ax, r):
-    ev = np.asarray(r["events"])
-    slide = np.asarray(r["sliding_time"], float) > 0
-    bins = np.arange(ev.max() + 2) - 0.5 if len(ev) and ev.max() < 40 else 30
-    for sel, lab, col in ((~slide, "no sliding", "C0"), (slide, "with sliding", "C1")):
-        if sel.any():
-            ax.hist(ev[sel], bins=bins, alpha=0.7, label=f"{lab} ({int(sel.sum())})", color=col)
-    ax.set_xlabel("kink events (crossings, sliding entries and exits)")
-    ax.set_ylabel("initializations")
-    ax.legend(fontsize=8)
-    if len(ev):
-        t = np.asarray(r["sliding_time"], float)
-        ax.set_title(f"events: median {np.median(ev):.0f}; sliding time median {np.median(t):.2g}, max {t.max():.2g}", fontsize=9)
-
-
-def _status_panel(ax, r):
-    st = np.asarray(r["status"])
-    ax.bar(STATUSES, [np.sum(st == k) for k in range(len(STATUSES))], color="C7")
-    ax.set_ylabel("initializations")
-    ax.set_title("status")
 
 
 def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int = 32) -> SweepSummary:
@@ -286,7 +213,8 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
         if k in result.stats:
             agg[f"engine_{k}"] = result.stats[k]
-    return SweepSummary(rows, {_identifier(k): v for k, v in agg.items()})
+    return SweepSummary(rows, {_identifier(k): v for k, v in agg.items()}, config=config,
+                        theta0=np.asarray(result.theta0, np.float64))
 
 
 def _identifier(key: str) -> str:
