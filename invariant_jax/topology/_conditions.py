@@ -126,7 +126,7 @@ def _pure(M: sp.csr_matrix, g: DAG, v, side: str) -> list:
     pass through `v`: those the search from the extra node misses once `v` is removed.
     One breadth-first search (SciPy, linear time)."""
     iv = g.index[v]
-    keep = np.ones(M.shape[0], dtype=np.int8)
+    keep = np.ones(M.shape[0])
     keep[iv] = 0
     D = sp.diags(keep)
     seen = np.zeros(M.shape[0], dtype=bool)
