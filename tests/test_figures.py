@@ -162,3 +162,23 @@ def test_summary_writes_every_figure(tiny, tmp_path):
     names = {p.name for p in s.save_figures(tmp_path, trajectories=1)}
     assert {"overview.png", "graph.png", "trajectories.png"} <= names
     assert "rank.png" in names  # _rows changed 3 ranks
+
+
+def test_prune_figure_plots_the_log():
+    from types import SimpleNamespace
+
+    from invariant_jax.cli._prune import prune_figure
+
+    ep = np.arange(0, 110, 10)
+    cut = np.minimum(ep // 20, 4)
+    log = SimpleNamespace(epochs=ep, loss=np.exp(-ep / 50), test_accuracy=np.linspace(0.5, 0.9, len(ep)),
+                          n_cut_off=cut, rank=6 - np.minimum(ep // 30, 3))
+    fig = prune_figure(log, n_hidden=6, title="breast cancer")
+    loss_ax, cut_ax, rank_ax = fig.axes[:3]
+    np.testing.assert_array_equal(cut_ax.lines[0].get_ydata(), cut)
+    np.testing.assert_array_equal(rank_ax.lines[0].get_ydata(), log.rank)
+    np.testing.assert_array_equal(loss_ax.lines[0].get_xdata(), ep)
+    assert fig.axes[3].lines[0].get_ydata()[-1] == pytest.approx(0.9)  # test accuracy on the twin axis
+    assert "4 of 6" in cut_ax.get_title() and "6 -> 3" in rank_ax.get_title()
+    assert fig.get_suptitle() == "breast cancer"
+    plt.close(fig)

@@ -66,6 +66,7 @@ INTEGER_OPTIONS = {
     "max_steps": (1, INT32_MAX), "n_save": (1, INT32_MAX), "rows": (0, INT32_MAX), "epochs": (1, INT32_MAX),
     "batch_size": (1, INT32_MAX), "max_events": (1, INT32_MAX), "max_sliding": (0, INT32_MAX),
     "process_index": (0, INT32_MAX), "process_count": (1, INT32_MAX), "dim": (1, INT32_MAX),
+    "trajectories": (0, 64),
 }
 # option -> (lower bound, lower bound included, upper bound, upper bound included)
 FLOAT_OPTIONS = {

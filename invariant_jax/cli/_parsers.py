@@ -162,7 +162,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
                    help="kink-aware: |z| <= surface_tol * max|z| at an event counts as on the surface (default 1e-9)")
     e = p.add_argument_group("engine and output")
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
-    e.add_argument("--slots", type=int, default=S, help="trajectories integrated at once (default 64)")
+    e.add_argument("--slots", type=int, default=S,
+                   help="trajectories integrated at once (default 64; in vmap mode on a GPU/TPU 4096 per device)")
     e.add_argument("--steps-per-call", type=int, default=S, help="steps (kink-aware: segments) between harvests (default 64; kink-aware --vmap 4)")
     e.add_argument("--resume", action="store_true", default=S, help="finish the sweep in --out")
     e.add_argument("--overwrite", action="store_true", default=S,
@@ -176,11 +177,16 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
                         "writers claim blocks of work, so a fast one helps a slow one")
     e.add_argument("--status", metavar="DIR", default=S,
                    help="print the progress of the sweep in DIR across all writers, and exit")
-    e.add_argument("--vmap", dest="exact", action="store_false", default=S,
-                   help="vmap over slots (for GPUs) instead of the exact per-slot program")
+    mode = e.add_mutually_exclusive_group()
+    mode.add_argument("--vmap", dest="exact", action="store_false", default=S,
+                      help="vmap over slots instead of the exact per-slot program (the default on a GPU/TPU)")
+    mode.add_argument("--exact", dest="exact", action="store_true", default=S,
+                      help="the exact per-slot program, bit for bit (the default on a CPU)")
     e.add_argument("--no-progress", dest="progress", action="store_false", default=S)
     e.add_argument("--rows", type=int, default=S, help="rows of the printed table (default 20)")
     e.add_argument("--no-figures", dest="figures", action="store_false", default=S)
+    e.add_argument("--trajectories", type=int, default=S,
+                   help="example trajectories re-integrated for figures/trajectories.png (default 3; 0: none)")
 
 def add_prune_parser(sub) -> None:
     p = sub.add_parser(
@@ -214,7 +220,9 @@ def add_prune_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the report to this JSON file (an existing file is refused "
                    "unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
+    p.add_argument("--figure", default=None, help="write a PNG of the loss, the cut-off neuron count and the "
+                   "rank of J_G over epochs to this file (an existing file is refused without --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --json / --figure file")
 
 def add_connectivity_parser(sub) -> None:
     p = sub.add_parser(

@@ -39,6 +39,7 @@ def _acc(net, X, Y) -> float:
 
 def run(args) -> int:
     json_out = check_output_path(args.json, "--json", overwrite=args.overwrite)  # before training, not after it
+    fig_out = check_output_path(args.figure, "--figure", overwrite=args.overwrite)
     reg = args.regularizer
     if reg not in REGULARIZERS and reg != "none":
         raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")
@@ -106,6 +107,62 @@ def run(args) -> int:
     if base_acc is not None:
         print(f"baseline ({args.baseline}, same seed): test accuracy {base_acc[0]:.4f}, magnitude-pruned to "
               f"{n_keep} neurons {base_acc[1]:.4f}")
+    if fig_out is not None:
+        _write_figure(fig_out, log, out, n_hidden=len(g.hidden))
     if json_out is not None:
         print(f"wrote {write_json(json_out, out)}")
     return 0
+
+
+def _write_figure(path, log, out: dict, *, n_hidden: int) -> None:
+    title = (f"{out['data']}: {out['widths']} relu, {out['regularizer']} {out['strength']:g} "
+             f"({'proximal' if out['proximal'] else 'gradient'}), {out['optimizer']} lr={out['lr']:g}, "
+             f"{out['epochs']} epochs")
+    prune_figure(log, n_hidden=n_hidden, title=title).savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def prune_figure(log, *, n_hidden: int, title: str):
+    """Training as pruning sees it: the loss (and test accuracy), the number of cut-off
+    hidden neurons, and the rank of `J_G` (= hidden nodes minus cut-off groups) over epochs.
+
+    **Arguments:**
+
+    - `log`: a `TrainLog` of one network (`fit(...).log`).
+    - `n_hidden`: hidden nodes of the trained graph (the rank's ceiling).
+    - `title`: the configuration, as the figure's title.
+
+    **Returns:** a matplotlib `Figure` with three axes.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    ep = np.asarray(log.epochs)
+    fig, axs = plt.subplots(1, 3, figsize=(13.5, 3.6), layout="constrained")
+    axs[0].plot(ep, np.asarray(log.loss), color="C0", label="training loss")
+    axs[0].set_yscale("log")
+    acc = np.asarray(log.test_accuracy, float)
+    if np.isfinite(acc).any():
+        twin = axs[0].twinx()
+        twin.plot(ep, acc, color="C1", label="test accuracy")
+        twin.set_ylabel("test accuracy")
+    axs[0].set_ylabel("training loss (BCE, log)")
+    axs[0].set_title("loss", fontsize=10)
+    axs[1].step(ep, np.asarray(log.n_cut_off), where="post", color="C3")
+    axs[1].set_ylabel("cut-off hidden neurons")
+    axs[1].set_title(f"cut off: {int(np.asarray(log.n_cut_off)[-1])} of {n_hidden} at the end", fontsize=10)
+    axs[2].step(ep, np.asarray(log.rank), where="post", color="C2")
+    axs[2].axhline(n_hidden, color="0.5", ls=":", lw=0.8)
+    axs[2].set_ylabel("rank of J_G")
+    axs[2].set_ylim(-0.5, n_hidden + 0.5)
+    axs[2].set_title(f"rank of J_G: {int(np.asarray(log.rank)[0])} -> {int(np.asarray(log.rank)[-1])} "
+                     f"(max {n_hidden})", fontsize=10)
+    for ax in axs:
+        ax.set_xlabel("epoch")
+    for ax in axs[1:]:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(title, fontsize=10)
+    return fig

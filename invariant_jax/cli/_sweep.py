@@ -19,9 +19,51 @@ from ..sweep._store import ResultsStore, check_output_folder, dumps_strict, is_n
 from ._common import check_option, read_config_file
 from ._parsers import DEFAULT_OUT
 
-FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "overview")
+FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "kink_events", "status",
+           "overview", "graph", "trajectories")
+"""Names (`figures/<name>.png`) a sweep may write; panels with nothing to show are not written."""
 _ENGINE_KEYS = ("out", "slots", "steps_per_call", "resume", "overwrite", "progress", "exact",
-                "rows", "figures", "process_index", "process_count")
+                "rows", "figures", "trajectories", "process_index", "process_count")
+CPU_SLOTS = 64
+"""Slots of a sweep on CPUs (exact mode: an idle slot costs nothing there)."""
+ACCELERATOR_SLOTS_PER_DEVICE = 4096
+"""Slots per GPU/TPU in vmap mode (the width `benchmarks/sweep_throughput.py` measured on an H200)."""
+
+
+def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, devices=None) -> tuple[bool, int, str]:
+    """Exact or vmap mode, and the slot count, for the devices JAX runs on: the one place
+    the CLI decides them.
+
+    On CPUs: exact mode (each slot's own program, bit-for-bit results, an idle slot costs
+    nothing) with 64 slots. On GPUs/TPUs: vmap mode (one batched step for all slots; a
+    loop of per-slot kernels would leave the accelerator idle) with 4096 slots per device.
+    A mode or slot count the user gave is kept.
+
+    **Arguments:**
+
+    - `exact`: `True`/`False` as given by `--exact`/`--vmap`, or `None` to choose.
+    - `slots`: `--slots`, or `None` to choose.
+    - `devices`: the devices (default `jax.devices()`); each has a `.platform`.
+
+    **Returns:** `(exact, slots, line)`, `line` saying what was chosen and why (the sweep
+    header prints it).
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    platform = devices[0].platform
+    accelerator = platform != "cpu"
+    chosen = []
+    if exact is None:
+        exact = not accelerator
+        chosen.append("mode")
+    if slots is None:
+        slots = ACCELERATOR_SLOTS_PER_DEVICE * len(devices) if accelerator and not exact else CPU_SLOTS
+        chosen.append("slots")
+    given = [w for w in ("mode", "slots") if w not in chosen]
+    why = "; ".join(([f"{' and '.join(chosen)} chosen for {platform}"] if chosen else [])
+                    + ([f"{' and '.join(given)} as given"] if given else []))
+    line = (f"{'exact' if exact else 'vmap'} mode, {slots} slots on {len(devices)} {platform} "
+            f"device{'s' if len(devices) != 1 else ''} ({why})")
+    return bool(exact), int(slots), line
 
 
 def use_cpu_cores(environ=None) -> int | None:
@@ -142,13 +184,17 @@ def failure_lines(codes) -> list[str]:
     return lines
 
 
-def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume=False, overwrite=False,
-               progress=True, exact=True, rows=20, figures=True, process_index=None, process_count=None,
-               tag=None) -> int:
+def run_config(config, *, out=DEFAULT_OUT, slots=None, steps_per_call=None, resume=False, overwrite=False,
+               progress=True, exact=None, rows=20, figures=True, trajectories=3, process_index=None,
+               process_count=None, tag=None) -> int:
     """Run a sweep, print its summary, and write table.csv, summary.json and figures.
 
-    Ctrl-C and SIGTERM save the finished records and return 130 / 143 with one line
-    ("progress saved; rerun with --resume"); a full disk is one line naming the folder."""
+    `exact` and `slots` left `None` are chosen for the devices (`choose_device_mode`:
+    exact mode and 64 slots on CPUs, vmap mode and 4096 slots per device on GPUs/TPUs);
+    the header says which. `trajectories` example flows are re-integrated for
+    `figures/trajectories.png`. Ctrl-C and SIGTERM save the finished records and return
+    130 / 143 with one line ("progress saved; rerun with --resume"); a full disk is one
+    line naming the folder."""
     out = check_output_folder(out)
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: --resume keeps the finished records, "
@@ -157,6 +203,8 @@ def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume
     print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
           f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver} rtol={config.rtol:g} "
           f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}")
+    exact, slots, mode_line = choose_device_mode(exact=exact, slots=slots)
+    print(f"engine: {mode_line}")
     try:
         result = run_sweep(config, out, resume=resume, overwrite=overwrite, slots=slots,
                            steps_per_call=steps_per_call, exact=exact, progress=progress,
@@ -166,7 +214,7 @@ def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume
         print(summary.aggregate_table())
         for line in failure_lines(result.result):
             print(line)
-        _write_outputs(ResultsStore(out), summary, figures)
+        _write_outputs(ResultsStore(out), summary, figures, trajectories)
     except SweepInterrupted as e:
         print(f"invariant-jax sweep: {e.signal}: progress saved in {str(out)!r}; rerun with --resume",
               file=sys.stderr)
@@ -180,7 +228,7 @@ def run_config(config, *, out=DEFAULT_OUT, slots=64, steps_per_call=None, resume
     return 0  # failed trajectories are data (status column), not an error
 
 
-def _write_outputs(store: ResultsStore, summary, figures: bool) -> None:
+def _write_outputs(store: ResultsStore, summary, figures: bool, trajectories: int = 3) -> None:
     """table.csv, summary.json and the figures, each listed in the manifest with its
     SHA-256 before it is written (so that `--overwrite` can prove the store wrote it)."""
     out = store.folder
@@ -190,5 +238,5 @@ def _write_outputs(store: ResultsStore, summary, figures: bool) -> None:
         store.write_output(out / "summary.json", dumps_strict(summary.aggregate, indent=2, sort_keys=True).encode())
         if figures:
             paths = [store.write_output(out / "figures" / p.name, p.read_bytes())
-                     for p in summary.save_figures(Path(tmp) / "figures")]
+                     for p in summary.save_figures(Path(tmp) / "figures", trajectories=trajectories)]
             print(f"figures: {', '.join(str(p) for p in paths)}")

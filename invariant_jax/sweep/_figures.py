@@ -247,7 +247,7 @@ def save_overview(rows: dict, folder: str | Path, *, title: str, activation: str
 def pick_examples(rows: dict, k: int = 3) -> list[int]:
     """Positions (into `rows`) of up to `k` successful trajectories worth looking at:
     the disconnected one with most frozen edges, a connected one whose bottleneck weight
-    changed sign, the largest drift in tolerance units, the longest sliding time, then
+    changed sign, the longest sliding time, the largest drift in tolerance units, then
     the first ones. **Returns:** a list of distinct positions."""
     ok = np.asarray(rows["status"]) <= 1
     if not ok.any() or k <= 0:
@@ -260,10 +260,10 @@ def pick_examples(rows: dict, k: int = 3) -> list[int]:
     flips = ok & conn & (np.asarray(rows["bottleneck_sign_changes"]) > 0)
     if flips.any():
         cands.append(int(np.flatnonzero(flips)[0]))
-    drift = np.where(ok & np.isfinite(rows["drift_in_tol"]), rows["drift_in_tol"], -np.inf)
-    cands.append(int(np.argmax(drift)))
     if "sliding_time" in rows and np.any(ok & (np.asarray(rows["sliding_time"]) > 0)):
         cands.append(int(np.argmax(np.where(ok, rows["sliding_time"], -1.0))))
+    drift = np.where(ok & np.isfinite(rows["drift_in_tol"]), rows["drift_in_tol"], -np.inf)
+    cands.append(int(np.argmax(drift)))
     cands += [int(i) for i in np.flatnonzero(ok)]
     return list(dict.fromkeys(cands))[:k]
 

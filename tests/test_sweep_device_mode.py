@@ -1,0 +1,53 @@
+"""`invariant-jax sweep` chooses exact or vmap mode and the slot count for its devices
+(`choose_device_mode`): exact mode and 64 slots on CPUs, vmap mode and 4096 slots per
+device on an accelerator; what the user gave is kept; the sweep header says which."""
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from invariant_jax.cli import build_parser
+from invariant_jax.cli._sweep import ACCELERATOR_SLOTS_PER_DEVICE, CPU_SLOTS, choose_device_mode
+
+
+def _devices(platform, n):
+    return [SimpleNamespace(platform=platform, id=i) for i in range(n)]
+
+
+@pytest.mark.parametrize("platform,n", [("gpu", 1), ("gpu", 4), ("tpu", 8)])
+def test_accelerator_gets_vmap_and_slots_per_device(platform, n):
+    exact, slots, line = choose_device_mode(devices=_devices(platform, n))
+    assert exact is False and slots == ACCELERATOR_SLOTS_PER_DEVICE * n
+    assert line.startswith(f"vmap mode, {slots} slots on {n} {platform} device")
+    assert "mode and slots chosen for " + platform in line
+
+
+def test_user_choices_are_kept():
+    gpu = _devices("gpu", 2)
+    assert choose_device_mode(exact=True, devices=gpu)[:2] == (True, CPU_SLOTS)
+    assert choose_device_mode(slots=100, devices=gpu)[:2] == (False, 100)
+    exact, slots, line = choose_device_mode(exact=False, slots=7, devices=_devices("cpu", 1))
+    assert (exact, slots) == (False, 7) and "mode and slots as given" in line
+    assert choose_device_mode(exact=False, devices=_devices("cpu", 2))[:2] == (False, CPU_SLOTS)
+
+
+def test_flags_reach_the_choice():
+    p = build_parser()
+    assert "exact" not in vars(p.parse_args(["sweep"]))  # unset: chosen for the devices
+    assert vars(p.parse_args(["sweep", "--vmap"]))["exact"] is False
+    assert vars(p.parse_args(["sweep", "--exact"]))["exact"] is True
+    with pytest.raises(SystemExit):
+        p.parse_args(["sweep", "--exact", "--vmap"])
+
+
+def test_forced_cpu_devices():
+    """Two forced CPU devices (a fresh process): exact mode, 64 slots, both devices counted."""
+    code = ("import jax; from invariant_jax.cli._sweep import choose_device_mode as c; "
+            "print(len(jax.devices()), c())")
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "2 (True, 64, 'exact mode, 64 slots on 2 cpu devices (mode and slots chosen for cpu)')"
