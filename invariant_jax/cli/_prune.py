@@ -153,6 +153,7 @@ def prune_figure(log, *, n_hidden: int, title: str):
     axs[0].set_title("loss", fontsize=10)
     axs[1].step(ep, np.asarray(log.n_cut_off), where="post", color="C3")
     axs[1].set_ylabel("cut-off hidden neurons")
+    axs[1].set_ylim(-0.5, n_hidden + 0.5)
     axs[1].set_title(f"cut off: {int(np.asarray(log.n_cut_off)[-1])} of {n_hidden} at the end", fontsize=10)
     axs[2].step(ep, np.asarray(log.rank), where="post", color="C2")
     axs[2].axhline(n_hidden, color="0.5", ls=":", lw=0.8)
