@@ -126,11 +126,12 @@ class DAG:
             seen.add((u, v))
         in_set, out_set = set(inputs), set(outputs)
         used = {w for e in edges for w in e}
-        for name, group in (("Output", outputs), ("Input", inputs)):
-            unused = [v for v in group if v not in used]
-            if unused:
-                raise ValueError(f"{name} node(s) {unused} appear in no edge, so they are not connected to the "
-                                 "network; add their edges or drop them.")
+        # an input that feeds nothing is a feature the network ignores (random_dag and
+        # magnitude pruning make them); an output that nothing feeds is a mistake
+        unused = [v for v in outputs if v not in used]
+        if unused:
+            raise ValueError(f"Output node(s) {unused} appear in no edge, so nothing feeds them; add their "
+                             "edges or drop them.")
         for u, v in edges:
             if v in in_set:
                 raise ValueError(
@@ -397,7 +398,7 @@ class DAG:
             raise ValueError(f"{path}: no edges; add one 'u v' line per edge (e.g. '{roles['inputs'][0]} "
                              f"{roles['outputs'][0]}').")
         used = {u for u, _ in edges} | {v for _, v in edges}
-        for role in ("inputs", "outputs", "constants", "hidden"):
+        for role in ("outputs", "hidden"):  # unused inputs are allowed, as in from_edges
             unused = [v for v in roles[role] if v not in used]
             if unused:
                 raise ValueError(f"{path}: {role} {unused} appear in no edge; add their edges or drop them from "

@@ -100,3 +100,14 @@ def test_bad_builder_arguments():
         ij.random_dag(2, 3, 1, 1.5, 0)
     with pytest.raises(TypeError, match="from_edges"):
         ij.DAG()
+
+
+def test_unused_inputs_are_features_unused_outputs_are_errors(tmp_path):
+    """An input that feeds nothing is a feature the network ignores (random_dag and
+    magnitude pruning make them), and survives a file round trip; an output that nothing
+    feeds is refused, naming it."""
+    g = ij.DAG.from_edges([("x", "a"), ("a", "y")], inputs=["x", "z"], outputs=["y"])
+    assert g.inputs == ("x", "z") or list(g.inputs) == ["x", "z"]
+    assert ij.DAG.from_file(g.to_file(tmp_path / "g.txt")).edges == g.edges
+    with pytest.raises(ValueError, match=r"Output node\(s\) \['w'\] appear in no edge"):
+        ij.DAG.from_edges([("x", "a"), ("a", "y")], inputs=["x"], outputs=["y", "w"])

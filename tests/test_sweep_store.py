@@ -380,7 +380,7 @@ def test_check_names_the_step_budget(capsys):
 @pytest.mark.parametrize("content, message", [
     (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe garbage", "is not a text file"),
     (b"inputs: a\noutputs: b\n", "no edges; add one 'u v' line per edge"),
-    (b"inputs: a z\noutputs: b\na b\n", "inputs ['z'] appear in no edge"),
+    (b"inputs: a\noutputs: b z\na b\n", "outputs ['z'] appear in no edge"),
     (None, "is a directory"),
 ])
 def test_graph_file_errors(tmp_path, capsys, content, message):
