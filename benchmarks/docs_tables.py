@@ -87,6 +87,7 @@ def test_suite_time() -> str:
     """README's Quickstart sentence on how long `make test` takes, from the timed clean clone."""
     rec = _load("test_suite_time.json")
     s = rec["summary"]
+    assert s["make_test_exit_code"] == 0, "test_suite_time.json records a failing make test; time a green one"
     return (f"From a clean clone of {rec['cloned_commit'][:7]} on this project's 2-core machine "
             f"(load average {s['load_average_before']:.1f} before it started): the install took "
             f"{s['install_s']:.0f} s and `make test` {s['make_test_s']:.0f} s "
