@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    if args.command == "sweep":  # before JAX starts its backends: one CPU device per core
+    if args.command in ("sweep", "demo"):  # before JAX starts its backends: one CPU device per core
         importlib.import_module("invariant_jax.cli._sweep").use_cpu_cores()
     common = importlib.import_module("invariant_jax.cli._common")
     importlib.import_module("jax").config.update("jax_enable_x64", True)  # the CLI checks laws: float64
