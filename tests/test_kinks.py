@@ -50,6 +50,9 @@ def test_constructed_sliding_case_stays_on_surface():
     net, X, Y = sliding_case()
     kf = kink_aware_flow(net, X, Y, 4.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=41)
     assert bool(kf.success)
+    # the names every flow result answers, as Flow does
+    assert np.array_equal(kf.theta_final, kf.flow.theta_final) and kf.loss_final == kf.flow.loss_final
+    assert np.array_equal(kf.final.edge_weights(), kf.flow.theta_final)
     assert int(kf.num_sliding_entries) >= 1
     assert float(kf.sliding_time) > 0.5
     # on the surface: w0 = z_{0,h} stays 0 to round-off while sliding (linear invariant)

@@ -81,6 +81,22 @@ class KinkFlow(eqx.Module):
     def success(self):
         return self.flow.success & ~self.events_exhausted
 
+    # the names every flow result answers (as `Flow` does)
+    @property
+    def final(self):
+        """The network at the end of the flow (`flow.final`)."""
+        return self.flow.final
+
+    @property
+    def theta_final(self) -> Float[Array, " E"]:
+        """The weights at the end of the flow (`flow.theta_final`)."""
+        return self.flow.theta_final
+
+    @property
+    def loss_final(self) -> Float[Array, ""]:
+        """The loss at the end of the flow (`flow.loss_final`)."""
+        return self.flow.loss_final
+
 
 class KinkState(eqx.Module):
     """The state of one kink-aware trajectory between segments."""
