@@ -100,12 +100,14 @@ def first_calls() -> str:
     """README's Cost paragraph: fresh-process first calls of its example."""
     rec = _load("first_calls.json")
     s = rec["summary"]
-    return (f"importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
+    load = rec["provenance"]["load_average"][0]
+    shared = (f"On a shared machine at load average {load:.1f} (other jobs on its 2 cores, so each time is "
+              "several times a quiet machine's), " if load > 2 else "")
+    return (f"{shared}importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
             f"{s['gradient_flow_first_s']:.1f} s (nearly all compiling) and the same call again "
             f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
             f"{s['kink_aware_flow_first_s']:.1f} s and again {s['kink_aware_flow_again_s']:.3f} s "
-            f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}, load average "
-            f"{rec['provenance']['load_average'][0]:.1f} when written; `{rec['command']}`, "
+            f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}; `{rec['command']}`, "
             f"`benchmarks/results/first_calls.json`).\n")
 
 
