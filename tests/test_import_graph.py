@@ -19,7 +19,7 @@ ROOT = Path(invariant_jax.__file__).parent
 # through `sweep_flows`).
 LAYOUT = ["_version", "_diffrax_compat", "_results", "_checks", "graph", "activations", "network", "losses",
           "datasets", "invariants", "topology", "regularizers", "solvers", "options", "flow", "kinks", "training",
-          "pruning", "sweep", "converge", "channels", "cli"]
+          "pruning", "sweep", "_flow_phase", "converge", "channels", "cli"]
 
 # Imported inside functions only: heavy to import and needed by few code paths.
 LAZY = ("matplotlib", "pyarrow", "sklearn", "scipy.stats", "pandas")

@@ -13,7 +13,7 @@ from .._results import result_message, result_name
 from ..invariants import conserved_quantities, singular_point
 from ..network import DAGNetwork
 from ..sweep import sweep_network
-from ..topology import connectivity
+from ..topology import connectivity, plot_invariant_set
 from ._common import check_output_path, graph_from_args
 
 
@@ -75,7 +75,6 @@ def _plot(g, c, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..topology import plot_invariant_set
 
     ax = plot_invariant_set(g, c, n=3000)
     ax.figure.tight_layout()

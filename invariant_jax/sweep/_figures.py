@@ -12,10 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import networkx as nx
 import numpy as np
 
 from ..activations import ACTIVATIONS
+from ..flow import gradient_flow
 from ..graph import DAG
+from ..kinks import kink_aware_flow
+from ..network import DAGNetwork
+from ..options import SaveTimes
+from ._columns import bottleneck_edges
 from ._config import SweepConfig
 from ._engine import STATUSES
 
@@ -277,11 +283,6 @@ def reintegrate(config: SweepConfig, theta0: np.ndarray, *, n_save: int = 201):
 
     **Returns:** the `Flow` (for kink-aware sweeps, `KinkFlow.flow`).
     """
-    from ..flow import gradient_flow
-    from ..kinks import kink_aware_flow
-    from ..network import DAGNetwork
-    from ..options import SaveTimes
-
     g = config.build_graph()
     X, Y = config.build_data(g)
     net = DAGNetwork(g, config.activation, edge_weights=np.asarray(theta0))
@@ -349,7 +350,6 @@ def trajectory_figure(config: SweepConfig, rows: dict, theta0: np.ndarray, *, k:
     """
     import matplotlib.pyplot as plt
 
-    from ._columns import bottleneck_edges
 
     picks = pick_examples(rows, k)
     if not picks:
@@ -373,7 +373,6 @@ def trajectory_figure(config: SweepConfig, rows: dict, theta0: np.ndarray, *, k:
 def graph_layout(g: DAG) -> dict:
     """Node positions: columns by topological level (inputs left, outputs right),
     `networkx.multipartite_layout`."""
-    import networkx as nx
 
     last = max((g.level_of(v) for v in g.hidden), default=0) + 1
     nxg = nx.DiGraph()
@@ -387,9 +386,7 @@ def graph_panel(ax, g: DAG, frozen_fraction: np.ndarray) -> None:
     """Draw `g`: bottleneck nodes as squares, bottleneck edges coloured by the fraction of
     initializations in which they are frozen (their sign cannot change), other edges grey."""
     import matplotlib as mpl
-    import networkx as nx
 
-    from ._columns import bottleneck_edges
 
     pos = graph_layout(g)
     bn = set(bottleneck_edges(g).tolist())
