@@ -18,7 +18,9 @@ RESULTS = sorted(p for p in (ROOT / "benchmarks" / "results").rglob("*.json") if
 
 
 def test_generated_blocks_match_their_files():
-    stale = docs_tables.stale_blocks()
+    # the timing of the suite's own clean-clone run is the one file that can only come
+    # after a run of the suite: its absence alone is not an error (a stale block is)
+    stale = [s for s in docs_tables.stale_blocks() if "(test_suite_time.json missing)" not in s]
     assert not stale, f"stale generated blocks (run python benchmarks/docs_tables.py): {stale}"
 
 
