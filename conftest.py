@@ -47,7 +47,7 @@ SMALL = {
                         ("epochs=3000", "epochs=20"), ("log_every=100", "log_every=10")],
     "docs/channels.md": [("Y, 1e7, loss=loss", "Y, 1e3, loss=loss"),
                          ("n_jumps=7, t_flow=1e3", "n_jumps=2, t_flow=1e1"),
-                         ("max_flow_steps=2000, max_steps=2000", "max_flow_steps=200, max_steps=20")],
+                         ("flow_wall_time=60.0, max_steps=2000", "flow_wall_time=5.0, max_steps=20")],
 }
 
 try:

@@ -30,7 +30,8 @@ def _declared() -> list[Requirement]:
     reqs = list(project["dependencies"])
     for extra in project.get("optional-dependencies", {}).values():
         reqs += extra
-    return [Requirement(r) for r in reqs]
+    name = canonicalize_name(project["name"])
+    return [r for r in map(Requirement, reqs) if canonicalize_name(r.name) != name]  # not its own extras
 
 
 PINS = _pins((ROOT / "constraints.txt").read_text())

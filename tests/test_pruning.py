@@ -256,8 +256,8 @@ def test_cli_prune_bad_input(capsys):
     assert main(["prune", "--regularizer", "l3"]) == 2
     assert "Unknown regularizer 'l3'" in capsys.readouterr().err
     assert main(["prune", "--tol", "-1"]) == 2
-    assert "--tol must be >= 0" in capsys.readouterr().err
+    assert "--tol must be a finite number in [0, inf)" in capsys.readouterr().err
     assert main(["prune", "--optimizer", "rmsprop", "--epochs", "20"]) == 2
     assert "Unknown optimizer 'rmsprop'" in capsys.readouterr().err
     assert main(["prune", "--strength", "-1", "--epochs", "20"]) == 2
-    assert "strength must be a finite number >= 0" in capsys.readouterr().err
+    assert "--strength must be a finite number in [0, inf)" in capsys.readouterr().err
