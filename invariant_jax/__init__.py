@@ -37,13 +37,13 @@ if TYPE_CHECKING:
                            modified_rosenbrock, regular_grid, rosenbrock_data, rosenbrock_grid, teacher_student)
     from .flow import (ConservationReport, Flow, NoConservationLaw, check_conservation, flow_field, gradient_flow,
                        trajectory_record)
-    from .graph import DAG, example_dag, from_networkx, mlp, random_dag, to_networkx
+    from .graph import DAG, example_dag, from_networkx, mlp, to_networkx
     from .invariants import (SingularPoint, conservation_scale, conserved_quantities, identity_residual,
                              is_singular_value, jacobian, jacobian_rank, singular_point, singular_subnetworks)
     from .kinks import KinkFlow, kink_aware_flow
     from .losses import (bce, check_data, edge_loss_fn, gauss_hermite, get_loss, hessian, hessian_spectrum,
                          loss_gradient, mse, network_loss, population_loss, weighted_mse)
-    from .network import DAGNetwork, init_edge_weights
+    from .network import DAGNetwork, init_edge_weights, random_dag
     from .options import KinkOptions, SaveTimes, SolverOptions, StopRules, log_times
     from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
     from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,

@@ -12,7 +12,6 @@ Constant input nodes (`constants`) always emit 1; an edge from one is a bias.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Hashable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -489,6 +488,9 @@ def mlp(widths: Sequence[int], *, bias: bool = False) -> DAG:
 
 
 def _rng(key) -> np.random.Generator:
+    """A NumPy generator from an int seed, a generator, or an array of integers (a PRNG key's
+    raw data). A typed PRNG key is turned into its raw data by `network.random_dag` (the
+    public `ij.random_dag`), so this module never touches the array library that made it."""
     if isinstance(key, np.random.Generator):
         return key
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
@@ -498,12 +500,10 @@ def _rng(key) -> np.random.Generator:
         if data.dtype.kind not in "ui":
             raise TypeError
     except TypeError:
-        jr = sys.modules.get("jax.random")  # a typed JAX key: jax is already imported (graph never imports it)
-        if jr is None:
-            raise TypeError(
-                f"key must be a JAX PRNG key, an int seed or a numpy Generator; got {type(key).__name__}."
-            ) from None
-        data = np.asarray(jr.key_data(key))
+        raise TypeError(
+            "key must be a PRNG key, an int seed, a numpy Generator or an array of unsigned integers; "
+            f"got {type(key).__name__}. Pass a typed PRNG key to ij.random_dag, which takes its raw data."
+        ) from None
     return np.random.default_rng(np.asarray(data, dtype=np.uint64).ravel().tolist())
 
 
@@ -529,7 +529,8 @@ def random_dag(
 
     - `n_inputs`, `n_hidden`, `n_outputs`: node counts (`n_hidden` may be 0).
     - `edge_prob`: probability in `[0, 1]` of each forward edge.
-    - `key`: a JAX PRNG key (or an int seed, or a `numpy.random.Generator`).
+    - `key`: an int seed, a `numpy.random.Generator` or a PRNG key's raw data (an array of
+      unsigned integers). `ij.random_dag` (`network.random_dag`) also takes a typed JAX key.
     - `bias`: add a constant node `"b"` with an edge to every hidden and output node.
     - `allow_input_output`: allow direct input -> output edges.
 

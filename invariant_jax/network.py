@@ -15,10 +15,11 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._checks import check_finite
 
+from . import graph as _graph
 from .activations import Activation, get_activation
 from .graph import DAG
 
-__all__ = ["DAGNetwork", "INITIALIZERS", "init_edge_weights"]
+__all__ = ["DAGNetwork", "INITIALIZERS", "init_edge_weights", "random_dag"]
 
 INITIALIZERS = ("glorot", "kaiming", "normal")
 
@@ -51,6 +52,36 @@ def init_edge_weights(
     dtype = jnp.zeros(()).dtype if dtype is None else dtype
     z = jr.normal(key, (len(graph.edges),), dtype=dtype)
     return z * jnp.asarray(scale * std, dtype=dtype)
+
+
+def random_dag(
+    n_inputs: int,
+    n_hidden: int,
+    n_outputs: int,
+    edge_prob: float,
+    key: PRNGKeyArray | int | np.random.Generator = 0,
+    *,
+    bias: bool = False,
+    allow_input_output: bool = True,
+) -> DAG:
+    """A random DAG on `n_hidden` hidden nodes: `graph.random_dag` (which describes the
+    construction), with `key` also a typed JAX PRNG key (`jax.random.key`). The key's raw
+    data seeds NumPy's generator, so this module, not `graph`, is where JAX meets the builder.
+
+    **Arguments:**
+
+    - `n_inputs`, `n_hidden`, `n_outputs`: node counts (`n_hidden` may be 0).
+    - `edge_prob`: probability in `[0, 1]` of each forward edge.
+    - `key`: a JAX PRNG key (typed or raw), an int seed, or a `numpy.random.Generator`.
+    - `bias`: add a constant node `"b"` with an edge to every hidden and output node.
+    - `allow_input_output`: allow direct input -> output edges.
+
+    **Returns:** a `DAG` with nodes `"x{i}"`, `"h{j}"`, `"y{k}"` (and `"b"`).
+    """
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jr.key_data(key)
+    return _graph.random_dag(n_inputs, n_hidden, n_outputs, edge_prob, key, bias=bias,
+                             allow_input_output=allow_input_output)
 
 
 class _Plan(NamedTuple):

@@ -106,6 +106,40 @@ def test_imports_point_up_the_layout():
     assert not [n for m, _, _, _, n in IMPORTS if _top(m) == "graph" and "jax" in ast.unparse(n)]
 
 
+def _reaches_for_jax(node) -> str | None:
+    """Why an AST node of graph.py names JAX or a back door to it, or None."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                                                 else [])
+        if any(n.split(".")[0] in ("jax", "jaxlib", "jaxtyping", "equinox", "sys", "importlib") for n in names):
+            return "imports " + ", ".join(names)
+    if isinstance(node, ast.Name) and ("jax" in node.id.lower() or node.id in ("__import__", "sys", "importlib")):
+        return f"names {node.id}"
+    if isinstance(node, ast.Attribute) and ("jax" in node.attr.lower() or node.attr in ("modules", "import_module")):
+        return f"reads .{node.attr}"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(".")[0] in (
+            "jax", "jaxlib", "equinox"):
+        return f"spells the module name {node.value!r}"
+    return None
+
+
+def test_graph_never_reaches_jax():
+    """`graph` is NumPy only: it imports nothing of JAX (nor `sys`/`importlib`, the back doors
+    through which it once found `jax.random` in `sys.modules`), names nothing JAX and spells no
+    JAX module name; a typed key is converted by `network.random_dag`. Importing it and building
+    a random graph loads no JAX module."""
+    path = MODULES["invariant_jax.graph"]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad = [f"graph.py:{n.lineno} {why}" for n in ast.walk(tree) if (why := _reaches_for_jax(n))]
+    assert not bad, "graph.py reaches for JAX:\n" + "\n".join(bad)
+    code = ("import sys, numpy as np, invariant_jax.graph as g; g.random_dag(2, 4, 1, 0.5, 3); "
+            "g.random_dag(2, 4, 1, 0.5, np.array([0, 3], np.uint32)); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'equinox')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT.parent).stdout
+    assert out.strip() == "[]", out
+
+
 def test_function_level_imports_only_for_heavy_optional_dependencies():
     bad, seen = [], set()
     for m, _, inside, line, node in IMPORTS:
