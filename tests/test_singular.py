@@ -1,5 +1,5 @@
-"""Singular points: rank of J_G vs numpy.linalg.matrix_rank, cut-off groups and their
-zero sums, is_singular_value vs brute force, and rank invariance along gradient flow."""
+"""Singular points: rank of J_G vs numpy.linalg.matrix_rank (the SVD and the graph
+method of jacobian_rank), cut-off groups and their zero sums, is_singular_value vs brute force, and rank invariance along gradient flow."""
 
 import itertools
 
@@ -45,12 +45,95 @@ def test_rank_equals_hidden_minus_groups(gi):
         np.testing.assert_array_equal(J, 2 * g.incidence() * theta[None, :])
         ref = np.linalg.matrix_rank(J)
         assert int(ij.jacobian_rank(net)) == ref == H - len(groups)
+        assert int(ij.jacobian_rank(net, method="graph")) == ref
         c = np.asarray(ij.conserved_quantities(net))
         for W in groups:  # each cut-off group balances exactly
             idx = [g.hidden.index(v) for v in W]
             assert abs(c[idx].sum()) <= 1e-12 * (1 + np.sum(theta**2))
         if 0 < trial <= 2:  # c of a point with a cut-off group is a singular value
             assert ij.is_singular_value(g, c)
+
+
+def _tiny_graphs():
+    return [ij.mlp([2, 2, 1]), ij.mlp([1, 2, 2, 1]), ij.mlp([1, 2, 1], bias=True),
+            ij.random_dag(2, 3, 1, 0.7, 4), ij.DAG.from_edges(
+                [("x", "a"), ("a", "b"), ("b", "y"), ("x", "c"), ("c", "y"), ("a", "c"), ("b", "c")],
+                inputs=["x"], outputs=["y"])]
+
+
+@pytest.mark.parametrize("gi", range(5))
+def test_rank_graph_method_brute_force_zero_patterns(gi):
+    """Every pattern of exact zeros on a tiny graph: the graph method equals
+    numpy.linalg.matrix_rank of J_G and the SVD method, one network at a time and batched."""
+    g = _tiny_graphs()[gi]
+    E = len(g.edges)
+    assert E <= 10
+    rng = np.random.default_rng(gi)
+    base = rng.normal(size=E) * rng.choice([1e-3, 1.0, 1e3], size=E)  # nonzero, unequal scales
+    pats = np.array(list(itertools.product([0.0, 1.0], repeat=E)))  # (2^E, E)
+    thetas = pats * base
+    ref = [np.linalg.matrix_rank(2 * g.incidence() * th[None]) for th in thetas]
+    nets = ij.DAGNetwork(g, key=jr.key(0)).with_edge_weights(jnp.asarray(thetas))  # 2^E networks
+    fast = ij.jacobian_rank(nets, method="graph")
+    assert isinstance(fast, np.ndarray) and fast.shape == (len(thetas),)
+    np.testing.assert_array_equal(fast, ref)
+    np.testing.assert_array_equal(np.asarray(ij.jacobian_rank(nets)), ref)
+    for k in rng.choice(len(thetas), size=8, replace=False):  # one network at a time
+        net = ij.DAGNetwork(g, edge_weights=thetas[k])
+        assert int(ij.jacobian_rank(net, method="graph")) == ref[k] == len(g.hidden) - len(
+            ij.singular_subnetworks(net))
+    assert len(set(ref)) > 1  # the patterns reach several ranks
+
+
+def test_rank_graph_method_random_dags():
+    """The graph method against the SVD on random DAGs (up to 60 hidden nodes): generic
+    weights with random exact zeros at tol=None, and small weights below an edge
+    threshold (the graph method at tol equals the SVD of J_G with those edges zeroed)."""
+    rng = np.random.default_rng(7)
+    n_deficient = 0
+    for i in range(12):
+        H = int(rng.integers(3, 61))
+        g = ij.random_dag(int(rng.integers(1, 4)), H, int(rng.integers(1, 3)), min(1.0, 3.0 / H), 500 + i,
+                          bias=bool(i % 2))
+        theta = rng.normal(size=len(g.edges))
+        theta[rng.random(len(theta)) < rng.uniform(0.0, 0.6)] = 0.0
+        net = ij.DAGNetwork(g, edge_weights=theta)
+        svd = int(ij.jacobian_rank(net))
+        assert int(ij.jacobian_rank(net, method="graph")) == svd == np.linalg.matrix_rank(np.asarray(ij.jacobian(net)))
+        n_deficient += svd < H
+        small = rng.random(len(theta)) < 0.3  # edges below an edge threshold of 1e-2
+        th2 = np.where(small, 1e-4 * np.sign(rng.normal(size=len(theta))), theta)
+        zeroed = np.where(small, 0.0, th2)
+        rank_tol = ij.jacobian_rank(ij.DAGNetwork(g, edge_weights=th2), 1e-2, method="graph")
+        assert int(rank_tol) == int(ij.jacobian_rank(ij.DAGNetwork(g, edge_weights=zeroed)))
+        assert int(rank_tol) == H - len(ij.singular_subnetworks(ij.DAGNetwork(g, edge_weights=th2), 1e-2))
+    assert n_deficient >= 4
+
+
+def test_rank_thresholds_differ():
+    """A weight far below the SVD's rounding threshold: the SVD counts it as 0, the graph
+    method (exact zeros only) does not; an edge threshold above it agrees with the SVD."""
+    g = ij.mlp([1, 2, 1])  # x0 -> h1_0, h1_1 -> y0
+    theta = np.ones(len(g.edges))
+    theta[g.edges.index(("x0", "h1_1"))] = 1e-300
+    theta[g.edges.index(("h1_1", "y0"))] = 1e-300
+    net = ij.DAGNetwork(g, edge_weights=theta)
+    assert int(ij.jacobian_rank(net)) == 1
+    assert int(ij.jacobian_rank(net, method="graph")) == 2
+    assert int(ij.jacobian_rank(net, 1e-200, method="graph")) == 1
+
+
+def test_rank_graph_method_bad_input():
+    g = ij.mlp([2, 3, 1])
+    net = ij.DAGNetwork(g, key=jr.key(0))
+    with pytest.raises(ValueError, match="method must be 'svd' or 'graph'"):
+        ij.jacobian_rank(net, method="exact")
+    with pytest.raises(ValueError, match="edge threshold"):
+        ij.jacobian_rank(net, -1.0, method="graph")
+    with pytest.raises(ValueError, match="needs concrete weights"):
+        eqx.filter_jit(lambda n: ij.jacobian_rank(n, method="graph"))(net)
+    with pytest.raises(ValueError, match="finite edge weights"):
+        ij.jacobian_rank(net.with_edge_weights(jnp.full(len(g.edges), jnp.nan)), method="graph")
 
 
 def _brute_singular(g, c, tol=1e-9):
