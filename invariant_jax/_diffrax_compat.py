@@ -26,11 +26,12 @@ from diffrax._term import WrapTerm
 # sweep engine does the same substitution, so it needs to recognise the sentinel.
 from diffrax._root_finder import use_stepsize_tol
 
-# `prevbefore(x)`: the largest float below `x`, as diffrax clips its last step to `t1`.
+# `prevbefore(x)`: the largest float below `x`, as diffrax clips its last step to `t1`
+# (used by `t1_clip_floor` below).
 from equinox.internal import prevbefore
 
-__all__ = ["WrapTerm", "use_stepsize_tol", "prevbefore", "with_controller_tols", "enumeration_table",
-           "cacheable_checks", "INTERNALS", "CHECKED_AGAINST"]
+__all__ = ["WrapTerm", "use_stepsize_tol", "prevbefore", "t1_clip_floor", "with_controller_tols",
+           "enumeration_table", "cacheable_checks", "INTERNALS", "CHECKED_AGAINST"]
 
 CHECKED_AGAINST = {"diffrax": "0.7.2", "equinox": "0.13.8", "jax": "0.10.2"}
 """The versions whose internals were read for this module (constraints.txt pins them);
@@ -44,8 +45,11 @@ INTERNALS = (
     "diffrax._term.WrapTerm",
     "diffrax._root_finder.use_stepsize_tol",
 )
-"""Every private name of equinox and diffrax the package uses, as `module.attribute`;
-tests/test_packaging.py checks that each still resolves in the installed versions."""
+"""Every private name of equinox and diffrax the package uses, as `module.attribute`, each
+read in the versions of `CHECKED_AGAINST`; tests/test_packaging.py checks that each still
+resolves in the installed versions, and that no module but this one uses a private name
+of diffrax or equinox. `t1_clip_floor` and `with_controller_tols` also copy what
+`diffrax/_integrate.py` does before its loop: re-read it there on a new diffrax."""
 
 
 def enumeration_table(enumeration) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -81,6 +85,17 @@ def cacheable_checks():
         yield
     finally:
         _eqx_errors.EQX_ON_ERROR = old
+
+
+def t1_clip_floor(t1):
+    """`t1` less 100 ULPs (100 steps of `equinox.internal.prevbefore`): the threshold above
+    which `diffeqsolve`'s loop rounds the end of the next step up to `t1`
+    (`diffrax/_integrate.py`, `t1_clip_floor`). Code that steps diffrax solvers itself (the
+    sweep engine, kink-aware segments) uses it to take `diffeqsolve`'s last step bit for bit."""
+    floor = t1
+    for _ in range(100):
+        floor = prevbefore(floor)
+    return floor
 
 
 def with_controller_tols(solver, controller):

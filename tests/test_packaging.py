@@ -2,6 +2,7 @@
 pyproject.toml declares, each pin satisfies its declared range, and every private name
 of diffrax / equinox that the package reaches for still resolves (`_diffrax_compat`)."""
 
+import ast
 import importlib
 import re
 import tomllib
@@ -92,6 +93,68 @@ def test_private_names_are_all_listed():
                                      path.read_text(), re.M):
             for n in names.replace(" ", "").split(","):
                 assert f"{mod}.{n}" in listed or mod in listed, f"{path.name}: {mod}.{n} not in INTERNALS"
+
+
+_PRIVATE_MODULE = re.compile(r"^(diffrax|equinox)\.(_\w*|internal)(\.|$)")
+
+
+def _private_uses(source: str) -> list[str]:
+    """Where Python source reaches a private name of diffrax or equinox: an import of a private
+    module (`diffrax._term`, `equinox.internal`, ...) or of an `_`-prefixed name from them, an
+    `_`-prefixed or `.internal` attribute of the modules themselves (`eqx._errors`,
+    `diffrax._integrate`, `eqx.internal`), or a lookup by string (`importlib.import_module`)."""
+    tree = ast.parse(source)
+    aliases, out = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in ("diffrax", "equinox"):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                if _PRIVATE_MODULE.match(a.name):
+                    out.append(f"{node.lineno}: import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("diffrax", "equinox"):
+            if _PRIVATE_MODULE.match(node.module):
+                out.append(f"{node.lineno}: from {node.module} import ...")
+            out += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                    if a.name.startswith("_") or a.name == "internal"]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _PRIVATE_MODULE.match(node.value):
+            out.append(f"{node.lineno}: {node.value!r}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and (node.attr.startswith("_") or node.attr == "internal")):
+            out.append(f"{node.lineno}: {aliases[node.value.id]}.{node.attr}")
+        elif isinstance(node, ast.Attribute) and node.attr in _PRIVATE_ATTRIBUTES:
+            out.append(f"{node.lineno}: .{node.attr}")
+    return out
+
+
+# Private attributes of equinox objects (an `Enumeration`, its items): those INTERNALS lists,
+# and the items' `_value` (read `result_code` instead).
+_PRIVATE_ATTRIBUTES = {"_value", "_enumeration", "_index_to_message", "_name_to_item", "EQX_ON_ERROR"}
+
+
+def test_private_names_of_diffrax_and_equinox_only_in_diffrax_compat():
+    """Only `invariant_jax/_diffrax_compat.py` touches diffrax's and equinox's internals
+    (`equinox.internal`, `diffrax._term.WrapTerm`, ...); the package and the benchmarks reach
+    them through its public wrappers, so a new diffrax or equinox means reading one file."""
+    files = sorted((ROOT / "invariant_jax").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
+    bad = [f"{path.relative_to(ROOT)}:{use}" for path in files if path.name != "_diffrax_compat.py"
+           for use in _private_uses(path.read_text(encoding="utf-8"))]
+    assert not bad, "route these through invariant_jax/_diffrax_compat.py (and list them in INTERNALS):\n" + \
+        "\n".join(bad)
+    from invariant_jax._diffrax_compat import INTERNALS
+
+    assert {n.rsplit(".", 1)[1] for n in INTERNALS if n.rsplit(".", 1)[1].startswith("_")} <= _PRIVATE_ATTRIBUTES
+    compat = _private_uses((ROOT / "invariant_jax" / "_diffrax_compat.py").read_text(encoding="utf-8"))
+    assert compat, "the scan finds nothing in _diffrax_compat.py itself, so it cannot fail"
+
+
+def test_private_use_scan_can_fail():
+    src = ("import equinox.internal as eqxi\nimport equinox as eqx\nimport diffrax as dfx\n"
+           "from diffrax._term import WrapTerm\nfrom equinox import _errors\n"
+           "x = eqx._enum\ny = dfx._integrate\nz = eqx.internal\nimportlib.import_module('diffrax._solution')\n"
+           "ok = eqx.Module, dfx.ODETerm\nc = RESULTS.successful._value\n")
+    assert [u.split(":")[0] for u in _private_uses(src)] == ["1", "4", "5", "9", "6", "7", "8", "11"]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)

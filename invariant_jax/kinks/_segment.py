@@ -24,14 +24,13 @@ from collections.abc import Callable
 
 import diffrax
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import optimistix as optx
 from jaxtyping import Array
 
-from .._diffrax_compat import WrapTerm, with_controller_tols
+from .._diffrax_compat import WrapTerm, t1_clip_floor, with_controller_tols
 from ._illinois import Illinois, _IllinoisState
 
 _MAX_ROOT_STEPS = 256  # optimistix.root_find's default max_steps
@@ -164,9 +163,7 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
     controller = controller.wrap(jnp.asarray(1))
     solver = with_controller_tols(solver, controller)
     finder = Illinois(atol=event_tol)
-    t1_clip_floor = t1
-    for _ in range(100):
-        t1_clip_floor = eqxi.prevbefore(t1_clip_floor)
+    clip_floor = t1_clip_floor(t1)
     error_order = solver.error_order(terms)
     tnext, cstate = controller.init(terms, t0, t1, y0, None, args, solver.func, error_order)
     tnext = jnp.minimum(tnext, t1)
@@ -195,7 +192,7 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
         if made_jump is not False:
             raise NotImplementedError("Step-size controllers with jumps are not supported in kink-aware flows.")
         tprev = jnp.minimum(tprev, t1)
-        clip = tnext > t1_clip_floor
+        clip = tnext > clip_floor
         tnext = jnp.where(clip, jnp.where(keep, t1, tprev + 0.5 * (t1 - tprev)), tnext)
         y = jnp.where(keep, y, c.y)
         sstate = jtu.tree_map(lambda a, b: jnp.where(keep, a, b), sstate, c.solver_state)

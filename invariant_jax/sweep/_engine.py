@@ -33,14 +33,13 @@ from typing import Any, NamedTuple, final
 
 import diffrax
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._diffrax_compat import WrapTerm, with_controller_tols
+from .._diffrax_compat import WrapTerm, t1_clip_floor, with_controller_tols
 from .._results import RESULTS, STATUSES, result_code
 from ..flow import flow_field, trajectory_record
 from ..invariants import conserved_quantities
@@ -130,9 +129,7 @@ def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOption
     direction = jnp.asarray(1)  # t0 < t1 always: diffeqsolve's direction is +1
     t0_ = jnp.asarray(t0, dtype=time_dtype) * direction
     t1_ = jnp.asarray(t1, dtype=time_dtype) * direction
-    floor = t1_
-    for _ in range(100):
-        floor = eqxi.prevbefore(floor)
+    floor = t1_clip_floor(t1_)
     ctrl = options.get_controller().wrap(direction)
     field = flow_field(net, loss=loss, weight_decay=weight_decay)
     term = WrapTerm(diffrax.ODETerm(field), direction)
