@@ -10,9 +10,13 @@ Graphs: `ij.random_dag(3, H, 2, p, key=H)` with `p = min(1, 2 * degree / H)`, so
 first call). `connectivity` is timed without the LP (`lp="none"`: the combinatorial
 verdict, one min cut per bottleneck) and, separately, with the default LP on the
 bottleneck edges up to `--lp-max-hidden` hidden nodes. `singular_subnetworks` is the
-union-find over the non-zero edges (linear time); `jacobian_rank` is the SVD of the
-`H x E` matrix `J_G` in JAX (cubic), and the exact identity
-`rank J_G = H - len(singular_subnetworks)` is checked on every graph.
+union-find over the non-zero edges (linear time); `jacobian_rank` is timed both ways: the
+default SVD of the `H x E` matrix `J_G` in JAX (cubic), and `method="graph"` (connected
+components of the non-zero edges, linear), and on every graph the two ranks and the identity
+`rank J_G = H - len(singular_subnetworks)` are checked against each other.
+
+The same weights with a third of the edges set exactly to 0 (so that cut-off groups appear)
+are ranked by `method="graph"` too, and by the SVD up to 300 hidden nodes.
 
 Batched: `--n-batch` (default 10^5) networks on `ij.example_dag()` (Glorot, and a
 quarter with their bottleneck out-weights scaled up so that many rows are frozen), their
@@ -85,11 +89,28 @@ def one_graph(H: int, degree: float, repeats: int, lp_max_hidden: int, svd_max_h
     r = _time(lambda: ij.singular_subnetworks(net), repeats)
     row["singular_subnetworks_s"] = r["median_s"]
     n_groups = len(r["result"])
+    r = _time(lambda: int(ij.jacobian_rank(net, method="graph")), repeats)
+    row["jacobian_rank_graph_s"], row["jacobian_rank_graph_first_s"] = r["median_s"], r["first_s"]
+    row["rank_graph"] = r["result"]
+    row["rank_graph_identity_holds"] = r["result"] == H - n_groups
     if H <= svd_max_hidden:
         rank = jax.jit(lambda n: ij.jacobian_rank(n))
         r = _time(lambda: int(jax.block_until_ready(rank(net))), repeats)
         row["jacobian_rank_s"], row["jacobian_rank_first_s"] = r["median_s"], r["first_s"]
+        row["rank_svd"] = r["result"]
         row["rank_identity_holds"] = r["result"] == H - n_groups
+        row["rank_svd_equals_graph"] = r["result"] == row["rank_graph"]
+    # the same weights with a third of the edges set exactly to 0 (cut-off groups appear):
+    # the graph rank, checked against the SVD up to 300 hidden nodes
+    theta = np.array(net.edge_weights())
+    theta[np.random.default_rng(H).random(len(theta)) < 1 / 3] = 0.0
+    zeroed = net.with_edge_weights(theta)
+    r = _time(lambda: int(ij.jacobian_rank(zeroed, method="graph")), repeats)
+    row["zeroed_jacobian_rank_graph_s"], row["zeroed_rank_graph"] = r["median_s"], r["result"]
+    row["zeroed_n_groups"] = len(ij.singular_subnetworks(zeroed))
+    if H <= min(300, svd_max_hidden):
+        row["zeroed_rank_svd"] = int(ij.jacobian_rank(zeroed))
+        row["zeroed_rank_svd_equals_graph"] = row["zeroed_rank_svd"] == r["result"]
     return row
 
 
@@ -162,7 +183,7 @@ def main():
     sizes = [int(x) for x in args.hidden.split(",")]
     rows = []
     print(f"{'H':>5} {'E':>6} {'bneck':>5} {'frozen':>6} {'conn ms':>9} {'conn+LP ms':>10} {'comp ms':>9} "
-          f"{'sing ms':>8} {'rank ms':>9} {'rank=H-groups':>13} {'sing.point':>10} {'s':>6}")
+          f"{'sing ms':>8} {'rank ms':>9} {'graph ms':>8} {'svd=graph=H-groups':>18} {'sing.point':>10} {'s':>6}")
     for H in sizes:
         r = one_graph(H, args.degree, args.repeats, args.lp_max_hidden, args.svd_max_hidden,
                       args.singular_max_hidden, args.singular_time_limit)
@@ -170,7 +191,8 @@ def main():
         f = lambda k: f"{1e3 * r[k]:.1f}" if k in r else "-"  # noqa: E731
         print(f"{H:>5} {r['n_edges']:>6} {r['n_out_bottlenecks'] + r['n_in_bottlenecks']:>5} {r['n_frozen']:>6} "
               f"{f('connectivity_s'):>9} {f('connectivity_lp_s'):>10} {f('component_of_s'):>9} "
-              f"{f('singular_subnetworks_s'):>8} {f('jacobian_rank_s'):>9} {str(r.get('rank_identity_holds', '-')):>13} "
+              f"{f('singular_subnetworks_s'):>8} {f('jacobian_rank_s'):>9} {f('jacobian_rank_graph_s'):>8} "
+              f"{str(r.get('rank_identity_holds', '-') and r.get('rank_svd_equals_graph', '-')):>18} "
               f"{r.get('singular_point', '-'):>10} {r.get('singular_point_s', float('nan')):>6.2f}",
               flush=True)
     i30 = issue30_cases(args.n_issue30, args.singular_time_limit)

@@ -2,6 +2,8 @@
 method of jacobian_rank), cut-off groups and their zero sums, is_singular_value vs brute force, and rank invariance along gradient flow."""
 
 import itertools
+import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -204,87 +206,71 @@ def test_singular_bad_input():
 
 
 # ------------------------------------------------------------------ along the flow
+# The study lives in benchmarks/rank_invariance.py (which writes its numbers to
+# benchmarks/results/rank_invariance.json); these tests run it and assert what is exact.
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import rank_invariance as ri  # noqa: E402
 
 
-G_FLOW = ij.mlp([2, 4, 3, 1], bias=True)
-GROUPS = [{"h1_0", "h2_0"}, {"h1_3"}]  # cut off: a 2-node sub-network, and one neuron
-
-
-def _flow_batch(n_generic, solver, rtol, t1=4.0, n_save=9, max_steps=100_000):
-    """Flows (one vmapped solve) from one init per cut-off group in GROUPS followed by
-    `n_generic` generic inits. Returns thetas (n, T, E), s (n, T, H) singular values of
-    J_G, the smallest node-weight norm (n, T), success (n,)."""
-    g = G_FLOW
-    X, Y, _ = ij.teacher_student(g, 16, key=jr.key(0))
-    keys = jr.split(jr.key(1), len(GROUPS) + n_generic)
-    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(keys)
-    theta = np.array(nets.edge_weights())
-    for i, W in enumerate(GROUPS):
-        theta[i] = _cut_off(g, theta[i], W)
-    nets = nets.with_edge_weights(jnp.asarray(theta))
-    B = jnp.asarray(g.incidence())
-
-    @eqx.filter_jit
-    def run(nets):
-        def one(net):
-            f = ij.gradient_flow(net, X, Y, t1, n_save=n_save, solver=ij.SolverOptions(
-                solver, rtol=rtol, atol=rtol, max_steps=max_steps))
-            J = 2 * B[None] * f.thetas[:, None, :]
-            s = jnp.linalg.svd(J, compute_uv=False)
-            rownorm = jnp.min(jnp.linalg.norm(J, axis=2), axis=1)
-            return f.thetas, s, rownorm, f.success, f.losses
-        return eqx.filter_vmap(one)(nets)
-
-    return tuple(np.asarray(a) for a in run(nets))
-
-
-def _check(thetas, s, rownorm, ok, losses, require_success=True):
+def _check(out, require_success=True):
     """Rank checks at every *reached* saved time. A ReLU flow can exhaust diffrax's step
     budget at tight tolerances (its vector field jumps where units switch); diffrax then
-    leaves inf at unreached times, which are skipped here (and counted)."""
-    g = G_FLOW
-    H, E = len(g.hidden), len(g.edges)
+    leaves inf at unreached times, which are skipped here (and counted).
+
+    - singular inits: the boundary edges of the cut-off group stay exactly 0, the rank
+      (SVD and graph) is `H - 1` at every reached time, `singular_subnetworks` finds the
+      group at the start and at the end, and the rest of the network trained;
+    - generic inits: full rank `H` (SVD, `numpy.linalg.matrix_rank`'s threshold) at every
+      reached time, and by the graph method at the first and last; `s_min(J_G)` above 1e-3
+      times the smallest node-weight norm; every flow that succeeded reached every saved
+      time and ends with the rank it started with.
+    """
+    H = len(ri.GRAPH.hidden)
+    a = ri.analyse(out)
+    n_sing = len(ri.GROUPS)
     if require_success:
-        assert ok.all()
-    valid = np.all(np.isfinite(thetas), axis=-1)  # (n, T)
-    assert valid[:, :2].all()  # every trajectory got past its first saved time
-    # singular inits: the boundary stays exactly 0 and the rank stays H - 1 (numpy rank)
-    for i, W in enumerate(GROUPS):
-        th_i = thetas[i][valid[i]]
-        boundary = [k for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)]
-        assert np.all(th_i[:, boundary] == 0.0)
-        ranks = [np.linalg.matrix_rank(2 * g.incidence() * th[None]) for th in th_i]
-        assert set(ranks) == {H - 1}
-        nets = [ij.DAGNetwork(g, edge_weights=th) for th in th_i[[0, -1]]]
-        assert [ij.singular_subnetworks(n) for n in nets] == [[frozenset(W)]] * 2
-        assert losses[i][valid[i]][-1] < losses[i, 0]  # the rest of the network trained
-    # generic inits: full rank at every reached saved time (numpy.linalg.matrix_rank's rule)
-    vg = valid[len(GROUPS):]
-    sg, rg = s[len(GROUPS):][vg], rownorm[len(GROUPS):][vg]  # (n_valid, H), (n_valid,)
-    thr = max(H, E) * np.finfo(float).eps * sg.max(axis=-1)
-    assert np.all((sg > thr[:, None]).sum(-1) == H)
-    ratio = sg.min(-1) / rg  # s_min(J_G) relative to the smallest node-weight norm
-    assert np.all(ratio > 1e-3)
-    return ratio, float(ok.mean()), float(vg.mean())
+        assert a["success"].all()
+    assert a["valid"][:, :2].all()  # every trajectory got past its first saved time
+    for i, W in enumerate(ri.GROUPS):
+        assert a["boundary_zero"][i]
+        assert a["rank_min"][i] == a["rank_max"][i] == H - 1
+        assert a["graph_rank_start"][i] == a["graph_rank_end"][i] == H - 1
+        assert a["groups_start"][i] == a["groups_end"][i] == [W]
+        assert a["losses_last"][i] < a["losses_first"][i]  # the rest of the network trained
+    gen = slice(n_sing, None)
+    assert np.all(a["rank_min"][gen] == H) and np.all(a["rank_max"][gen] == H)
+    assert np.all(a["graph_rank_start"][gen] == H) and np.all(a["graph_rank_end"][gen] == H)
+    ok = a["success"][gen]
+    assert np.all(a["valid"][gen][ok])  # a successful flow reached every saved time
+    assert np.all(a["rank_end"][gen][ok] == a["rank_start"][gen][ok])
+    assert np.all(a["ratio"][gen] > 1e-3)  # s_min relative to the smallest node-weight norm
+    return a, ri.summary(a)
 
 
 @pytest.mark.parametrize("solver,rtol", [("tsit5", 1e-6), ("heun", 1e-5)])
 def test_rank_invariant_along_flow(solver, rtol):
-    _check(*_flow_batch(12, solver, rtol))
+    _check(ri.flow_batch(12, solver, rtol))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("solver,rtol", [("dopri5", 1e-10), ("tsit5", 1e-10), ("kvaerno5", 1e-8)])
 def test_rank_invariant_along_flow_tight(solver, rtol):
-    ratio, ok, reached = _check(*_flow_batch(12, solver, rtol), require_success=False)
-    print(f"{solver} rtol={rtol:g}: solver success {ok:.2f}, saved times reached {reached:.2f}, "
-          f"min s_min/node norm {ratio.min():.3g}")
+    _, s = _check(ri.flow_batch(12, solver, rtol), require_success=False)
+    print(f"{solver} rtol={rtol:g}: solver success {s['fraction_solver_success']:.2f}, all saved times reached "
+          f"{s['fraction_all_saved_times_reached']:.2f}, min s_min/node norm {s['min_s_min_over_node_norm']:.3g}")
 
 
 @pytest.mark.slow
 def test_generic_inits_keep_full_rank_1000():
-    out = _flow_batch(1000, "tsit5", 1e-6, max_steps=20_000)
-    ratio, ok, reached = _check(*out, require_success=False)
-    s = out[1][len(GROUPS):]
-    print(f"1000 inits: solver success {ok:.3f}, saved times reached {reached:.3f}, "
-          f"min s_min(J_G) = {np.nanmin(s.min(-1)):.3g}, min s_min / min node norm = {ratio.min():.3g}")
+    """The committed study's setting (benchmarks/results/rank_invariance.json): 1000 generic
+    inits, Tsit5 at rtol = atol = 1e-6 with a budget of 20000 steps. Enforced: full rank at
+    every reached saved time of every flow, s_min / node norm > 1e-3, and every flow that
+    succeeded reached every saved time with its starting rank. Not enforced: how many
+    succeed (flows that exhaust the step budget are a property of ReLU's kinks and the
+    budget, not of the theorem); the fraction is printed."""
+    _, s = _check(ri.flow_batch(1000, "tsit5", 1e-6, max_steps=20_000), require_success=False)
+    assert s["n_generic"] == 1000 and s["rank_end_not_equal_start"] == 0
+    print(f"1000 inits: solver success {s['fraction_solver_success']:.3f}, all saved times reached "
+          f"{s['fraction_all_saved_times_reached']:.3f}, min s_min(J_G) = {s['min_s_min']:.3g}, "
+          f"min s_min / min node norm = {s['min_s_min_over_node_norm']:.3g}")
