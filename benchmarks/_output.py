@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LOCAL = HERE / "results" / "local"
-STARTED = datetime.datetime.now(datetime.timezone.utc)
+STARTED = datetime.datetime.now(datetime.UTC)
 
 # the packages whose versions decide a result (the runtime dependencies that compute)
 PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "optax", "lineax", "optimistix", "numpy", "scipy",
@@ -91,7 +91,7 @@ def provenance() -> dict:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "started": STARTED.isoformat(timespec="seconds"),
-        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

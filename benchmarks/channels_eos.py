@@ -20,7 +20,6 @@ Usage: python benchmarks/channels_eos.py [--steps 100000] [--lrs 0.5,0.4,0.33,0.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 
@@ -32,9 +31,8 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from invariant_jax import channels as ch  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-
+from invariant_jax import channels as ch  # noqa: E402
 
 
 def fit(x, y):

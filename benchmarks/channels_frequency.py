@@ -21,8 +21,8 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from invariant_jax.channels import channel_frequency  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from invariant_jax.channels import channel_frequency  # noqa: E402
 
 
 def main():

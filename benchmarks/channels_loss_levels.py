@@ -35,8 +35,8 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from invariant_jax import channels as ch  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from invariant_jax import channels as ch  # noqa: E402
 
 
 def channel_like(net) -> bool:

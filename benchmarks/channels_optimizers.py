@@ -25,13 +25,12 @@ import platform
 import time
 from pathlib import Path
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from channels_loss_levels import channel_like, optimizer_arm  # noqa: E402 (enables float64)
-
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from channels_loss_levels import channel_like, optimizer_arm  # noqa: E402 (enables float64)
 from invariant_jax import channels as ch  # noqa: E402
 
 

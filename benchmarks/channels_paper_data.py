@@ -35,8 +35,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from invariant_jax import channels as ch  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from invariant_jax import channels as ch  # noqa: E402
 
 CURVES = {"ccurve": 0.0, "acurve": 0.0, "simcurve": 0.0, "approxcurve": -2.0, "losscurve": -2.0, "maxeigvals": 2.0}
 """Each curve's log-log slope against `1/eps` that the theory predicts."""

@@ -23,9 +23,9 @@ import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax.channels import channel_coordinates, toy_data, toy_network  # noqa: E402
 from invariant_jax.losses import hessian  # noqa: E402
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 
 def main():

@@ -12,12 +12,11 @@ Writes `benchmarks/results/connectivity_frequency.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
+
+import jax
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-import jax
 
 jax.config.update("jax_enable_x64", True)
 

@@ -34,10 +34,10 @@ import equinox as eqx  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
+from _output import output_path, write_json  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 from invariant_jax.converge import _vmapped_flow  # noqa: E402
 from invariant_jax.losses import check_data, edge_loss_fn, gradient_fn, hessian_fn  # noqa: E402
-from _output import output_path, write_json  # noqa: E402
 
 
 def _median_ms(f, *a, repeats=7):

@@ -13,13 +13,12 @@ Usage: python benchmarks/flow_vs_scipy.py [--n-inits 8] [--batch 64] [--out PATH
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
-from pathlib import Path
+
+import jax
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-import jax
 
 jax.config.update("jax_enable_x64", True)
 

@@ -41,8 +41,9 @@ import os
 import time
 from pathlib import Path
 
-from _output import command, output_path, provenance  # noqa: E402 (benchmarks/_output.py)
 import jax
+
+from _output import command, output_path, provenance  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 

@@ -34,12 +34,10 @@ from pathlib import Path
 import jax
 
 jax.config.update("jax_enable_x64", True)
-import numpy as np
-
-from invariant_jax.cli import main
-from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from invariant_jax.cli import main
+from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", default="current")

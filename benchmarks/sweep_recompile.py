@@ -25,9 +25,9 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
+from _output import output_path, write_json  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 from invariant_jax.sweep import _run  # noqa: E402
-from _output import output_path, write_json  # noqa: E402
 
 _EVENT = "/jax/core/compile/backend_compile_duration"
 

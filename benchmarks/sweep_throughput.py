@@ -59,12 +59,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 
 def _args():
@@ -93,8 +91,9 @@ def _args():
 
 args = _args()
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax  # noqa: E402
+
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 

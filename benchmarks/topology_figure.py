@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
+
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 

@@ -33,12 +33,11 @@ rescaling), from one batched `ij.component_of`. Writes `benchmarks/results/toy_b
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
+
+import jax
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-import jax
 
 jax.config.update("jax_enable_x64", True)
 

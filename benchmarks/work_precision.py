@@ -29,8 +29,9 @@ import json
 import os
 import time
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
+
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 

@@ -30,31 +30,113 @@ if TYPE_CHECKING:
     from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
     from ._version import __version__
     from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
-    from .channels import (ChannelPair, ChannelReport, channel_coordinates, channel_frequency, collapse_channel,
-                           detect_channels, duplicate_neuron, glu_limit, jump_procedure, saddle_line)
+    from .channels import (
+        ChannelPair,
+        ChannelReport,
+        channel_coordinates,
+        channel_frequency,
+        collapse_channel,
+        detect_channels,
+        duplicate_neuron,
+        glu_limit,
+        jump_procedure,
+        saddle_line,
+    )
     from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
-    from .datasets import (TabularData, breast_cancer, gp_data, gp_sample, load_csv, matern32_kernel,
-                           modified_rosenbrock, regular_grid, rosenbrock_data, rosenbrock_grid, teacher_student)
-    from .flow import (ConservationReport, Flow, NoConservationLaw, check_conservation, flow_field, gradient_flow,
-                       trajectory_record)
+    from .datasets import (
+        TabularData,
+        breast_cancer,
+        gp_data,
+        gp_sample,
+        load_csv,
+        matern32_kernel,
+        modified_rosenbrock,
+        regular_grid,
+        rosenbrock_data,
+        rosenbrock_grid,
+        teacher_student,
+    )
+    from .flow import (
+        ConservationReport,
+        Flow,
+        NoConservationLaw,
+        check_conservation,
+        flow_field,
+        gradient_flow,
+        trajectory_record,
+    )
     from .graph import DAG, example_dag, from_networkx, mlp, to_networkx
-    from .invariants import (SingularPoint, conservation_scale, conserved_quantities, identity_residual,
-                             is_singular_value, jacobian, jacobian_rank, singular_point, singular_subnetworks)
+    from .invariants import (
+        SingularPoint,
+        conservation_scale,
+        conserved_quantities,
+        identity_residual,
+        is_singular_value,
+        jacobian,
+        jacobian_rank,
+        singular_point,
+        singular_subnetworks,
+    )
     from .kinks import KinkFlow, kink_aware_flow
-    from .losses import (bce, check_data, edge_loss_fn, gauss_hermite, get_loss, hessian, hessian_spectrum,
-                         loss_gradient, mse, network_loss, population_loss, weighted_mse)
+    from .losses import (
+        bce,
+        check_data,
+        edge_loss_fn,
+        gauss_hermite,
+        get_loss,
+        hessian,
+        hessian_spectrum,
+        loss_gradient,
+        mse,
+        network_loss,
+        population_loss,
+        weighted_mse,
+    )
     from .network import DAGNetwork, init_edge_weights, random_dag
     from .options import KinkOptions, SaveTimes, SolverOptions, StopRules, log_times
     from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
-    from .regularizers import (WorkingSet, get_regularizer, group_lasso, has_hidden_to_hidden_edges, l1, l2,
-                               matrix_nuclear_norm, nuclear_norm, nuclear_upper_bound, nuclear_working_set)
+    from .regularizers import (
+        WorkingSet,
+        get_regularizer,
+        group_lasso,
+        has_hidden_to_hidden_edges,
+        l1,
+        l2,
+        matrix_nuclear_norm,
+        nuclear_norm,
+        nuclear_upper_bound,
+        nuclear_working_set,
+    )
     from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
-    from .sweep import (SweepConfig, SweepResult, SweepSummary, load_sweep, run_sweep, summarize_sweep, sweep_flows,
-                        sweep_network)
-    from .topology import BalanceCondition, Connectivity, connectivity, frozen_mask, lp_min_q
-    from .topology import (Component, ComponentComparison, InvariantPath, Reachability, component_of, invariant_path,
-                           plot_invariant_set, reachability, rescale_onto, same_component, sample_invariant_set,
-                           twin_classes)
+    from .sweep import (
+        SweepConfig,
+        SweepResult,
+        SweepSummary,
+        load_sweep,
+        run_sweep,
+        summarize_sweep,
+        sweep_flows,
+        sweep_network,
+    )
+    from .topology import (
+        BalanceCondition,
+        Component,
+        ComponentComparison,
+        Connectivity,
+        InvariantPath,
+        Reachability,
+        component_of,
+        connectivity,
+        frozen_mask,
+        invariant_path,
+        lp_min_q,
+        plot_invariant_set,
+        reachability,
+        rescale_onto,
+        same_component,
+        sample_invariant_set,
+        twin_classes,
+    )
     from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
 
 __all__ = [

@@ -15,16 +15,16 @@ import equinox as eqx
 # one trace, which needs the module attribute.
 import equinox._errors as _eqx_errors
 
+# Sentinel that an implicit solver's root finder leaves in its rtol / atol / norm fields
+# to say "take them from the step-size controller". `diffeqsolve` substitutes them; the
+# sweep engine does the same substitution, so it needs to recognise the sentinel.
+from diffrax._root_finder import use_stepsize_tol
+
 # `diffeqsolve` wraps the user's terms in `WrapTerm(term, direction)` before stepping.
 # The sweep engine steps diffrax solvers itself (solver.init / solver.step, as
 # `diffeqsolve`'s loop does), and must hand them the same wrapped term to reproduce
 # `diffeqsolve`'s numbers bit for bit.
 from diffrax._term import WrapTerm
-
-# Sentinel that an implicit solver's root finder leaves in its rtol / atol / norm fields
-# to say "take them from the step-size controller". `diffeqsolve` substitutes them; the
-# sweep engine does the same substitution, so it needs to recognise the sentinel.
-from diffrax._root_finder import use_stepsize_tol
 
 # `prevbefore(x)`: the largest float below `x`, as diffrax clips its last step to `t1`
 # (used by `t1_clip_floor` below).

@@ -130,7 +130,7 @@ class TrajectoryRecord(eqx.Module):
 
     @staticmethod
     def from_flow(net: DAGNetwork, ts: Float[Array, " K"], thetas: Float[Array, "K E"], losses: Float[Array, " K"],
-                  loss_fn) -> "TrajectoryRecord":
+                  loss_fn) -> TrajectoryRecord:
         """The record of one flow from its saved times `ts`, weights `thetas` and data
         losses (`Flow.ts`, `Flow.thetas`, `Flow.losses`); `loss_fn`: `theta -> L`.
         Traceable (use under `vmap`)."""
@@ -143,7 +143,7 @@ class TrajectoryRecord(eqx.Module):
                                 grad_norm=keep(gmax), pair_distance=keep(closest_pair_distance(net, safe)))
 
     @staticmethod
-    def empty(batch: int, k: int, dtype=float) -> "TrajectoryRecord":
+    def empty(batch: int, k: int, dtype=float) -> TrajectoryRecord:
         """An all-NaN record (`batch` runs, `k` rows): a run without a flow phase."""
         nan = jnp.full((batch, k), jnp.nan, dtype)
         return TrajectoryRecord(t=nan, loss=nan, weightnorm=nan, grad_norm=nan, pair_distance=nan)

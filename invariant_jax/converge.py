@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -54,8 +54,14 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
-from ._flow_phase import (MaxnormPenalty, TrajectoryRecord, closest_pair_distance, maxnorm_penalty,
-                          min_hessian_eigenvalue, weightnorm)
+from ._flow_phase import (
+    MaxnormPenalty,
+    TrajectoryRecord,
+    closest_pair_distance,
+    maxnorm_penalty,
+    min_hessian_eigenvalue,
+    weightnorm,
+)
 from ._results import RESULTS, result_code, result_from_code, status_code
 from .flow import gradient_flow
 from .losses import check_data, edge_loss_fn, hessian_fn

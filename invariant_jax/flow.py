@@ -112,7 +112,7 @@ class Flow(eqx.Module):
 
     @classmethod
     def from_solution(cls, net: DAGNetwork, X, Y, sol, *, theta0, t0: float = 0.0, loss="mse",
-                      weight_decay: float = 0.0, rtol: float, atol: float, result=None) -> "Flow":
+                      weight_decay: float = 0.0, rtol: float, atol: float, result=None) -> Flow:
         """Build a `Flow` from a diffrax-like solution `sol` (fields `ts`, `ys`, `result`,
         `stats`) saved at the save times plus the final time (`SaveAt(ts=..., t1=True)`).
         `result` (a `RESULTS` item or code) replaces `sol.result` when given. The

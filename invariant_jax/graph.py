@@ -51,7 +51,7 @@ class DAG:
         outputs: Sequence[Hashable],
         constants: Sequence[Hashable] = (),
         hidden: Sequence[Hashable] = (),
-    ) -> "DAG":
+    ) -> DAG:
         """**Arguments:**
 
         - `edges`: pairs `(u, v)` meaning an edge (one weight) from `u` to `v`. Labels
@@ -169,7 +169,7 @@ class DAG:
         return cls._build(inputs, hidden_nodes, outputs, constants, edges, gx)
 
     @classmethod
-    def _build(cls, inputs, hidden_nodes, outputs, constants, edges, gx) -> "DAG":
+    def _build(cls, inputs, hidden_nodes, outputs, constants, edges, gx) -> DAG:
         level: dict = {v: 0 for v in inputs}
         for v in nx.topological_sort(gx):
             preds = list(gx.predecessors(v))
@@ -346,7 +346,7 @@ class DAG:
     # --------------------------------------------------------------- edge-list files
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "DAG":
+    def from_file(cls, path: str | os.PathLike) -> DAG:
         """Read an edge-list file (the format the CLI's `--graph PATH`, a TOML
         `graph = "PATH"` and `SweepConfig(graph=PATH)` read; `DAG.to_file` writes it).
 

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 from jaxtyping import Array, Float
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
 from ._results import RESULTS

@@ -13,9 +13,8 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ._checks import check_finite
-
 from . import graph as _graph
+from ._checks import check_finite
 from .activations import Activation, get_activation
 from .graph import DAG
 
@@ -195,7 +194,7 @@ class DAGNetwork(eqx.Module):
         rows, cols = self.graph.edge_index
         return self.weights[..., rows, cols]
 
-    def with_edge_weights(self, theta: ArrayLike) -> "DAGNetwork":
+    def with_edge_weights(self, theta: ArrayLike) -> DAGNetwork:
         """A new network with edge weights `theta` (ordered as `graph.edges`)."""
         theta = jnp.asarray(theta)
         if theta.shape[-1:] != (self.n_edges,):

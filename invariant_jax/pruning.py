@@ -153,7 +153,7 @@ def _rebuild(net: DAGNetwork, removed: dict, tol: float, *, drop_small_edges: bo
     edges, weights = [], []
     for k, (u, v) in enumerate(g.edges):
         if u in keep_set and v in keep_set:
-            if drop_small_edges and abs(theta[k]) <= tol and not (u, v) in extra:
+            if drop_small_edges and abs(theta[k]) <= tol and (u, v) not in extra:
                 continue
             edges.append((u, v))
             weights.append(theta[k] + extra.pop((u, v), 0.0))

@@ -1,6 +1,5 @@
 """Jump procedure and exponent fits; the two-neuron toy model."""
 
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest

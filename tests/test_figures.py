@@ -16,7 +16,12 @@ import invariant_jax as ij  # noqa: E402
 from invariant_jax.sweep import SweepConfig  # noqa: E402
 from invariant_jax.sweep._columns import bottleneck_edges  # noqa: E402
 from invariant_jax.sweep._figures import (  # noqa: E402
-    graph_figure, overview_figure, overview_panels, pick_examples, trajectory_figure)
+    graph_figure,
+    overview_figure,
+    overview_panels,
+    pick_examples,
+    trajectory_figure,
+)
 from invariant_jax.sweep._summary import SweepSummary  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pytest
 from jax.scipy.special import erf
 
 import invariant_jax as ij
-from invariant_jax.losses import gauss_hermite, hessian, hessian_spectrum, loss_gradient, population_loss
+from invariant_jax.losses import gauss_hermite, hessian, hessian_spectrum, population_loss
 
 N_MC = 1_000_000
 

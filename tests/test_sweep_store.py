@@ -19,8 +19,17 @@ from invariant_jax.sweep._run import _FIELDS, manifest_for
 
 try:  # imported lazily below too, so that the tests of behaviour also run against older code
     from invariant_jax.sweep._run import job_array_share
-    from invariant_jax.sweep._store import (BUSY, CLAIMED, DONE, SCHEMA_VERSION, Claims, ResultsStore,
-                                            config_hash, new_writer, read_chunk)
+    from invariant_jax.sweep._store import (
+        BUSY,
+        CLAIMED,
+        DONE,
+        SCHEMA_VERSION,
+        Claims,
+        ResultsStore,
+        config_hash,
+        new_writer,
+        read_chunk,
+    )
     from invariant_jax.sweep._store._chunks import checksum, write_chunk
 except ImportError:  # pragma: no cover - only when checking that these tests fail on older code
     from invariant_jax.sweep._store import ResultsStore

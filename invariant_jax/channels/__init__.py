@@ -2,6 +2,10 @@
 saddle lines from neuron duplication, channel detection, the jump procedure, the
 two-neuron toy model and the frequency study."""
 
+from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_channels
+from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
+from ._eos import ChannelGDTrace, gd_channel_trace
+from ._frequency import FrequencyStudy, channel_frequency
 from ._glu import (
     ChannelPair,
     CollapsedNetwork,
@@ -12,12 +16,7 @@ from ._glu import (
     predecessor_values,
     set_channel_coordinates,
 )
-from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
-from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_channels
 from ._jump import GLUConvergence, JumpResult, PowerLaw, glu_convergence, jump_procedure, power_law_fit
-from ._toy import (SIGMOID2, ToyCriticalPoints, toy_activation, toy_critical_points, toy_data, toy_limit_loss, toy_network,
-                   toy_target)
-from ._frequency import FrequencyStudy, channel_frequency
 from ._levels import (
     Confirmation,
     ConvergenceStudy,
@@ -30,6 +29,21 @@ from ._levels import (
     study_inits,
     wilson_interval,
 )
-from ._eos import ChannelGDTrace, gd_channel_trace
-from ._solutions import (JUMP_MAX_COS, count_unique_solutions, jump_distance, neuron_vectors, solution_distance,
-                         solution_distances)
+from ._solutions import (
+    JUMP_MAX_COS,
+    count_unique_solutions,
+    jump_distance,
+    neuron_vectors,
+    solution_distance,
+    solution_distances,
+)
+from ._toy import (
+    SIGMOID2,
+    ToyCriticalPoints,
+    toy_activation,
+    toy_critical_points,
+    toy_data,
+    toy_limit_loss,
+    toy_network,
+    toy_target,
+)

@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ..flow import Flow, gradient_flow
 from ..graph import DAG
-from ..losses import require_smooth, check_data, edge_loss_fn, hessian, loss_gradient
+from ..losses import check_data, edge_loss_fn, hessian, loss_gradient, require_smooth
 from ..network import DAGNetwork
 from ._glu import _hidden_position
 

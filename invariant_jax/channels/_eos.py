@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..losses import require_smooth, check_data, edge_loss_fn
+from ..losses import check_data, edge_loss_fn, require_smooth
 from ..network import DAGNetwork
 from ._glu import _hidden_position, _pair_structure
 

@@ -13,10 +13,10 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._results import result_code, status_code
 from ..datasets import gp_data
 from ..flow import gradient_flow
 from ..graph import mlp
-from .._results import result_code, status_code
 from ..network import DAGNetwork
 from ..options import SolverOptions
 from ..sweep import sweep_flows

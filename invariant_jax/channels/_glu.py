@@ -12,7 +12,6 @@ computes `c sigma(w.u) + a (Delta.u) sigma'(w.u)`, with `u` the predecessors' va
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
@@ -74,7 +73,7 @@ class ChannelPair(eqx.Module):
     def nodes(self) -> tuple:
         return (self.graph.hidden[self.i], self.graph.hidden[self.j])
 
-    def with_eps(self, eps) -> "ChannelPair":
+    def with_eps(self, eps) -> ChannelPair:
         """The same `(w, Delta, c, a)` at another `eps` (a jump along the channel)."""
         return eqx.tree_at(lambda p: p.eps, self, jnp.asarray(eps, dtype=self.eps.dtype))
 

@@ -11,7 +11,7 @@ from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
 from ..flow import gradient_flow
-from ..losses import require_smooth, check_data, get_loss, hessian
+from ..losses import check_data, get_loss, hessian, require_smooth
 from ..network import DAGNetwork
 from ..options import SolverOptions
 from ._glu import ChannelPair, channel_coordinates, collapse_channel, glu_limit, pair_output, set_channel_coordinates

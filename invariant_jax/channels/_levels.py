@@ -212,7 +212,7 @@ class ConvergenceStudy(eqx.Module):
     seconds: float
 
     @staticmethod
-    def concatenate(studies) -> "ConvergenceStudy":
+    def concatenate(studies) -> ConvergenceStudy:
         studies = list(studies)
         rec = {k: np.concatenate([s.records[k] for s in studies]) for k in studies[0].records}
         return ConvergenceStudy(records=rec, settings=studies[0].settings, seconds=sum(s.seconds for s in studies))
@@ -223,7 +223,7 @@ class ConvergenceStudy(eqx.Module):
     which cells and seeds ran, and how they were scheduled)."""
 
     @staticmethod
-    def merge(studies) -> "ConvergenceStudy":
+    def merge(studies) -> ConvergenceStudy:
         """One study from studies of the same method run in parts (other seeds, widths or
         sessions): checks that `METHOD_SETTINGS` agree and that no run (activation, bias,
         r, label, seed) appears twice, then concatenates. The merged settings list the
@@ -256,7 +256,7 @@ class ConvergenceStudy(eqx.Module):
         return ConvergenceStudy(records=rec, settings=settings, seconds=out.seconds)
 
     @staticmethod
-    def from_dict(d: dict) -> "ConvergenceStudy":
+    def from_dict(d: dict) -> ConvergenceStudy:
         """The inverse of `to_dict` (e.g. a study read back from its JSON)."""
         rec = {}
         for k, v in d["records"].items():

@@ -15,7 +15,6 @@ from ..sweep import SweepConfig, run_sweep
 from ._common import graph_from_args
 from ._parsers import add_check_args, add_data_args, add_graph_args
 
-
 _SWEEP_FLAGS = ("activation", "init", "seed", "t1", "rtol", "atol", "solver", "max_steps", "kink_aware")
 
 

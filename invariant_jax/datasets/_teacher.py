@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 

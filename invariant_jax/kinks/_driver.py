@@ -16,7 +16,6 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._checks import check_finite

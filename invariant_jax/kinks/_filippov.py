@@ -52,7 +52,7 @@ class KinkProblem(eqx.Module):
     max_sliding: int = eqx.field(static=True)
 
     @classmethod
-    def build(cls, net: DAGNetwork, X, Y, loss, max_sliding: int) -> "KinkProblem":
+    def build(cls, net: DAGNetwork, X, Y, loss, max_sliding: int) -> KinkProblem:
         H = len(net.graph.hidden)
         acts = [net.activation_of(k) for k in range(H)]
         slope = jnp.asarray([a.negative_slope for a in acts], X.dtype)

@@ -7,12 +7,12 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
 - `sweep_network(config_or_folder, i, final=False)`: the network of row `i`.
 """
 
+from .._results import STATUSES, status_code
 from ._columns import DERIVED, trajectory_columns
 from ._config import BUILDERS, SweepConfig
-from .._results import STATUSES, status_code
 from ._engine import EngineStats
-from ._run import SweepResult, init_theta, load_sweep, run_sweep, sweep_flows
 from ._rows import sweep_network
+from ._run import SweepResult, init_theta, load_sweep, run_sweep, sweep_flows
 from ._summary import SweepSummary, summarize_sweep
 
 __all__ = [

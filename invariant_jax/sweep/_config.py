@@ -287,7 +287,7 @@ class SweepConfig:
                 for k, v in d.items()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SweepConfig":
+    def from_dict(cls, d: dict[str, Any]) -> SweepConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -295,7 +295,7 @@ class SweepConfig:
         return cls(**d)
 
     @classmethod
-    def from_toml(cls, path: str | Path, **overrides) -> "SweepConfig":
+    def from_toml(cls, path: str | Path, **overrides) -> SweepConfig:
         """Read a TOML file of `key = value` lines, or all of them in one `[sweep]` table
         (`read_config_toml`: keys beside the `[sweep]` table, other tables, a binary file, a
         byte-order mark and syntax errors follow its rules).

@@ -40,7 +40,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._diffrax_compat import WrapTerm, t1_clip_floor, with_controller_tols
-from .._results import RESULTS, STATUSES, result_code
+from .._results import RESULTS, result_code
 from ..flow import flow_field, trajectory_record
 from ..invariants import conserved_quantities
 from ..losses import edge_loss_fn
@@ -403,7 +403,7 @@ class SweepEngine(abc.ABC):
     `steps_per_call` units of work per slot: fewer host round trips in the tail. Set by
     subclasses whose unit of work is short."""
 
-    def bind(self, data) -> "_Bound":
+    def bind(self, data) -> _Bound:
         """The per-slot functions with `data` (traced inside a program) in place of
         `self.data`. Default: `data` is unused and the methods are `self`'s."""
         return _Bound(self.init_fn, self.init_slot, self.active, self.advance_slot, self.record)
@@ -584,7 +584,7 @@ class Engine(SweepEngine):
         self.table = host_table(init_table, _dtype(problem), problem.net.n_edges)
         super().__init__(init_fn, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
 
-    def with_data(self, problem: _Problem, init_table=None) -> "Engine":
+    def with_data(self, problem: _Problem, init_table=None) -> Engine:
         """Use `problem`'s arrays (e.g. another data set) and `init_table` from now on,
         with the programs compiled for this engine. They must have the shapes and dtypes
         of the current ones, and `problem` the same solver and options (the caller keys

@@ -10,11 +10,11 @@ no flow changed, a sweep whose `H_G(c0)` is always connected, a single status)."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
 
 import networkx as nx
 import numpy as np
 
+from .._results import STATUSES
 from ..activations import ACTIVATIONS
 from ..flow import gradient_flow
 from ..graph import DAG
@@ -23,7 +23,6 @@ from ..network import DAGNetwork
 from ..options import SaveTimes
 from ._columns import bottleneck_edges
 from ._config import SweepConfig
-from ._engine import STATUSES
 
 
 def config_title(config: SweepConfig | None, n: int) -> str:

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import final
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array
@@ -90,7 +89,7 @@ class KinkEngine(SweepEngine):
         init = None if init_fn is None else (lambda i: jnp.asarray(init_fn(i), dtype))
         super().__init__(init, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
 
-    def with_data(self, net: DAGNetwork, X, Y, t1: float, init_table=None, **options) -> "KinkEngine":
+    def with_data(self, net: DAGNetwork, X, Y, t1: float, init_table=None, **options) -> KinkEngine:
         """Use another data set and `init_table` from now on, with the programs compiled
         for this engine. The arrays must have the current shapes and dtypes, and `t1` and
         the options must be the current ones (the caller keys its engines on them, as

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .._results import STATUSES
 from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
-from ._engine import STATUSES
 from ._figures import config_title, graph_figure, save_overview, trajectory_figure
 from ._run import SweepResult
 

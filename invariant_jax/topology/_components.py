@@ -154,7 +154,7 @@ class Component(eqx.Module):
         self._one("frozen_signs")
         return {e: int(s) for e, f, s in zip(self.graph.edges, self.frozen, self.signs) if f}
 
-    def __getitem__(self, i) -> "Component":
+    def __getitem__(self, i) -> Component:
         return Component(c=self.c[i], tol=self.tol[i], frozen=self.frozen[i], signs=self.signs[i],
                          graph=self.graph, result=self.result)
 

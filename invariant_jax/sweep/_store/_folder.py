@@ -18,8 +18,18 @@ import numpy as np
 from ._chunks import SCHEMA_VERSION, DamagedChunk, read_chunk, read_indices, read_meta, write_chunk
 from ._claims import Claims, _pid_alive, new_writer
 from ._files import atomic_write_bytes, atomic_write_json, check_output_folder, create_exclusive, dumps_strict
-from ._ownership import (CHUNKS, CLAIMS, MANIFEST, QUARANTINE, SIDECAR, Inventory, chunk_meta, inventory,
-                         read_store_manifest, sidecar_record)
+from ._ownership import (
+    CHUNKS,
+    CLAIMS,
+    MANIFEST,
+    QUARANTINE,
+    SIDECAR,
+    Inventory,
+    chunk_meta,
+    inventory,
+    read_store_manifest,
+    sidecar_record,
+)
 
 FORMAT = "invariant_jax.sweep/2"
 # what format-1 folders (npz chunks, before outputs were listed) wrote besides chunks
