@@ -15,8 +15,9 @@ default SVD of the `H x E` matrix `J_G` in JAX (cubic), and `method="graph"` (co
 components of the non-zero edges, linear), and on every graph the two ranks and the identity
 `rank J_G = H - len(singular_subnetworks)` are checked against each other.
 
-The same weights with a third of the edges set exactly to 0 (so that cut-off groups appear)
-are ranked by `method="graph"` too, and by the SVD up to 300 hidden nodes.
+The same weights with every edge of 5% of the hidden nodes and a third of the other edges set
+exactly to 0 (so that cut-off groups appear) are ranked by `method="graph"` too, and by the
+SVD up to 300 hidden nodes.
 
 Batched: `--n-batch` (default 10^5) networks on `ij.example_dag()` (Glorot, and a
 quarter with their bottleneck out-weights scaled up so that many rows are frozen), their
@@ -38,8 +39,9 @@ import argparse
 import statistics
 import time
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 import jax
+
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -100,14 +102,20 @@ def one_graph(H: int, degree: float, repeats: int, lp_max_hidden: int, svd_max_h
         row["rank_svd"] = r["result"]
         row["rank_identity_holds"] = r["result"] == H - n_groups
         row["rank_svd_equals_graph"] = r["result"] == row["rank_graph"]
-    # the same weights with a third of the edges set exactly to 0 (cut-off groups appear):
-    # the graph rank, checked against the SVD up to 300 hidden nodes
+    # the same weights with every edge of 5% of the hidden nodes and a third of the other
+    # edges set exactly to 0 (so cut-off groups appear): the graph rank, checked against
+    # the identity and against the SVD up to 300 hidden nodes
+    rng = np.random.default_rng(H)
     theta = np.array(net.edge_weights())
-    theta[np.random.default_rng(H).random(len(theta)) < 1 / 3] = 0.0
+    cut = set(rng.choice(len(g.hidden), size=max(1, H // 20), replace=False).tolist())
+    hid = {v: i for i, v in enumerate(g.hidden)}
+    touches = np.array([hid.get(u) in cut or hid.get(v) in cut for u, v in g.edges])
+    theta[touches | (rng.random(len(theta)) < 1 / 3)] = 0.0
     zeroed = net.with_edge_weights(theta)
     r = _time(lambda: int(ij.jacobian_rank(zeroed, method="graph")), repeats)
     row["zeroed_jacobian_rank_graph_s"], row["zeroed_rank_graph"] = r["median_s"], r["result"]
     row["zeroed_n_groups"] = len(ij.singular_subnetworks(zeroed))
+    row["zeroed_rank_graph_identity_holds"] = r["result"] == H - row["zeroed_n_groups"]
     if H <= min(300, svd_max_hidden):
         row["zeroed_rank_svd"] = int(ij.jacobian_rank(zeroed))
         row["zeroed_rank_svd_equals_graph"] = row["zeroed_rank_svd"] == r["result"]
