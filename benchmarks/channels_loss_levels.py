@@ -75,7 +75,8 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
                         conf += ch.confirm_channel(net, X, Y, maxnorm=maxnorm)[0]
                 L = np.asarray(jax.vmap(lambda th: ij.losses.network_loss(net0.with_edge_weights(th), X, Y))(theta))
                 lo, hi = ch.wilson_interval(near, seeds)
-                rows.append(dict(activation=activation, bias=bias, r=width, optimizer=opt, lr=lr, batch_size=bs, epochs=ep, updates=ep * (1 if bs is None else X.shape[0] // bs),
+                rows.append(dict(activation=activation, bias=bias, r=width, optimizer=opt, lr=lr, batch_size=bs, epochs=ep,
+                                 updates=ep * (1 if bs is None else X.shape[0] // bs),
                                  n=seeds, infinite=inf,
                                  confirmed=conf, channel_like=near, channel_like_ci=(lo, hi),
                                  median_weightnorm=float(np.median(wn)), max_weightnorm=float(wn.max()),
@@ -101,7 +102,7 @@ def figures(study, out_png):
     cmap = plt.get_cmap("plasma", 6)
     for c, (act, bias) in enumerate(combos):
         m = study.select(activation=act, bias=bias)
-        mse, inf, r = rec["mse"][m], rec["infinite"][m], rec["r"][m]
+        mse, inf = rec["mse"][m], rec["infinite"][m]
         order = np.argsort(mse)[::-1]
         levels, members = ch.cluster_loss_levels(mse[order], 1e-3)
         ax = axes[0, c]
@@ -168,7 +169,8 @@ def main():
     ap.add_argument("--max-minutes", type=float, default=float("inf"),
                     help="start no new (activation, bias, r) cell after this many minutes (recorded in cells_not_run)")
     ap.add_argument("--tag", default="")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_loss_levels_<tag>.json); the PNG goes beside it")
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_loss_levels_<tag>.json); "
+                                                "the PNG goes beside it")
     args = ap.parse_args()
     X, Y = ij.rosenbrock_grid(args.grid)
     tag = args.tag or f"grid{X.shape[0]}_seeds{args.seeds}"

@@ -73,7 +73,7 @@ def main():
         try:
             d = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise SystemExit(f"cannot read {p}: {e}")
+            raise SystemExit(f"cannot read {p}: {e}") from None
         if d.get("benchmark") != "channels_loss_levels":
             raise SystemExit(f"{p} is not a channels_loss_levels result (benchmark={d.get('benchmark')!r}).")
         docs.append(d)
@@ -87,7 +87,7 @@ def main():
     try:
         study = ch.ConvergenceStudy.merge(parts)
     except ValueError as e:
-        raise SystemExit(f"not merged: {e}")
+        raise SystemExit(f"not merged: {e}") from None
     print(study.table())
     merged = dict(benchmark="channels_loss_levels",
                   devices=sorted({str(x) for d in docs for x in d.get("devices", [])}),

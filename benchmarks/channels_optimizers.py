@@ -45,7 +45,7 @@ def _floats(text: str, name: str) -> list[float]:
     try:
         return [float(v) for v in text.split(",") if v]
     except ValueError:
-        raise SystemExit(f"--{name} takes comma-separated numbers, e.g. 0.05,0.3; got {text!r}.")
+        raise SystemExit(f"--{name} takes comma-separated numbers, e.g. 0.05,0.3; got {text!r}.") from None
 
 
 def newton_reference(path: Path, activation: str, bias: bool, r: int, seeds: int, n_grid: int) -> dict:
@@ -54,7 +54,7 @@ def newton_reference(path: Path, activation: str, bias: bool, r: int, seeds: int
         doc = json.loads(path.read_text())
         study = ch.ConvergenceStudy.from_dict(doc)
     except (OSError, json.JSONDecodeError, KeyError) as e:
-        raise SystemExit(f"--newton {path}: not a readable loss-levels JSON ({e}).")
+        raise SystemExit(f"--newton {path}: not a readable loss-levels JSON ({e}).") from None
     if doc.get("n_grid") != n_grid:
         raise SystemExit(f"--newton {path} ran on {doc.get('n_grid')} grid points, this run on {n_grid}; "
                          "pass the --grid of that study.")
@@ -89,7 +89,7 @@ def main():
         activation, bias, r = args.cell.split(",")
         bias, r = bool(int(bias)), int(r)
     except ValueError:
-        raise SystemExit(f"--cell takes activation,bias,r (e.g. softplus,0,4); got {args.cell!r}.")
+        raise SystemExit(f"--cell takes activation,bias,r (e.g. softplus,0,4); got {args.cell!r}.") from None
     if args.seeds < 1 or args.updates < 1:
         raise SystemExit("--seeds and --updates must be >= 1.")
     opts = [o for o in args.optimizers.split(",") if o]

@@ -155,7 +155,8 @@ def main():
     ap.add_argument("--max-minutes", type=float, default=float("inf"),
                     help="train no new teacher after this many minutes (the JSON records how many ran)")
     ap.add_argument("--tag", default="")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_roughness_<tag>.json); the PNG goes beside it")
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_roughness_<tag>.json); "
+                                                "the PNG goes beside it")
     ap.add_argument("--merge", nargs="+", metavar="PART.json",
                     help="merge parts run separately (other scalings) into --out, then stop")
     args = ap.parse_args()

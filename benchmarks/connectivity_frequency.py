@@ -98,7 +98,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-inits", type=int, default=100_000)
     p.add_argument("--n-dags", type=int, default=3)
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/connectivity_frequency.json, ignored by git; pass benchmarks/results/connectivity_frequency.json to replace the committed results)")
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/connectivity_frequency.json, ignored by git; "
+                                               "pass benchmarks/results/connectivity_frequency.json to replace the committed results)")
     args = p.parse_args()
     t = time.perf_counter()
     timing = timing_and_agreement()

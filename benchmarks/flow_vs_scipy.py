@@ -91,7 +91,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n-inits", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/flow_vs_scipy.json, ignored by git; pass benchmarks/results/flow_vs_scipy.json to replace the committed results)")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/flow_vs_scipy.json, ignored by git; "
+                                                "pass benchmarks/results/flow_vs_scipy.json to replace the committed results)")
     a = ap.parse_args()
     results = [bench(act, a.n_inits, a.batch) for act in ("relu", "softplus")]
     print(f"{'act':>9} {'diffrax s/traj':>14} {'scipy s/traj':>12} {'vmap s/traj':>11} "

@@ -55,7 +55,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-inits", type=int, default=40)
     ap.add_argument("--slots", type=int, default=8)
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/kink_sweep.json, ignored by git; pass benchmarks/results/kink_sweep.json to replace the committed results)")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/kink_sweep.json, ignored by git; "
+                                                "pass benchmarks/results/kink_sweep.json to replace the committed results)")
     args = ap.parse_args()
     n = args.n_inits
     g = ij.mlp([5, 20, 1], bias=False)
@@ -101,9 +102,11 @@ def main():
                          note="compile_plus_2_s: first engine run on two trajectories (compiling its programs); "
                               "measured on a shared machine"))
     print(f"{n} inits, {int(sliding.sum())} slide (reference)")
-    print(f"{'arm':<18} {'compile':>7} {'s':>7} {'traj/s':>7} {'steps':>8} {'max':>7} {'err med':>8} {'err max':>8} {'max slid':>8} {'max not':>8} {'drift':>8}")
+    print(f"{'arm':<18} {'compile':>7} {'s':>7} {'traj/s':>7} {'steps':>8} {'max':>7} {'err med':>8} {'err max':>8} "
+          f"{'max slid':>8} {'max not':>8} {'drift':>8}")
     for r in rows:
-        print(f"{r['arm']:<18} {r['compile_plus_2_s']:>7.1f} {r['seconds']:>7.2f} {r['traj_per_s']:>7.2f} {r['steps_total']:>8} {r['steps_max']:>7} "
+        print(f"{r['arm']:<18} {r['compile_plus_2_s']:>7.1f} {r['seconds']:>7.2f} {r['traj_per_s']:>7.2f} "
+              f"{r['steps_total']:>8} {r['steps_max']:>7} "
               f"{r['err_median']:>8.1e} {r['err_max']:>8.1e} {r['err_max_sliding'] or 0:>8.1e} "
               f"{r['err_max_not_sliding'] or 0:>8.1e} {r['drift_rel_max']:>8.1e}")
     write_json(output_path(args.out, "kink_sweep.json"), res)

@@ -36,8 +36,8 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from invariant_jax.cli import main
-from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
+from invariant_jax.cli import main  # noqa: E402
+from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", default="current")
@@ -427,7 +427,7 @@ def prune_json(case, target, existing):
         target.write_text("my report")
     with ctx():
         rc, o, e, exc = cli(["prune", "--json", str(target)])
-    kept = target.read_text() == "my report" if existing else not target.parent.exists()
+    kept = target.read_text() == "my report" if existing else not target.parent.exists()  # noqa: F841 (not yet in the verdict)
     words = "already exists" if existing else "does not exist"
     # the spy stops the work; when it is called, the command had accepted the path
     record(case, rc == 2 and not calls and words in e, 0, f"rc={rc} work started={bool(calls)} {e.strip()[-70:]}",

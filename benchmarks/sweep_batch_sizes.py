@@ -83,7 +83,8 @@ def main():
     load.append(list(os.getloadavg()))
     path = output_path(args.out, "sweep_batch_sizes.json")
     write_json(path, dict(benchmark="sweep_batch_sizes", settings=vars(args), loadavg_before_after=load,
-                          workload="heavy: 5-20-1, no bias (kink arm relu, plain arm softplus), 20 teacher points (PRNGKey(3)), inits PRNGKey(i), "
+                          workload="heavy: 5-20-1, no bias (kink arm relu, plain arm softplus), 20 teacher points "
+                                   "(PRNGKey(3)), inits PRNGKey(i), "
                                    "t1 = 1, Tsit5 rtol = atol = 1e-8, n_save 11, exact mode",
                           note="one process; call 1 of each arm compiles, the later calls should compile nothing. "
                                "The machine is shared (2 cores): loadavg_before_after says how loaded it was.",

@@ -85,7 +85,8 @@ def _args():
                    help="skip the error column (a kink-aware reference at tolerance 1e-12)")
     p.add_argument("--count-inits", type=int, default=64,
                    help="kink arm: count evaluations on this many inits (scaled by steps to all)")
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/sweep_throughput.json, ignored by git; pass benchmarks/results/sweep_throughput.json to replace the committed results)")
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/sweep_throughput.json, ignored by git; "
+                                               "pass benchmarks/results/sweep_throughput.json to replace the committed results)")
     return p.parse_args()
 
 

@@ -220,7 +220,8 @@ def main():
                    help="kink-aware flow, plain gradient flow, or both (the top level is the kink-aware run)")
     p.add_argument("--n-natural", type=int, default=100_000,
                    help="plain Glorot draws for the natural frozen-wrong rate")
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; pass benchmarks/results/toy_bottleneck.json to replace the committed results)")
+    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; "
+                                               "pass benchmarks/results/toy_bottleneck.json to replace the committed results)")
     args = p.parse_args()
     res = run_toy(args.n_per_kind, t1=args.t1, method="plain" if args.method == "plain" else "kink")
     res.pop("_arrays")

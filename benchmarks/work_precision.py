@@ -130,7 +130,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--inits", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="fewer tolerances and methods")
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/work_precision.json, ignored by git; the PNG goes next to it; pass benchmarks/results/work_precision.json to replace the committed results)")
+    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/work_precision.json, ignored by git; "
+                                                "the PNG goes next to it; "
+                                                "pass benchmarks/results/work_precision.json to replace the committed results)")
     args = ap.parse_args()
     t1 = 1.0
     tols = [1e-4, 1e-6, 1e-8, 1e-10] if args.quick else [1e-4, 1e-6, 1e-8, 1e-10, 1e-12]
@@ -148,7 +150,7 @@ def main():
     nets = [ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)) for s in range(args.inits)]
     run = make_runner("tsit5", field_for(nets[0], X, Y, count=False), t1, 100_000)
     screen = []
-    for s, net in enumerate(tqdm(nets, desc="screen (tsit5 1e-8)")):
+    for net in tqdm(nets, desc="screen (tsit5 1e-8)"):
         _, steps, res = run(net.edge_weights(), jnp.asarray(1e-8))
         screen.append(int(steps))
     order = np.argsort(screen)[::-1]
@@ -247,7 +249,8 @@ def report(results):
     for r in results["rows"]:
         e = "-" if r["error"] is None else f"{r['error']:.1e}"
         d = "-" if r["drift_rel"] is None else f"{r['drift_rel']:.1e}"
-        print(f"{r['case']:<16} {r['method']:<12} {r['tol']:>7.0e} {int(r['ok']):>3} {r['steps']:>7} {r['nfe']:>8} {r['wall_s']:>8.3f} {e:>9} {d:>9}")
+        print(f"{r['case']:<16} {r['method']:<12} {r['tol']:>7.0e} {int(r['ok']):>3} {r['steps']:>7} {r['nfe']:>8} "
+              f"{r['wall_s']:>8.3f} {e:>9} {d:>9}")
     print("\nreferences:", json.dumps(results["references"], indent=1))
     print("\nGoal (slowest decile): evaluations to reach Tsit5's error")
     for g in results["goal"]:

@@ -501,7 +501,7 @@ def fit(
         batch_size = N
     if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= N:
         raise ValueError(f"batch_size must be an integer in [1, N={N}] or None (full batch); got {batch_size!r}.")
-    opt = get_optimizer(optimizer, learning_rate)
+    get_optimizer(optimizer, learning_rate)  # an unknown optimizer or a bad rate fails before any work
     reg_name = "none"
     reg = None
     if regularizer is not None and not (isinstance(regularizer, str) and regularizer == "none"):

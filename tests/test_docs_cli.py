@@ -160,7 +160,8 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("_output.py", "docs_tables.py")))
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")
+                                          if p.name not in ("_output.py", "docs_tables.py")))
 def test_every_benchmark_writes_through_output(script):
     """No script writes its results JSON by itself (that is how committed results got
     overwritten and commands went unrecorded): each takes `--out` and goes through

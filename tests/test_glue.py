@@ -252,7 +252,7 @@ def test_table_csv_is_a_view_and_summary_agrees(swept):
     assert summary["frozen_sign_changes"] == frame["frozen_sign_changes"].sum() == 0
     assert summary["kink_events_total"] == frame["num_events"].sum()
     assert summary["drift_tol_max"] == pytest.approx(frame["drift_in_tol"][ok].max(), rel=1e-15)
-    for k, name in enumerate(ij.sweep.STATUSES):
+    for name in ij.sweep.STATUSES:
         assert summary[f"status_{name}"] == int(np.sum(frame["status_name"] == name))
     assert summary["connectivity_mismatches"] == 0
 

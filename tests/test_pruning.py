@@ -89,7 +89,7 @@ def test_magnitude_pruning_l2_trained_net_to_same_size_changes_outputs(deep):
 def test_no_input_neuron_with_nonzero_sigma0_is_folded_exactly(deep):
     g, net, X = deep
     theta = np.array(net.edge_weights())
-    for k, (u, v) in enumerate(g.edges):
+    for k, (_u, v) in enumerate(g.edges):
         if v == "h2_3":
             theta[k] = 0.0  # h2_3 emits softplus(0) = log 2, a constant
     for act in ("softplus", "relu"):
@@ -103,7 +103,7 @@ def test_no_input_neuron_with_nonzero_sigma0_is_folded_exactly(deep):
 def test_no_bias_graph_gets_a_constant_node_for_the_folded_constant():
     g = ij.mlp([2, 3, 1])
     theta = np.array(ij.DAGNetwork(g, key=jr.key(0)).edge_weights())
-    for k, (u, v) in enumerate(g.edges):
+    for k, (_u, v) in enumerate(g.edges):
         if v == "h1_1":
             theta[k] = 0.0
     n = ij.DAGNetwork(g, "softplus", edge_weights=theta)

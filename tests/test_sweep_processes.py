@@ -44,8 +44,8 @@ else:
     assert jax.device_count() == 4, jax.devices()
     r = run_sweep(cfg, slots=4, steps_per_call=8, progress=False)
     assert r.stats["devices"] == 4
-    np.savez(out, **{k: getattr(r, k) for k in %r})
-""" % (KEYS,)
+    np.savez(out, **{k: getattr(r, k) for k in KEYS})
+""".replace("KEYS", repr(KEYS))
 
 
 @pytest.fixture(scope="module")

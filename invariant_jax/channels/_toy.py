@@ -167,7 +167,7 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
     curv = np.array([float(d2L(r)) for r in roots])
     h = np.array([float(f(r)[3]) for r in roots])
     kinds = []
-    for r, c, hv, hz in zip(roots, curv, h, is_h_zero):
+    for c, hv, hz in zip(curv, h, is_h_zero):
         if hz:
             kinds.append("h = 0")
         elif c < 0:

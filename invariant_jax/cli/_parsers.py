@@ -164,7 +164,8 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
     e.add_argument("--slots", type=int, default=S,
                    help="trajectories integrated at once (default 64; in vmap mode on a GPU/TPU 4096 per device)")
-    e.add_argument("--steps-per-call", type=int, default=S, help="steps (kink-aware: segments) between harvests (default 64; kink-aware --vmap 4)")
+    e.add_argument("--steps-per-call", type=int, default=S,
+                   help="steps (kink-aware: segments) between harvests (default 64; kink-aware --vmap 4)")
     e.add_argument("--resume", action="store_true", default=S, help="finish the sweep in --out")
     e.add_argument("--overwrite", action="store_true", default=S,
                    help="delete the files an earlier sweep wrote in --out first (a folder holding other "

@@ -64,7 +64,8 @@ class KinkEngine(SweepEngine):
     **Arguments:** `net` (template network: graph and activations), `X`, `Y`, `t1`,
     `init_fn` (`index -> theta0`), or `init_table` (`(n, E)` initial weights: trajectory
     `i` starts at row `i`), `slots`, `steps_per_call` (segments per slot between
-    harvests; default 64 in exact mode, where an idle slot costs nothing, 4 under vmap), `devices`, `exact` (see `SweepEngine`), and `**options` passed to
+    harvests; default 64 in exact mode, where an idle slot costs nothing, 4 under vmap),
+    `devices`, `exact` (see `SweepEngine`), and `**options` passed to
     `ij.kinks.make_kink_integrator`: `t0`, `options` (an `ij.SolverOptions`), `saveat`
     (an `ij.SaveTimes`), `kinks` (an `ij.KinkOptions`), `loss` -- the objects
     `kink_aware_flow` builds from its keywords; checked here, before any compilation.

@@ -69,7 +69,6 @@ def frozen_mask(
     tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), (N,))
     if not np.all(np.isfinite(tol) & (tol > 0)):
         raise ValueError(f"tol must be positive and finite; got {tol[~(np.isfinite(tol) & (tol > 0))][0]!r}.")
-    index = {v: i for i, v in enumerate(g.hidden)}
     mask = np.zeros((N, len(g.edges)), dtype=bool)
     for r in regions(g):
         M = _closed_matrix(g, r, max_sets)

@@ -27,5 +27,6 @@ from ._ownership import Inventory, inventory
 __all__ = [
     "BUSY", "CHUNKS", "CLAIMED", "CLAIMS", "DONE", "FILE_MODE", "MANIFEST", "QUARANTINE", "SCHEMA_VERSION",
     "Claims", "DamagedChunk", "ResultsStore", "atomic_write_bytes", "atomic_write_json", "check_output_file",
-    "check_output_folder", "config_hash", "create_exclusive", "dumps_strict", "Inventory", "inventory", "is_no_space", "new_writer", "read_chunk", "strict_json",
+    "check_output_folder", "config_hash", "create_exclusive", "dumps_strict", "Inventory", "inventory", "is_no_space",
+    "new_writer", "read_chunk", "strict_json",
 ]

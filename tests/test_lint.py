@@ -1,0 +1,20 @@
+"""The package, the tests and the benchmarks pass `ruff check` under the rules of
+pyproject.toml's `[tool.ruff]` (a few seconds). `ruff format` is not applied to the code."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None,
+                    reason="ruff is not installed: pip install -e '.[test]' -c constraints.txt")
+def test_ruff_check_passes():
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "invariant_jax", "tests", "benchmarks"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, f"ruff check found problems (fix with `ruff check --fix`, then by hand):\n" \
+                                 f"{proc.stdout}{proc.stderr}"
