@@ -215,7 +215,8 @@ def smooth_limit(net, X, Y, t1, ref, betas=(1e3, 1e4, 1e5)):
     out = {}
     for beta in betas:
         act = Activation(f"softplus_beta{beta:g}", lambda z, b=beta: jax.nn.softplus(b * z) / b,
-                         lambda z, b=beta: jax.nn.sigmoid(b * z), False, False, True)
+                         lambda z, b=beta: jax.nn.sigmoid(b * z),
+                         positively_homogeneous=False, piecewise_linear=False, smooth=True)
         sm = ij.DAGNetwork(net.graph, act, edge_weights=net.edge_weights())
         fl = ij.gradient_flow(sm, X, Y, t1, n_save=2,
                               solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000))

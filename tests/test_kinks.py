@@ -167,7 +167,8 @@ def test_vmap_keeps_pattern_state_per_trajectory():
 def smoothed_relu(beta):
     """softplus(beta z) / beta: smooth, and relu as beta -> inf (sigma' = sigmoid(beta z))."""
     return Activation(f"softplus_beta{beta:g}", lambda z: jax.nn.softplus(beta * z) / beta,
-                      lambda z: jax.nn.sigmoid(beta * z), False, False, True)
+                      lambda z: jax.nn.sigmoid(beta * z),
+                      positively_homogeneous=False, piecewise_linear=False, smooth=True)
 
 
 @pytest.mark.slow

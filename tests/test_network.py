@@ -100,6 +100,94 @@ def test_homogeneity_flags_are_true():
         np.testing.assert_allclose(act.derivative(x + 1e-3), d, atol=1e-10, err_msg=name)
 
 
+
+def _numeric_flags(act):
+    """Each flag measured from the function alone: homogeneity f(a x) = a f(x) for a > 0;
+    piecewise linearity as zero second differences away from the kink; a kink as one-sided
+    slopes that differ at 0; the slope for x < 0."""
+    x = np.linspace(-4.0, 4.0, 801)
+    x = x[np.abs(x) > 0.005]  # away from the kink at 0
+    f = lambda z: np.asarray(act(jnp.asarray(z)), np.float64)  # noqa: E731
+    homogeneous = all(np.allclose(f(a * x), a * f(x), rtol=1e-12, atol=1e-12) for a in (0.3, 2.5, 7.0))
+    h = 1e-3
+    second = f(x + h) - 2 * f(x) + f(x - h)
+    piecewise_linear = bool(np.all(np.abs(second) < 1e-11))
+    h = 1e-6  # one-sided slopes differ by O(h) where f is smooth, by the jump where it has a kink
+    left, right = (f(0.0) - f(-h)) / h, (f(h) - f(0.0)) / h
+    kinked = bool(abs(right - left) > 1e-3)
+    return dict(positively_homogeneous=homogeneous, piecewise_linear=piecewise_linear, kinked=kinked,
+                negative_slope=float(left) if piecewise_linear else None)
+
+
+@pytest.mark.parametrize("act", [*ij.ACTIVATIONS.values(), ij.leaky_relu(0.2), ij.leaky_relu(0.0)], ids=repr)
+def test_registry_flags_match_an_independent_numerical_check(act):
+    got = _numeric_flags(act)
+    assert act.positively_homogeneous == got["positively_homogeneous"], act
+    assert act.piecewise_linear == got["piecewise_linear"], act
+    assert act.kinked == got["kinked"], act
+    assert act.smooth == (not got["kinked"]), act  # no registry member has a kink away from 0
+    if act.piecewise_linear:
+        np.testing.assert_allclose(act.negative_slope, got["negative_slope"], atol=1e-12)
+
+
+def test_numerical_flag_check_can_fail():
+    relu = ij.get_activation("relu")
+    assert _numeric_flags(ij.get_activation("softplus"))["positively_homogeneous"] is False
+    assert _numeric_flags(ij.get_activation("linear"))["kinked"] is False
+    shifted = ij.Activation("shifted_relu", lambda z: jax.nn.relu(z - 0.5), lambda z: (z > 0.5) * 1.0,
+                            positively_homogeneous=True, piecewise_linear=True, smooth=False)
+    got = _numeric_flags(shifted)  # kink away from 0: neither homogeneous nor "piecewise linear" here
+    assert not got["positively_homogeneous"] and not got["piecewise_linear"]
+    assert _numeric_flags(relu) == dict(positively_homogeneous=True, piecewise_linear=True, kinked=True,
+                                        negative_slope=0.0)
+
+
+def test_activation_is_a_keyword_module():
+    softsign = dict(name="softsign", fn=lambda x: x / (1 + jnp.abs(x)), derivative=lambda x: 1 / (1 + jnp.abs(x)) ** 2)
+    with pytest.raises(TypeError, match="positional"):
+        ij.Activation(*softsign.values(), False, False, False)
+    act = ij.Activation(**softsign, positively_homogeneous=False, piecewise_linear=False, smooth=False)
+    assert isinstance(act, eqx.Module) and jax.tree.leaves(act) == []
+    assert not act.kinked and act.negative_slope == 0.0 and repr(act) == "Activation('softsign')"
+    with pytest.raises(ValueError, match="positively_homogeneous=True"):
+        ij.Activation(**softsign, positively_homogeneous=False, piecewise_linear=True, smooth=False)
+    with pytest.raises(ValueError, match="0 <= s <= 1"):
+        ij.Activation(**softsign, positively_homogeneous=True, piecewise_linear=True, smooth=False,
+                      negative_slope=2.0)
+    with pytest.raises(ValueError, match="smooth=False"):
+        ij.Activation(**softsign, positively_homogeneous=True, piecewise_linear=True, smooth=True)
+    with pytest.raises(TypeError, match="True or False"):
+        ij.Activation(**softsign, positively_homogeneous=1, piecewise_linear=False, smooth=False)
+    with pytest.raises(ValueError, match="Unknown activation 'rleu'"):
+        ij.get_activation("rleu")
+
+
+def test_equal_activations_share_compiled_programs():
+    """Equality and hashing ignore the identity of `fn`: two separately built copies of one
+    activation are equal, and networks made from them hit one jit cache entry."""
+    def smoothed(beta):
+        return ij.Activation(f"softplus_beta{beta:g}", lambda z: jax.nn.softplus(beta * z) / beta,
+                             lambda z: jax.nn.sigmoid(beta * z),
+                             positively_homogeneous=False, piecewise_linear=False, smooth=True)
+
+    a, b = smoothed(10.0), smoothed(10.0)
+    assert a.fn is not b.fn and a == b and hash(a) == hash(b) and a != smoothed(20.0)
+    assert ij.leaky_relu(0.2) is ij.get_activation("leaky_relu:0.2") and ij.leaky_relu(0.2) != ij.leaky_relu(0.3)
+    traces = []
+
+    @eqx.filter_jit
+    def out(net, x):
+        traces.append(1)
+        return net(x)
+
+    g = ij.mlp([2, 3, 1])
+    x = jnp.array([0.3, -1.2])
+    for act in (a, b, a):
+        out(ij.DAGNetwork(g, act, key=jax.random.key(0)), x)
+    assert len(traces) == 1
+    out(ij.DAGNetwork(g, smoothed(20.0), key=jax.random.key(0)), x)
+    assert len(traces) == 2
+
 def test_bad_network_input():
     g = ij.mlp([2, 3, 1])
     with pytest.raises(ValueError, match="Unknown activation 'rleu'"):

@@ -32,9 +32,9 @@ SIGMOID2 = Activation(
     "sigmoid2",
     lambda x: erf(x / _SQRT2),
     lambda x: jnp.sqrt(2 / jnp.pi) * jnp.exp(-0.5 * x**2),
-    False,
-    False,
-    True,
+    positively_homogeneous=False,
+    piecewise_linear=False,
+    smooth=True,
 )
 """`erf(z / sqrt2)`: the paper's toy-model neuron (MLPGradientFlow's `sigmoid2`)."""
 
