@@ -23,6 +23,7 @@ jax.config.update("jax_enable_x64", True)
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax.channels import channel_frequency  # noqa: E402
+from invariant_jax.sweep import status_is_success  # noqa: E402
 
 
 def main():
@@ -45,7 +46,7 @@ def main():
     print(st.table())
     n = st.channel.size
     print(f"{n} flows in {dt:.1f} s ({dt / n:.2f} s per flow, compilation included); "
-          f"failed: {int((st.status >= 2).sum())}")
+          f"failed: {int((~status_is_success(st.status)).sum())}")
     out = dict(benchmark="channels_frequency", platform=platform.platform(), jax=jax.__version__,
                seconds=dt, n_flows=n, **st.to_dict())
     write_json(output_path(args.out, "channels_frequency.json"), out)

@@ -84,7 +84,7 @@ def main():
     for name, (rec, sec, comp) in arms.items():
         err = np.max(np.abs(rec["theta_final"] - th_ref), axis=1)
         row = dict(arm=name, compile_plus_2_s=comp, seconds=sec, traj_per_s=n / sec, steps_total=int(rec["num_steps"].sum()),
-                   steps_max=int(rec["num_steps"].max()), ok=int(np.sum(rec["status"] == 0)),
+                   steps_max=int(rec["num_steps"].max()), ok=int(np.sum(ij.sweep.status_is(rec["status"], "ok"))),
                    err_median=float(np.median(err)), err_max=float(err.max()),
                    err_max_sliding=float(err[sliding].max()) if sliding.any() else None,
                    err_max_not_sliding=float(err[~sliding].max()) if (~sliding).any() else None,

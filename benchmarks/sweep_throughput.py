@@ -289,7 +289,7 @@ def main():
                                  steps_total=int(steps.sum()), steps_median=float(np.median(steps)),
                                  steps_max=int(steps.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
                                  _width=slots if vm else 1,
-                                 work_efficiency=st.work_efficiency, failures=int(np.sum(rec["status"] >= 2)),
+                                 work_efficiency=st.work_efficiency, failures=int(np.sum(~ij.sweep.status_is_success(rec["status"]))),
                                  theta_final=rec["theta_final"]))
                 _print(rows + [dict(row, arms=arms)])
             if "naive" in args.arms:
@@ -321,7 +321,7 @@ def main():
                                      segments_total=int((rec["num_events"] + 1).sum()),
                                      ms_per_segment=1e3 * s / int((rec["num_events"] + 1).sum()),
                                      sliding_trajectories=int(np.sum(rec["num_sliding_entries"] > 0)),
-                                     work_efficiency=st.work_efficiency, failures=int(np.sum(rec["status"] >= 2)),
+                                     work_efficiency=st.work_efficiency, failures=int(np.sum(~ij.sweep.status_is_success(rec["status"]))),
                                      theta_final=rec["theta_final"], _steps=rec["num_steps"]))
                     _print(rows + [dict(row, arms=arms)])
                 k = min(args.count_inits, n)
@@ -337,7 +337,7 @@ def main():
             if not args.no_error:
                 ref_theta, ref_status = reference_weights(template, X, Y, thetas)
                 row["reference"] = dict(method="kink-aware flow, Tsit5 inside, rtol = atol = 1e-12, exact engine",
-                                        failures=int(np.sum(ref_status >= 2)))
+                                        failures=int(np.sum(~ij.sweep.status_is_success(ref_status))))
                 for a in arms:
                     err = np.max(np.abs(np.asarray(a["theta_final"]) - ref_theta), axis=1)
                     a.update(err_vs_ref_max=float(np.max(err)), err_vs_ref_median=float(np.median(err)))

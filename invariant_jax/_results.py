@@ -34,6 +34,8 @@ __all__ = [
     "result_message",
     "is_success",
     "status_code",
+    "status_is",
+    "status_is_success",
 ]
 
 
@@ -203,3 +205,37 @@ def status_code(result) -> Int[Array, "..."]:
                        jnp.where(jnp.any(code[..., None] == jnp.asarray(_STOP_CODES), axis=-1), 1,
                                  jnp.where(jnp.any(code[..., None] == jnp.asarray(_MAX_CODES), axis=-1), 2, 4)))
     return jnp.where(code == int(result_code(RESULTS.nonfinite_state)), 3, status).astype(jnp.int32)
+
+
+_SUCCESS_STATUSES = np.asarray([STATUSES.index("ok"), STATUSES.index("stopped")], np.int32)
+
+
+def _check_status(status):
+    if not isinstance(status, jax.Array):  # concrete: check the range (under jit, trust status_code)
+        status = np.asarray(status)
+        bad = status[(status < 0) | (status >= len(STATUSES))]
+        if bad.size:
+            raise ValueError(f"Invalid STATUSES index(es) {np.unique(bad)}; expected 0..{len(STATUSES) - 1}.")
+
+
+def status_is_success(status: Int[ArrayLike, "..."]) -> Bool[Array, "..."]:
+    """Whether each `STATUSES` index (as `status_code` returns and sweeps record) counts as
+    a success: `ok` or `stopped`. It agrees with `is_success` on the result the status came
+    from: `status_is_success(status_code(r)) == is_success(r)`. A NumPy bool array for NumPy
+    input; works under `jit`. Its negation counts failures (`max_steps`, `nonfinite`,
+    `failed`). Use it instead of comparing status integers."""
+    _check_status(status)
+    if isinstance(status, jax.Array):
+        return jnp.any(status[..., None] == jnp.asarray(_SUCCESS_STATUSES), axis=-1)
+    return np.isin(np.asarray(status), _SUCCESS_STATUSES)
+
+
+def status_is(status: Int[ArrayLike, "..."], name: str) -> Bool[Array, "..."]:
+    """Whether each `STATUSES` index is the status called `name` (one of `STATUSES`), e.g.
+    `status_is(rec["status"], "ok")` for the trajectories that reached `t1`. A NumPy bool
+    array for NumPy input; works under `jit`."""
+    if name not in STATUSES:
+        raise ValueError(f"Unknown status {name!r}; choose one of {STATUSES}.")
+    _check_status(status)
+    k = STATUSES.index(name)
+    return status == k if isinstance(status, jax.Array) else np.asarray(status) == k

@@ -2,6 +2,9 @@
 diffrax's own, one validator and one wording for every entry point, and the stop rule
 reported by its own member."""
 
+import ast
+from pathlib import Path
+
 import diffrax
 import jax
 import jax.numpy as jnp
@@ -10,6 +13,8 @@ import pytest
 
 import invariant_jax as ij
 from invariant_jax.sweep import STATUSES, SweepConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_diffrax_codes_are_kept_and_decoded():
@@ -59,6 +64,61 @@ def test_every_new_member_says_a_fix_and_maps_to_a_status():
         code = ij.result_code(getattr(ij.RESULTS, name))
         assert STATUSES[int(jax.jit(ij.sweep.status_code)(code))] == status
 
+
+def test_status_is_success_agrees_with_is_success_on_every_member():
+    codes = np.arange(len(ij.RESULTS), dtype=np.int32)
+    status = np.asarray(ij.sweep.status_code(codes))
+    expect = np.asarray(ij.is_success(codes))
+    np.testing.assert_array_equal(ij.sweep.status_is_success(status), expect)  # NumPy in, NumPy out
+    np.testing.assert_array_equal(jax.jit(lambda c: ij.sweep.status_is_success(ij.sweep.status_code(c)))(codes),
+                                  expect)
+    assert expect.any() and not expect.all()  # both kinds are exercised
+    for name in STATUSES:  # status_is names one status; the names partition the statuses
+        np.testing.assert_array_equal(ij.sweep.status_is(status, name), status == STATUSES.index(name))
+    assert sum(ij.sweep.status_is(status, name).sum() for name in STATUSES) == len(codes)
+    with pytest.raises(ValueError, match="Unknown status 'okay'"):
+        ij.sweep.status_is(status, "okay")
+    with pytest.raises(ValueError, match="Invalid STATUSES index"):
+        ij.sweep.status_is_success(np.array([0, len(STATUSES)]))
+
+
+def _status_int_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing a status (a name `st`, `status` or `*_status`, an attribute
+    `.status`, or a `["status"]` item) with an integer literal or a loop index `k`.
+    SciPy's `res.status` is SciPy's own vocabulary."""
+
+    def is_status(node):
+        if isinstance(node, ast.Name):
+            return node.id in ("st", "status") or node.id.endswith("_status")
+        if isinstance(node, ast.Attribute):
+            return node.attr == "status" and not (isinstance(node.value, ast.Name) and node.value.id == "res")
+        if isinstance(node, ast.Subscript):
+            return isinstance(node.slice, ast.Constant) and node.slice.value == "status"
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("asarray", "int"):
+            return any(is_status(a) for a in node.args)
+        return False
+
+    def is_int(node):
+        return (isinstance(node, ast.Constant) and type(node.value) is int) or (
+            isinstance(node, ast.Name) and node.id == "k")
+
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            and any(is_status(x) for x in (node.left, *node.comparators))
+            and any(is_int(x) for x in (node.left, *node.comparators))]
+
+
+def test_no_status_integer_comparisons_in_the_package_or_benchmarks():
+    assert _status_int_comparisons(ast.parse('ok = rec["status"] <= 1\nbad = st.status >= 2\nx = st == k')) == [1, 2, 3]
+    assert _status_int_comparisons(ast.parse("ok = np.asarray(rows['status']) <= 1")) == [1]
+    assert _status_int_comparisons(ast.parse("ok = res.status == 0")) == []
+    found = {}
+    for path in [*(ROOT / "invariant_jax").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]:
+        if path.name == "_results.py":  # the vocabulary's own definitions
+            continue
+        lines = _status_int_comparisons(ast.parse(path.read_text()))
+        if lines:
+            found[str(path.relative_to(ROOT))] = lines
+    assert not found, f"ask ij.sweep.status_is_success / status_is instead of comparing integers: {found}"
 
 @pytest.mark.parametrize("bad, err, match", [
     (dict(rtol=0.0), ValueError, "rtol must be a positive finite number"),

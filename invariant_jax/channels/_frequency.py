@@ -32,8 +32,8 @@ class FrequencyStudy(eqx.Module):
     **Fields:** `activations`, `roughness`, `widths` (the grid); `channel` (all criteria
     of `detect_channels` hold), `candidate` (merging input weights and diverging,
     opposite output weights, but below the norm threshold), `loss_final`, `param_norm`,
-    `t_final`, `status` (0/1 = success, >= 2 failed: sweep status codes); `channel_fraction` and
-    `candidate_fraction` `(A, S, W)`; `settings` (everything needed to rerun it).
+    `t_final`, `status` (`ij.sweep.STATUSES` indices; `ij.sweep.status_is_success` tells
+    success); `channel_fraction` and `candidate_fraction` `(A, S, W)`; `settings` (everything needed to rerun it).
     """
 
     activations: tuple[str, ...]

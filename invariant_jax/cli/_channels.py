@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax.random as jr
 import numpy as np
 
+from .._results import status_is_success
 from ..activations import get_activation
 from ..channels import ConvergenceStudy, channel_frequency, convergence_study
 from ..datasets import gp_data
@@ -58,7 +59,7 @@ def run(args) -> int:
         print(f"{args.n_inits} Glorot-normal inits per cell, {args.n_samples} samples, dim {args.dim}, "
               f"t1={opts['t1']:g} (gradient-flow time of L = (1/2N) sum (f - y)^2), solver {args.solver}")
         print(st.table())
-        n_fail = int((st.status >= 2).sum())
+        n_fail = int(np.sum(~status_is_success(st.status)))
         if n_fail:
             print(f"{n_fail} trajectories failed (e.g. max steps); raise --max-steps or loosen --rtol.")
         result = st.to_dict()

@@ -7,7 +7,7 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
 - `sweep_network(config_or_folder, i, final=False)`: the network of row `i`.
 """
 
-from .._results import STATUSES, status_code
+from .._results import STATUSES, status_code, status_is, status_is_success
 from ._columns import DERIVED, trajectory_columns
 from ._config import BUILDERS, SweepConfig
 from ._engine import EngineStats
@@ -27,6 +27,8 @@ __all__ = [
     "load_sweep",
     "run_sweep",
     "status_code",
+    "status_is",
+    "status_is_success",
     "summarize_sweep",
     "sweep_network",
     "trajectory_columns",

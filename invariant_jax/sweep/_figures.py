@@ -14,7 +14,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from .._results import STATUSES
+from .._results import STATUSES, status_is, status_is_success
 from ..activations import ACTIVATIONS
 from ..flow import gradient_flow
 from ..graph import DAG
@@ -145,10 +145,10 @@ def _status_panel(ax, r):
     from matplotlib.ticker import MaxNLocator
 
     st = np.asarray(r["status"])
-    present = [k for k in range(len(STATUSES)) if np.any(st == k)]
-    counts = [int(np.sum(st == k)) for k in present]
+    present = [name for name in STATUSES if np.any(status_is(st, name))]
+    counts = [int(np.sum(status_is(st, name))) for name in present]
     ax.barh(range(len(present)), counts, color="C7")
-    ax.set_yticks(range(len(present)), [STATUSES[k] for k in present])
+    ax.set_yticks(range(len(present)), present)
     ax.invert_yaxis()
     ax.set_xlabel("initializations")
     ax.set_title("status")
@@ -254,7 +254,7 @@ def pick_examples(rows: dict, k: int = 3) -> list[int]:
     the disconnected one with most frozen edges, a connected one whose bottleneck weight
     changed sign, the longest sliding time, the largest drift in tolerance units, then
     the first ones. **Returns:** a list of distinct positions."""
-    ok = np.asarray(rows["status"]) <= 1
+    ok = status_is_success(np.asarray(rows["status"]))
     if not ok.any() or k <= 0:
         return []
     frozen = np.asarray(rows["frozen"], bool).sum(axis=1)

@@ -21,7 +21,7 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._results import STATUSES, is_success
+from .._results import STATUSES, is_success, status_is_success
 from .._version import __version__
 from ..losses import check_data, network_loss
 from ..network import DAGNetwork, init_edge_weights
@@ -111,7 +111,7 @@ class SweepResult(eqx.Module):
 
     @property
     def n_failed(self) -> int:
-        return int(np.sum(self.status >= 2))
+        return int(np.sum(~status_is_success(self.status)))
 
     def __len__(self) -> int:
         return len(self.index)
@@ -148,7 +148,7 @@ def _progress(total: int, initial: int, enabled: bool):
     failures = [0]
 
     def update(rec):
-        failures[0] += int(np.sum(rec["status"] >= 2))
+        failures[0] += int(np.sum(~status_is_success(rec["status"])))
         bar.update(len(rec["index"]))
         bar.set_postfix(failures=failures[0], refresh=False)
 

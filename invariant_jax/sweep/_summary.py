@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._results import STATUSES
+from .._results import STATUSES, status_is, status_is_success
 from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
@@ -176,11 +176,11 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
         rows["events"] = np.asarray(result.kink["num_events"], np.int64)
         rows["sliding_time"] = np.asarray(result.kink["sliding_time"], float)
     st = rows["status"]
-    ok = st <= 1
+    ok = status_is_success(st)
     dt = rows["drift_in_tol"][ok]
     agg = {
         "initializations": int(len(st)),
-        **{f"status_{name}": int(np.sum(st == k)) for k, name in enumerate(STATUSES)},
+        **{f"status_{name}": int(np.sum(status_is(st, name))) for name in STATUSES},
         "fraction_disconnected": float(np.mean(~rows["connected"])) if len(st) else 0.0,
         "max_components": int(rows["n_components"].max()) if len(st) else 0,
         "drift_tol_median": float(np.median(dt)) if dt.size else float("nan"),
