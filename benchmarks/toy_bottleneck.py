@@ -161,7 +161,8 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
                 f = kf.flow
                 n = f.ts.shape[0] - 1 if f.ts.shape[0] > n_save else f.ts.shape[0]  # saves (+ the final state)
                 return (f.ts[:n], f.losses[:n], f.thetas[:n, ky], f.loss_final, kf.success, f.drift_relative,
-                        f.result == maxsteps, kf.num_events, f.stats["num_steps"], kf.events_exhausted)
+                        f.result == maxsteps, kf.num_events, f.stats["num_steps"],
+                        kf.result == ij.RESULTS.max_events_reached)
             return jax.lax.map(one, th)
     else:
         raise ValueError(f"method must be 'plain' or 'kink'; got {method!r}.")

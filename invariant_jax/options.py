@@ -293,7 +293,7 @@ class KinkOptions(eqx.Module):
     **Fields:**
 
     - `max_events`: cap on located events per trajectory (an integer >= 1; each restart
-        is one); hitting it sets `KinkFlow.events_exhausted` and `result` to
+        is one); hitting it sets the `KinkFlow`'s `result` to
         `RESULTS.max_events_reached`.
     - `max_sliding`: most (sample, node) pairs that may slide at once (an integer >= 0;
         static: the size of the slot arrays). Each pair *actually* sliding costs about two

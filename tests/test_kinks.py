@@ -1,5 +1,7 @@
 """Kink-aware integration: events, crossings, sliding modes, conservation."""
 
+import dataclasses
+
 import diffrax
 import equinox as eqx
 import jax
@@ -33,6 +35,21 @@ def test_non_piecewise_linear_activation_is_refused():
     with pytest.raises(ValueError, match="piecewise-linear.*softplus.*solver='tsit5'.*kvaerno5_hessian.*gauss4"):
         kink_aware_flow(net, X, jnp.ones(4), 1.0)
 
+
+def test_max_events_is_told_by_result_alone():
+    """`max_events` stopping the flow is `result == RESULTS.max_events_reached` (as the
+    removed `events_exhausted` field computed it: the cap reached before `t1`); the old
+    name survives as a property that warns."""
+    net, X, Y = sliding_case()
+    kf = kink_aware_flow(net, X, Y, 3.0, solver="tsit5", rtol=1e-8, atol=1e-8, kinks=ij.KinkOptions(max_events=1))
+    assert int(kf.num_events) == 1 and float(kf.flow.t_final) < 3.0  # the cap binds (the old field's test)
+    assert bool(kf.result == ij.RESULTS.max_events_reached) and not bool(kf.success)
+    with pytest.warns(DeprecationWarning, match="events_exhausted is deprecated"):
+        assert bool(kf.events_exhausted)
+    done = eqx.tree_at(lambda k: k.flow.result, kf, ij.RESULTS.successful)  # a flow that reached t1
+    with pytest.warns(DeprecationWarning):
+        assert not bool(done.events_exhausted) and bool(done.success)
+    assert "events_exhausted" not in {f.name for f in dataclasses.fields(kf)}
 
 def test_bad_options():
     net, X, Y = sliding_case()
@@ -128,7 +145,9 @@ def test_event_time_located_to_root_finder_tolerance():
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-12, atol=1e-12,
                          kinks=ij.KinkOptions(max_events=1, event_tol=1e-13))
-    assert bool(kf.events_exhausted)
+    assert bool(kf.result == ij.RESULTS.max_events_reached) and not bool(kf.success)
+    with pytest.warns(DeprecationWarning, match="events_exhausted is deprecated"):
+        assert bool(kf.events_exhausted)
     t_ev = float(kf.event_times[0])
     th = kf.flow.theta_final
     Z = net.with_edge_weights(th).preactivations(X)

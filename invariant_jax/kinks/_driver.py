@@ -10,6 +10,7 @@ as trajectories finish."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 
 import diffrax
@@ -53,7 +54,10 @@ class KinkFlow(eqx.Module):
     - `event_times`: the event times, padded with `inf`, `(max_events,)`.
     - `pattern_final`: the final activation pattern, `(N, H)` bool (True = active side).
     - `sliding_final`: the pairs sliding at the end, `(N, H)` bool.
-    - `events_exhausted`: True when `max_events` stopped the integration.
+
+    `result` is `RESULTS.max_events_reached` when `max_events` stopped the integration
+    (`kflow.result == ij.RESULTS.max_events_reached`); `events_exhausted`, the flag that
+    said the same, is deprecated.
     """
 
     flow: Flow
@@ -69,7 +73,6 @@ class KinkFlow(eqx.Module):
     event_times: Float[Array, " K"]
     pattern_final: Bool[Array, "N H"]
     sliding_final: Bool[Array, "N H"]
-    events_exhausted: Bool[Array, ""]
 
     @property
     def result(self) -> RESULTS:
@@ -78,7 +81,16 @@ class KinkFlow(eqx.Module):
 
     @property
     def success(self):
-        return self.flow.success & ~self.events_exhausted
+        """Reached `t1`, or stopped by a stopping rule (`flow.success`; False when
+        `max_events` stopped it)."""
+        return self.flow.success
+
+    @property
+    def events_exhausted(self) -> Bool[Array, "..."]:
+        """Deprecated: ask `kflow.result == ij.RESULTS.max_events_reached`."""
+        warnings.warn("KinkFlow.events_exhausted is deprecated; ask `kflow.result == ij.RESULTS.max_events_reached`.",
+                      DeprecationWarning, stacklevel=2)
+        return self.result == RESULTS.max_events_reached
 
     # the names every flow result answers (as `Flow` does)
     @property
@@ -315,7 +327,6 @@ class KinkIntegrator(eqx.Module):
             event_times=out.ev_times,
             pattern_final=out.P,
             sliding_final=slot_mask(out.slots, N, H),
-            events_exhausted=(out.n_events >= self.max_events) & (out.t < self.t1),
         )
 
     def flow(self, net: DAGNetwork, theta0, out: KinkState, loss) -> KinkFlow:
@@ -413,7 +424,7 @@ def kink_aware_flow(
         default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to round-off;
         `"tsit5"` is cheaper per step but conserves only to tolerance.
     - `kinks`: an `ij.KinkOptions`: the cap on events (`max_events`; hitting it sets
-        `events_exhausted` and `result` to `RESULTS.max_events_reached`), on pairs
+        `result` to `RESULTS.max_events_reached`), on pairs
         sliding at once (`max_sliding`), and the tolerances of event location
         (`event_tol`) and of "on the surface" (`surface_tol`). Default `KinkOptions()`.
 
