@@ -77,7 +77,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from tqdm.auto import tqdm
 
-from ._results import RESULTS, result_code, result_from_code
+from ._results import RESULTS, is_success, result_code, result_from_code
 from .graph import DAG
 from .invariants import conserved_quantities
 from .losses import check_data, get_loss
@@ -199,15 +199,19 @@ class TrainResult(eqx.Module):
     """The result of `fit`.
 
     **Fields:** `network` (the trained `DAGNetwork`), `initial` (the starting one), `log`
-    (a `TrainLog`), `finite` (whether the weights stayed finite: `False` means the step
-    diverged; lower the learning rate), and the settings `optimizer`, `learning_rate`,
-    `regularizer`, `strength`, `proximal`, `tol`, `batch_size`, `epochs`.
+    (a `TrainLog`), `result` (a `RESULTS` item, batched like the networks:
+    `RESULTS.successful` where the weights stayed finite, `RESULTS.training_diverged`
+    where the step diverged; its message says the fix), and the settings `optimizer`,
+    `learning_rate`, `regularizer`, `strength`, `proximal`, `tol`, `batch_size`, `epochs`.
+
+    `success` (as `Flow.success`) and `finite` (whether the weights stayed finite) are
+    read off `result`.
     """
 
     network: DAGNetwork
     initial: DAGNetwork
     log: TrainLog
-    finite: Bool[Array, "..."]
+    result: RESULTS
     strength: Float[Array, ""]
     optimizer: str = eqx.field(static=True)
     learning_rate: float = eqx.field(static=True)
@@ -219,14 +223,14 @@ class TrainResult(eqx.Module):
 
     @property
     def success(self) -> Bool[Array, "..."]:
-        return self.finite
+        """True where training ended with finite weights (`is_success(result)`)."""
+        return is_success(self.result)
 
     @property
-    def result(self) -> RESULTS:
-        """`RESULTS.successful` where the weights stayed finite, else
-        `RESULTS.training_diverged` (its message says the fix). Batched like `finite`."""
-        bad = int(result_code(RESULTS.training_diverged))
-        return result_from_code(jnp.where(self.finite, int(result_code(RESULTS.successful)), bad))
+    def finite(self) -> Bool[Array, "..."]:
+        """Whether the weights stayed finite: `False` (`RESULTS.training_diverged`) means
+        the step diverged; lower the learning rate."""
+        return ~(self.result == RESULTS.training_diverged)
 
 
 # ---------------------------------------------------------------- the loop
@@ -562,11 +566,13 @@ def fit(
         epochs_arr = jnp.broadcast_to(epochs_arr, (theta0.shape[0], n_logs + 1))
     log = TrainLog(epochs=epochs_arr, **cat)
     finite = jnp.all(jnp.isfinite(theta), axis=-1)
+    result = result_from_code(jnp.where(finite, int(result_code(RESULTS.successful)),
+                                        int(result_code(RESULTS.training_diverged))))
     return TrainResult(
         network=net.with_edge_weights(theta),
         initial=net.with_edge_weights(theta0),
         log=log,
-        finite=finite,
+        result=result,
         strength=strength_a,
         optimizer=optimizer if isinstance(optimizer, str) else type(optimizer).__name__,
         learning_rate=float(learning_rate),

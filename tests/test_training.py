@@ -1,6 +1,8 @@
 """Training: regularized gradient flow, the optax loop against hand-written steps, the
 drift of c under SGD and Adam, cut-off counting, and a seeded nuclear-vs-none run."""
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -184,6 +186,22 @@ def test_optax_transformation_passes_through(small):
         theta = theta - 0.1 * grad(theta)
     np.testing.assert_allclose(res.network.edge_weights(), theta, rtol=1e-12)
 
+
+def test_train_result_carries_result_success_and_finite(small):
+    """`TrainResult.result` is a `RESULTS` field like `Flow.result`; `success` and `finite`
+    are read off it. A step that diverges is `training_diverged`, element-wise on a batch."""
+    g, X, Y, _, net = small
+    ok = ij.fit(net, X, Y, loss="mse", optimizer="sgd", learning_rate=0.01, epochs=3, log_every=3)
+    bad = ij.fit(net, X, Y, loss="mse", optimizer="sgd", learning_rate=1e6, epochs=9, log_every=3)
+    assert not np.all(np.isfinite(np.asarray(bad.network.edge_weights())))  # it did diverge
+    assert "result" in {f.name for f in dataclasses.fields(ok)}
+    assert ij.result_name(ok.result) == "successful" and bool(ok.success) and bool(ok.finite)
+    assert ij.result_name(bad.result) == "training_diverged" and not bool(bad.success) and not bool(bad.finite)
+    assert "learning_rate" in ij.result_message(bad.result)
+    both = jax.tree.map(lambda a, b: jnp.stack([a, b]), ok.result, bad.result)
+    batch = eqx.tree_at(lambda r: r.result, ok, both)
+    np.testing.assert_array_equal(batch.success, [True, False])
+    np.testing.assert_array_equal(batch.finite, [True, False])
 
 def test_bad_training_input(small):
     g, X, _, Yb, net = small
