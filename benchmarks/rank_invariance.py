@@ -10,9 +10,12 @@ other `n` are generic (a singular one has probability 0). Each is flowed by
 `ij.gradient_flow(net, X, Y, t1=4, n_save=9, solver=ij.SolverOptions(solver, rtol=rtol,
 atol=rtol, max_steps=...))`, all in one `eqx.filter_vmap`.
 
-Per flow it records: diffrax's success flag; how many of the 9 saved times were reached (a
-ReLU flow can exhaust the step budget where units switch; diffrax then leaves inf at the
-unreached times); the rank of `J_G` at every reached saved time by the SVD
+Per flow it records: diffrax's success flag (`t1` reached); how many of the 9 saved states are
+finite (a ReLU flow can exhaust the step budget where units switch; `ij.gradient_flow` then
+puts the state where it stopped, at `t_final < t1`, in the last slot and leaves inf at the
+saved times after the stop that it did not reach, so "all saved times reached" in the JSON
+means all 9 states finite, the last possibly at `t_final`); the rank of `J_G` at every
+reached saved time (including the stop) by the SVD
 (`ij.jacobian_rank`, `numpy.linalg.matrix_rank`'s threshold) and exactly by the graph
 (`ij.jacobian_rank(..., method="graph")`, exact zeros) at the first and the last reached
 time; the smallest singular value `s_min(J_G)` and `s_min` over the smallest row norm of `J_G`
