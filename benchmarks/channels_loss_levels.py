@@ -44,7 +44,7 @@ def channel_like(net) -> bool:
     and diverging (`detect_channels` "channel" or "candidate" at Euclidean norm threshold 1,
     i.e. `weightnorm >= 1 / (2E)`)."""
     rep = ch.detect_channels(net, pair_tol=1e-2, maxnorm=0.5 / len(net.graph.edges))
-    return any(p.classification in ("channel", "candidate") for p in rep.pairs)
+    return any(p.classification in (ch.PairClass.channel, ch.PairClass.candidate) for p in rep.pairs)
 
 
 def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="g", bias=True, width=4):

@@ -1,5 +1,8 @@
 """Channel coordinates, duplication and saddle lines, GLU limit and collapse, detection."""
 
+import dataclasses
+import json
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -136,6 +139,29 @@ def test_collapse_channel_is_the_limit_network(data):
     gaps = [float(network_loss(set_channel_coordinates(net, p.with_eps(e)), X, Y)) - L0 for e in (1e-2, 1e-3)]
     assert abs(gaps[1]) < abs(gaps[0]) / 50  # eps^2 scaling: a factor ~100
 
+
+def test_pair_classification_is_a_readable_enumeration():
+    """`ChannelPair.classification` is a `PairClass` member: equal to, printed and
+    serialised as its word; a misspelt class is refused rather than silently unequal."""
+    from invariant_jax.channels import CLASSIFICATIONS, PairClass
+
+    net0 = ij.DAGNetwork(ij.mlp([2, 3, 1], bias=True), "softplus", key=jr.key(5))
+    p = channel_coordinates(net0, 0, 2)
+    assert p.classification is PairClass.constructed and p.classification == "constructed"
+    rep = detect_channels(set_channel_coordinates(net0, p.with_eps(1e-5)))
+    (c,) = rep.pairs
+    assert c.classification is PairClass.channel and rep.channels == (c,)
+    assert f"{c.classification:>8}" == " channel" and json.dumps([c.classification]) == '["channel"]'
+    assert CLASSIFICATIONS == ("channel", "candidate", "merging")
+    assert [m.value for m in PairClass] == ["constructed", *CLASSIFICATIONS]
+    assert _reclassified(p, "merging").classification is PairClass.merging  # a string converts
+    with pytest.raises(ValueError, match="classification must be one of .*'chanel'"):
+        _reclassified(p, "chanel")
+
+
+def _reclassified(p, cls):
+    """`p` built again with another classification (through `ChannelPair`'s own `__init__`)."""
+    return type(p)(**{**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}, "classification": cls})
 
 def test_detector_flags_constructed_channel_not_finite_minimum(critical_net):
     net0 = ij.DAGNetwork(ij.mlp([2, 3, 1], bias=True), "softplus", key=jr.key(5))

@@ -9,6 +9,7 @@ from ._frequency import FrequencyStudy, channel_frequency
 from ._glu import (
     ChannelPair,
     CollapsedNetwork,
+    PairClass,
     channel_coordinates,
     collapse_channel,
     glu_limit,

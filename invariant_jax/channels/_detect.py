@@ -19,7 +19,7 @@ from ..converge import weightnorm
 from ..flow import Flow
 from ..losses import check_data, loss_gradient
 from ..network import DAGNetwork
-from ._glu import ChannelPair, channel_coordinates
+from ._glu import ChannelPair, PairClass, channel_coordinates
 
 __all__ = ["ChannelReport", "detect_channels", "CLASSIFICATIONS", "MAXNORM", "PAIR_TOL"]
 
@@ -29,7 +29,8 @@ MAXNORM = 1e3
 PAIR_TOL = 1e-2
 """The paper's merging criterion: cosine distance between input weights below `PAIR_TOL`."""
 
-CLASSIFICATIONS = ("channel", "candidate", "merging")
+CLASSIFICATIONS = (PairClass.channel, PairClass.candidate, PairClass.merging)
+"""The classes `detect_channels` assigns (`PairClass` members, equal to their names)."""
 
 
 class ChannelReport(eqx.Module):
@@ -38,16 +39,16 @@ class ChannelReport(eqx.Module):
     **Fields:**
 
     - `pairs`: a `ChannelPair` per pair of neurons whose input weights merged (cosine
-        distance below `pair_tol`), each with its `classification`:
-        `"channel"` (all criteria hold), `"candidate"` (merging with opposite, diverging
-        output weights, but the norm or late-update criterion fails) or `"merging"`
+        distance below `pair_tol`), each with its `classification`, a `PairClass`:
+        `channel` (all criteria hold), `candidate` (merging with opposite, diverging
+        output weights, but the norm or late-update criterion fails) or `merging`
         (input weights merged, output weights not diverging: e.g. a saddle line).
     - `cosine_distances`, `opposite`, `diverging`, `late_fractions`: per pair, the
         criteria values (`late_fractions` is NaN when no update direction was available).
     - `groups`: tuples of 3 or more hidden positions whose input weights lie within
         cosine distance `group_tol` of each other (connected components).
     - `param_norm`: `||theta||`; `weightnorm`: `sum(theta^2) / (2E)`, the quantity the
-        norm criterion tests; `in_channel`: whether any pair is a `"channel"`;
+        norm criterion tests; `in_channel`: whether any pair is a `channel`;
         `thresholds`: the criteria settings used.
     """
 
@@ -64,7 +65,7 @@ class ChannelReport(eqx.Module):
 
     @property
     def channels(self) -> tuple[ChannelPair, ...]:
-        return tuple(p for p in self.pairs if p.classification == "channel")
+        return tuple(p for p in self.pairs if p.classification is PairClass.channel)
 
     def table(self) -> str:
         head = f"{'pair':>14} {'class':>10} {'cos dist':>9} {'eps':>9} {'|c|':>9} {'|a|':>9} {'late':>6}"
@@ -236,11 +237,11 @@ def detect_channels(
     for p, d, lf in zip(pairs, div, lfs):
         late_ok = np.isnan(lf) or late_total >= late_fraction
         if d and norm > norm_threshold and late_ok:
-            cls = "channel"
+            cls = PairClass.channel
         elif d:
-            cls = "candidate"
+            cls = PairClass.candidate
         else:
-            cls = "merging"
+            cls = PairClass.merging
         out.append(_with_class(p, cls))
     return ChannelReport(
         pairs=tuple(out),
@@ -251,13 +252,13 @@ def detect_channels(
         groups=groups,
         param_norm=norm,
         weightnorm=float(weightnorm(theta)),
-        in_channel=any(p.classification == "channel" for p in out),
+        in_channel=any(p.classification is PairClass.channel for p in out),
         thresholds=dict(maxnorm=maxnorm, pair_tol=pair_tol, group_tol=group_tol,
                         late_fraction=late_fraction, late_window=late_window),
     )
 
 
-def _with_class(p: ChannelPair, cls: str) -> ChannelPair:
+def _with_class(p: ChannelPair, cls: PairClass) -> ChannelPair:
     fields = {f: getattr(p, f) for f in ("w", "eps", "Delta", "c", "a", "i", "j", "graph", "activation",
                                          "predecessors", "successors")}
     return ChannelPair(**fields, classification=cls)

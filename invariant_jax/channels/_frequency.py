@@ -21,6 +21,7 @@ from ..network import DAGNetwork
 from ..options import SolverOptions
 from ..sweep import sweep_flows
 from ._detect import MAXNORM, PAIR_TOL, detect_channels
+from ._glu import PairClass
 
 __all__ = ["FrequencyStudy", "channel_frequency"]
 
@@ -165,8 +166,8 @@ def channel_frequency(
             net = DAGNetwork(g, act, edge_weights=res.theta_final[n])
             rep = detect_channels(net, X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
             cls = {p.classification for p in rep.pairs}
-            channel[a, k, m, n] = "channel" in cls
-            candidate[a, k, m, n] = "candidate" in cls and "channel" not in cls
+            channel[a, k, m, n] = PairClass.channel in cls
+            candidate[a, k, m, n] = PairClass.candidate in cls and PairClass.channel not in cls
             norm[a, k, m, n] = rep.param_norm
         loss_final[a, k, m] = res.loss_final
         t_final[a, k, m] = res.t_final

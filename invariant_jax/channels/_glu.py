@@ -11,6 +11,8 @@ computes `c sigma(w.u) + a (Delta.u) sigma'(w.u)`, with `u` the predecessors' va
 
 from __future__ import annotations
 
+import enum
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +24,7 @@ from ..losses import require_smooth
 from ..network import DAGNetwork
 
 __all__ = [
+    "PairClass",
     "ChannelPair",
     "channel_coordinates",
     "set_channel_coordinates",
@@ -31,6 +34,29 @@ __all__ = [
     "collapse_channel",
     "CollapsedNetwork",
 ]
+
+
+class PairClass(enum.StrEnum):
+    """What a `ChannelPair` is: `constructed` (built by `channel_coordinates`, not
+    classified), or what `detect_channels` decided: `channel` (all the paper's criteria
+    hold), `candidate` (merging, with opposite diverging output weights, but the norm or
+    late-update test fails) or `merging` (input weights merged only, e.g. a saddle line).
+
+    A `str` enumeration: each member equals, prints and serialises as its readable value
+    (`PairClass.channel == "channel"`), so tables and JSON keep the words; code compares
+    with the members, which a typo cannot silently miss."""
+
+    constructed = "constructed"
+    channel = "channel"
+    candidate = "candidate"
+    merging = "merging"
+
+
+def _pair_class(value) -> PairClass:
+    try:
+        return PairClass(value)
+    except ValueError:
+        raise ValueError(f"classification must be one of {[c.value for c in PairClass]}; got {value!r}.") from None
 
 
 def _hidden_position(g: DAG, v) -> int:
@@ -53,7 +79,7 @@ class ChannelPair(eqx.Module):
     **Fields:** `w`, `Delta` (shape `(p,)`, over `predecessors`), `eps` (scalar), `c`, `a`
     (shape `(k,)`, over `successors`); static: `i`, `j` (positions in `graph.hidden`),
     `graph`, `activation`, `predecessors`, `successors` (node labels), and
-    `classification` (`"constructed"`, or what `detect_channels` decided).
+    `classification` (a `PairClass`: `constructed`, or what `detect_channels` decided).
     """
 
     w: Float[Array, " p"]
@@ -67,7 +93,7 @@ class ChannelPair(eqx.Module):
     activation: Activation = eqx.field(static=True)
     predecessors: tuple = eqx.field(static=True)
     successors: tuple = eqx.field(static=True)
-    classification: str = eqx.field(static=True, default="constructed")
+    classification: PairClass = eqx.field(static=True, default=PairClass.constructed, converter=_pair_class)
 
     @property
     def nodes(self) -> tuple:
