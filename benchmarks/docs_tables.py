@@ -126,8 +126,103 @@ def channels_solvers() -> str:
             f"{ratio} the wall time{', same final loss to 1e-8' if same else ''}.\n")
 
 
+def rank_invariance() -> str:
+    """docs/topology.md: rank of J_G along gradient flow from generic and singular inits."""
+    rec = _load("rank_invariance.json")
+    st = rec["settings"]
+    rows = ["| solver | rtol = atol | step budget | generic flows | solver success (`t1` reached) | all 9 saved states finite "
+            "| full rank at every reached time | rank end = start / differs | min `s_min(J_G)` "
+            "| min `s_min` / node norm | wall (with compiling) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rec["runs"]:
+        rows.append(f"| {r['solver']} | {r['rtol']:g} | {r['max_steps']} | {r['n_generic']} | "
+                    f"{r['fraction_solver_success']:.1%} | {r['fraction_all_saved_times_reached']:.1%} | "
+                    f"{r['rank_full_at_every_reached_time']} / {r['n_generic']} | "
+                    f"{r['rank_end_equal_start']} / {r['rank_end_not_equal_start']} | {r['min_s_min']:.3g} | "
+                    f"{r['min_s_min_over_node_norm']:.3g} | {r['wall_flow_s']:.0f} s |")
+    H = st["n_hidden"]
+    groups = " and ".join(f"`{{{', '.join(x['group'])}}}`" for x in rec["runs"][0]["singular_inits"])
+    bad = [f"{r['solver']} rtol {r['rtol']:g}: {x['group']} rank {x['rank_min']}-{x['rank_max']}, boundary "
+           f"exactly 0 {x['boundary_exactly_zero']}" for r in rec["runs"] for x in r["singular_inits"]
+           if not (x["rank_min"] == x["rank_max"] == x["graph_rank_start"] == x["graph_rank_end"] == H - 1
+                   and x["boundary_exactly_zero"])]
+    sing = (f"The two singular inits ({groups} cut off) keep rank {H - 1} = `H - 1` (SVD at every reached "
+            f"time, graph method at the first and last) with their boundary edges exactly 0, in every row"
+            if not bad else "The singular inits did NOT all keep rank `H - 1`: " + "; ".join(bad))
+    load = rec["runs"][0]["load_average_before"][0]
+    note = f" {rec['note']}." if rec.get("note") else ""
+    end = rec["provenance"]["load_average"][0]
+    return (f"Measured (`{rec['command']}`, commit {_commit(rec)}, load average {load:.1f} at the start and "
+            f"{end:.1f} at the end on 2 cores; "
+            f"`benchmarks/results/rank_invariance.json`, with every flow's ranks, success and `s_min`): "
+            f"`{st['graph_call']}`, `t1 = {st['t1']:g}`, {st['n_save']} saved times, full rank "
+            f"= {H} (the number of hidden nodes).{note}\n\n" + "\n".join(rows)
+            + f"\n\n{sing}.\n")
+
+
+def _dur(sec: float | None) -> str:
+    if sec is None:
+        return "not run"
+    if sec < 1e-3:
+        return f"{sec * 1e3:.2f} ms"
+    if sec < 1.0:
+        return f"{sec * 1e3:.2g} ms" if sec < 0.1 else f"{sec * 1e3:.0f} ms"
+    return f"{sec:.1f} s" if sec < 10 else f"{sec:.0f} s"
+
+
+def topology_scale() -> str:
+    """docs/topology.md's Scale section: the topology tools on random DAGs of 10 to 10^3
+    hidden nodes, 10^5 verdicts on the demo DAG, issue 30's singular-point case."""
+    rec = _load("topology_scale.json")
+    st, rows = rec["settings"], rec["graphs"]
+    load = rec["provenance"]["load_average"][0]
+    out = [f"Measured (`{rec['command']}`, commit {_commit(rec)}; median of {st['repeats']} warm calls "
+           f"on a shared 2-core CPU, load average {load:.1f} when written):", "",
+           "| hidden nodes | edges | bottlenecks | `connectivity` (no LP) | with the LP | `component_of` "
+           "| `singular_subnetworks` | `jacobian_rank` (SVD) | `jacobian_rank(method=\"graph\")` |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['n_hidden']} | {r['n_edges']} | {r['n_out_bottlenecks'] + r['n_in_bottlenecks']} | "
+                   f"{_dur(r['connectivity_s'])} | {_dur(r.get('connectivity_lp_s'))} | {_dur(r['component_of_s'])} | "
+                   f"{_dur(r['singular_subnetworks_s'])} | {_dur(r.get('jacobian_rank_s'))} | "
+                   f"{_dur(r['jacobian_rank_graph_s'])} |")
+    big = rows[-1]
+    svd_rows = [r for r in rows if "rank_svd" in r]
+    zeroed = [r for r in rows if "zeroed_rank_svd" in r]
+    agree = sum(r["rank_svd_equals_graph"] and r["rank_identity_holds"] for r in svd_rows)
+    zagree = sum(r["zeroed_rank_svd_equals_graph"] for r in zeroed)
+    b = rec["batched"]
+    i30 = rec["issue30_singular"]
+    secs = [x["seconds"] for x in i30]
+    out += ["",
+            f"- At {big['n_hidden']} hidden nodes and {big['n_edges']} edges: `connectivity` "
+            f"{_dur(big['connectivity_s'])} (first call on the graph {_dur(big['connectivity_first_s'])}, "
+            f"which includes the cached searches), `jacobian_rank` by the SVD "
+            f"{_dur(big.get('jacobian_rank_s'))}, by `method=\"graph\"` {_dur(big['jacobian_rank_graph_s'])}.",
+            f"- Rank checks: on {agree} of {len(svd_rows)} graphs the SVD rank, the graph rank and "
+            f"`H - len(singular_subnetworks(net))` are equal. With every edge of 5% of the hidden nodes and a "
+            f"third of the other edges set to 0 (cut-off groups: "
+            f"{', '.join(str(r['zeroed_n_groups']) for r in rows)}), the graph rank equals `H - groups` on "
+            f"{sum(r['zeroed_rank_graph_identity_holds'] for r in rows)} of {len(rows)} graphs and the SVD's "
+            f"on {zagree} of {len(zeroed)} (the SVD run up to 300 hidden nodes); it takes "
+            f"{_dur(big['zeroed_jacobian_rank_graph_s'])} at {big['n_hidden']}.",
+            f"- {b['n']} verdicts on the demo DAG: `component_of` on all of them in {_dur(b['component_of_s'])} "
+            f"({b['per_verdict_us']:.1f} us per verdict; `frozen_mask` alone {_dur(b['frozen_mask_s'])}), "
+            f"{b['n_labels']} distinct labels. {b['lp_sample']} rows drawn at random and re-decided one at a "
+            f"time by `connectivity(..., lp=\"all\")` agree, {b['lp_agree']} of {b['lp_sample']}.",
+            f"- Issue 30's case (`random_dag(3, 30, 1, 0.2)`, graph seeds 0-{len(i30) - 1}): `singular_point` "
+            f"decides it in {min(secs):.2f}-{max(secs):.2f} s; verdicts "
+            + ", ".join(f"seed {x['graph_seed']} {x['verdict']}" for x in i30) + ".",
+            "- `singular_point` per graph (subset sums up to 40 nodes per hidden component, else the "
+            "MILP): " + ", ".join(f"{r['n_hidden']}: {r.get('singular_point', 'not run')}"
+                                   + (f" ({r['singular_point_s']:.1f} s)" if 'singular_point_s' in r else "")
+                                   for r in rows) + f" (MILP time limit {st['singular_time_limit']:g} s)."]
+    return "\n".join(out) + "\n"
+
+
 BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
-          "first-calls": first_calls, "channels-solvers": channels_solvers}
+          "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
+          "topology-scale": topology_scale}
 
 
 def render(text: str, missing: list | None = None) -> str:
