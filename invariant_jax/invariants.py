@@ -96,7 +96,7 @@ def jacobian_rank(net: DAGNetwork, tol: float | None = None, *, method: str = "s
           above `tol` (absolute). With `tol=None` the threshold is
           `max(H, E) * eps * s_max`, as in `numpy.linalg.matrix_rank`. Jit- and
           vmap-compatible; returns an integer JAX array. Cost: a dense SVD, cubic
-          (about 27 s at 10^3 hidden nodes and 10^4 edges on a 2-core CPU).
+          (8-27 s at 10^3 hidden nodes and 10^4 edges on a shared 2-core CPU).
         - `"graph"`: the exact rank of `J_G` with the edges `|theta_e| <= tol` set to 0
           (`tol=None` means 0: only exactly-zero weights count as 0). Scaling the
           columns of `B~` by nonzero numbers does not change its rank, and the rank of the
