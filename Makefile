@@ -30,18 +30,27 @@ EXACTNESS_ISA ?= SSE4_2
 # runs everything in one process; PYTEST_ARGS adds pytest options. Both runs share one
 # persistent compilation cache in a temporary folder that lives for this `make test` only
 # (conftest.py).
+#
+# Almost all of the suite's time is XLA compilation. The first run compiles with most of
+# XLA's optimization off (JAX_DISABLE_MOST_OPTIMIZATIONS: LLVM at -O0, no expensive passes),
+# which halves compile times; the programs compute the same mathematics (no fast-math either
+# way), and the exactness rerun compiles with full optimization, as users run, so every
+# exactness claim is checked under two code generations. `make test TEST_FAST_COMPILE=0`
+# runs the first run fully optimized too; `make test-all` always does.
+TEST_FAST_COMPILE ?= 1
 PYTEST_N ?= logical
 XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 define run_tests
 	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export IJ_TEST_CACHE_DIR="$$cache" && \
-	$(1)/python -m pytest -q $(XDIST) $(2) && \
+	JAX_DISABLE_MOST_OPTIMIZATIONS=$(TEST_FAST_COMPILE) $(1)/python -m pytest -q $(XDIST) $(2) && \
 	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_max_isa=$(EXACTNESS_ISA)" $(1)/python -m pytest -q $(XDIST) $(3)
 endef
 
 test: install
 	$(call run_tests,$(BIN),,-m "exactness and not slow")
 
+test-all: TEST_FAST_COMPILE = 0
 test-all: install
 	$(call run_tests,$(BIN),-m '',-m exactness)
 
