@@ -1,4 +1,4 @@
-"""The numbers in README.md, docs/*.md and benchmarks/README.md that come from committed
+"""The numbers in README.md, docs/*.md and benchmarks/*.md that come from committed
 results, written from those JSON files.
 
 A page holds a generated block as
@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-PAGES = [ROOT / "README.md", HERE / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", HERE / "README.md", HERE / "channels_history.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
@@ -220,9 +220,97 @@ def topology_scale() -> str:
     return "\n".join(out) + "\n"
 
 
+LOSS_LEVEL_STUDIES = [  # (group, file): the loss-levels study at the paper's settings, 100 seeds per cell
+    ("g, no bias", "channels_loss_levels_paper_g_nobias.json"),
+    ("g, bias", "channels_loss_levels_paper_g_bias_cpu_seeds100.json"),
+    ("softplus, no bias", "channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json"),
+    ("softplus, bias", "channels_loss_levels_paper_softplus_bias_cpu_seeds100.json"),
+]
+
+
+def _pct(x: float) -> str:
+    """A percentage to two significant figures, as the channel tables print them."""
+    x = 100 * x
+    if x == 0:
+        return "0"
+    return f"{x:.0f}" if x >= 9.95 else f"{x:.1f}"
+
+
+def _pct_ci(frac: float, ci) -> str:
+    return f"{_pct(frac)} [{_pct(ci[0])}, {_pct(ci[1])}]"
+
+
+def _stopped(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def channels_loss_levels() -> str:
+    """docs/channels.md: the loss-levels study at the paper's settings, every cell of the four
+    merged files: infinite runs and what they are."""
+    rows = ["| activation | bias | r | runs | % infinite [Wilson 95%] | confirmed channel | sharpened neuron "
+            "| other infinite | % duplicates [95%] | loss levels |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, name in LOSS_LEVEL_STUDIES:
+        for c in _load(name)["summary"]:
+            sharp = c.get("sharpened")
+            other = "-" if sharp is None else str(c["infinite"] - c["confirmed"] - sharp)
+            rows.append(f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['n']} | "
+                        f"{_pct_ci(c['infinite_fraction'], c['infinite_ci'])} | {c['confirmed']} | "
+                        f"{'-' if sharp is None else sharp} | {other} | "
+                        f"{_pct_ci(c['duplicate_fraction'], c['duplicate_ci'])} | {c['n_levels']} |")
+    recs = [_load(name) for _, name in LOSS_LEVEL_STUDIES]
+    n = sum(c["n"] for r in recs for c in r["summary"])
+    return ("\n".join(rows) + f"\n\n{n} runs (`benchmarks/results/" + "`, `benchmarks/results/".join(
+        name for _, name in LOSS_LEVEL_STUDIES) + "`). Wall time with compiling: "
+        + "; ".join(f"{g} {r['total_seconds']:.0f} s" for (g, _), r in zip(LOSS_LEVEL_STUDIES, recs))
+        + " (summed over the parts of a merged file).\n")
+
+
+def channels_loss_levels_details() -> str:
+    """docs/channels.md: per cell of the loss-levels study, how runs stopped and the authors'
+    post-processing (the `g`-without-bias file predates the jump-filter records)."""
+    rows = ["| activation | bias | r | paper criterion | unique (Hungarian) | kept by jump filter "
+            "| authors' Fig. 4 channel | stopped by |",
+            "|---|---|---|---|---|---|---|---|"]
+    for _, name in LOSS_LEVEL_STUDIES:
+        for c in _load(name)["summary"]:
+            get = lambda k: str(c[k]) if k in c else "-"  # noqa: E731
+            rows.append(f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['channel_paper']} | "
+                        f"{get('n_unique')} | {get('kept')} | {get('authors_channel')} | {_stopped(c['stopped_by'])} |")
+    return "\n".join(rows) + "\n"
+
+
+def channels_roughness() -> str:
+    """docs/channels.md: the roughness study at 10^4 samples, 100 runs per scaling."""
+    rec = _load("channels_roughness_paper_cpu_runs100.json")
+    spread = rec["teacher_spread"]
+    rows = ["| scaling s | infinite [Wilson 95%] | paper's channel criterion [Wilson 95%] | teacher bootstrap 95% "
+            "| confirmed channels | sharpened neuron | stopped by |",
+            "|---|---|---|---|---|---|---|"]
+    ss = sorted(rec["summary"], key=lambda c: float(c["label"].removeprefix("s=")))
+    for i, c in enumerate(ss):
+        s = c["label"].removeprefix("s=")
+        tag = " (smoothest)" if i == 0 else " (roughest)" if i == len(ss) - 1 else ""
+        lo, hi = spread[c["label"]]["channel_paper_ci_teacher_bootstrap"]
+        rows.append(f"| {s}{tag} | {100 * c['infinite_fraction']:.0f}% [{100 * c['infinite_ci'][0]:.1f}, "
+                    f"{100 * c['infinite_ci'][1]:.1f}] | {100 * c['channel_paper_fraction']:.0f}% "
+                    f"[{100 * c['channel_paper_ci'][0]:.1f}, {100 * c['channel_paper_ci'][1]:.1f}] | "
+                    f"[{100 * lo:.0f}, {100 * hi:.0f}] | {c['confirmed']} | {c['sharpened']} | {_stopped(c['stopped_by'])} |")
+    per = "; ".join(f"s = {c['label'].removeprefix('s=')}: "
+                    f"{','.join(map(str, spread[c['label']]['channel_paper_per_teacher']))}" for c in ss)
+    per_teacher = {c["n"] // spread[c["label"]]["teachers"] for c in ss}
+    dup = sum(c["duplicate"] for c in ss)
+    n = sum(c["n"] for c in ss)
+    return ("\n".join(rows) + f"\n\nPaper's-criterion channels per teacher ({'/'.join(map(str, sorted(per_teacher)))} "
+            f"runs each): {per}. Duplicate neurons: {dup} in {n} runs. Wall time with compiling, summed over "
+            f"the parts: {rec['total_seconds']:.0f} s (`benchmarks/results/channels_roughness_paper_cpu_runs100.json`).\n")
+
+
 BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
           "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
-          "topology-scale": topology_scale}
+          "topology-scale": topology_scale,
+          "channels-loss-levels": channels_loss_levels, "channels-loss-levels-details": channels_loss_levels_details,
+          "channels-roughness": channels_roughness}
 
 
 def render(text: str, missing: list | None = None) -> str:

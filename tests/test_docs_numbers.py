@@ -4,6 +4,7 @@ the JSON files; every results file a page names exists; every committed result r
 how it was made."""
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -61,3 +62,93 @@ def test_committed_results_record_their_provenance(path):
         assert prov["versions"]["jax"] and prov["started"] <= prov["finished"]
     else:
         assert re.fullmatch(r"[0-9a-f]{40}", prov.get("committed_in", "")) and prov.get("note"), path.name
+
+
+def _load(name):
+    return json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+
+
+def _pc(frac):
+    return f"{100 * frac:.0f}%"
+
+
+def _channels_loss_levels_claims():
+    """The prose under docs/channels.md's loss-levels table, rebuilt from the four files."""
+    cells = {(c["activation"], c["bias"], c["r"]): c for _, name in docs_tables.LOSS_LEVEL_STUDIES
+             for c in _load(name)["summary"]}
+    rng = lambda xs: f"{min(xs)}-{max(xs)}"  # noqa: E731
+    conf_nobias = [round(100 * cells[k]["confirmed_fraction"]) for k in cells
+                   if not k[1] and ((k[0] == "g" and k[2] >= 3) or (k[0] == "softplus" and 2 <= k[2] <= 4))]
+    sp5 = cells["softplus", False, 5]
+    rec = _load("channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json")["records"]
+    r5 = [i for i, r in enumerate(rec["r"]) if r == 5]
+    unc = [i for i in r5 if rec["infinite"][i] and not rec["confirmed"][i]]
+    near = [rec["glu_error"][i] for i in unc if rec["glu_error"][i] < 0.1]
+    far = [rec["glu_error"][i] for i in unc if rec["glu_error"][i] >= 0.1]
+    mse_unc = sorted({f"{rec['mse'][i]:.3f}" for i in unc})
+    mse_con = sorted({f"{rec['mse'][i]:.3f}" for i in r5 if rec["confirmed"][i]})
+    max_cos = max(rec["min_cos"][i] for i in unc)
+    gb = [cells["g", True, r] for r in (3, 4, 5)]
+    sb = [cells["softplus", True, r] for r in (3, 4, 5)]
+    dup = [c["duplicate"] for c in cells.values()]
+    return [
+        f"{rng(conf_nobias)}% of the runs of those cells are confirmed",
+        f"except softplus at r = 5 ({_pc(sp5['confirmed_fraction'])}). Its {sp5['infinite'] - sp5['confirmed']} unconfirmed",
+        f"here < {math.ceil(max_cos * 1e5) / 10:.1f}e-4",
+        f"(MSE {mse_unc[0]} and {mse_unc[1]}; GLU fit {100 * min(near):.1f}-{100 * max(near):.1f}% in {len(near)} runs, "
+        f"{100 * min(far):.0f}-{100 * max(far):.0f}% in {len(far)})",
+        f"{sp5['confirmed']} confirmed ones end at the lowest ({', '.join(mse_con)})",
+        f"With `g`, {', '.join(_pc(c['infinite_fraction']) for c in gb[:2])} and {_pc(gb[2]['infinite_fraction'])} "
+        f"of runs are infinite at r = 3, 4, 5",
+        f"{', '.join(_pc(c['confirmed_fraction']) for c in gb[:2])} and {_pc(gb[2]['confirmed_fraction'])} are confirmed",
+        f"With softplus, {rng([round(100 * c['infinite_fraction']) for c in sb])}% are infinite at r = 3-5, but at r = 3 "
+        f"{sb[0]['sharpened']} of the {sb[0]['infinite']} are one",
+        f"confirmed channels are {', '.join(_pc(c['confirmed_fraction']) for c in sb[:2])} and {_pc(sb[2]['confirmed_fraction'])}.",
+        f"yet {_pc(cells['softplus', False, 1]['infinite_fraction'])} (softplus, no bias)",
+        f"and {_pc(cells['softplus', True, 1]['infinite_fraction'])} (softplus, bias) of runs are infinite",
+        f"at r = 2, {cells['g', True, 2]['infinite'] - cells['g', True, 2]['confirmed'] - cells['g', True, 2]['sharpened']} "
+        "infinite runs are anti-parallel pairs",
+        f"rare: {rng([round(100 * c['duplicate_fraction']) for c in cells.values()])}% per cell, {sum(dup)} of "
+        f"{sum(c['n'] for c in cells.values())} runs.",
+    ]
+
+
+def _channels_roughness_claims():
+    """The prose under docs/channels.md's roughness table, rebuilt from its file."""
+    rec = _load("channels_roughness_paper_cpu_runs100.json")
+    ss = sorted(rec["summary"], key=lambda c: float(c["label"][2:]))
+    r = rec["records"]
+    paper = [i for i in range(len(r["label"])) if r["channel_paper"][i]]
+    conf = [i for i in range(len(r["label"])) if r["confirmed"][i]]
+    miss = {c["label"]: sum(1 for i in paper if r["label"][i] == c["label"] and not r["confirmed"][i]) for c in ss}
+    ms = [c["stopped_by"].get("max_steps", 0) for c in ss]
+    inf = sum(c["infinite"] for c in ss)
+    sharp = max(ss, key=lambda c: c["sharpened"])
+    boot = rec["teacher_spread"]["s=2"]["channel_paper_ci_teacher_bootstrap"]
+    missing = [(v, k[2:]) for k, v in miss.items() if v]
+    return [
+        " -> ".join(_pc(c["channel_paper_fraction"]) for c in ss) + " by the paper's",
+        "(" + " -> ".join(str(c["confirmed"]) for c in ss) + " confirmed)",
+        "Every confirmed channel also passes" if set(conf) <= set(paper) else "NOT every confirmed channel",
+        f"of the {len(paper)} paper-criterion\n  channels, {len(paper) - sum(miss.values())} pass our stricter GLU fit "
+        f"(all but {', '.join(str(v) for v, _ in missing[:-1])} and {missing[-1][0]} at s = "
+        f"{', '.join(s for _, s in missing[:-1])} and {missing[-1][1]})",
+        f"rises ({_pc(ss[2]['channel_paper_fraction'])[:-1]} -> {_pc(ss[3]['channel_paper_fraction'])})",
+        f"flat ({ss[2]['confirmed']} -> {ss[3]['confirmed']})",
+        f"falls\n  ({_pc(ss[2]['infinite_fraction'])[:-1]} -> {_pc(ss[3]['infinite_fraction'])})",
+        f"bootstrap [{100 * boot[0]:.0f}, {100 * boot[1]:.0f}]%",
+        f"{ms[0]} of the 100 smoothest runs and {min(ms[1], ms[3])}-{max(ms[1], ms[3])} of the s = 0.5\n  and s = 10 runs",
+        f"median MSE is {ss[0]['median_mse']:.0e}".replace("e-04", "e-4"),
+        f"{sum(c['sharpened'] for c in ss)} of the {inf} infinite runs are one neuron",
+        f"{sharp['sharpened']} of them at s = {sharp['label'][2:]}",
+        f"keeps only {sum(c['kept'] for c in ss)} of the {sum(c['n'] for c in ss)} runs",
+    ]
+
+
+@pytest.mark.parametrize("claims", [_channels_loss_levels_claims, _channels_roughness_claims], ids=lambda f: f.__name__)
+def test_channels_prose_matches_its_files(claims):
+    """Numbers in docs/channels.md's prose that are not in a generated block: each sentence
+    is rebuilt from the JSON and must appear in the page as written."""
+    page = (ROOT / "docs" / "channels.md").read_text()
+    missing = [c for c in claims() if c not in page]
+    assert not missing, f"docs/channels.md no longer says what its files hold: {missing}"
