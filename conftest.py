@@ -25,13 +25,14 @@ from pathlib import Path
 # the CLI subprocesses and the notebook kernels inherit it through the environment, so a
 # program compiled by one of them is loaded by the others. It lives in a temporary folder
 # that `make test` creates and removes (IJ_TEST_CACHE_DIR), or that a bare `pytest` makes
-# here and removes at exit, so nothing leaks between runs. JAX keys each entry by the
+# here and removes at exit, so nothing leaks between runs. Every program is cached, however
+# quick to compile (the suite's many small ones recur in every CLI subprocess and kernel). JAX keys each entry by the
 # program, the backend and XLA_FLAGS, so the SSE4_2 rerun never loads the default build.
 if not os.environ.get("IJ_TEST_CACHE_DIR"):
     os.environ["IJ_TEST_CACHE_DIR"] = tempfile.mkdtemp(prefix="ij-test-jax-cache-")
     atexit.register(shutil.rmtree, os.environ["IJ_TEST_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["IJ_TEST_CACHE_DIR"])
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402 (after the cache settings it reads at import)
