@@ -306,11 +306,45 @@ def channels_roughness() -> str:
             f"the parts: {rec['total_seconds']:.0f} s (`benchmarks/results/channels_roughness_paper_cpu_runs100.json`).\n")
 
 
+def sweep_batch_sizes() -> str:
+    """docs/sweep.md: one engine called with one batch size after another."""
+    rec = _load("sweep_batch_sizes.json")
+    by = {a: [r for r in rec["rows"] if r["arm"] == a] for a in ("kink", "plain")}
+    (b, a) = rec["loadavg_before_after"]
+    k0, p0 = by["kink"][0], by["plain"][0]
+    later = lambda arm: ", ".join(f"{r['wall_seconds']:.2f}" for r in by[arm][1:])  # noqa: E731
+    comp = sum(r["compilations"] for arm in by for r in by[arm][1:])
+    return (f"Measured (`benchmarks/results/sweep_batch_sizes.json`; heavy workload, 5-20-1, Tsit5 at "
+            f"1e-8, {rec['settings']['slots']} slots, exact mode; the shared 2-core machine at a load average of "
+            f"{b[0]:.1f} before and {a[0]:.1f} after, so the seconds are inflated): the first call (n = {k0['n']}) "
+            f"compiled {k0['compilations']} programs for the kink-aware engine (ReLU; {k0['compile_seconds']:.1f} s "
+            f"of compiling, {k0['wall_seconds']:.1f} s wall) and {p0['compilations']} for the plain one (softplus; "
+            f"{p0['compile_seconds']:.1f} s, {p0['wall_seconds']:.1f} s wall). The {len(by['kink']) - 1} calls after it "
+            f"(n = {', '.join(str(r['n']) for r in by['kink'][1:])}) compiled "
+            f"{'nothing' if comp == 0 else f'{comp} programs'}: kink-aware {later('kink')} s wall; plain "
+            f"{later('plain')} s.\n")
+
+
+def sweep_recompile() -> str:
+    """docs/sweep.md: a second data set through a fresh engine vs the reused one."""
+    rec = _load("sweep_recompile.json")
+    st = rec["settings"]
+    fresh = [r for r in rec["rows"] if r["engine"].startswith("fresh") and r["call"] > 1][0]
+    reused = [r for r in rec["rows"] if r["engine"] == "reused"][0]
+    return (f"Measured on the shared 2-core machine (`benchmarks/sweep_recompile.py`, "
+            f"`benchmarks/results/sweep_recompile.json`; Kvaerno5, {st['inits']} softplus "
+            f"`mlp([2, {st['r']}, 1])` inits on a {st['samples']}-sample GP teacher, {st['steps']} steps each): "
+            f"a new teacher with a fresh engine (what every call did before) took {fresh['compilations']} "
+            f"compilations, {fresh['compile_seconds']:.1f} s of compiling and {fresh['wall_seconds']:.1f} s of wall "
+            f"time; with the engine reused, {reused['compilations']} compilations and {reused['wall_seconds']:.1f} s:\n")
+
+
 BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
           "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
           "topology-scale": topology_scale,
           "channels-loss-levels": channels_loss_levels, "channels-loss-levels-details": channels_loss_levels_details,
-          "channels-roughness": channels_roughness}
+          "channels-roughness": channels_roughness,
+          "sweep-batch-sizes": sweep_batch_sizes, "sweep-recompile": sweep_recompile}
 
 
 def render(text: str, missing: list | None = None) -> str:
