@@ -99,16 +99,19 @@ def test_rank_graph_method_random_dags():
                           bias=bool(i % 2))
         theta = rng.normal(size=len(g.edges))
         theta[rng.random(len(theta)) < rng.uniform(0.0, 0.6)] = 0.0
+        # the SVD reference in NumPy (J_G = 2 B~ diag(theta), checked against ij.jacobian
+        # above): one JAX compilation per random shape would cost the suite ~20 s
+        svd = np.linalg.matrix_rank(2 * g.incidence() * theta[None])
         net = ij.DAGNetwork(g, edge_weights=theta)
-        svd = int(ij.jacobian_rank(net))
-        assert int(ij.jacobian_rank(net, method="graph")) == svd == np.linalg.matrix_rank(np.asarray(ij.jacobian(net)))
+        assert int(ij.jacobian_rank(net, method="graph")) == svd
         n_deficient += svd < H
         small = rng.random(len(theta)) < 0.3  # edges below an edge threshold of 1e-2
         th2 = np.where(small, 1e-4 * np.sign(rng.normal(size=len(theta))), theta)
         zeroed = np.where(small, 0.0, th2)
-        rank_tol = ij.jacobian_rank(ij.DAGNetwork(g, edge_weights=th2), 1e-2, method="graph")
-        assert int(rank_tol) == int(ij.jacobian_rank(ij.DAGNetwork(g, edge_weights=zeroed)))
-        assert int(rank_tol) == H - len(ij.singular_subnetworks(ij.DAGNetwork(g, edge_weights=th2), 1e-2))
+        net2 = ij.DAGNetwork(g, edge_weights=th2)
+        rank_tol = ij.jacobian_rank(net2, 1e-2, method="graph")
+        assert int(rank_tol) == np.linalg.matrix_rank(2 * g.incidence() * zeroed[None])
+        assert int(rank_tol) == H - len(ij.singular_subnetworks(net2, 1e-2))
     assert n_deficient >= 4
 
 
