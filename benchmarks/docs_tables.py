@@ -25,7 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-PAGES = [ROOT / "README.md", HERE / "README.md", HERE / "channels_history.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", HERE / "README.md", HERE / "channels_history.md", HERE / "sweep_history.md",
+         *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
@@ -339,12 +340,166 @@ def sweep_recompile() -> str:
             f"time; with the engine reused, {reused['compilations']} compilations and {reused['wall_seconds']:.1f} s:\n")
 
 
+def _rate(x: float) -> str:
+    """Trajectories per second: three figures below 10, one decimal to 100, whole above."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _times(x: float) -> str:
+    """A speed-up: two decimals below 2, one to 100, whole above."""
+    return f"{x:.0f}x" if x >= 100 else f"{x:.1f}x" if x >= 2 else f"{x:.2f}x"
+
+
+def _bare(x: float) -> str:
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _e(x: float) -> str:
+    """1.2e-5, not 1.2e-05."""
+    m, e = f"{x:.1e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def _arm(a: dict) -> str:
+    """A sweep_throughput.py arm as the docs name it."""
+    if a["arm"].startswith("naive"):
+        return "naive `jit(vmap(gradient_flow))`"
+    if a["arm"].startswith("kink"):
+        return ("kink-aware, `diffeqsolve` segments" if "diffeqsolve" in a["arm"]
+                else f"kink-aware, {'vmap' if a['mode'] == 'vmap' else 'exact'}")
+    if a["mode"] == "exact":
+        return "engine, exact"
+    w = a.get("widths")
+    if w is None:  # a row transcribed from a printed table, before the engine narrowed
+        return "engine, vmap"
+    return "engine, vmap, full width" if len(w) <= 1 else f"engine, vmap (narrows {', '.join(map(str, w))})"
+
+
+def _load_range(meta: dict) -> str:
+    s, e = meta["load_average_start"][0], meta["load_average_end"][0]
+    return f"load average {s:.1f} at the start and {e:.1f} at the end"
+
+
+def sweep_throughput() -> str:
+    """docs/sweep.md: every arm of the CPU throughput benchmark, 64 inits in 64 slots."""
+    rec = _load("sweep_throughput.json")
+    m = rec["meta"]
+    w0 = rec["results"][0]
+    g, c = w0["grad_cost_us"], w0["grad_cpu_cost_us"]
+    n = w0["n_inits"]
+    out = [f"Measured on the shared 2-core machine (`{rec['command']}`, the command in the JSON), "
+           f"{n} inits in {w0['slots']} slots, {m['steps_per_call']} steps per call, {_load_range(m)} "
+           f"(other jobs ran). Each arm is compiled first (`Engine.warm_up()`: every program at every batch "
+           f"width), then timed {m['repeats']} times; the table gives the faster run (the JSON has all). Because "
+           "wall time on a loaded machine mostly measures the load, the table also gives the process's CPU time "
+           "against naive vmap (`cpu vs naive`) and against the bare cost measured the same way (`cpu / bare`). "
+           f"Gradient cost ({w0['workload']}): {g['1']:.1f} us wall, {c['1']:.1f} us CPU unbatched; "
+           f"{g[str(n)]:.1f} us wall, {c[str(n)]:.1f} us CPU per trajectory {n}-wide. \"error\" is the largest "
+           f"`max |theta(t1) - ref|` over the {n} trajectories, against the kink-aware flow at rtol = atol = 1e-12. "
+           "`engine, vmap, full width` is vmap mode without narrowing (the engine before it narrowed), side by side.",
+           "",
+           "| workload | arm | compile s | traj/s | vs naive | cpu vs naive | steps median / max | events "
+           "| wall / bare | cpu / bare | error |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w in rec["results"]:
+        for a in w["arms"]:
+            out.append(f"| {w['workload']} | {_arm(a)} | {a['compile_s']:.1f} | {_rate(a['traj_per_s'])} | "
+                       f"{_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | {a['steps_median']:,.0f} / "
+                       f"{a['steps_max']:,} | {a.get('events_total', '')} | {_bare(a['wall_over_bare'])} | "
+                       f"{_bare(a['cpu_over_bare'])} | {_e(a['err_vs_ref_max'])} |")
+    return "\n".join(out) + "\n"
+
+
+def sweep_throughput_256() -> str:
+    """docs/sweep.md: more inits than slots (256 in 64)."""
+    rec = _load("sweep_throughput_256.json")
+    w = rec["results"][0]
+    eng = w["arms"][0]
+    out = [f"**More inits than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_256.json`, "
+           f"{w['n_inits']} inits in {w['slots']} slots, {rec['meta']['repeats']} timed run per arm, "
+           f"{_load_range(rec['meta'])}; exact engine's steps median {eng['steps_median']:,.0f}, max "
+           f"{eng['steps_max']:,}):", "",
+           "| arm | traj/s | vs naive | cpu vs naive | wall / bare | cpu / bare |",
+           "|---|---|---|---|---|---|"]
+    for a in w["arms"]:
+        name = _arm(a) + (f", {w['n_inits']} wide" if a["arm"].startswith("naive") else "")
+        out.append(f"| {name} | {_rate(a['traj_per_s'])} | {_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | "
+                   f"{_bare(a['wall_over_bare'])} | {_bare(a['cpu_over_bare'])} |")
+    return "\n".join(out) + "\n"
+
+
+def sweep_throughput_small_n() -> str:
+    """docs/sweep.md: fewer trajectories than slots; each engine against naive vmap."""
+    rec = _load("sweep_throughput_small_n.json")
+    m = rec["meta"]
+    ns = sorted({w["n_inits"] for w in rec["results"]})
+    out = [f"**Fewer trajectories than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_small_n.json`: "
+           f"{', '.join(map(str, ns[:-1]))} and {ns[-1]} inits in {rec['results'][0]['slots']} slots, {m['repeats']} "
+           f"repeats, the fastest kept, {_load_range(m)}). Speed against naive vmap (its wall time in brackets):", "",
+           "| workload | n | engine, exact | engine, vmap (widths) | naive vmap |",
+           "|---|---|---|---|---|"]
+    for w in rec["results"]:
+        by = {a["arm"]: a for a in w["arms"]}
+        naive = [a for a in w["arms"] if a["arm"].startswith("naive")][0]
+        v = by["engine-vmap"]
+        out.append(f"| {w['workload']} | {w['n_inits']} | {by['engine']['vs_naive']:.2f}x | {v['vs_naive']:.2f}x "
+                   f"({', '.join(map(str, v['widths']))}) | 1 ({_dur(naive['seconds'])}) |")
+    return "\n".join(out) + "\n"
+
+
+def kink_sweep() -> str:
+    """docs/sweep.md: the ReLU sweep with the plain engine and the kink-aware one."""
+    rec = _load("kink_sweep.json")
+    rows = rec["rows"]
+    eng, kt, kg = rows
+    comp = ", ".join(f"{r['compile_plus_2_s']:.2g} s" for r in rows[:-1]) + f" and {rows[-1]['compile_plus_2_s']:.2g} s"
+    label = lambda r: ("engine" if r["arm"].startswith("engine") else "kink-aware") + ", " + (  # noqa: E731
+        r["arm"].split()[1].capitalize() + " " + r["arm"].split()[2])
+    out = [f"**Measured** (`benchmarks/kink_sweep.py`, `benchmarks/results/kink_sweep.json`; shared 2-core "
+           f"machine, load average {rec['meta']['load_average_end'][0]:.1f} at the end). The workload is the ReLU "
+           f"sweep workload: {rec['workload']}, {rec['n_inits']} inits, {rec['slots']} slots. Errors are "
+           f"`max |theta(t1) - ref|` against the reference ({rec['reference']}), which `work_precision.py` checks against the "
+           f"smooth limit. {rec['trajectories_sliding']} of the {rec['n_inits']} trajectories slide. Seconds exclude "
+           f"compiling (the JSON's `compile_plus_2_s`: {comp}).", "",
+           "| arm | seconds | steps (total / max) | error median / max | drift of c (relative, max) |",
+           "|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {label(r)} | {r['seconds']:.3g} | {r['steps_total']:,} / {r['steps_max']:,} | "
+                   f"{_e(r['err_median'])} / {_e(r['err_max'])} | {_e(r['drift_rel_max'])} |")
+    out += ["", f"With Tsit5 inside, the kink-aware sweep was {eng['seconds'] / kt['seconds']:.0f}x faster than the "
+            f"plain engine and {eng['err_median'] / kt['err_median']:.0f}x (median) to "
+            f"{eng['err_max'] / kt['err_max']:.0f}x (max) more accurate at the same tolerance. The plain engine's "
+            f"worst error on trajectories *without* sliding was {_e(eng['err_max_not_sliding'])}: the kinks cost "
+            "Tsit5 its order too. Gauss4 inside keeps `c` to round-off, at the price of a Jacobian and an LU per "
+            f"step ({1e3 * kg['seconds'] / kg['steps_total']:.0f} ms per step in this run, on the loaded machine)."]
+    return "\n".join(out) + "\n"
+
+
+def sweep_throughput_gpu() -> str:
+    """docs/sweep.md: the heavy workload on one GPU, 4096 slots, vmap mode."""
+    rec = _load("sweep_throughput_gpu.json")
+    w = rec["results"][0]
+    rows = sorted(rec["engine_naive_printed"], key=lambda a: not a["arm"].startswith("naive"))
+    out = ["| arm | compile s | traj/s | steps median / max | wall / bare |", "|---|---|---|---|---|"]
+    for a in rows:
+        out.append(f"| {_arm(a)} | {a['compile_s']:.1f} | {a['traj_per_s']:.1f} | {a['steps_median']:,.0f} / "
+                   f"{a['steps_max']:,} | {_bare(a['wall_over_bare'])} |")
+    for a in w["arms"]:
+        out.append(f"| kink-aware (Tsit5 inside), vmap | {a['compile_s']:.1f} | {a['traj_per_s']:.1f} | "
+                   f"{a['steps_median']:,.0f} / {a['steps_max']:,} ({a['events_total']:,} events) | "
+                   f"{a['wall_over_bare']:.0f} |")
+    return "\n".join(out) + "\n"
+
+
 BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
           "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
           "topology-scale": topology_scale,
           "channels-loss-levels": channels_loss_levels, "channels-loss-levels-details": channels_loss_levels_details,
           "channels-roughness": channels_roughness,
-          "sweep-batch-sizes": sweep_batch_sizes, "sweep-recompile": sweep_recompile}
+          "sweep-batch-sizes": sweep_batch_sizes, "sweep-recompile": sweep_recompile,
+          "sweep-throughput": sweep_throughput, "sweep-throughput-256": sweep_throughput_256,
+          "sweep-throughput-small-n": sweep_throughput_small_n, "kink-sweep": kink_sweep,
+          "sweep-throughput-gpu": sweep_throughput_gpu}
 
 
 def render(text: str, missing: list | None = None) -> str:

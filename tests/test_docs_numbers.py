@@ -152,3 +152,78 @@ def test_channels_prose_matches_its_files(claims):
     page = (ROOT / "docs" / "channels.md").read_text()
     missing = [c for c in claims() if c not in page]
     assert not missing, f"docs/channels.md no longer says what its files hold: {missing}"
+
+
+def _sweep_claims():
+    """Numbers in docs/sweep.md's prose around its generated tables, rebuilt from the files."""
+    tp = {w["workload"]: {a["arm"]: a for a in w["arms"]} for w in _load("sweep_throughput.json")["results"]}
+    h, li = tp["heavy"], tp["light"]
+    k, kd, naive = "kink-aware (tsit5 inside)", "kink-aware (tsit5 inside, diffeqsolve segments)", "naive jit(vmap(gradient_flow))"
+    ks = {r["arm"]: r for r in _load("kink_sweep.json")["rows"]}
+    x = docs_tables._times
+    claims = [
+        f"Per segment (wall / segments) {h[k]['ms_per_segment']:.2f} ms against {h[kd]['ms_per_segment']:.2f} ms with "
+        f"`diffeqsolve` segments (heavy), {li[k]['ms_per_segment']:.2f} against {li[kd]['ms_per_segment']:.2f} ms (light) in this run",
+        f"The kink-aware errors (max {docs_tables._e(h[k]['err_vs_ref_max'])}, median {docs_tables._e(h[k]['err_vs_ref_median'])} "
+        f"on `heavy`) are the same for both segment implementations"
+        if (h[k]["err_vs_ref_max"], h[k]["err_vs_ref_median"]) == (h[kd]["err_vs_ref_max"], h[kd]["err_vs_ref_median"])
+        else "the kink-aware errors differ between the segment implementations",
+        f"on the `kink_sweep.py` workload the max is {docs_tables._e(ks['kink tsit5 1e-8']['err_max'])}",
+        f"CPU time {h['engine']['cpu_over_bare']:.2f}x (heavy) and {li['engine']['cpu_over_bare']:.2f}x (light) its bare "
+        f"unbatched cost (goal 2x); wall / bare {h['engine']['wall_over_bare']:.2f} and "
+        f"{li['engine']['wall_over_bare']:.2f} in this loaded run",
+        f"Vmap mode: {x(h['engine-vmap']['vs_naive'])} naive vmap on `heavy` and {x(li['engine-vmap']['vs_naive'])} on `light` "
+        f"(CPU time {x(h['engine-vmap']['cpu_vs_naive'])} and {x(li['engine-vmap']['cpu_vs_naive'])})",
+        f"it was {x(h['engine-vmap-full']['vs_naive'])} and {x(li['engine-vmap-full']['vs_naive'])} "
+        f"(CPU {x(h['engine-vmap-full']['cpu_vs_naive'])} and {x(li['engine-vmap-full']['cpu_vs_naive'])})",
+        f"(work efficiency {h['engine-vmap']['work_efficiency']:.2f} instead of {h['engine-vmap-full']['work_efficiency']:.2f} "
+        f"on `heavy`, {li['engine-vmap']['work_efficiency']:.2f} instead of {li['engine-vmap-full']['work_efficiency']:.2f} on `light`)",
+        f"({h['engine-vmap']['compile_s']:.1f} s instead of {h['engine-vmap-full']['compile_s']:.1f} s for `heavy`'s "
+        f"{['no', 'one', 'two', 'three', 'four'][len(h['engine-vmap']['widths'])]} widths",
+        f"the plain engine ran at {docs_tables._rate(h['engine-vmap']['traj_per_s'])} trajectories/s in vmap mode (narrowing) "
+        f"against {docs_tables._rate(h['engine']['traj_per_s'])} in exact mode on `heavy`, and "
+        f"{docs_tables._rate(li['engine-vmap']['traj_per_s'])} against {docs_tables._rate(li['engine']['traj_per_s'])} on `light`",
+    ]
+    assert h[naive]["vs_naive"] == 1.0
+    for name, lead in [("kink_compile.json", "Compile, old and new code at the same time on this shared 2-core machine "
+                        "(load average {load:.1f}; `benchmarks/results/kink_compile.json`): "),
+                       ("kink_compile_sequential.json", "Sequentially at load average {load:.1f} "
+                        "(`benchmarks/results/kink_compile_sequential.json`, before Tsit5 went back to two loops): ")]:
+        rows = _load(name)["rows"]
+        r = {(x["code"], x["solver"]): x for x in rows}
+        ba = lambda s, key, f="{:.1f}": f"{f.format(r['before', s][key])} -> {f.format(r['after', s][key])}"  # noqa: E731
+        if name == "kink_compile.json":
+            claims.append(lead.format(load=rows[0]["load_average_before"][0])
+                          + f"Tsit5 {ba('tsit5', 'compile_cpu_s')} CPU seconds ({ba('tsit5', 'compile_s')} s wall), "
+                          f"Gauss4 {ba('gauss4', 'compile_cpu_s')} CPU seconds ({ba('gauss4', 'compile_s')} s wall).")
+        else:
+            ms = lambda v: f"{1e3 * v:.0f}" if v >= 0.01 else f"{1e3 * v:.1f}"  # noqa: E731
+            run = lambda s: " -> ".join(ms(r[c, s]["run_median_s"]) for c in ("before", "after"))  # noqa: E731
+            claims.append(lead.format(load=rows[0]["load_average_before"][0])
+                          + f"Gauss4 {ba('gauss4', 'compile_s')} s wall ({ba('gauss4', 'compile_cpu_s')} CPU s), run "
+                          f"{run('gauss4')} ms; Tsit5 with one loop {ba('tsit5', 'compile_s')} s wall "
+                          f"({ba('tsit5', 'compile_cpu_s')} CPU s), run {run('tsit5')} ms.")
+    small = _load("sweep_throughput_small_n.json")["results"]
+    faster = all(a["vs_naive"] > 1 for w in small if w["n_inits"] >= 4 for a in w["arms"] if not a["arm"].startswith("naive"))
+    slower = all(a["vs_naive"] < 1 for w in small if w["n_inits"] == 1 for a in w["arms"] if not a["arm"].startswith("naive"))
+    claims.append(f"From {min(w['n_inits'] for w in small if w['n_inits'] > 1)} trajectories on the engine is faster than "
+                  "naive vmap in both modes" if faster else "NOT faster from 4 trajectories on")
+    claims.append("a one-trajectory sweep is a little slower than one compiled `gradient_flow`" if slower
+                  else "NOT slower at one trajectory")
+    gpu = _load("sweep_throughput_gpu.json")
+    ka = gpu["results"][0]["arms"][0]
+    eng = [a for a in gpu["engine_naive_printed"] if a["arm"] == "engine"][0]
+    claims += [
+        f"its {ka['traj_per_s']:.0f} trajectories/s ({gpu['results'][0]['n_inits']} in {ka['seconds']:.1f} s, "
+        f"{'no' if ka['failures'] == 0 else ka['failures']} failures)",
+        f"kink-aware program is {ka['wall_over_bare']:.0f}x its bare arithmetic",
+        f"no faster than naive vmap here ({eng['vs_naive']:.2f}x)",
+    ]
+    return claims
+
+
+def test_sweep_prose_matches_its_files():
+    """As test_channels_prose_matches_its_files, for docs/sweep.md (line breaks ignored)."""
+    page = " ".join((ROOT / "docs" / "sweep.md").read_text().split())
+    missing = [c for c in _sweep_claims() if " ".join(c.split()) not in page]
+    assert not missing, f"docs/sweep.md no longer says what its files hold: {missing}"
