@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -491,6 +492,80 @@ def sweep_throughput_gpu() -> str:
     return "\n".join(out) + "\n"
 
 
+def _ms(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _s(x: float) -> str:
+    return f"{x:.3g}" if x < 10 else f"{x:.1f}"
+
+
+def converge_cost() -> str:
+    """docs/channels.md: the flow and Newton phases before and after the structured Hessian."""
+    rec = _load("converge_cost_cpu.json")
+    rows, st = rec["rows"], rec["settings"]
+    col = lambda f: " | ".join(f(r) for r in rows)  # noqa: E731
+    flow = lambda r: (f"{_ms(r['flow']['before']['ms_per_step'])} -> {_ms(r['flow']['after']['ms_per_step'])} ms "  # noqa: E731
+                      f"(x{r['flow']['before']['ms_per_step'] / r['flow']['after']['ms_per_step']:.1f})")
+    nt = lambda r, k: f"{_s(r['newton'][k]['seconds'])} s"  # noqa: E731
+
+    def comp(r):
+        f = [r["flow"][k]["compile_s"] for k in ("before", "after")]
+        n = [v["compile_s"] for v in r["newton"].values()]
+        return f"{min(f):.0f}-{max(f):.0f} s / {min(n):.0f}-{max(n):.0f} s"
+    out = ["| | " + col(lambda r: f"r = {r['r']} (E = {r['E']})") + " |", "|---|" + "---|" * len(rows),
+           "| gradient (`jax.grad`) | " + col(lambda r: f"{_ms(r['bare_ms']['grad_autodiff'])} ms") + " |",
+           "| Hessian: `jax.hessian` -> structured | " + col(lambda r: f"{_ms(r['bare_ms']['hessian_autodiff'])} -> "
+                                                            f"{_ms(r['bare_ms']['hessian_structured'])} ms") + " |",
+           "| flow phase, one Kvaerno5 step (one Jacobian, about 15 gradients) | " + col(flow) + " |",
+           f"| Newton, {st['seeds']} runs x up to {st['newton_steps']} steps: one vmapped batch + `jax.hessian` | "
+           + col(lambda r: nt(r, "before")) + " |",
+           "| same, one vmapped batch + structured Hessian | " + col(lambda r: nt(r, "vmap_structured")) + " |",
+           "| same, one run at a time + structured Hessian (the CPU default now) | "
+           + col(lambda r: nt(r, "after") + f" (x{r['newton']['before']['seconds'] / r['newton']['after']['seconds']:.0f})")
+           + " |",
+           "| compile (flow / Newton), once per cell | " + col(comp) + " |"]
+    return "\n".join(out) + "\n"
+
+
+def channels_optimizers() -> str:
+    """docs/channels.md: SGD and Adam from the loss-levels study's inits (softplus, no bias, r = 4)."""
+    out = ["| optimiser | lr | batch | infinite | merging pair, opposite diverging output weights [95%] "
+           "| median weightnorm (max) | median MSE | s |", "|---|---|---|---|---|---|---|---|"]
+    for opt in ("sgd", "adam"):
+        for r in _load(f"channels_optimizers_softplus_nobias_r4_{opt}.json")["rows"]:
+            lo, hi = r["channel_like_ci"]
+            e = math.log10(r["lr"])
+            lr = f"1e{round(e)}" if abs(e - round(e)) < 1e-9 and r["lr"] < 0.05 else f"{r['lr']:g}"
+            out.append(f"| {'SGD' if opt == 'sgd' else 'Adam'} | {lr} | {r['batch_size'] or 'full'} | "
+                       f"{r['infinite']}/{r['n']} | {r['channel_like']} [{100 * lo:.0f}, {100 * hi:.0f}]% | "
+                       f"{r['median_weightnorm']:.2f} ({r['max_weightnorm']:.1f}) | {r['median_mse']:.3f} | "
+                       f"{r['seconds']:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def channels_eos() -> str:
+    """docs/channels.md: full-batch GD in the channel at four learning rates (edge of stability)."""
+    rec = _load("channels_eos.json")
+    out = ["| lr | 2/lr | sharpness start -> max | late median / (2/lr) | eps start -> end "
+           "| loss decrease per update before the edge |", "|---|---|---|---|---|---|"]
+    for r in rec["rows"]:
+        f = r["loss_decrease_per_update_vs_eps_before_edge"]
+        fit = (f"~ eps^{f['exponent']:.2f} ({f['n']} points: no meaningful error bar)" if f["n"] <= 3
+               else f"~ eps^{f['exponent']:.3f} +- {f['stderr']:.3f}")
+        tl = r["two_over_lr"]
+        out.append(f"| {r['lr']:g} | {tl:.2f}" if tl < 10 else f"| {r['lr']:g} | {tl:.1f}")
+        out[-1] += (f" | {r['sharpness_start']:.2f} -> {r['sharpness_max']:.2f} | {r['late_ratio_to_2_over_lr']:.3f}"
+                    f"{'' if r['reached_edge'] else ' (never reaches the edge)'} | {r['eps_start']:.3f} -> "
+                    f"{r['eps_end']:.3f} | {fit} |")
+    fi = rec["fits"]
+    g, sb, se = fi["grad_norm_vs_eps"], fi["sharpness_vs_inv_eps_before_edge"], fi["sharpness_vs_inv_eps_at_edge_across_lrs"]
+    out += ["", f"Fits over all learning rates before the edge: gradient norm `~ eps^{g['exponent']:.3f} +- {g['stderr']:.3f}`; "
+            f"sharpness `~ (1/eps)^{sb['exponent']:.3f} +- {sb['stderr']:.3f}`; at the edge across the {se['n']} learning "
+            f"rates that reach it, sharpness `~ (1/eps)^{se['exponent']:.2f} +- {se['stderr']:.2f}`."]
+    return "\n".join(out) + "\n"
+
+
 BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
           "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
           "topology-scale": topology_scale,
@@ -499,7 +574,8 @@ BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suit
           "sweep-batch-sizes": sweep_batch_sizes, "sweep-recompile": sweep_recompile,
           "sweep-throughput": sweep_throughput, "sweep-throughput-256": sweep_throughput_256,
           "sweep-throughput-small-n": sweep_throughput_small_n, "kink-sweep": kink_sweep,
-          "sweep-throughput-gpu": sweep_throughput_gpu}
+          "sweep-throughput-gpu": sweep_throughput_gpu, "converge-cost": converge_cost,
+          "channels-optimizers": channels_optimizers, "channels-eos": channels_eos}
 
 
 def render(text: str, missing: list | None = None) -> str:

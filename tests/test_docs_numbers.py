@@ -227,3 +227,76 @@ def test_sweep_prose_matches_its_files():
     page = " ".join((ROOT / "docs" / "sweep.md").read_text().split())
     missing = [c for c in _sweep_claims() if " ".join(c.split()) not in page]
     assert not missing, f"docs/sweep.md no longer says what its files hold: {missing}"
+
+
+def _channels_cost_optimizers_eos_claims():
+    """The prose around docs/channels.md's run-cost, SGD/Adam and edge-of-stability tables."""
+    cc = {r["r"]: r for r in _load("converge_cost_cpu.json")["rows"]}
+    st = _load("converge_cost_cpu.json")["settings"]
+    gb = _load("channels_loss_levels_paper_g_bias_cpu_seeds100.json")["records"]
+    n6 = [gb["n_steps"][i] for i in range(len(gb["r"])) if gb["r"][i] == 2 and gb["seed"][i] < 6]
+    sec = lambda r, k: cc[r]["newton"][k]["seconds"]  # noqa: E731
+    claims = [
+        f"The flow's end point is the same to {cc[2]['flow_max_abs_diff']:.0e} (r = 2) and {cc[5]['flow_max_abs_diff']:.0e} "
+        f"(r = 5) after {st['flow_steps']} steps",
+        f"1000 steps x 15 x {cc[5]['bare_ms']['grad_autodiff']:.1f} ms = {15 * round(cc[5]['bare_ms']['grad_autodiff'], 1):.1f} s at r = 5",
+        f"need {', '.join(map(str, n6))} Newton steps, {len(n6) * max(n6)} lane-steps in one batch against {sum(n6)} one at a time",
+        f"(the benchmark's {st['newton_steps']} steps) a batch is as fast or faster (r = 2: {sec(2, 'vmap_structured'):.2f} s "
+        f"batched vs {sec(2, 'after'):.1f} s one at a time)" if sec(2, "vmap_structured") <= sec(2, "after") else "NOT faster batched",
+    ]
+    opt = {o: _load(f"channels_optimizers_softplus_nobias_r4_{o}.json") for o in ("sgd", "adam")}
+    nw = opt["sgd"]["newton"]
+    ll = _load(nw["path"].removeprefix("benchmarks/results/"))["records"]
+    idx = [i for i in range(len(ll["r"])) if ll["r"][i] == opt["sgd"]["r"] and ll["seed"][i] < opt["sgd"]["seeds"]]
+    t = sorted(ll["t_flow"][i] for i in idx)
+    wf = [ll["weightnorm_flow"][i] for i in idx]
+    rows = opt["sgd"]["rows"] + opt["adam"]["rows"]
+    a2 = [r for r in opt["adam"]["rows"] if r["lr"] == 0.01 and r["batch_size"] is None][0]
+    mb = [r for r in rows if r["batch_size"]][0]
+    sgd_full = [r for r in opt["sgd"]["rows"] if r["batch_size"] is None]
+    e = lambda x: f"{x:.1e}".replace("e+0", "e")  # noqa: E731
+    claims += [
+        f"On seeds 0-{opt['sgd']['seeds'] - 1} of this cell, flow-then-Newton ends in a confirmed channel "
+        f"{nw['confirmed']} of {opt['sgd']['seeds']} times",
+        f"Its Kvaerno5 phase covered flow time {e(t[0])}-{e(t[-1])} (median {e((t[7] + t[8]) / 2)}) and left the "
+        f"weightnorm at {min(wf):.1f}-{max(wf):.0f}; Newton then walked to `maxnorm` in a median of "
+        f"{sorted(nw['n_steps'])[7] / 2 + sorted(nw['n_steps'])[8] / 2:.0f} steps",
+        f"minibatch {mb['batch_size']} for {mb['epochs']} epochs ({mb['updates']} updates)",
+        f"{opt['sgd']['channel_like_at_init']} of the {opt['sgd']['seeds']} inits already pass it",
+        f"At lr 1e-2, {a2['channel_like']} of {a2['n']} runs end with a merging pair",
+        f"but at weightnorm {a2['median_weightnorm']:.1f} (median), not 1e3",
+        f"The first-order runs end at MSE {min(r['median_mse'] for r in rows):.2f}-{max(r['median_mse'] for r in rows):.2f}",
+        f"flow-then-Newton's channel end points are at a median of {sorted(nw['mse'])[7] / 2 + sorted(nw['mse'])[8] / 2:.3f} "
+        f"({min(nw['mse']):.3f}-{max(nw['mse']):.3f})",
+        "is gradient-flow time " + " / ".join(f"{r['lr'] * r['updates']:.0f}" for r in sgd_full),
+        f"even there the weightnorm was still {min(wf):.1f}-{max(wf):.0f}",
+        "From the same 16 inits, flow-then-Newton did so 16 times" if nw["infinite"] == 16 else "NOT 16",
+    ]
+    assert all(r["infinite"] == 0 for r in rows)
+    eos = _load("channels_eos.json")
+    s0, rr, fi = eos["start"], eos["rows"], eos["fits"]
+    edge = [r for r in rr if r["reached_edge"]]
+    below = [r for r in rr if not r["reached_edge"]]
+    gr = [r["grad_norm_vs_eps_before_edge"]["exponent"] for r in rr]
+    ld = [r["loss_decrease_per_update_vs_eps_before_edge"]["exponent"] for r in rr]
+    pooled = fi["loss_decrease_per_update_vs_eps_pooled_over_lrs"]
+    eps = [r["eps_end"] for r in rr] + [s0["eps"]]
+    claims += [
+        f"to `t = {s0['t']:g}` enters the channel (`eps = {s0['eps']:.3f}`, `w = {s0['w']:.3f}`, sharpness {s0['sharpness']:.2f})",
+        f"(late median within {100 * max(abs(r['late_ratio_to_2_over_lr'] - 1) for r in edge):.1f}% of `2/lr`)",
+        "(" + ", ".join(f"{r['lr']:g}" for r in edge) + f": {edge[0]['loss_start']:.6f} -> "
+        + ", ".join(f"{r['loss_end']:.6f}" for r in edge) + f"; lr {below[0]['lr']:g} ends below, at {below[0]['loss_end']:.6f})",
+        f"({fi['grad_norm_vs_eps']['exponent']:.2f} pooled; {min(gr):.2f}-{max(gr):.2f} per learning rate)",
+        f"({min(ld):.2f}-{max(ld):.2f} before the edge)",
+        f"`eps^{pooled['exponent']:.2f} +- {pooled['stderr']:.2f}` with R^2 = {pooled['r2']:.2f} ({pooled['n']} points",
+        f"The sharpness exponent here is {fi['sharpness_vs_inv_eps_before_edge']['exponent']:.2f}, not 2",
+        f"reach `eps` between {min(eps):.2f} and {max(eps):.2f}",
+    ]
+    assert all(r["loss_end"] > r["loss_start"] for r in edge) and all(r["loss_end"] < r["loss_start"] for r in below)
+    return claims
+
+
+def test_channels_cost_optimizers_eos_prose_matches_its_files():
+    page = " ".join((ROOT / "docs" / "channels.md").read_text().split())
+    missing = [c for c in _channels_cost_optimizers_eos_claims() if " ".join(c.split()) not in page]
+    assert not missing, f"docs/channels.md no longer says what its files hold: {missing}"
