@@ -300,3 +300,25 @@ def test_channels_cost_optimizers_eos_prose_matches_its_files():
     page = " ".join((ROOT / "docs" / "channels.md").read_text().split())
     missing = [c for c in _channels_cost_optimizers_eos_claims() if " ".join(c.split()) not in page]
     assert not missing, f"docs/channels.md no longer says what its files hold: {missing}"
+
+
+def _pruning_timing_claims():
+    """docs/pruning.md's cost-per-epoch paragraph, from pruning_dag.json's timing runs."""
+    g = _load("pruning_dag.json")["graphs"]
+    cpu = {k: g[k]["timing_cpu_ms_per_epoch"] for k in ("mlp", "dag")}
+    cr = {k: g[k]["timing_cpu_ratio_to_none"] for k in ("mlp", "dag")}
+    wr = {k: g[k]["timing_ratio_to_none"] for k in ("mlp", "dag")}
+    others = [cr[k][a] for k in cr for a in ("l2", "l1", "group_lasso")]
+    return [
+        f"the working-set step costs **{cr['mlp']['nuclear']:.2f}x** the unregularized loop on the MLP "
+        f"({cpu['mlp']['nuclear']:.1f} vs {cpu['mlp']['none']:.1f} ms) and **{cr['dag']['nuclear']:.2f}x** on the DAG "
+        f"({cpu['dag']['nuclear']:.1f} vs {cpu['dag']['none']:.1f} ms); L2, L1 and group lasso cost "
+        f"{min(others):.2f}-{max(others):.2f}x.",
+        f"Wall-clock ratios were {wr['mlp']['nuclear']:.2f}x and {wr['dag']['nuclear']:.2f}x.",
+    ]
+
+
+def test_pruning_prose_matches_its_files():
+    page = " ".join((ROOT / "docs" / "pruning.md").read_text().split())
+    missing = [c for c in _pruning_timing_claims() if " ".join(c.split()) not in page]
+    assert not missing, f"docs/pruning.md no longer says what its files hold: {missing}"
