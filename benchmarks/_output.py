@@ -107,3 +107,24 @@ def write_json(path: str | os.PathLike, data: dict, **dumps) -> Path:
     os.replace(tmp, path)
     print(f"wrote {path}")
     return path
+
+
+class CompileCounter:
+    """XLA compilations in this process, from JAX's monitoring events: `n` and `seconds`
+    since it was made or last `reset()`. One per process (listeners cannot be removed)."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        import jax
+
+        self.reset()
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event, duration, **kw):
+        if event == self.EVENT:
+            self.n += 1
+            self.seconds += duration
+
+    def reset(self) -> None:
+        self.n, self.seconds = 0, 0.0

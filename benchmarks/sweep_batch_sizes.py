@@ -29,9 +29,8 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from _output import output_path, write_json  # noqa: E402
+from _output import CompileCounter, output_path, write_json  # noqa: E402
 
-_EVENT = "/jax/core/compile/backend_compile_duration"
 SIZES = (2, 64, 32, 64, 128, 256, 1, 37)
 
 
@@ -52,14 +51,7 @@ def main():
     ap.add_argument("--slots", type=int, default=64)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    compiles = {"n": 0, "seconds": 0.0}
-
-    def listen(event, duration, **kw):
-        if event == _EVENT:
-            compiles["n"] += 1
-            compiles["seconds"] += duration
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
+    compiles = CompileCounter()
     load = [list(os.getloadavg())]
     rows = []
     for arm in args.arms:
@@ -67,12 +59,12 @@ def main():
         opts = dict(solver="tsit5", rtol=1e-8, atol=1e-8, n_save=11, slots=args.slots, kink_aware=arm == "kink")
         seen = set()
         for call, n in enumerate(args.sizes):
-            compiles.update(n=0, seconds=0.0)
+            compiles.reset()
             t = time.perf_counter()
             res = ij.sweep_flows(batches[n], X, Y, 1.0, **opts)
             dt = time.perf_counter() - t
             rows.append(dict(arm=arm, call=call + 1, n=n, repeat=n in seen, wall_seconds=dt,
-                             compilations=compiles["n"], compile_seconds=compiles["seconds"],
+                             compilations=compiles.n, compile_seconds=compiles.seconds,
                              engine_seconds=res.stats["seconds"], failed=int(np.sum(~res.success)),
                              work_units=int(res.stats["useful_steps"])))
             seen.add(n)

@@ -25,11 +25,9 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from _output import output_path, write_json  # noqa: E402
+from _output import CompileCounter, output_path, write_json  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 from invariant_jax.sweep import _run  # noqa: E402
-
-_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def main():
@@ -40,14 +38,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200, help="max Kvaerno5 steps per flow")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    compiles = {"n": 0, "seconds": 0.0}
-
-    def listen(event, duration, **kw):
-        if event == _EVENT:
-            compiles["n"] += 1
-            compiles["seconds"] += duration
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
+    compiles = CompileCounter()
     g = ij.mlp([2, args.r, 1], bias=True)
     rows = []
     for call, (teacher, fresh) in enumerate(((0, False), (1, False), (2, True))):
@@ -56,7 +47,7 @@ def main():
         nets = eqx.filter_vmap(ij.DAGNetwork(g, "softplus", edge_weights=thetas[0]).with_edge_weights)(thetas)
         if fresh:
             _run._FLOW_ENGINES.clear()
-        compiles.update(n=0, seconds=0.0)
+        compiles.reset()
         t = time.perf_counter()
         res = ij.sweep_flows(nets, X, Y, 1e12, solver=ij.SolverOptions("kvaerno5", rtol=1e-3, atol=1e-6,
                                                                         max_steps=args.steps),
@@ -64,7 +55,7 @@ def main():
         jax.block_until_ready(res.theta_final)
         dt = time.perf_counter() - t
         rows.append(dict(call=call + 1, teacher=teacher, engine="fresh (as before the fix)" if call != 1 else "reused",
-                         compilations=compiles["n"], compile_seconds=compiles["seconds"], wall_seconds=dt,
+                         compilations=compiles.n, compile_seconds=compiles.seconds, wall_seconds=dt,
                          solver_steps=int(np.sum(res.num_steps))))
         r = rows[-1]
         print(f"call {r['call']} (teacher {teacher}, {r['engine']}): {r['compilations']} compilations "
