@@ -56,12 +56,20 @@ test-all: install
 
 # The user guide and API reference (mkdocs + mkdocstrings), built with --strict into site/;
 # the suite builds it too (tests/test_glue_docs.py).
+# mkdocs empties its output folder first, so a site/ that `make docs` did not build (no
+# marker file) is refused, not overwritten.
+SITE_MARK := site/.built-by-make-docs
+
 docs: install
+	@if [ -e site ] && [ ! -e $(SITE_MARK) ]; then \
+	  echo "site/ exists and was not built by 'make docs' (no $(SITE_MARK)): move it away first; nothing was changed." >&2; exit 1; fi
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict -d site
+	touch $(SITE_MARK)
 
 # The newest releases of every dependency, in a separate venv: catches upstream breaks.
 test-latest:
 	$(PY) -m venv $(LATEST)
+	touch $(LATEST)/.made-by-make
 	$(LATEST)/bin/pip install --quiet --upgrade pip
 	$(LATEST)/bin/pip install --quiet --upgrade -e '.[test]'
 	$(LATEST)/bin/pip freeze --exclude-editable | grep -iE '^(jax|jaxlib|diffrax|equinox)=='
@@ -72,5 +80,10 @@ constraints:
 	{ sed -n '1,3p' constraints.txt; $(LATEST)/bin/pip freeze --exclude-editable | grep -v '^-e'; } > constraints.tmp
 	mv constraints.tmp constraints.txt
 
+# Removes only what make built: each folder must hold the marker file its target wrote.
 clean:
-	rm -rf $(VENV) $(LATEST) .pytest_cache site
+	@for pair in "$(VENV):$(BIN)/.installed" "$(LATEST):$(LATEST)/.made-by-make" "site:$(SITE_MARK)"; do \
+	  dir=$${pair%%:*}; mark=$${pair#*:}; \
+	  if [ -e "$$mark" ]; then rm -rf "$$dir" && echo "removed $$dir/"; \
+	  elif [ -e "$$dir" ]; then echo "kept $$dir/: make did not build it (no $$mark)"; fi; done
+	rm -rf .pytest_cache
