@@ -427,10 +427,11 @@ def prune_json(case, target, existing):
         target.write_text("my report")
     with ctx():
         rc, o, e, exc = cli(["prune", "--json", str(target)])
-    kept = target.read_text() == "my report" if existing else not target.parent.exists()  # noqa: F841 (not yet in the verdict)
+    kept = target.read_text() == "my report" if existing else not target.parent.exists()
     words = "already exists" if existing else "does not exist"
     # the spy stops the work; when it is called, the command had accepted the path
-    record(case, rc == 2 and not calls and words in e, 0, f"rc={rc} work started={bool(calls)} {e.strip()[-70:]}",
+    record(case, rc == 2 and not calls and words in e and kept, 0 if kept else 1,
+           f"rc={rc} work started={bool(calls)} kept={kept} {e.strip()[-70:]}", unit="user files",
            rc=0 if calls else rc, exc=exc if not calls else None, issue=30)
 
 
