@@ -5,6 +5,7 @@ two-neuron toy model and the frequency study."""
 from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_channels
 from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
 from ._eos import ChannelGDTrace, gd_channel_trace
+from ._figures import channel_figure, channel_title, pair_trajectory
 from ._frequency import FrequencyStudy, channel_frequency
 from ._glu import (
     ChannelPair,
