@@ -566,6 +566,23 @@ def channels_eos() -> str:
     return "\n".join(out) + "\n"
 
 
+def channels_recipe_setting() -> str:
+    """docs/getting_started.md: the loss-levels cells (paper's settings, 100 seeds each) with the
+    highest confirmed-channel fraction, the setting the channel recipe points to."""
+    cells = [(c, name) for _, name in LOSS_LEVEL_STUDIES for c in _load(name)["summary"]]
+    best = max(c["confirmed"] / c["n"] for c, _ in cells)
+    top = [(c, name) for c, name in cells if c["confirmed"] / c["n"] == best]
+    c0, name0 = top[0]
+    rs = ", ".join(str(c["r"]) for c, _ in top)
+    files = sorted({name for _, name in top})
+    second = max(c["confirmed"] / c["n"] for c, _ in cells if c["confirmed"] / c["n"] < best)
+    return (f"The highest confirmed-channel fraction of the loss-levels study ({len(cells)} cells of "
+            f"{c0['n']} seeds at the paper's settings) is {c0['confirmed']}/{c0['n']} ({_pct(best)}%, Wilson 95% "
+            f"[{_pct(c0['confirmed_ci'][0])}, {_pct(c0['confirmed_ci'][1])}]): {c0['activation']}, "
+            f"{'with' if c0['bias'] else 'no'} bias, r = {rs} (`benchmarks/results/" + "`, `benchmarks/results/".join(files)
+            + f"`). The next best cell confirms {_pct(second)}%.\n")
+
+
 BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
           "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
           "topology-scale": topology_scale,
@@ -575,7 +592,8 @@ BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suit
           "sweep-throughput": sweep_throughput, "sweep-throughput-256": sweep_throughput_256,
           "sweep-throughput-small-n": sweep_throughput_small_n, "kink-sweep": kink_sweep,
           "sweep-throughput-gpu": sweep_throughput_gpu, "converge-cost": converge_cost,
-          "channels-optimizers": channels_optimizers, "channels-eos": channels_eos}
+          "channels-optimizers": channels_optimizers, "channels-eos": channels_eos,
+          "channels-recipe-setting": channels_recipe_setting}
 
 
 def render(text: str, missing: list | None = None) -> str:

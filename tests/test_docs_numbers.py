@@ -322,3 +322,19 @@ def test_pruning_prose_matches_its_files():
     page = " ".join((ROOT / "docs" / "pruning.md").read_text().split())
     missing = [c for c in _pruning_timing_claims() if " ".join(c.split()) not in page]
     assert not missing, f"docs/pruning.md no longer says what its files hold: {missing}"
+
+
+def _recipe_seed_claims():
+    """docs/getting_started.md's channel recipe on the study setting: seed 0 at softplus, no
+    bias, r = 2 is a confirmed channel in its file, with the GLU error the page quotes."""
+    rec = _load("channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json")["records"]
+    (k,) = [k for k in range(len(rec["r"])) if rec["r"][k] == 2 and rec["seed"][k] == 0 and not rec["bias"][k]]
+    assert rec["confirmed"][k] and rec["stopped_by"][k] == "maxnorm"
+    return [f"a GLU error of {rec['glu_error'][k]:.0e}".replace("e-06", "e-6"),
+            "`weightnorm` just above 1e3" if 1e3 <= rec["weightnorm"][k] < 1.1e3 else "weightnorm not near 1e3"]
+
+
+def test_getting_started_channel_setting_matches_its_file():
+    page = " ".join((ROOT / "docs" / "getting_started.md").read_text().split())
+    missing = [c for c in _recipe_seed_claims() if " ".join(c.split()) not in page]
+    assert not missing, f"docs/getting_started.md no longer says what its files hold: {missing}"
