@@ -54,6 +54,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
+from ._defaults import MAX_STEPS
 from ._flow_phase import (
     MaxnormPenalty,
     TrajectoryRecord,
@@ -536,7 +537,7 @@ def flow_then_newton(
     solver: str = "kvaerno5",
     rtol: float = 1e-3,
     atol: float = 1e-6,
-    max_flow_steps: int = 100_000,
+    max_flow_steps: int = MAX_STEPS,
     flow_wall_time: float = np.inf,
     maxnorm: float = 1e3,
     flow_stop: str = "penalty",

@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_finite
+from ._defaults import DRIFT_TOL_UNITS
 from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name, status_code
 from .invariants import conservation_scale, conserved_quantities, identity_residual
 from .losses import check_data, edge_loss_fn, get_loss, gradient_fn
@@ -507,7 +508,7 @@ def check_conservation(
     drift_in_tol = d / (opts.atol + opts.rtol * scale)
     ok = np.asarray(is_success(code))
     if nets.is_positively_homogeneous:  # without a law (force=True), drift is measured, not judged
-        code = np.where(ok & ~(drift_in_tol <= 100.0), int(result_code(RESULTS.drift_exceeded)), code)
+        code = np.where(ok & ~(drift_in_tol <= DRIFT_TOL_UNITS), int(result_code(RESULTS.drift_exceeded)), code)
     return ConservationReport(
         drift=d,
         drift_relative=dr,

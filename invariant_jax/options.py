@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from ._defaults import MAX_STEPS
 from ._results import STOP_RESULTS, result_code
 from .solvers import SOLVERS, get_solver
 
@@ -83,7 +84,7 @@ class SolverOptions(eqx.Module):
     solver: str | diffrax.AbstractSolver = "tsit5"
     rtol: float = 1e-8
     atol: float = 1e-8
-    max_steps: int = 100_000
+    max_steps: int = MAX_STEPS
     dt0: float | None = None
     stepsize_controller: diffrax.AbstractStepSizeController | None = None
 
@@ -321,7 +322,7 @@ class KinkOptions(eqx.Module):
 
 
 def as_solver_options(solver: str | diffrax.AbstractSolver | SolverOptions, *, rtol: float | None = None,
-                   atol: float | None = None, max_steps: int = 100_000) -> SolverOptions:
+                   atol: float | None = None, max_steps: int = MAX_STEPS) -> SolverOptions:
     """The `SolverOptions` of an entry point's `solver`, `rtol`, `atol` keywords: a
     `SolverOptions` is used as is (then `rtol`/`atol` must be `None`); a solver name or
     instance gets `rtol`/`atol` (default 1e-8) and `max_steps`."""

@@ -17,7 +17,7 @@ ROOT = Path(invariant_jax.__file__).parent
 # enumeration's members through it), `solvers` before `options` (`SolverOptions` checks
 # solver names against the registry) and `converge` after `sweep` (its flow phase runs
 # through `sweep_flows`).
-LAYOUT = ["_version", "_diffrax_compat", "_results", "_checks", "graph", "activations", "network", "losses",
+LAYOUT = ["_version", "_defaults", "_diffrax_compat", "_results", "_checks", "graph", "activations", "network", "losses",
           "datasets", "invariants", "topology", "regularizers", "solvers", "options", "flow", "kinks", "training",
           "pruning", "sweep", "_flow_phase", "converge", "channels", "cli"]
 

@@ -170,3 +170,27 @@ def test_notebooks_are_committed_without_outputs(path):
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells), \
         f"{path.name} carries outputs: write it again with notebooks/make_*.py (without --execute)"
     assert path.stat().st_size < 100_000
+
+
+def test_step_budget_defaults_written_once():
+    """The flow step budgets (`MAX_STEPS`, `KINK_MAX_STEPS`) are written once, in
+    `invariant_jax/_defaults.py`: no `max_steps` / `max_flow_steps` default repeats their
+    value as a literal (other budgets, e.g. Newton's, are their own defaults)."""
+    from invariant_jax import _defaults
+
+    pkg = Path(__file__).resolve().parent.parent / "invariant_jax"
+    literal = []
+    for path in pkg.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            pairs = []
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                pairs.append((node.target.id, node.value))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.args + node.args.kwonlyargs
+                defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
+                pairs += [(a.arg, d) for a, d in zip(args, defaults + node.args.kw_defaults) if d is not None]
+            for name, value in pairs:
+                if (name in ("max_steps", "max_flow_steps") and isinstance(value, ast.Constant)
+                        and value.value in (_defaults.MAX_STEPS, _defaults.KINK_MAX_STEPS) and path.name != "_defaults.py"):
+                    literal.append(f"{path.relative_to(pkg)}:{value.lineno} {name} = {value.value}")
+    assert not literal, literal

@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
+from .._defaults import MAX_STEPS
 from ..flow import gradient_flow
 from ..losses import check_data, get_loss, hessian, require_smooth
 from ..network import DAGNetwork
@@ -125,7 +126,7 @@ def jump_procedure(
     solver="kvaerno5",
     rtol: float = 1e-9,
     atol: float = 1e-9,
-    max_steps: int = 100_000,
+    max_steps: int = MAX_STEPS,
     progress: bool = True,
 ) -> JumpResult:
     """Jump along a channel: multiply `eps` by `factor` holding `(w, Delta, c, a)`, map

@@ -6,6 +6,7 @@ import argparse
 
 import numpy as np
 
+from .._defaults import DRIFT_TOL_UNITS
 from .._results import RESULTS, is_success, result_code, result_from_code, result_message
 from ..activations import get_activation
 from ..flow import ConservationReport
@@ -45,7 +46,7 @@ def run(args) -> int:
     law = bool(template.is_positively_homogeneous)
     code = np.asarray(res.result)
     if law:  # drift is an integration error only where a law holds
-        code = np.where(np.asarray(is_success(code)) & ~(res.drift_in_tol <= 100.0),
+        code = np.where(np.asarray(is_success(code)) & ~(res.drift_in_tol <= DRIFT_TOL_UNITS),
                         int(result_code(RESULTS.drift_exceeded)), code)
     rep = ConservationReport(drift=res.drift, drift_relative=res.drift_relative, drift_in_tol=res.drift_in_tol,
                              identity_residual=resid, num_steps=res.num_steps, loss_initial=res.loss_initial,

@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from .. import _defaults
+
 SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
 
 
@@ -21,6 +23,9 @@ def config_defaults() -> dict:
     out = {}
     for node in cls.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            if isinstance(node.value, ast.Name) and hasattr(_defaults, node.value.id):  # a shared default
+                out[node.target.id] = getattr(_defaults, node.value.id)
+                continue
             try:
                 out[node.target.id] = ast.literal_eval(node.value)
             except ValueError:  # not a literal (e.g. KinkOptions' defaults): the flag's help says it
@@ -139,7 +144,7 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--solver", default=S, help="tsit5 (default), dopri5, dopri8, ...")
     f.add_argument("--rtol", type=float, default=S, help="default 1e-8")
     f.add_argument("--atol", type=float, default=S, help="default 1e-8")
-    f.add_argument("--max-steps", type=int, default=S, help="step budget per trajectory (default 100000)")
+    f.add_argument("--max-steps", type=int, default=S, help=f"step budget per trajectory (default {_defaults.MAX_STEPS})")
     f.add_argument("--n-save", type=int, default=S, help="times at which drift is measured (default 101)")
     f.add_argument("--grad-norm-tol", type=float, default=S, help="stop a trajectory once |grad L| < this")
     f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")

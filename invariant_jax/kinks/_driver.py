@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._checks import check_finite
+from .._defaults import KINK_MAX_STEPS
 from .._diffrax_compat import cacheable_checks
 from .._results import RESULTS
 from ..flow import Flow
@@ -353,8 +354,6 @@ def _check_piecewise_linear(net: DAGNetwork):
         )
 
 
-KINK_MAX_STEPS = 10_000
-"""The step budget of each segment when `kink_aware_flow` gets a solver name."""
 
 
 def make_kink_integrator(

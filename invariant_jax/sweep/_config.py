@@ -11,6 +11,7 @@ from typing import Any
 import jax.random as jr
 import numpy as np
 
+from .._defaults import MAX_STEPS
 from ..activations import ACTIVATIONS
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
@@ -168,7 +169,7 @@ class SweepConfig:
     solver: str = "tsit5"
     rtol: float = 1e-8
     atol: float = 1e-8
-    max_steps: int = 100_000
+    max_steps: int = MAX_STEPS
     n_save: int = 101
     grad_norm_tol: float | None = None
     loss_floor: float | None = None

@@ -21,6 +21,7 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._defaults import KINK_MAX_STEPS, MAX_STEPS
 from .._results import STATUSES, is_success, status_is_success
 from .._version import __version__
 from ..losses import check_data, network_loss
@@ -228,7 +229,7 @@ def sweep_flows(
         unsupported=dict(weight_decay=weight_decay, dt0=given.dt0, stepsize_controller=given.stepsize_controller,
                          grad_norm_tol=stop.grad_norm_tol, loss_floor=stop.loss_floor,
                          max_param_norm=stop.max_param_norm, max_wall_time=stop.max_wall_time))
-    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=10_000 if kink_aware else 100_000)
+    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS if kink_aware else MAX_STEPS)
     save = as_save_times(saveat, n_save)
     opts.check_dtype(jnp.zeros(()).dtype)
     check_positive("weight_decay", weight_decay, allow_zero=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._defaults import DRIFT_TOL_UNITS
 from .._results import STATUSES, status_is, status_is_success
 from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
@@ -185,7 +186,7 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
         "max_components": int(rows["n_components"].max()) if len(st) else 0,
         "drift_tol_median": float(np.median(dt)) if dt.size else float("nan"),
         "drift_tol_max": float(np.max(dt)) if dt.size else float("nan"),
-        "fraction_within_100_tol": float(np.mean(dt <= 100)) if dt.size else float("nan"),
+        "fraction_within_100_tol": float(np.mean(dt <= DRIFT_TOL_UNITS)) if dt.size else float("nan"),
         "rank_changed": int(np.sum((rows["rank_start"] != rows["rank_end"]) & ok)),
         "bottleneck_sign_changes": int(rows["bottleneck_sign_changes"].sum()),
         "frozen_sign_changes": int(rows["frozen_sign_changes"].sum()),
