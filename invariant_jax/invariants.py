@@ -16,6 +16,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
+from ._checks import check_positive
 from ._results import RESULTS
 from .losses import check_data, edge_loss_fn
 from .network import DAGNetwork
@@ -80,8 +81,7 @@ def jacobian(net: DAGNetwork) -> Float[Array, "H E"]:
 
 
 def _check_tol(tol):
-    if tol is not None and not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be a positive finite number; got {tol!r}.")
+    check_positive("tol", tol, allow_none=True)
 
 
 def jacobian_rank(net: DAGNetwork, tol: float | None = None, *, method: str = "svd"):
@@ -441,8 +441,7 @@ def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 
     g = graph
     c = as_conserved(g, c)
     tol = conserved_tol(tol, c)
-    if time_limit is not None and not (np.isfinite(time_limit) and time_limit > 0):
-        raise ValueError(f"time_limit must be a positive number of seconds; got {time_limit!r}.")
+    check_positive("time_limit", time_limit, allow_none=True)  # seconds
     if len(g.hidden) == 0:
         return SingularPoint(False, None, None, float("nan"), 0, tol, RESULTS.successful)
     cands = zero_sum_groups(g, c, tol, max_size=max_subset_size, limit=max_candidates)

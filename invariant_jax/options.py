@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from ._checks import check_integer, check_positive
 from ._defaults import MAX_STEPS
 from ._results import STOP_RESULTS, result_code
 from .solvers import SOLVERS, get_solver
@@ -37,31 +38,6 @@ __all__ = [
     "check_time_span",
     "log_times",
 ]
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
-
-
-def check_positive(name: str, v, *, allow_none: bool = False, allow_zero: bool = False) -> None:
-    """Raise `ValueError`/`TypeError` unless `v` is a finite real number `> 0` (`>= 0`
-    with `allow_zero`; `None` allowed with `allow_none`). The one wording of this check."""
-    if v is None and allow_none:
-        return
-    if not _is_real(v):
-        raise TypeError(f"{name} must be a real number{' (or None)' if allow_none else ''}; got {v!r}.")
-    if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
-        what = "a finite number >= 0" if allow_zero else "a positive finite number"
-        raise ValueError(f"{name} must be {what}{' (or None)' if allow_none else ''}; got {v!r}.")
-
-
-def check_integer(name: str, v, *, minimum: int) -> None:
-    """Raise `TypeError`/`ValueError` unless `v` is an integer (not a bool) `>= minimum`."""
-    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
-        raise TypeError(f"{name} must be {what}; got {v!r}.")
-    if v < minimum:
-        raise ValueError(f"{name} must be {what}; got {v!r}.")
 
 
 # ------------------------------------------------------------------ solver

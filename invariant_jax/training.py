@@ -492,8 +492,7 @@ def fit(
         X_test, Y_test = check_data(g, X_test, Y_test)
     if not (np.isfinite(strength) and strength >= 0):
         raise ValueError(f"strength must be a finite number >= 0; got {strength!r}.")
-    if not (np.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be a positive finite number; got {learning_rate!r}.")
+    check_positive("learning_rate", learning_rate)
     for name, v in (("epochs", epochs), ("log_every", log_every)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}.")

@@ -59,6 +59,6 @@ def test_gp_roughness_controls_smoothness():
 def test_gp_data_shapes_and_errors():
     X, Y = gp_data(30, 2, roughness=1.0, key=jr.key(0))
     assert X.shape == (30, 2) and Y.shape == (30, 1)
-    with pytest.raises(ValueError, match="roughness s must be positive"):
+    with pytest.raises(ValueError, match=r"roughness s \(the length scale is 1/s\) must be a positive"):
         gp_data(10, 1, roughness=0.0, key=jr.key(0))
     assert ij.mlp([2, 3, 1]).n_in == X.shape[1]

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._checks import check_positive
 from ..flow import Flow, gradient_flow
 from ..graph import DAG
 from ..losses import check_data, edge_loss_fn, hessian, loss_gradient, require_smooth
@@ -158,8 +159,7 @@ def escape_saddle(net: DAGNetwork, X, Y, *, size: float = 1e-3, t1: float = 1e3,
 
     **Returns:** an `Escape`.
     """
-    if not (np.isfinite(size) and size > 0):
-        raise ValueError(f"size must be positive and finite; got {size!r}.")
+    check_positive("size", size)
     X, Y = check_data(net.graph, X, Y)
     ev, vecs = jnp.linalg.eigh(hessian(net, X, Y, loss=loss))
     d = vecs[:, 0]

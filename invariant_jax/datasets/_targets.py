@@ -8,6 +8,8 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._checks import check_positive
+
 __all__ = ["modified_rosenbrock", "rosenbrock_data", "rosenbrock_grid", "regular_grid", "matern32_kernel", "gp_sample",
            "gp_data", "PAPER_GP_SCALINGS"]
 
@@ -77,8 +79,7 @@ def regular_grid(n_samples: int = 10**4, *, half_width: float = float(np.sqrt(3.
     """
     if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
         raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}.")
-    if not (np.isfinite(half_width) and half_width > 0):
-        raise ValueError(f"half_width must be positive and finite; got {half_width!r}.")
+    check_positive("half_width", half_width)
     res = int(np.ceil(np.sqrt(n_samples)))
     step = 2 * half_width / res
     x = -half_width + step * np.arange(res + 1)
@@ -103,8 +104,7 @@ def matern32_kernel(
     X1: ArrayLike, X2: ArrayLike, *, length_scale: float = 1.0, variance: float = 1.0
 ) -> Float[Array, "N M"]:
     """Matérn-3/2 kernel `variance (1 + sqrt3 r / l) exp(-sqrt3 r / l)`, `r = ||x - x'||`."""
-    if not (np.isfinite(length_scale) and length_scale > 0):
-        raise ValueError(f"length_scale must be positive and finite; got {length_scale!r}.")
+    check_positive("length_scale", length_scale)
     X1, X2 = jnp.asarray(X1), jnp.asarray(X2)
     d2 = jnp.sum((X1[:, None, :] - X2[None, :, :]) ** 2, axis=-1)
     r = jnp.sqrt(jnp.maximum(d2, 0.0) + 1e-300) * (d2 > 0)  # zero distance: exact 0, finite grad
@@ -124,8 +124,7 @@ def gp_sample(
 
     **Returns:** `(N, n_functions)` samples.
     """
-    if not (np.isfinite(roughness) and roughness > 0):
-        raise ValueError(f"roughness s must be positive and finite (length scale 1/s); got {roughness!r}.")
+    check_positive("roughness s (the length scale is 1/s)", roughness)
     X = _check_X(X)
     K = matern32_kernel(X, X, length_scale=1.0 / roughness)
     L = jnp.linalg.cholesky(K + jitter * jnp.eye(X.shape[0], dtype=K.dtype))

@@ -430,8 +430,7 @@ def run_sweep(
     check_engine_settings(slots=slots, steps_per_call=steps_per_call, chunk_size=chunk_size)
     if not (np.isfinite(flush_seconds) and flush_seconds >= 0):
         raise ValueError(f"flush_seconds must be a finite number >= 0; got {flush_seconds!r}.")
-    if not (np.isfinite(stale_seconds) and stale_seconds > 0):
-        raise ValueError(f"stale_seconds must be a positive number; got {stale_seconds!r}.")
+    check_positive("stale_seconds", stale_seconds)
     pi, pc = _share(process_index, process_count)
     if not (0 <= pi < pc):
         raise ValueError(f"Need 0 <= process_index < process_count; got {pi}, {pc}.")
