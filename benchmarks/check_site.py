@@ -242,9 +242,9 @@ def check_site(site: Path, chromium: str) -> dict:
         with tempfile.TemporaryDirectory(prefix="check-site-chromium-") as profile:
             for label, md in nav_pages():
                 path = page_url(md)
-                status, _ = fetch(base + path)
-                if status != 200:
-                    failures.append(f"{md}: {path} answered {status}")
+                http_code, _ = fetch(base + path)
+                if http_code != 200:
+                    failures.append(f"{md}: {path} answered {http_code}")
                     continue
                 dom = dump_dom(chromium, base + path, profile)
                 p = parse(dom)
