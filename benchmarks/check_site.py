@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import html.parser
 import importlib
-import json
 import os
 import re
 import shutil
@@ -39,6 +38,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from _output import output_path, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -336,7 +337,7 @@ def main(argv=None) -> int:
     for f in report["failures"]:
         print("FAIL", f)
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        write_json(output_path(args.out, "check_site.json"), report)
     return 1 if report["failures"] else 0
 
 
