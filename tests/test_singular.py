@@ -14,14 +14,10 @@ from scipy.optimize import linprog
 
 import invariant_jax as ij
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import rank_invariance as ri  # noqa: E402  (the rank-invariance study; its cut_off zeroes W's boundary)
 
-def _cut_off(g, theta, W):
-    """Zero every edge with exactly one endpoint in W."""
-    theta = np.array(theta, dtype=np.float64)
-    for k, (u, v) in enumerate(g.edges):
-        if (u in W) != (v in W):
-            theta[k] = 0.0
-    return theta
+_cut_off = ri.cut_off
 
 
 def _graphs():
@@ -212,8 +208,6 @@ def test_singular_bad_input():
 # The study lives in benchmarks/rank_invariance.py (which writes its numbers to
 # benchmarks/results/rank_invariance.json); these tests run it and assert what is exact.
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import rank_invariance as ri  # noqa: E402
 
 
 def _check(out, require_success=True):
