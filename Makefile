@@ -33,7 +33,7 @@ EXACTNESS_ISA ?= SSE4_2
 #
 # Almost all of the suite's time is XLA compilation. The first run compiles with most of
 # XLA's optimization off (JAX_DISABLE_MOST_OPTIMIZATIONS: LLVM at -O0, no expensive passes),
-# which halves compile times; the programs compute the same mathematics (no fast-math either
+# which compiles much faster; the programs compute the same mathematics (no fast-math either
 # way), and the exactness rerun compiles with full optimization, as users run, so every
 # exactness claim is checked under two code generations. `make test TEST_FAST_COMPILE=0`
 # runs the first run fully optimized too; `make test-all` always does.
