@@ -93,7 +93,7 @@ if TYPE_CHECKING:
         weighted_mse,
     )
     from .network import DAGNetwork, init_edge_weights, random_dag
-    from .options import KinkOptions, SaveTimes, SolverOptions, StopRules, log_times
+    from .options import KinkOptions, Objective, SaveTimes, SolverOptions, StopRules, log_times
     from .pruning import PruneReport, magnitude_prune, neuron_scores, prune
     from .regularizers import (
         WorkingSet,
@@ -157,7 +157,7 @@ __all__ = [
     "Reachability", "reachability", "rescale_onto", "twin_classes", "sample_invariant_set", "plot_invariant_set",
     # statuses and options
     "RESULTS", "result_code", "result_from_code", "result_name", "result_message", "is_success",
-    "SolverOptions", "SaveTimes", "StopRules", "KinkOptions", "log_times",
+    "SolverOptions", "SaveTimes", "StopRules", "KinkOptions", "Objective", "log_times",
     # flows
     "SOLVERS", "get_solver", "GaussLegendre", "Projected", "hessian_kvaerno5", "rescale_to_conserved",
     "Flow", "gradient_flow", "flow_field", "trajectory_record", "ConservationReport", "check_conservation",

@@ -1,9 +1,13 @@
 """Finite-value checks that hold eagerly and under `jit` alike: a concrete array that
 fails raises `ValueError`; a traced one gets `eqx.error_if` with the same words, so a
 jitted call stops with the message the eager call would give (eagerly it also names the
-first bad entry, which a traced check cannot know)."""
+first bad entry, which a traced check cannot know). Also the one wording of the scalar
+checks every option object and entry point uses (`check_positive`, `check_integer`), and
+of deprecated keywords (`take_deprecated`)."""
 
 from __future__ import annotations
+
+import warnings
 
 import equinox as eqx
 import jax
@@ -11,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-__all__ = ["check_finite"]
+__all__ = ["check_finite", "check_positive", "check_integer", "take_deprecated"]
 
 
 def check_finite(x: ArrayLike, message: str, *, where: str = "") -> Array:
@@ -58,3 +62,16 @@ def check_integer(name: str, v, *, minimum: int) -> None:
         raise TypeError(f"{name} must be {what}; got {v!r}.")
     if v < minimum:
         raise ValueError(f"{name} must be {what}; got {v!r}.")
+
+
+def take_deprecated(where: str, kwargs: dict, replacements: dict[str, str]) -> dict:
+    """The deprecated keywords of an entry point, each with a `DeprecationWarning` that
+    names its replacement. `kwargs` is the entry point's `**deprecated`; `replacements`
+    maps each old keyword to the words that say what to write instead. Any other keyword
+    raises the `TypeError` Python would give (naming the entry point)."""
+    unknown = sorted(set(kwargs) - set(replacements))
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}.")
+    for name in kwargs:
+        warnings.warn(f"{where}({name}=...) is deprecated; {replacements[name]}.", DeprecationWarning, stacklevel=3)
+    return dict(kwargs)

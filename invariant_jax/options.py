@@ -6,7 +6,9 @@
 - `SaveTimes`: the times at which a flow is saved;
 - `StopRules`: the early-stopping rules, with the one condition (`StopRules.hits`) that
   both the diffrax `Event` of `gradient_flow` and the sweep engine evaluate;
-- `KinkOptions`: how the kink-aware flow locates and resolves kink events.
+- `KinkOptions`: how the kink-aware flow locates and resolves kink events;
+- `Objective`: what a flow or a training run minimizes (the data loss, weight decay and
+  a regularizer), for `gradient_flow`, `sweep_flows` and `fit` alike.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from ._checks import check_integer, check_positive
 from ._defaults import MAX_STEPS
 from ._results import STOP_RESULTS, result_code
+from .losses import get_loss
+from .regularizers import get_regularizer
 from .solvers import SOLVERS, get_solver
 
 __all__ = [
@@ -31,6 +35,8 @@ __all__ = [
     "SaveTimes",
     "StopRules",
     "KinkOptions",
+    "Objective",
+    "as_objective",
     "as_solver_options",
     "as_save_times",
     "check_positive",
@@ -294,7 +300,71 @@ class KinkOptions(eqx.Module):
         check_positive("surface_tol", self.surface_tol)
 
 
+# ------------------------------------------------------------------ objective
+
+
+class Objective(eqx.Module):
+    """What a flow or a training run minimizes:
+    `L(theta) + (weight_decay / 2) ||theta||^2 + strength * R(net)`.
+
+    **Fields:**
+
+    - `loss`: the data loss `L`, a name (`"mse"`, `"bce"`) or a callable
+        `(pred, Y) -> scalar`.
+    - `weight_decay`: `lambda >= 0` of the penalty `(lambda / 2) ||theta||^2`. With it
+        the conserved quantities decay exactly as `c(t) = c(0) exp(-2 lambda t)`.
+    - `regularizer`: an extra penalty `R(net)`, a name in `ij.regularizers.REGULARIZERS`
+        (`"nuclear"`, `"l1"`, `"l2"`, `"group_lasso"`) or a callable `net -> scalar`;
+        `None` for none. With one (and `strength > 0`) no conservation law holds.
+    - `strength`: the weight `>= 0` of `regularizer`.
+
+    Entry points take `loss=` as a name, a callable or an `Objective`; a name or callable
+    means `Objective(loss)`.
+    """
+
+    loss: str | Callable = "mse"
+    weight_decay: float = 0.0
+    regularizer: str | Callable | None = None
+    strength: float = 0.0
+
+    def __check_init__(self):
+        get_loss(self.loss)
+        check_positive("weight_decay", self.weight_decay, allow_zero=True)
+        check_positive("strength", self.strength, allow_zero=True)
+        if self.regularizer is not None:
+            get_regularizer(self.regularizer)
+        elif self.strength != 0:
+            raise ValueError(f"Objective(strength={self.strength!r}) needs a regularizer; pass "
+                             "regularizer='nuclear' (or another name, or a callable), or strength=0.")
+
+    @property
+    def regularized(self) -> bool:
+        """Whether a regularizer term is present (`regularizer` given and `strength > 0`)."""
+        return self.regularizer is not None and self.strength != 0
+
+
 # ------------------------------------------------------------------ thin keywords
+
+
+def as_objective(loss: str | Callable | Objective, **deprecated) -> Objective:
+    """The `Objective` of an entry point's `loss` keyword (a name, a callable or an
+    `Objective`), with the deprecated `weight_decay`, `regularizer` and `strength`
+    keywords (already warned about by `take_deprecated`) folded in. They go only with a
+    loss name or callable."""
+    if isinstance(loss, Objective):
+        if deprecated:
+            raise ValueError(f"Pass {', '.join(sorted(deprecated))} inside Objective(...), not as keywords as well.")
+        return loss
+    return Objective(loss, **deprecated)
+
+
+OBJECTIVE_KEYWORDS = {
+    name: f"pass loss=ij.Objective(loss, {name}=...) instead"
+    for name in ("weight_decay", "regularizer", "strength")
+}
+"""The `take_deprecated` replacements of the objective's old thin keywords."""
+
+
 
 
 def as_solver_options(solver: str | diffrax.AbstractSolver | SolverOptions, *, rtol: float | None = None,
