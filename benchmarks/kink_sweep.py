@@ -31,8 +31,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from invariant_jax.sweep._engine import Engine, make_problem  # noqa: E402
-from invariant_jax.sweep._kink import KinkEngine  # noqa: E402
+from invariant_jax.sweep import Engine, KinkEngine, make_problem  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 compile_s = [0.0]  # of the last run_engine call

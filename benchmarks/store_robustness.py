@@ -37,7 +37,7 @@ jax.config.update("jax_enable_x64", True)
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax.cli import main  # noqa: E402
-from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep  # noqa: E402
+from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, load_sweep, run_sweep  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", default="current")
@@ -48,7 +48,7 @@ ROOT = Path(args.work).resolve()
 shutil.rmtree(ROOT, ignore_errors=True)
 ROOT.mkdir(parents=True)
 CFG = dict(n_inits=16, t1=0.5, n_samples=10, n_save=11)
-KW = dict(slots=2, steps_per_call=8, progress=False)
+KW = dict(batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
 rows = []
 
 
@@ -105,7 +105,7 @@ def n_records(out):
 
 def finished(name):
     out = ROOT / name
-    run_sweep(SweepConfig(**CFG), out, flush_seconds=0.0, **KW)
+    run_sweep(SweepConfig(**CFG), out, store=StoreOptions(flush_seconds=0.0), **KW)
     return out
 
 
@@ -149,10 +149,10 @@ def c2():
 CHILD = r"""
 import sys, json, jax
 jax.config.update("jax_enable_x64", True)
-from invariant_jax.sweep import SweepConfig, run_sweep
+from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, run_sweep
 cfg = SweepConfig(**json.loads(sys.argv[1]))
-run_sweep(cfg, sys.argv[2], resume=True, slots=int(sys.argv[3]), steps_per_call=16, chunk_size=int(sys.argv[4]),
-          progress=False)
+run_sweep(cfg, sys.argv[2], resume=True, batch=BatchOptions(slots=int(sys.argv[3]), steps_per_call=16, progress=False),
+          store=StoreOptions(chunk_size=int(sys.argv[4])))
 """
 
 
@@ -438,9 +438,10 @@ def prune_json(case, target, existing):
 RACER = r"""
 import sys, json, jax
 jax.config.update("jax_enable_x64", True)
-from invariant_jax.sweep import SweepConfig, run_sweep
+from invariant_jax.sweep import BatchOptions, SweepConfig, run_sweep
 try:
-    run_sweep(SweepConfig(**json.loads(sys.argv[1])), sys.argv[2], slots=2, steps_per_call=8, progress=False)
+    run_sweep(SweepConfig(**json.loads(sys.argv[1])), sys.argv[2],
+              batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
 except ValueError as e:
     print("REFUSED", e, file=sys.stderr)
     sys.exit(2)

@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from _output import CompileCounter, output_path, write_json  # noqa: E402
+from invariant_jax.sweep import BatchOptions  # noqa: E402
 
 SIZES = (2, 64, 32, 64, 128, 256, 1, 37)
 
@@ -56,7 +57,8 @@ def main():
     rows = []
     for arm in args.arms:
         X, Y, batches = workload(args.sizes, "relu" if arm == "kink" else "softplus")
-        opts = dict(solver="tsit5", rtol=1e-8, atol=1e-8, n_save=11, slots=args.slots, kink_aware=arm == "kink")
+        opts = dict(solver="tsit5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=11),
+                    batch=BatchOptions(slots=args.slots), kinks=arm == "kink")
         seen = set()
         for call, n in enumerate(args.sizes):
             compiles.reset()

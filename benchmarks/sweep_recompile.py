@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 from _output import CompileCounter, output_path, write_json  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
-from invariant_jax.sweep import _run  # noqa: E402
+from invariant_jax.sweep import BatchOptions, clear_engines  # noqa: E402
 
 
 def main():
@@ -46,12 +46,12 @@ def main():
         thetas = jax.vmap(lambda k: ch.mlpgf_glorot(g, k))(jr.split(jr.key(teacher), args.inits))
         nets = eqx.filter_vmap(ij.DAGNetwork(g, "softplus", edge_weights=thetas[0]).with_edge_weights)(thetas)
         if fresh:
-            _run._FLOW_ENGINES.clear()
+            clear_engines()
         compiles.reset()
         t = time.perf_counter()
         res = ij.sweep_flows(nets, X, Y, 1e12, solver=ij.SolverOptions("kvaerno5", rtol=1e-3, atol=1e-6,
                                                                         max_steps=args.steps),
-                             n_save=2, slots=args.inits)
+                             saveat=ij.SaveTimes(n_save=2), batch=BatchOptions(slots=args.inits))
         jax.block_until_ready(res.theta_final)
         dt = time.perf_counter() - t
         rows.append(dict(call=call + 1, teacher=teacher, engine="fresh (as before the fix)" if call != 1 else "reused",

@@ -106,8 +106,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 from invariant_jax import solvers  # noqa: E402
 from invariant_jax.kinks import KinkProblem  # noqa: E402
-from invariant_jax.sweep._engine import Engine, make_problem  # noqa: E402
-from invariant_jax.sweep._kink import KinkEngine  # noqa: E402
+from invariant_jax.sweep import Engine, KinkEngine, make_problem  # noqa: E402
 
 TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11
 LOAD_START = list(os.getloadavg())

@@ -270,8 +270,8 @@ def test_duckdb_reads_the_chunks_directly(swept):
 
 def test_old_folders_get_the_columns_on_load(swept):
     """Records written before the derived columns existed: load_sweep derives them."""
+    from invariant_jax.sweep import with_columns
     from invariant_jax.sweep._columns import DERIVED
-    from invariant_jax.sweep._run import with_columns
 
     cfg, _, res = swept
     base = {k: getattr(res, k) for k in ("index", "theta0", "theta_final", "c0", "drift", "scale", "result",

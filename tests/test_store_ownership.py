@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 
 from invariant_jax.cli import main
-from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
-from invariant_jax.sweep._run import SweepInterrupted, manifest_for
+from invariant_jax.sweep import SweepConfig, SweepInterrupted, load_sweep, manifest_for, run_sweep
 from invariant_jax.sweep._store import ResultsStore, config_hash
 
 CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # as test_sweep_store: one compile

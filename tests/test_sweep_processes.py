@@ -16,7 +16,7 @@ import pytest
 from invariant_jax.sweep import SweepConfig, run_sweep
 
 CFG = dict(n_inits=24, t1=0.5, n_samples=10, n_save=11, kink_aware=False)
-KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result")
+KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result_codes")
 
 CHILD = r"""
 import json, sys, time

@@ -197,7 +197,7 @@ def test_resume_compiles_nothing(tmp_path, kink_aware):
         resumed = run_sweep(cfg, out, resume=True, **kw)
     assert counter.n == 0, f"the resume compiled {counter.n} programs"
     assert 0 < len(lost) < 13 and resumed.stats["useful_steps"] > 0
-    for k in ("theta_final", "loss_final", "num_steps", "result"):
+    for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
         np.testing.assert_array_equal(getattr(resumed, k), getattr(full, k), err_msg=k)
 
 
@@ -216,7 +216,7 @@ for ka in (False, True):
     one = ij.sweep_flows(batches[37], X, Y, 0.5, devices=jax.devices()[:1], **opts)
     assert two.stats["devices"] == 2 and one.stats["devices"] == 1
     np.testing.assert_array_equal(two.theta0, table[:37])
-    for k in ("theta_final", "loss_final", "num_steps", "result"):
+    for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
         np.testing.assert_array_equal(getattr(two, k), getattr(one, k), err_msg=k)
 print("ok")
 """

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from invariant_jax.cli import main
-from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep
-from invariant_jax.sweep._run import _FIELDS, manifest_for
+from invariant_jax.sweep import SweepConfig, load_sweep, manifest_for, run_sweep
+from invariant_jax.sweep._result import FIELDS
 
 try:  # imported lazily below too, so that the tests of behaviour also run against older code
-    from invariant_jax.sweep._run import job_array_share
+    from invariant_jax.sweep import job_array_share
     from invariant_jax.sweep._store import (
         BUSY,
         CLAIMED,
@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - only when checking that these tests fa
 
 CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # the plain engine (cheap)
 KW = dict(slots=2, steps_per_call=8, progress=False)
-KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result")
+KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result_codes")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def _same(res, ref):
 
 
 def _records(res, rows):
-    return {k: np.asarray(getattr(res, k))[rows] for k in _FIELDS}
+    return {k: np.asarray(res.result_codes if k == "result" else getattr(res, k))[rows] for k in FIELDS}
 
 
 # ------------------------------------------------------------ format (item 4)

@@ -12,7 +12,7 @@ from ..activations import get_activation
 from ..flow import ConservationReport
 from ..invariants import identity_residual
 from ..network import DAGNetwork
-from ..sweep import SweepConfig, run_sweep
+from ..sweep import BatchOptions, SweepConfig, run_sweep
 from ._common import graph_from_args
 from ._parsers import add_check_args, add_data_args, add_graph_args
 
@@ -38,13 +38,13 @@ def run(args) -> int:
     cfg = check_config(args)
     g = cfg.build_graph()
     X, Y = cfg.build_data(g)
-    res = run_sweep(cfg, None, progress=False)
+    res = run_sweep(cfg, None, batch=BatchOptions(progress=False))
     template = DAGNetwork(g, cfg.activation, edge_weights=np.zeros(len(g.edges)))
     resid = np.array([float(np.max(np.abs(identity_residual(template.with_edge_weights(th), X, Y, loss=cfg.loss,
                                                                    relative=True)), initial=0.0))
                       for th in res.theta0])
     law = bool(template.is_positively_homogeneous)
-    code = np.asarray(res.result)
+    code = np.asarray(result_code(res.result))
     if law:  # drift is an integration error only where a law holds
         code = np.where(np.asarray(is_success(code)) & ~(res.drift_in_tol <= DRIFT_TOL_UNITS),
                         int(result_code(RESULTS.drift_exceeded)), code)

@@ -12,8 +12,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
-from ..sweep._config import read_config_toml
-from ..sweep._store import atomic_write_json, check_output_file
+from ..sweep import atomic_write_json, check_output_file, read_config_toml
 
 BUILDERS = ("example", "mlp", "random")
 

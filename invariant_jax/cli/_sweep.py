@@ -11,11 +11,20 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .._results import is_success, result_message, result_name
-from ..sweep import SweepConfig, run_sweep, summarize_sweep
-from ..sweep._config import graph_fields
-from ..sweep._run import SweepInterrupted, job_array_share
-from ..sweep._store import ResultsStore, check_output_folder, dumps_strict, is_no_space
+from .._results import is_success, result_code, result_message, result_name
+from ..sweep import (
+    BatchOptions,
+    ResultsStore,
+    SweepConfig,
+    SweepInterrupted,
+    check_output_folder,
+    dumps_strict,
+    graph_fields,
+    is_no_space,
+    job_array_share,
+    run_sweep,
+    summarize_sweep,
+)
 from ._common import check_option, read_config_file
 from ._parsers import DEFAULT_OUT
 
@@ -174,9 +183,10 @@ def _job_share(process_index, process_count):
 
 
 def failure_lines(codes) -> list[str]:
-    """One line per failure kind among `RESULTS` codes: count, name and the message that
-    says the fix (stops by a rule are successes and are not listed)."""
-    codes = np.asarray(codes)
+    """One line per failure kind among `RESULTS` (an item with one entry per trajectory,
+    as `SweepResult.result`, or integer codes): count, name and the message that says the
+    fix (stops by a rule are successes and are not listed)."""
+    codes = np.asarray(result_code(codes))
     lines = []
     for code in np.unique(codes[~np.asarray(is_success(codes))]):
         n = int(np.sum(codes == code))
@@ -206,8 +216,8 @@ def run_config(config, *, out=DEFAULT_OUT, slots=None, steps_per_call=None, resu
     exact, slots, mode_line = choose_device_mode(exact=exact, slots=slots)
     print(f"engine: {mode_line}")
     try:
-        result = run_sweep(config, out, resume=resume, overwrite=overwrite, slots=slots,
-                           steps_per_call=steps_per_call, exact=exact, progress=progress,
+        batch = BatchOptions(slots=slots, steps_per_call=steps_per_call, exact=exact, progress=progress)
+        result = run_sweep(config, out, resume=resume, overwrite=overwrite, batch=batch,
                            process_index=process_index, process_count=process_count, tag=tag)
         summary = summarize_sweep(config, result)
         print(summary.table(max_rows=rows))

@@ -91,7 +91,7 @@ def trajectory_columns(g: DAG, rec: dict[str, np.ndarray], *, rtol: float, atol:
         "component": component_labels(g, frozen, th0),
         "bottleneck_sign_changes": flipped[:, bn].sum(axis=1).astype(np.int64),
         "frozen_sign_changes": (flipped & frozen).sum(axis=1).astype(np.int64),
-        "result_name": np.asarray(result_name(np.asarray(rec["result"])), dtype=str).reshape(len(th0)),
+        "result_name": np.asarray(result_name(rec["result"]), dtype=str).reshape(len(th0)),
         "status_name": np.asarray(STATUSES, dtype=str)[status],
     }
 

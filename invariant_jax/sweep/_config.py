@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.random as jr
 import numpy as np
 
@@ -15,27 +16,14 @@ from .._defaults import MAX_STEPS
 from ..activations import ACTIVATIONS
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
-from ..network import INITIALIZERS
+from ..network import INITIALIZERS, init_edge_weights
 from ..options import KinkOptions, SaveTimes, SolverOptions, StopRules, check_integer, check_positive
-from ._kink import kink_aware_default
+from ._kink import resolve_kinks
 
 BUILDERS = ("example", "mlp", "random", "edges")
 
 _KINK_FIELDS = ("max_events", "max_sliding", "event_tol", "surface_tol")  # those of KinkOptions
 _KINK_DEFAULTS = {name: getattr(KinkOptions(), name) for name in _KINK_FIELDS}
-
-
-def check_kink_options(options: SolverOptions, stop: StopRules, weight_decay: float) -> None:
-    """Raise `ValueError` for options the kink-aware integrator does not support
-    (stopping rules, weight decay, `dt0`, a step-size controller)."""
-    used = [n for n, v in (("weight_decay", weight_decay or None), ("dt0", options.dt0),
-                           ("stepsize_controller", options.stepsize_controller),
-                           ("grad_norm_tol", stop.grad_norm_tol), ("loss_floor", stop.loss_floor),
-                           ("max_param_norm", stop.max_param_norm), ("max_wall_time", stop.max_wall_time))
-            if v is not None]
-    if used:
-        raise ValueError(f"The kink-aware integrator does not support {', '.join(used)}; drop "
-                         f"{'it' if len(used) == 1 else 'them'} or use kink_aware=False.")
 
 
 def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
@@ -199,10 +187,9 @@ class SweepConfig:
                 v = tuple(str(x) for x in v)
             object.__setattr__(self, name, v)
         if self.kink_aware is None and self.activation in ACTIVATIONS:
-            auto = kink_aware_default(None, kinked=ACTIVATIONS[self.activation].kinked, unsupported=dict(
-                weight_decay=self.weight_decay, grad_norm_tol=self.grad_norm_tol, loss_floor=self.loss_floor,
-                max_param_norm=self.max_param_norm))
-            object.__setattr__(self, "kink_aware", auto)
+            auto = resolve_kinks(None, kinked=ACTIVATIONS[self.activation].kinked, options=self.solver_options,
+                                 stop=self.stop_rules, weight_decay=self.weight_decay)
+            object.__setattr__(self, "kink_aware", auto is not None)
         self.validate()
 
     def validate(self) -> None:
@@ -244,7 +231,7 @@ class SweepConfig:
             if not ACTIVATIONS[self.activation].kinked:
                 raise ValueError(f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
                                  f"{self.activation!r}. For smooth activations set kink_aware = false.")
-            check_kink_options(options, stop, self.weight_decay)
+            resolve_kinks(True, kinked=True, options=options, stop=stop, weight_decay=self.weight_decay)
         kinks = self.kink_options
         if not self.kink_aware and kinks != KinkOptions():
             set_ = [n for n in _KINK_FIELDS if getattr(self, n) != _KINK_DEFAULTS[n]]
@@ -338,3 +325,12 @@ class SweepConfig:
         X, Y, _ = teacher_student(graph, int(self.n_samples), key=jr.key(self.data_seed),
                                   activation=self.teacher_activation or self.activation)
         return X, Y
+
+
+def init_theta(config: SweepConfig, graph: DAG, index) -> jax.Array:
+    """Initial edge weights of initialization `index`: the key is
+    `jax.random.fold_in(jax.random.key(config.seed), index)`, so a trajectory does not
+    depend on how the sweep is split. Equals `DAGNetwork(graph, activation,
+    key=that_key, init=config.init, scale=config.scale).edge_weights()`."""
+    key = jr.fold_in(jr.key(config.seed), index)
+    return init_edge_weights(graph, key, config.init, scale=config.scale)

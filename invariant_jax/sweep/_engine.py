@@ -39,7 +39,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._diffrax_compat import WrapTerm, t1_clip_floor, with_controller_tols
+from .._diffrax_compat import t1_clip_floor, with_controller_tols, wrap_term
 from .._results import RESULTS, result_code
 from ..flow import flow_field, trajectory_record
 from ..invariants import conserved_quantities
@@ -74,8 +74,10 @@ class _Slot(NamedTuple):
     clock: Any
 
 
-class _Problem(eqx.Module):
-    """Everything that is the same for all trajectories of a sweep."""
+class SweepProblem(eqx.Module):
+    """Everything that is the same for all trajectories of a plain-flow sweep (the
+    network template, data, times, solver, controller, objective and stopping rules), as
+    `make_problem` builds it for `Engine`."""
 
     net: DAGNetwork
     X: jax.Array
@@ -118,8 +120,18 @@ class _Problem(eqx.Module):
 
 def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOptions(),
                  saveat: SaveTimes = SaveTimes(), stop: StopRules = StopRules(), loss="mse",
-                 weight_decay=0.0) -> _Problem:
-    """Build the shared problem exactly as `gradient_flow` hands it to `diffeqsolve`."""
+                 weight_decay=0.0) -> SweepProblem:
+    """The problem every trajectory of an `Engine` shares, built exactly as
+    `gradient_flow` hands it to `diffeqsolve` (so a slot's numbers equal
+    `gradient_flow`'s).
+
+    **Arguments:** `net` (template network: graph and activations), `X`, `Y`, `t1`, `t0`,
+    and the option objects `options` (`ij.SolverOptions`; no `stepsize_controller`: the
+    engine uses `PIDController(rtol, atol)`), `saveat` (`ij.SaveTimes`), `stop`
+    (`ij.StopRules`), and the objective's `loss` name and `weight_decay`.
+
+    **Returns:** a `SweepProblem`.
+    """
     if options.stepsize_controller is not None:
         raise ValueError("The sweep engine uses PIDController(rtol, atol); drop SolverOptions.stepsize_controller.")
     theta = net.edge_weights()
@@ -132,20 +144,20 @@ def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOption
     floor = t1_clip_floor(t1_)
     ctrl = options.get_controller().wrap(direction)
     field = flow_field(net, loss=loss, weight_decay=weight_decay)
-    term = WrapTerm(diffrax.ODETerm(field), direction)
+    term = wrap_term(diffrax.ODETerm(field), direction)
     dt0 = options.dt0
-    return _Problem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
+    return SweepProblem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
                     solver=with_controller_tols(options.get_solver(), ctrl), controller=ctrl, terms=term,
                     dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
                     max_steps=int(options.max_steps), loss=loss, weight_decay=float(weight_decay), stop=stop)
 
 
 
-def _dtype(p: _Problem):
+def _dtype(p: SweepProblem):
     return jnp.result_type(p.net.weights.dtype, p.X.dtype, p.t0.dtype)
 
 
-def _init_slot(p: _Problem, theta0, index, occupied) -> _Slot:
+def _init_slot(p: SweepProblem, theta0, index, occupied) -> _Slot:
     y0 = jnp.asarray(theta0, dtype=_dtype(p))
     err_order = p.solver.error_order(p.terms)
     tnext, cstate = p.controller.init(p.terms, p.t0, p.t1, y0, p.dt0, p.args, p.solver.func, err_order)
@@ -165,11 +177,11 @@ def _init_slot(p: _Problem, theta0, index, occupied) -> _Slot:
     )
 
 
-def _active(p: _Problem, s: _Slot):
+def _active(p: SweepProblem, s: _Slot):
     return s.occupied & (s.tprev < p.t1) & (s.result == _SUCC) & (s.num_steps < p.max_steps)
 
 
-def _step_slot(p: _Problem, s: _Slot, masked: bool = True) -> _Slot:
+def _step_slot(p: SweepProblem, s: _Slot, masked: bool = True) -> _Slot:
     """One iteration of diffrax's `body_fun` for one slot (held still when inactive).
     `masked=False`: the caller knows the slot is active (exact mode's per-slot loop), so
     the selects that hold an inactive slot still are left out."""
@@ -223,7 +235,7 @@ def _step_slot(p: _Problem, s: _Slot, masked: bool = True) -> _Slot:
     return jtu.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
 
 
-def _finalize_slot(p: _Problem, s: _Slot) -> dict:
+def _finalize_slot(p: SweepProblem, s: _Slot) -> dict:
     """The per-trajectory record (`trajectory_record`, as `gradient_flow` builds it)."""
     final_ok = jnp.isfinite(s.tprev) & jnp.all(jnp.isfinite(s.y))
     have_save = jnp.isfinite(s.last_t)
@@ -250,6 +262,54 @@ class EngineStats(NamedTuple):
     @property
     def work_efficiency(self) -> float:
         return self.useful_steps / max(self.slot_iterations, 1)
+
+
+def _advance_exact(m, st, limit):
+    # slot-major: each active slot is taken out of the batch once, advanced by up to
+    # `limit` units of work with the unbatched program, and put back (taking a slot
+    # out and putting it back per unit of work cost as much as a solver step)
+    act = jax.vmap(m.active)(st)
+    order = jnp.argsort(~act, stable=True)
+
+    def one(j, c):
+        st, n = c
+        k = order[j]
+
+        step = m.advance_active or m.advance_slot
+
+        def body(c2):
+            i, s = c2
+            return i + 1, step(s)  # the loop's condition holds: s is active
+
+        i, s = jax.lax.while_loop(lambda c2: (c2[0] < limit) & m.active(c2[1]), body,
+                                  (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st)))
+        return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s), jnp.maximum(n, i)
+
+    return jax.lax.fori_loop(0, jnp.sum(act), one, (st, jnp.asarray(0)))
+
+
+def _theta0(m, i, row):
+    # the initial weights of trajectory `i`: its row of the host's init table
+    # (fed with the queue, `rows`), else `init_fn(i)`
+    return m.init(i) if row is None else row
+
+
+def _records(map_all, m, st, take):
+    # records of the slots `take` only (exact mode skips the others; under vmap the
+    # per-slot cond is a select), and nothing at all when no slot is taken
+    blank = jax.eval_shape(m.record, jtu.tree_map(lambda a: a[0], st))
+    zeros = lambda *_: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank)  # noqa: E731
+
+    def one(s_t):
+        s, t = s_t
+        return jax.lax.cond(t, m.record, zeros, s)
+
+    return jax.lax.cond(jnp.any(take), lambda: map_all(one, (st, take)),
+                        lambda: jtu.tree_map(lambda a: jnp.zeros(take.shape + a.shape, a.dtype), blank))
+
+
+def _vmap_all(f, x):
+    return jax.vmap(f)(x)
 
 
 class SweepEngine(abc.ABC):
@@ -296,104 +356,61 @@ class SweepEngine(abc.ABC):
         # active slots only, so an idle slot costs nothing. Otherwise vmap over all slots
         # (for GPUs). Against gradient_flow / kink_aware_flow (other compiled programs)
         # it agrees to round-off amplified by adaptive stepping.
-        map_all = jax.lax.map if exact else (lambda f, x: jax.vmap(f)(x))
+        self._map_all = jax.lax.map if exact else _vmap_all
         self.init_fn = init_fn
         # Every program takes `data` (the engine's arrays, `self.data`: e.g. the data set and
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
-
-        def advance_exact(m, st, limit):
-            # slot-major: each active slot is taken out of the batch once, advanced by up to
-            # `limit` units of work with the unbatched program, and put back (taking a slot
-            # out and putting it back per unit of work cost as much as a solver step)
-            act = jax.vmap(m.active)(st)
-            order = jnp.argsort(~act, stable=True)
-
-            def one(j, c):
-                st, n = c
-                k = order[j]
-
-                step = m.advance_active or m.advance_slot
-
-                def body(c2):
-                    i, s = c2
-                    return i + 1, step(s)  # the loop's condition holds: s is active
-
-                i, s = jax.lax.while_loop(lambda c2: (c2[0] < limit) & m.active(c2[1]), body,
-                                          (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st)))
-                return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s), jnp.maximum(n, i)
-
-            return jax.lax.fori_loop(0, jnp.sum(act), one, (st, jnp.asarray(0)))
-
-        def theta0(m, i, row):
-            # the initial weights of trajectory `i`: its row of the host's init table
-            # (fed with the queue, `rows`), else `init_fn(i)`
-            return m.init(i) if row is None else row
-
-        def refill(data, state, index, rows, take):
-            m = self.bind(data)
-            fresh = map_all(lambda a: m.init_slot(theta0(m, a[0], a[1]), a[0], True), (index, rows))
-            return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
-
-        def records(m, st, take):
-            # records of the slots `take` only (exact mode skips the others; under vmap the
-            # per-slot cond is a select), and nothing at all when no slot is taken
-            blank = jax.eval_shape(m.record, jtu.tree_map(lambda a: a[0], st))
-            zeros = lambda *_: jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), blank)  # noqa: E731
-
-            def one(s_t):
-                s, t = s_t
-                return jax.lax.cond(t, m.record, zeros, s)
-
-            return jax.lax.cond(jnp.any(take), lambda: map_all(one, (st, take)),
-                                lambda: jtu.tree_map(lambda a: jnp.zeros(take.shape + a.shape, a.dtype), blank))
-
-        def advance(data, limit, floor, state, pending):
-            # up to `limit` units of work per slot; vmap mode also returns once no more than
-            # `floor` slots (of this device's) are active, so the host can narrow the batch.
-            # Also the records of the `pending` (unharvested) slots that are done.
-            m = self.bind(data)
-            active_all = jax.vmap(m.active)
-            if exact or jtu.tree_leaves(state)[0].shape[0] == 1:
-                # (a batch of one gains nothing from vmap: the unbatched loop, no selects)
-                state, n = advance_exact(m, state, limit)
-                act = active_all(state)
-                return state, n[None], act, records(m, state, pending & ~act)
-            step_all = jax.vmap(m.advance_slot)
-
-            # Runs per device (shard_map): each device loops over its own slots.
-            def cond(c):
-                i, st = c
-                return (i < limit) & (jnp.sum(active_all(st)) > floor)
-
-            def body(c):
-                i, st = c
-                return i + 1, step_all(st)
-
-            n, state = jax.lax.while_loop(cond, body, (jnp.asarray(0), state))
-            act = active_all(state)
-            return state, n[None], act, records(m, state, pending & ~act)
-
-        def start(data, index, rows, take):
-            # the first fill: slots `take` start trajectories `index`, the others are empty
-            m = self.bind(data)
-            return map_all(lambda a: m.init_slot(theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
-
-        P = PartitionSpec("slots")
-
-        def local(f, n_in, n_out, n_rep=1):
-            # One device: no shard_map. Inside shard_map, lineax's structure check fails on
-            # the manual-axis sharding of implicit solvers' Newton operators (Kvaerno5).
-            # The first `n_rep` arguments (`data`, loop bounds) are replicated on every device.
-            if nd == 1:
-                return f
-            return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
-                                 out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
-
-        self._refill = jax.jit(local(refill, 4, 1), donate_argnums=1)
-        self._advance = jax.jit(local(advance, 2, 4, n_rep=3), donate_argnums=3)
-        self._start = jax.jit(local(start, 3, 1))
+        self._refill = jax.jit(self._local(self._refill_program, 4, 1), donate_argnums=1)
+        self._advance = jax.jit(self._local(self._advance_program, 2, 4, n_rep=3), donate_argnums=3)
+        self._start = jax.jit(self._local(self._start_program, 3, 1))
         self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
+
+    def _refill_program(self, data, state, index, rows, take):
+        m = self.bind(data)
+        fresh = self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], True), (index, rows))
+        return jtu.tree_map(lambda a, b: jnp.where(_bcast(take, a), a, b), fresh, state)
+
+    def _advance_program(self, data, limit, floor, state, pending):
+        # up to `limit` units of work per slot; vmap mode also returns once no more than
+        # `floor` slots (of this device's) are active, so the host can narrow the batch.
+        # Also the records of the `pending` (unharvested) slots that are done.
+        m = self.bind(data)
+        active_all = jax.vmap(m.active)
+        if self.exact or jtu.tree_leaves(state)[0].shape[0] == 1:
+            # (a batch of one gains nothing from vmap: the unbatched loop, no selects)
+            state, n = _advance_exact(m, state, limit)
+            act = active_all(state)
+            return state, n[None], act, _records(self._map_all, m, state, pending & ~act)
+        step_all = jax.vmap(m.advance_slot)
+
+        # Runs per device (shard_map): each device loops over its own slots.
+        def cond(c):
+            i, st = c
+            return (i < limit) & (jnp.sum(active_all(st)) > floor)
+
+        def body(c):
+            i, st = c
+            return i + 1, step_all(st)
+
+        n, state = jax.lax.while_loop(cond, body, (jnp.asarray(0), state))
+        act = active_all(state)
+        return state, n[None], act, _records(self._map_all, m, state, pending & ~act)
+
+    def _start_program(self, data, index, rows, take):
+        # the first fill: slots `take` start trajectories `index`, the others are empty
+        m = self.bind(data)
+        return self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
+
+    def _local(self, f, n_in, n_out, n_rep=1):
+        # One device: no shard_map. Inside shard_map, lineax's structure check fails on
+        # the manual-axis sharding of implicit solvers' Newton operators (Kvaerno5).
+        # The first `n_rep` arguments (`data`, loop bounds) are replicated on every device.
+        if len(self.mesh.devices.flat) == 1:
+            return f
+        P = PartitionSpec("slots")
+        return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
+                             out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
@@ -403,10 +420,10 @@ class SweepEngine(abc.ABC):
     `steps_per_call` units of work per slot: fewer host round trips in the tail. Set by
     subclasses whose unit of work is short."""
 
-    def bind(self, data) -> _Bound:
+    def bind(self, data) -> SlotProgram:
         """The per-slot functions with `data` (traced inside a program) in place of
         `self.data`. Default: `data` is unused and the methods are `self`'s."""
-        return _Bound(self.init_fn, self.init_slot, self.active, self.advance_slot, self.record)
+        return SlotProgram(self.init_fn, self.init_slot, self.active, self.advance_slot, self.record)
 
     @abc.abstractmethod
     def init_slot(self, theta0, index, occupied):
@@ -574,7 +591,7 @@ class Engine(SweepEngine):
     compact = True  # vmap mode narrows its batch at the end (a plain step compiles in seconds)
     tail_calls_factor = 8  # a solver step is tens of microseconds: longer calls in the tail
 
-    def __init__(self, problem: _Problem, init_fn: Callable | None = None, *, init_table=None, slots: int = 64,
+    def __init__(self, problem: SweepProblem, init_fn: Callable | None = None, *, init_table=None, slots: int = 64,
                  steps_per_call: int = 64, devices=None, exact: bool = True):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
@@ -584,7 +601,7 @@ class Engine(SweepEngine):
         self.table = host_table(init_table, _dtype(problem), problem.net.n_edges)
         super().__init__(init_fn, slots=slots, steps_per_call=steps_per_call, devices=devices, exact=exact)
 
-    def with_data(self, problem: _Problem, init_table=None) -> Engine:
+    def with_data(self, problem: SweepProblem, init_table=None) -> Engine:
         """Use `problem`'s arrays (e.g. another data set) and `init_table` from now on,
         with the programs compiled for this engine. They must have the shapes and dtypes
         of the current ones, and `problem` the same solver and options (the caller keys
@@ -601,7 +618,7 @@ class Engine(SweepEngine):
 
     def bind(self, data):
         p = eqx.combine(data, self._static)
-        return _Bound(self.init_fn, functools.partial(_init_slot, p), functools.partial(_active, p),
+        return SlotProgram(self.init_fn, functools.partial(_init_slot, p), functools.partial(_active, p),
                       functools.partial(_step_slot, p), functools.partial(_finalize_slot, p),
                       functools.partial(_step_slot, p, masked=False))
 
@@ -621,7 +638,12 @@ class Engine(SweepEngine):
         return int(rec["num_steps"].sum())
 
 
-class _Bound(NamedTuple):
+class SlotProgram(NamedTuple):
+    """The per-slot functions of an engine with its arrays (`data`, traced inside a
+    program) bound in (`SweepEngine.bind`): `init` (`index -> theta0`), `init_slot`,
+    `active`, `advance_slot`, `record`, and optionally `advance_active` (`advance_slot`
+    for a slot known to be active)."""
+
     init: Callable
     init_slot: Callable
     active: Callable

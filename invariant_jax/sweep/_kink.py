@@ -24,7 +24,8 @@ from jaxtyping import Array
 from ..flow import trajectory_record
 from ..kinks import KinkState, make_kink_integrator
 from ..network import DAGNetwork
-from ._engine import SweepEngine, _Bound, host_table, same_arrays
+from ..options import KinkOptions, SolverOptions, StopRules
+from ._engine import SlotProgram, SweepEngine, host_table, same_arrays
 
 KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits",
                "num_ambiguous", "max_sliding_pairs", "sliding_time")
@@ -38,15 +39,42 @@ In exact mode an idle slot costs nothing, so the default there is `KINK_STEPS_PE
 KINK_STEPS_PER_CALL_EXACT = 64
 
 
-def kink_aware_default(kink_aware: bool | None, *, kinked: bool, unsupported: dict) -> bool:
-    """Resolve `kink_aware=None` (auto): the exact, kink-aware integrator for networks
-    with kinked piecewise-linear activations (relu, leaky_relu), unless an option it does
-    not support is set (`unsupported`: name -> value, e.g. stopping rules, weight decay).
-    An explicit `True` / `False` is returned as given."""
-    if kink_aware is None:
-        used = [v for v in unsupported.values() if v is not None and not (isinstance(v, (int, float)) and v == 0)]
-        return bool(kinked) and not used
-    return bool(kink_aware)
+def kink_unsupported(options: SolverOptions, stop: StopRules, weight_decay: float) -> list[str]:
+    """The options set that the kink-aware integrator does not support (weight decay,
+    `dt0`, a step-size controller, stopping rules), by name."""
+    return [n for n, v in (("weight_decay", weight_decay or None), ("dt0", options.dt0),
+                           ("stepsize_controller", options.stepsize_controller),
+                           ("grad_norm_tol", stop.grad_norm_tol), ("loss_floor", stop.loss_floor),
+                           ("max_param_norm", stop.max_param_norm), ("max_wall_time", stop.max_wall_time))
+            if v is not None]
+
+
+def resolve_kinks(kinks: KinkOptions | bool | None, *, kinked: bool, options: SolverOptions, stop: StopRules,
+                  weight_decay: float) -> KinkOptions | None:
+    """The one rule that decides whether a sweep is kink-aware (`sweep_flows` and
+    `SweepConfig` both ask it).
+
+    **Arguments:**
+
+    - `kinks`: `None` (auto): kink-aware for networks with kinked piecewise-linear
+        activations (`kinked`: relu, leaky_relu) unless an option it does not support is
+        set (`kink_unsupported`); `False`: off; `True` or a `KinkOptions`: on (then an
+        unsupported option is an error).
+    - `kinked`, `options`, `stop`, `weight_decay`: what the rule looks at.
+
+    **Returns:** the `KinkOptions` of a kink-aware sweep, or `None`.
+    """
+    if kinks is None:
+        return KinkOptions() if kinked and not kink_unsupported(options, stop, weight_decay) else None
+    if not isinstance(kinks, bool | KinkOptions):
+        raise TypeError(f"kinks must be an ij.KinkOptions, True, False or None (auto); got {kinks!r}.")
+    if kinks is False:
+        return None
+    used = kink_unsupported(options, stop, weight_decay)
+    if used:
+        raise ValueError(f"The kink-aware integrator does not support {', '.join(used)}; drop "
+                         f"{'it' if len(used) == 1 else 'them'} or use kinks=False (kink_aware = false).")
+    return KinkOptions() if kinks is True else kinks
 
 
 class _KinkSlot(eqx.Module):
@@ -111,7 +139,7 @@ class KinkEngine(SweepEngine):
 
     def bind(self, data):
         integ = eqx.combine(data, self._static)
-        return _Bound(self.init_fn, functools.partial(self._init_slot, integ), self.active,
+        return SlotProgram(self.init_fn, functools.partial(self._init_slot, integ), self.active,
                       functools.partial(self._advance_slot, integ), functools.partial(self._record, integ))
 
     def init_slot(self, theta0, index, occupied):

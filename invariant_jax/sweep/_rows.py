@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ..network import DAGNetwork
-from ._config import SweepConfig
-from ._run import SweepResult, init_theta, load_sweep
+from ._config import SweepConfig, init_theta
+from ._load import load_sweep
+from ._result import SweepResult
 
 
 def sweep_network(sweep: SweepConfig | str | os.PathLike, index: int, *, final: bool = False) -> DAGNetwork:

@@ -14,7 +14,7 @@ from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
 from ._figures import config_title, graph_figure, save_overview, trajectory_figure
-from ._run import SweepResult
+from ._result import SweepResult
 
 COLUMNS = ("index", "status_name", "result_name", "num_steps", "drift", "drift_in_tol", "rank_start", "rank_end",
            "connected", "n_components", "component", "bottleneck_sign_changes", "frozen_sign_changes",

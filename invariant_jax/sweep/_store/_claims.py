@@ -31,7 +31,8 @@ def new_writer() -> dict:
     return {"host": host, "pid": os.getpid(), "id": secrets.token_hex(4)}
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with id `pid` runs on this host (`True` when that cannot be told)."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -102,7 +103,7 @@ class Claims:
             mtime = hb.stat().st_mtime
         except OSError:
             return False
-        if owner.get("host") == self.writer["host"] and not _pid_alive(owner.get("pid", -1)):
+        if owner.get("host") == self.writer["host"] and not pid_alive(owner.get("pid", -1)):
             return False
         now = self._now() if now is None else now
         return now - mtime < self.stale_seconds

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ._chunks import SCHEMA_VERSION, DamagedChunk, read_chunk, read_indices, read_meta, write_chunk
-from ._claims import Claims, _pid_alive, new_writer
+from ._claims import Claims, new_writer, pid_alive
 from ._files import atomic_write_bytes, atomic_write_json, check_output_folder, create_exclusive, dumps_strict
 from ._ownership import (
     CHUNKS,
@@ -99,7 +99,7 @@ class ResultsStore:
             raise ValueError(problem + ".")
         return man
 
-    def _manifest_or_rebuild(self) -> tuple[dict | None, str | None]:
+    def manifest_or_rebuild(self) -> tuple[dict | None, str | None]:
         """(manifest, None), or (manifest rebuilt from the chunks, why), or (None, why).
         A manifest whose config disagrees with every chunk (all of one other config) is
         replaced by the chunks' config."""
@@ -339,13 +339,15 @@ class ResultsStore:
 
     # -- chunks ----------------------------------------------------------------
     def write_chunk(self, records: dict[str, np.ndarray]) -> Path:
-        """Atomically write one chunk of per-trajectory records (name unique per writer)."""
+        """Atomically write one chunk of per-trajectory records (name unique per writer).
+        Its indices count as seen by `new_indices` (this writer knows them)."""
         w = self.writer
         path = self.chunk_dir / f"chunk-{w['host']}-{w['pid']}-{w['id']}-{self._n_written:06d}.parquet"
         man = self.manifest
         n = len(records["index"])  # a column, so pandas / DuckDB can keep to one experiment
         records = {**records, "config_hash": np.full(n, man["config_hash"], dtype=f"<U{len(man['config_hash'])}")}
         write_chunk(path, records, config_hash=man["config_hash"], config=man["config"], writer=w)
+        self._seen_indices[path.name] = np.asarray(records["index"])
         self._n_written += 1
         return path
 
@@ -474,7 +476,7 @@ class ResultsStore:
                 age = now - p.stat().st_mtime
             except (OSError, ValueError):
                 continue
-            alive = age < stale_seconds and (w.get("host") != me["host"] or _pid_alive(w.get("pid", -1)))
+            alive = age < stale_seconds and (w.get("host") != me["host"] or pid_alive(w.get("pid", -1)))
             out.append({**w, "heartbeat_age_s": round(age, 1), "alive": alive})
         return out
 
@@ -499,7 +501,7 @@ class ResultsStore:
     def status(self) -> dict:
         """Progress across all writers: records, missing indices and lost chunks, chunks of
         another sweep, writers, claims, quarantined, damaged and foreign files."""
-        man, why = self._manifest_or_rebuild()
+        man, why = self.manifest_or_rebuild()
         if man is None:
             raise FileNotFoundError(f"{str(self.folder)!r} holds no sweep ({why}).")
         n_inits = int(man["config"].get("n_inits", 0))
