@@ -1,6 +1,18 @@
 """The only module that touches private names of diffrax and equinox. Each import says
 why the public API does not suffice; when diffrax or equinox change, only this file
-needs looking at."""
+needs looking at. The rest of the package calls the functions below, never the private
+names themselves:
+
+| private name                                   | behind                 | used by                      |
+|------------------------------------------------|------------------------|------------------------------|
+| `diffrax._term.WrapTerm`                       | `wrap_term`            | sweep engine, kink segments  |
+| `diffrax._root_finder.use_stepsize_tol`        | `with_controller_tols` | sweep engine, kink segments  |
+| `equinox.internal.prevbefore`                  | `t1_clip_floor`        | sweep engine, kink segments  |
+| `equinox._errors.EQX_ON_ERROR`                 | `cacheable_checks`     | kink-aware driver            |
+| `equinox._enum.Enumeration._index_to_message`, |                        |                              |
+| `equinox._enum.Enumeration._name_to_item`      | `enumeration_table`    | `_results` (`RESULTS` table) |
+
+each read in the versions of `CHECKED_AGAINST`."""
 
 from __future__ import annotations
 
@@ -17,21 +29,24 @@ import equinox._errors as _eqx_errors
 
 # Sentinel that an implicit solver's root finder leaves in its rtol / atol / norm fields
 # to say "take them from the step-size controller". `diffeqsolve` substitutes them; the
-# sweep engine does the same substitution, so it needs to recognise the sentinel.
+# sweep engine and kink-aware segments do the same substitution (`with_controller_tols`),
+# so they need to recognise the sentinel.
 from diffrax._root_finder import use_stepsize_tol
 
 # `diffeqsolve` wraps the user's terms in `WrapTerm(term, direction)` before stepping.
-# The sweep engine steps diffrax solvers itself (solver.init / solver.step, as
-# `diffeqsolve`'s loop does), and must hand them the same wrapped term to reproduce
-# `diffeqsolve`'s numbers bit for bit.
+# The sweep engine and kink-aware segments step diffrax solvers themselves (solver.init /
+# solver.step, as `diffeqsolve`'s loop does), and must hand them the same wrapped term to
+# reproduce `diffeqsolve`'s numbers bit for bit (`wrap_term` below).
 from diffrax._term import WrapTerm
 
 # `prevbefore(x)`: the largest float below `x`, as diffrax clips its last step to `t1`
 # (used by `t1_clip_floor` below).
 from equinox.internal import prevbefore
 
-__all__ = ["WrapTerm", "use_stepsize_tol", "prevbefore", "t1_clip_floor", "with_controller_tols",
-           "enumeration_table", "cacheable_checks", "INTERNALS", "CHECKED_AGAINST"]
+# the private names above stay module attributes (importable) but are not exported: the
+# package calls the functions
+__all__ = ["wrap_term", "t1_clip_floor", "with_controller_tols", "enumeration_table", "cacheable_checks",
+           "INTERNALS", "CHECKED_AGAINST"]
 
 CHECKED_AGAINST = {"diffrax": "0.7.2", "equinox": "0.13.8", "jax": "0.10.2"}
 """The versions whose internals were read for this module (constraints.txt pins them);
@@ -110,3 +125,10 @@ def with_controller_tols(solver, controller):
         return solver
     return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
                        tuple(getattr(controller, a) for a in attrs))
+
+
+def wrap_term(term, direction):
+    """`term` as `diffeqsolve` hands it to the solver: `WrapTerm(term, direction)`. Code that
+    steps diffrax solvers itself (the sweep engine, kink-aware segments) needs the same wrapped term to
+    reproduce `diffeqsolve`'s numbers bit for bit."""
+    return WrapTerm(term, direction)

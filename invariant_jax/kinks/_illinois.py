@@ -10,7 +10,11 @@ import optimistix as optx
 from jaxtyping import Array
 
 
-class _IllinoisState(eqx.Module):
+class IllinoisState(eqx.Module):
+    """The bracket `[lower, upper]` of an Illinois root find, the condition's values at its
+    ends, and which end moved last (`side`). Public within the package: the kink-aware
+    segment (`_segment.py`) runs the root finder's iterations in its own loop."""
+
     lower: Array
     upper: Array
     f_lower: Array
@@ -35,7 +39,7 @@ class Illinois(optx.AbstractRootFinder):
         upper = jnp.asarray(options["upper"], f_struct.dtype)
         f_lower, _ = fn(lower, args)
         f_upper, _ = fn(upper, args)
-        return _IllinoisState(lower, upper, f_lower, f_upper, jnp.asarray(0))
+        return IllinoisState(lower, upper, f_lower, f_upper, jnp.asarray(0))
 
     def step(self, fn, y, args, options, state, tags):
         fy, aux = fn(y, args)
@@ -52,7 +56,7 @@ class Illinois(optx.AbstractRootFinder):
         mid = 0.5 * (lower + upper)
         inside = (denom != 0) & jnp.isfinite(secant) & (secant > jnp.minimum(lower, upper)) & (secant < jnp.maximum(lower, upper))
         new_y = jnp.where(fy == 0, y, jnp.where(inside, secant, mid))
-        return new_y, _IllinoisState(lower, upper, f_lower, f_upper, side), aux
+        return new_y, IllinoisState(lower, upper, f_lower, f_upper, side), aux
 
     def terminate(self, fn, y, args, options, state, tags):
         width = jnp.abs(state.upper - state.lower)

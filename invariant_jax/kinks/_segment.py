@@ -20,6 +20,7 @@ then a root-find loop, `one_site=False`; see `solve_segment`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import diffrax
@@ -30,8 +31,8 @@ import jax.tree_util as jtu
 import optimistix as optx
 from jaxtyping import Array
 
-from .._diffrax_compat import WrapTerm, t1_clip_floor, with_controller_tols
-from ._illinois import Illinois, _IllinoisState
+from .._diffrax_compat import t1_clip_floor, with_controller_tols, wrap_term
+from ._illinois import Illinois, IllinoisState
 
 _MAX_ROOT_STEPS = 256  # optimistix.root_find's default max_steps
 
@@ -61,14 +62,14 @@ class _Root(eqx.Module):
 
     it: Array
     y: Array
-    st: _IllinoisState
+    st: IllinoisState
     done: Array
     finite: Array
 
 
 def _root_init(lower, upper, dtype) -> _Root:
     z = jnp.zeros((), dtype)
-    st = _IllinoisState(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype), z, z, jnp.asarray(0))
+    st = IllinoisState(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype), z, z, jnp.asarray(0))
     return _Root(jnp.asarray(0), jnp.asarray(upper, dtype), st, jnp.asarray(False), jnp.asarray(True))
 
 
@@ -82,7 +83,7 @@ def _root_update(finder: Illinois, r: _Root, v) -> _Root:
     """One iteration, given the condition's value `v` at `_root_point(r)`."""
     st = r.st
     init = r.it < 2
-    st_init = _IllinoisState(st.lower, st.upper, jnp.where(r.it == 0, v, st.f_lower),
+    st_init = IllinoisState(st.lower, st.upper, jnp.where(r.it == 0, v, st.f_lower),
                              jnp.where(r.it == 1, v, st.f_upper), st.side)
     new_y, st_step, _ = finder.step(lambda yy, args: (v, None), r.y, None, None, st, None)
     st = jtu.tree_map(lambda a, b: jnp.where(init, a, b), st_init, st_step)
@@ -135,6 +136,156 @@ class _Carry(eqx.Module):
 _INIT, _STEP, _ROOT, _DONE = 0, 1, 2, 3
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Stepper:
+    """What the loops of one segment share: the wrapped term, the solver (with the
+    controller's tolerances) and the wrapped controller, `args`, the end `t1` and its
+    clipping threshold, the save times `ts` and the steps budget. Its methods are the
+    pieces of `diffeqsolve`'s loop: `going`, `advance` (one step and its saves) and
+    `dense_at` (the last step's dense output). A trace-time object, not a pytree (its
+    methods go to `lax.cond` / `while_loop` as plain functions, hashed by identity)."""
+
+    terms: object
+    solver: diffrax.AbstractSolver
+    controller: diffrax.AbstractStepSizeController
+    args: object
+    t1: Array
+    clip_floor: Array
+    error_order: object
+    ts: Array
+    max_steps: int
+
+    def going(self, c: _Carry):
+        return (c.tprev < self.t1) & (c.result == diffrax.RESULTS.successful) & (c.num_steps < self.max_steps)
+
+    def advance(self, c: _Carry) -> _Carry:
+        """One step (accepted or rejected) and the saves it makes; the event check is the
+        caller's (`_checked`)."""
+        solver, t1, ok = self.solver, self.t1, diffrax.RESULTS.successful
+        y, y_error, dense_info, sstate, sres = solver.step(self.terms, c.tprev, c.tnext, c.y, self.args,
+                                                           c.solver_state, False)
+        y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
+        keep, tprev, tnext, made_jump, cstate, cres = self.controller.adapt_step_size(
+            c.tprev, c.tnext, c.y, y, self.args, y_error, self.error_order, c.controller_state)
+        if made_jump is not False:
+            raise NotImplementedError("Step-size controllers with jumps are not supported in kink-aware flows.")
+        tprev = jnp.minimum(tprev, t1)
+        clip = tnext > self.clip_floor
+        tnext = jnp.where(clip, jnp.where(keep, t1, tprev + 0.5 * (t1 - tprev)), tnext)
+        y = jnp.where(keep, y, c.y)
+        sstate = jtu.tree_map(lambda a, b: jnp.where(keep, a, b), sstate, c.solver_state)
+        result = diffrax.RESULTS.where(keep, sres, ok)
+        result = diffrax.RESULTS.where(result == ok, cres, result)
+        interp = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
+        save_i, ys, saved = self._save(c, keep, interp)
+        return _Carry(
+            y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate, result=result,
+            num_steps=c.num_steps + 1, num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
+            num_rejected=c.num_rejected + jnp.where(keep, 0, 1), save_i=save_i, ys=ys, saved=saved,
+            ev_value=c.ev_value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
+        )
+
+    def _save(self, c: _Carry, keep, interp):
+        """The saves at the `ts` an accepted step `[c.tprev, c.tnext]` passed, from its
+        dense output: `(save_i, ys, saved)`."""
+        ts = self.ts
+        T = ts.shape[0]
+
+        def s_cond(s):
+            i = s[0]
+            return keep & (i < T) & (ts[jnp.minimum(i, T - 1)] <= c.tnext)
+
+        def s_body(s):
+            i, ys, saved = s
+            return i + 1, ys.at[i].set(interp.evaluate(ts[i])), saved.at[i].set(True)
+
+        return jax.lax.while_loop(s_cond, s_body, (c.save_i, c.ys, c.saved))
+
+    def dense_at(self, c: _Carry, t):
+        return self.solver.interpolation_cls(t0=c.ev_tprev, t1=c.ev_tnext, **c.ev_dense).evaluate(t)
+
+
+def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int) -> tuple[_Stepper, _Carry]:
+    """As `diffeqsolve` does before its loop: wrap the term and the controller, give an
+    implicit solver the controller's tolerances, choose the first step (clipped to `t1`)
+    and initialise the solver. Returns the `_Stepper` and the loop's first carry."""
+    dtype = jnp.result_type(y0)
+    terms = wrap_term(diffrax.ODETerm(vf), jnp.asarray(1))
+    controller = controller.wrap(jnp.asarray(1))
+    solver = with_controller_tols(solver, controller)
+    clip_floor = t1_clip_floor(t1)
+    error_order = solver.error_order(terms)
+    tnext, cstate = controller.init(terms, t0, t1, y0, None, args, solver.func, error_order)
+    tnext = jnp.minimum(tnext, t1)
+    sstate = solver.init(terms, t0, tnext, y0, args)
+    T = ts.shape[0]
+    dense_struct = jax.eval_shape(lambda: solver.step(terms, t0, tnext, y0, args, sstate, False)[2])
+    init = _Carry(
+        y=y0, tprev=t0, tnext=tnext, solver_state=sstate, controller_state=cstate, result=diffrax.RESULTS.successful,
+        num_steps=jnp.asarray(0), num_accepted=jnp.asarray(0), num_rejected=jnp.asarray(0),
+        save_i=jnp.sum(ts < t0), ys=jnp.full((T,) + y0.shape, jnp.inf, dtype), saved=jnp.zeros((T,), bool),
+        ev_value=jnp.zeros((), dtype), ev_tprev=t0, ev_tnext=t0,
+        ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
+    )
+    stepper = _Stepper(terms=terms, solver=solver, controller=controller, args=args, t1=t1, clip_floor=clip_floor,
+                       error_order=error_order, ts=ts, max_steps=max_steps)
+    return stepper, init
+
+
+def _checked(c_old: _Carry, c: _Carry, value) -> _Carry:
+    """The event check after a step: the condition changed sign."""
+    event = jnp.sign(c_old.ev_value) != jnp.sign(value)
+    result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, c.result)
+    return eqx.tree_at(lambda c: (c.result, c.ev_value), c, (result, value))
+
+
+def _one_site_loop(st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: float) -> tuple[_Carry, _Root]:
+    """The condition at `y0`, the steps and the root find as iterations of one
+    `while_loop` (phases `_INIT`, `_STEP`, `_ROOT`), the condition evaluated in one place.
+    Returns the last carry and the root find's state."""
+    dtype = jnp.result_type(init.y)
+    finder = Illinois(atol=event_tol)
+
+    def body(carry):
+        phase, c, r = carry
+        c_new = jax.lax.cond(phase == _STEP, st.advance, lambda c: c, c)
+        point = jtu.tree_map(lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where(phase == _STEP, b, d)),
+                             c.y, c_new.y, st.dense_at(c, _root_point(r)))
+        value = cond(point, st.args)  # the one evaluation site
+        c_new = jtu.tree_map(lambda a, b: jnp.where(phase == _STEP, a, b), _checked(c, c_new, value),
+                             eqx.tree_at(lambda c: c.ev_value, c, jnp.where(phase == _INIT, value, c.ev_value)))
+        r_new = _root_update(finder, r, value)
+        more = st.going(c_new)
+        enter_root = ~more & (c_new.result == diffrax.RESULTS.event_occurred)
+        r_next = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), r_new,
+                              _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype))
+        phase_next = jnp.where(phase == _ROOT, jnp.where(_root_going(r_new), _ROOT, _DONE),
+                               jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)))
+        return phase_next, c_new, r_next
+
+    _, f, r = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body,
+                                 (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype)))
+    return f, r
+
+
+def _step_loop(st: _Stepper, cond: Callable, init: _Carry) -> _Carry:
+    """The condition at `y0`, then a `while_loop` of steps, each followed by the
+    condition; the root find is the caller's (`locate`)."""
+
+    def loop_body(c: _Carry) -> _Carry:
+        c_new = st.advance(c)
+        return _checked(c, c_new, cond(c_new.y, st.args))
+
+    return jax.lax.while_loop(st.going, loop_body, eqx.tree_at(lambda c: c.ev_value, init, cond(init.y, st.args)))
+
+
+def _loop_result(f: _Carry, t1):
+    """The loop's outcome: `max_steps_reached` if it stopped short of `t1` with nothing
+    else to say."""
+    ok = diffrax.RESULTS.successful
+    return diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
+
+
 def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
                   controller: diffrax.AbstractStepSizeController, t0, t1: float, y0, args, ts, *,
                   max_steps: int, event_tol: float, one_site: bool = True) -> SegmentSolution:
@@ -149,116 +300,31 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
     With `one_site=True` the condition at `y0`, after every step and in the root find
     is evaluated in one place: a single `while_loop` whose iterations are, in turn, the
     condition at `y0`, the steps (the step is a `lax.cond` branch, skipped in the other
-    iterations) and the root finder's iterations. The condition of a kink-aware flow
-    holds a Filippov solve, so it is compiled once instead of three times. Unbatched,
-    the skipped step costs nothing; under `vmap` a `lax.cond` computes both branches,
-    so there `one_site=False` (a step loop, then a root-find loop) is cheaper to run.
-    Both take the same steps and evaluate the condition at the same points.
+    iterations) and the root finder's iterations (`_one_site_loop`). The condition of a
+    kink-aware flow holds a Filippov solve, so it is compiled once instead of three
+    times. Unbatched, the skipped step costs nothing; under `vmap` a `lax.cond` computes
+    both branches, so there `one_site=False` (a step loop, then a root-find loop:
+    `_step_loop`, `locate`) is cheaper to run. Both take the same steps and evaluate the
+    condition at the same points.
 
     **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
     t0 = jnp.asarray(t0, dtype)
     t1 = jnp.asarray(t1, dtype)
-    terms = WrapTerm(diffrax.ODETerm(vf), jnp.asarray(1))
-    controller = controller.wrap(jnp.asarray(1))
-    solver = with_controller_tols(solver, controller)
-    finder = Illinois(atol=event_tol)
-    clip_floor = t1_clip_floor(t1)
-    error_order = solver.error_order(terms)
-    tnext, cstate = controller.init(terms, t0, t1, y0, None, args, solver.func, error_order)
-    tnext = jnp.minimum(tnext, t1)
-    sstate = solver.init(terms, t0, tnext, y0, args)
-    T = ts.shape[0]
-    ok = diffrax.RESULTS.successful
-    dense_struct = jax.eval_shape(lambda: solver.step(terms, t0, tnext, y0, args, sstate, False)[2])
-    init = _Carry(
-        y=y0, tprev=t0, tnext=tnext, solver_state=sstate, controller_state=cstate, result=ok,
-        num_steps=jnp.asarray(0), num_accepted=jnp.asarray(0), num_rejected=jnp.asarray(0),
-        save_i=jnp.sum(ts < t0), ys=jnp.full((T,) + y0.shape, jnp.inf, dtype), saved=jnp.zeros((T,), bool),
-        ev_value=jnp.zeros((), dtype), ev_tprev=t0, ev_tnext=t0,
-        ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
-    )
-
-    def stepping(c: _Carry):
-        return (c.tprev < t1) & (c.result == ok) & (c.num_steps < max_steps)
-
-    def advance(c: _Carry) -> _Carry:
-        # one step (accepted or rejected) and the saves it makes; the event check is the
-        # caller's (`checked`)
-        y, y_error, dense_info, sstate, sres = solver.step(terms, c.tprev, c.tnext, c.y, args, c.solver_state, False)
-        y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
-        keep, tprev, tnext, made_jump, cstate, cres = controller.adapt_step_size(
-            c.tprev, c.tnext, c.y, y, args, y_error, error_order, c.controller_state)
-        if made_jump is not False:
-            raise NotImplementedError("Step-size controllers with jumps are not supported in kink-aware flows.")
-        tprev = jnp.minimum(tprev, t1)
-        clip = tnext > clip_floor
-        tnext = jnp.where(clip, jnp.where(keep, t1, tprev + 0.5 * (t1 - tprev)), tnext)
-        y = jnp.where(keep, y, c.y)
-        sstate = jtu.tree_map(lambda a, b: jnp.where(keep, a, b), sstate, c.solver_state)
-        result = diffrax.RESULTS.where(keep, sres, ok)
-        result = diffrax.RESULTS.where(result == ok, cres, result)
-        interp = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
-
-        def s_cond(s):
-            i = s[0]
-            return keep & (i < T) & (ts[jnp.minimum(i, T - 1)] <= c.tnext)
-
-        def s_body(s):
-            i, ys, saved = s
-            return i + 1, ys.at[i].set(interp.evaluate(ts[i])), saved.at[i].set(True)
-
-        save_i, ys, saved = jax.lax.while_loop(s_cond, s_body, (c.save_i, c.ys, c.saved))
-        return _Carry(
-            y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate, result=result,
-            num_steps=c.num_steps + 1, num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
-            num_rejected=c.num_rejected + jnp.where(keep, 0, 1), save_i=save_i, ys=ys, saved=saved,
-            ev_value=c.ev_value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
-        )
-
-    def checked(c_old: _Carry, c: _Carry, value) -> _Carry:
-        # the event check after a step: the condition changed sign
-        event = jnp.sign(c_old.ev_value) != jnp.sign(value)
-        result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, c.result)
-        return eqx.tree_at(lambda c: (c.result, c.ev_value), c, (result, value))
-
-    def dense_at(c: _Carry, t):
-        return solver.interpolation_cls(t0=c.ev_tprev, t1=c.ev_tnext, **c.ev_dense).evaluate(t)
-
+    st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps)
     if one_site:
-        def body(carry):
-            phase, c, r = carry
-            c_new = jax.lax.cond(phase == _STEP, advance, lambda c: c, c)
-            point = jtu.tree_map(lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where(phase == _STEP, b, d)),
-                                 c.y, c_new.y, dense_at(c, _root_point(r)))
-            value = cond(point, args)  # the one evaluation site
-            c_new = jtu.tree_map(lambda a, b: jnp.where(phase == _STEP, a, b), checked(c, c_new, value),
-                                 eqx.tree_at(lambda c: c.ev_value, c, jnp.where(phase == _INIT, value, c.ev_value)))
-            r_new = _root_update(finder, r, value)
-            more = stepping(c_new)
-            enter_root = ~more & (c_new.result == diffrax.RESULTS.event_occurred)
-            r_next = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), r_new,
-                                  _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype))
-            phase_next = jnp.where(phase == _ROOT, jnp.where(_root_going(r_new), _ROOT, _DONE),
-                                   jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)))
-            return phase_next, c_new, r_next
-
-        _, f, r = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body,
-                                     (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype)))
-        result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
+        f, r = _one_site_loop(st, cond, init, t0, event_tol)
+        result = _loop_result(f, t1)
         event = result == diffrax.RESULTS.event_occurred
         t_root, root_result = r.y, _root_result(r)
     else:
-        def loop_body(c: _Carry) -> _Carry:
-            c_new = advance(c)
-            return checked(c, c_new, cond(c_new.y, args))
-
-        f = jax.lax.while_loop(stepping, loop_body, eqx.tree_at(lambda c: c.ev_value, init, cond(y0, args)))
-        result = diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
+        f = _step_loop(st, cond, init)
+        result = _loop_result(f, t1)
         event = result == diffrax.RESULTS.event_occurred
-        t_root, root_result = locate(lambda t: cond(dense_at(f, t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
+        t_root, root_result = locate(lambda t: cond(st.dense_at(f, t), args), f.ev_tprev, f.ev_tnext, event_tol,
+                                     event)
     t_end = jnp.where(event, t_root, f.tprev)
-    y_end = jnp.where(event, dense_at(f, t_root), f.y)
+    y_end = jnp.where(event, st.dense_at(f, t_root), f.y)
     result = diffrax.RESULTS.where(event & (root_result != optx.RESULTS.successful),
                                    diffrax.RESULTS.promote(root_result), result)
     saved = f.saved & ~(event & (ts > t_end))
