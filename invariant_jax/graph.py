@@ -68,104 +68,14 @@ class DAG:
         incoming edges, an output with outgoing edges, or a hidden node that cannot be
         reached from an input or cannot reach an output.
         """
-        if isinstance(edges, (str, bytes)):
-            raise TypeError(f"edges must be a list of (u, v) pairs; got the string {edges!r}.")
-        raw = list(edges)
-        for e in raw:
-            if isinstance(e, (str, bytes)) or not isinstance(e, Iterable):
-                raise TypeError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples, e.g. "
-                                f"{('x', 'a')!r}, not the string 'xa'.")
-        edges = [tuple(e) for e in raw]
-        for e in edges:
-            if len(e) != 2:
-                raise ValueError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples.")
-        if not edges:
-            raise ValueError("The graph has no edges, so a network on it has no weights; give at least one "
-                             "(u, v) edge.")
-        inputs = list(inputs)
-        constants = list(constants)
-        for c in constants:
-            if c not in inputs:
-                inputs.append(c)
-        outputs = list(outputs)
-        for name, group in (("inputs", inputs), ("outputs", outputs), ("hidden", hidden)):
-            if len(set(group)) != len(group):
-                dup = [v for v in group if list(group).count(v) > 1]
-                raise ValueError(f"Node {dup[0]!r} is listed twice in `{name}`; list each node once.")
-        if not inputs:
-            raise ValueError("A DAG needs at least one input node; pass `inputs=[...]`.")
-        if not outputs:
-            raise ValueError("A DAG needs at least one output node; pass `outputs=[...]`.")
-        both = set(inputs) & set(outputs)
-        if both:
-            raise ValueError(
-                f"Node {next(iter(both))!r} is both an input and an output; a node has one role."
-            )
-        known = set(inputs) | set(outputs) | set(hidden)
-        order = list(inputs) + list(hidden)
-        for u, v in edges:
-            for w in (u, v):
-                if w not in known:
-                    if hidden:
-                        raise ValueError(
-                            f"Edge ({u!r}, {v!r}) names the unknown node {w!r}; add it to "
-                            "`hidden`, `inputs` or `outputs`, or fix the edge."
-                        )
-                    known.add(w)
-                    order.append(w)
-        order += [v for v in outputs if v not in order]
-        seen: set = set()
-        for u, v in edges:
-            if u == v:
-                raise ValueError(f"Self-loop on node {u!r}; a DAG has no edge from a node to itself.")
-            if (u, v) in seen:
-                raise ValueError(
-                    f"Duplicate edge ({u!r}, {v!r}); each edge carries one weight, list it once."
-                )
-            seen.add((u, v))
-        in_set, out_set = set(inputs), set(outputs)
-        used = {w for e in edges for w in e}
-        # an input that feeds nothing is a feature the network ignores (random_dag and
-        # magnitude pruning make them); an output that nothing feeds is a mistake
-        unused = [v for v in outputs if v not in used]
-        if unused:
-            raise ValueError(f"Output node(s) {unused} appear in no edge, so nothing feeds them; add their "
-                             "edges or drop them.")
-        for u, v in edges:
-            if v in in_set:
-                raise ValueError(
-                    f"Input node {v!r} has an incoming edge from {u!r}; inputs have no "
-                    "incoming edges. Make it a hidden node or drop the edge."
-                )
-            if u in out_set:
-                raise ValueError(
-                    f"Output node {u!r} has an outgoing edge to {v!r}; outputs have no "
-                    "outgoing edges. Add a hidden node in between or drop the edge."
-                )
+        edges = _edge_pairs(edges)
+        inputs, outputs, constants = _roles(inputs, outputs, constants, hidden)
+        order = _node_order(edges, inputs, outputs, hidden)
+        _check_edges(edges, inputs, outputs)
         gx = nx.DiGraph()
         gx.add_nodes_from(order)
         gx.add_edges_from(edges)
-        try:
-            cycle = nx.find_cycle(gx)
-        except nx.NetworkXNoCycle:
-            cycle = None
-        if cycle is not None:
-            path = " -> ".join(repr(u) for u, _ in cycle) + f" -> {cycle[0][0]!r}"
-            raise ValueError(f"The graph has a cycle: {path}. Remove one of its edges.")
-        hidden_nodes = [v for v in order if v not in in_set and v not in out_set]
-        reach_from_in = set().union(*(nx.descendants(gx, s) for s in inputs))
-        reach_to_out = set().union(*(nx.ancestors(gx, s) for s in outputs))
-        for v in hidden_nodes:
-            if v not in reach_from_in:
-                raise ValueError(
-                    f"Hidden node {v!r} cannot be reached from any input; connect it to an "
-                    "input path or remove it."
-                )
-            if v not in reach_to_out:
-                raise ValueError(
-                    f"Hidden node {v!r} cannot reach any output; connect it to an output "
-                    "path or remove it."
-                )
+        hidden_nodes = _hidden_on_paths(gx, order, inputs, outputs)
         return cls._build(inputs, hidden_nodes, outputs, constants, edges, gx)
 
     @classmethod
@@ -453,6 +363,134 @@ def _read_text(path: Path) -> str:
 
 
 # ---------------------------------------------------------------------- builders
+
+
+# ------------------------------------------------- the checks of DAG.from_edges, in order
+
+
+def _edge_pairs(edges) -> list[tuple]:
+    """The edges as a non-empty list of 2-tuples; `TypeError` / `ValueError` otherwise."""
+    if isinstance(edges, (str, bytes)):
+        raise TypeError(f"edges must be a list of (u, v) pairs; got the string {edges!r}.")
+    raw = list(edges)
+    for e in raw:
+        if isinstance(e, (str, bytes)) or not isinstance(e, Iterable):
+            raise TypeError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples, e.g. "
+                            f"{('x', 'a')!r}, not the string 'xa'.")
+    edges = [tuple(e) for e in raw]
+    for e in edges:
+        if len(e) != 2:
+            raise ValueError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples.")
+    if not edges:
+        raise ValueError("The graph has no edges, so a network on it has no weights; give at least one "
+                         "(u, v) edge.")
+    return edges
+
+
+def _roles(inputs, outputs, constants, hidden) -> tuple[list, list, list]:
+    """`(inputs, outputs, constants)` as lists, the constants appended to the inputs
+    where missing; each node listed once, at least one input and one output, no node
+    both an input and an output."""
+    inputs = list(inputs)
+    constants = list(constants)
+    for c in constants:
+        if c not in inputs:
+            inputs.append(c)
+    outputs = list(outputs)
+    for name, group in (("inputs", inputs), ("outputs", outputs), ("hidden", hidden)):
+        if len(set(group)) != len(group):
+            dup = [v for v in group if list(group).count(v) > 1]
+            raise ValueError(f"Node {dup[0]!r} is listed twice in `{name}`; list each node once.")
+    if not inputs:
+        raise ValueError("A DAG needs at least one input node; pass `inputs=[...]`.")
+    if not outputs:
+        raise ValueError("A DAG needs at least one output node; pass `outputs=[...]`.")
+    both = set(inputs) & set(outputs)
+    if both:
+        raise ValueError(
+            f"Node {next(iter(both))!r} is both an input and an output; a node has one role."
+        )
+    return inputs, outputs, constants
+
+
+def _node_order(edges, inputs, outputs, hidden) -> list:
+    """Every node: inputs, the listed hidden nodes, the others in the order the edges meet
+    them (only when `hidden` is not given: else an unknown node is an error), outputs."""
+    known = set(inputs) | set(outputs) | set(hidden)
+    order = list(inputs) + list(hidden)
+    for u, v in edges:
+        for w in (u, v):
+            if w not in known:
+                if hidden:
+                    raise ValueError(
+                        f"Edge ({u!r}, {v!r}) names the unknown node {w!r}; add it to "
+                        "`hidden`, `inputs` or `outputs`, or fix the edge."
+                    )
+                known.add(w)
+                order.append(w)
+    order += [v for v in outputs if v not in order]
+    return order
+
+
+def _check_edges(edges, inputs, outputs) -> None:
+    """No self-loop, no duplicate edge, every output fed, no edge into an input or out of
+    an output."""
+    seen: set = set()
+    for u, v in edges:
+        if u == v:
+            raise ValueError(f"Self-loop on node {u!r}; a DAG has no edge from a node to itself.")
+        if (u, v) in seen:
+            raise ValueError(
+                f"Duplicate edge ({u!r}, {v!r}); each edge carries one weight, list it once."
+            )
+        seen.add((u, v))
+    in_set, out_set = set(inputs), set(outputs)
+    used = {w for e in edges for w in e}
+    # an input that feeds nothing is a feature the network ignores (random_dag and
+    # magnitude pruning make them); an output that nothing feeds is a mistake
+    unused = [v for v in outputs if v not in used]
+    if unused:
+        raise ValueError(f"Output node(s) {unused} appear in no edge, so nothing feeds them; add their "
+                         "edges or drop them.")
+    for u, v in edges:
+        if v in in_set:
+            raise ValueError(
+                f"Input node {v!r} has an incoming edge from {u!r}; inputs have no "
+                "incoming edges. Make it a hidden node or drop the edge."
+            )
+        if u in out_set:
+            raise ValueError(
+                f"Output node {u!r} has an outgoing edge to {v!r}; outputs have no "
+                "outgoing edges. Add a hidden node in between or drop the edge."
+            )
+
+
+def _hidden_on_paths(gx: nx.DiGraph, order, inputs, outputs) -> list:
+    """The hidden nodes (in `order`), after checking that the graph has no cycle and that
+    each lies on an input-to-output path."""
+    try:
+        cycle = nx.find_cycle(gx)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    if cycle is not None:
+        path = " -> ".join(repr(u) for u, _ in cycle) + f" -> {cycle[0][0]!r}"
+        raise ValueError(f"The graph has a cycle: {path}. Remove one of its edges.")
+    in_set, out_set = set(inputs), set(outputs)
+    hidden_nodes = [v for v in order if v not in in_set and v not in out_set]
+    reach_from_in = set().union(*(nx.descendants(gx, s) for s in inputs))
+    reach_to_out = set().union(*(nx.ancestors(gx, s) for s in outputs))
+    for v in hidden_nodes:
+        if v not in reach_from_in:
+            raise ValueError(
+                f"Hidden node {v!r} cannot be reached from any input; connect it to an "
+                "input path or remove it."
+            )
+        if v not in reach_to_out:
+            raise ValueError(
+                f"Hidden node {v!r} cannot reach any output; connect it to an output "
+                "path or remove it."
+            )
+    return hidden_nodes
 
 
 def mlp(widths: Sequence[int], *, bias: bool = False) -> DAG:
