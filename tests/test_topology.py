@@ -267,6 +267,29 @@ def test_boundary_within_tol_not_frozen_and_singular():
     assert ij.is_singular_value(g, [0.0]) and not ij.is_singular_value(g, [0.5])
 
 
+def test_scalar_checks_have_the_one_wording():
+    """tol (a number or one per network), rtol, max_step and n are checked by
+    `_checks.check_positive` / `check_integer`, in their words."""
+    g = ij.mlp([2, 3, 1])
+    net = ij.DAGNetwork(g, "relu", edge_weights=np.linspace(0.5, 1.5, len(g.edges)))
+    th = np.stack([np.asarray(net.edge_weights())] * 2)
+    with pytest.raises(ValueError, match="tol must be a positive finite number; got 0.0"):
+        ij.component_of(g, th, tol=np.array([1e-9, 0.0]))
+    with pytest.raises(ValueError, match="tol must be a positive finite number; got nan"):
+        ij.component_of(g, th, tol=np.array([1e-9, np.nan]))
+    with pytest.raises(ValueError, match="tol must be a positive finite number; got inf"):
+        frozen_mask(g, _c_from_theta(g, th), tol=np.array([1e-9, np.inf]))
+    with pytest.raises(TypeError, match="tol must be a real number; got True"):
+        ij.component_of(net, tol=True)
+    assert ij.component_of(g, th, tol=np.array([1e-9, 1e-8])).frozen.shape == th.shape
+    with pytest.raises(ValueError, match="rtol must be a positive finite number; got 0.0"):
+        ij.same_component(net, net, rtol=0.0)
+    with pytest.raises(ValueError, match="max_step must be a positive finite number; got -1.0"):
+        ij.invariant_path(net, net, max_step=-1.0)
+    with pytest.raises(TypeError, match="n must be a positive integer; got 2.5"):
+        ij.sample_invariant_set(g, _c_from_theta(g, th[0]), n=2.5)
+
+
 def test_bad_input():
     g = ij.mlp([2, 3, 1])
     with pytest.raises(ValueError, match=r"c has shape \(2,\); expected \(3,\)"):
@@ -287,7 +310,7 @@ def test_bad_input():
         connectivity(g)
     with pytest.raises(ValueError, match=r"cs has shape \(4, 2\); expected \(N, 3\)"):
         frozen_mask(g, np.zeros((4, 2)))
-    with pytest.raises(ValueError, match="tol must be positive"):
+    with pytest.raises(ValueError, match="tol must be a positive finite number; got 0.0"):
         frozen_mask(g, np.zeros((4, 3)), tol=0.0)
     # a labelled c from a different graph is rejected by label
     other = ij.mlp([2, 4, 1])

@@ -15,11 +15,33 @@ import numpy as np
 from jaxtyping import Bool, Float
 from tqdm import tqdm
 
+from .._checks import check_positive
 from ..graph import DAG
-from ._closure import _as_array, closed_sets, exact_scale
+from ._closure import closed_sets, exact_scale
 from ._conditions import evaluate, regions
 
-__all__ = ["frozen_mask"]
+__all__ = ["frozen_mask", "check_tol"]
+
+
+def check_tol(tol) -> None:
+    """Raise unless `tol` (a number, or an array of one per network) is positive and finite,
+    in the words of `check_positive` (naming the smallest or largest entry, whichever fails)."""
+    if np.ndim(tol) == 0:
+        check_positive("tol", tol if isinstance(tol, int | float) else np.asarray(tol).item())
+        return
+    arr = np.asarray(tol, dtype=np.float64)
+    if arr.size:
+        for v in (np.min(arr), np.max(arr)):  # NaN propagates to both
+            check_positive("tol", float(v))
+
+
+def _indicator_rows(sets: list[frozenset], index: dict, n: int) -> np.ndarray:
+    """One row of 0/1 per set, over the `n` nodes numbered by `index`."""
+    M = np.zeros((len(sets), n))
+    for i, S in enumerate(sets):
+        for x in S:
+            M[i, index[x]] = 1.0
+    return M
 
 
 @functools.lru_cache(maxsize=256)
@@ -29,7 +51,7 @@ def _closed_matrix(g: DAG, r, max_sets: int) -> np.ndarray | None:
     sets = closed_sets(r.nodes, r.requires, max_sets)
     if sets is None:
         return None
-    return _as_array([S for S in sets if S], {v: i for i, v in enumerate(g.hidden)}, len(g.hidden))
+    return _indicator_rows([S for S in sets if S], {v: i for i, v in enumerate(g.hidden)}, len(g.hidden))
 
 
 def frozen_mask(
@@ -64,11 +86,11 @@ def frozen_mask(
         i, j = np.argwhere(~np.isfinite(cs))[0]
         raise ValueError(f"cs[{i}, {j}] (hidden node {g.hidden[j]!r}) is not finite; every c_v must be finite.")
     N = cs.shape[0]
+    if tol is not None:
+        check_tol(tol)
     if tol is None:
         tol = 1e-10 * np.maximum(np.sum(np.abs(cs), axis=1), 1e-290)
     tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), (N,))
-    if not np.all(np.isfinite(tol) & (tol > 0)):
-        raise ValueError(f"tol must be positive and finite; got {tol[~(np.isfinite(tol) & (tol > 0))][0]!r}.")
     mask = np.zeros((N, len(g.edges)), dtype=bool)
     for r in regions(g):
         M = _closed_matrix(g, r, max_sets)

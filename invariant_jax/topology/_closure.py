@@ -18,7 +18,6 @@ from collections.abc import Hashable, Iterable, Sequence
 from fractions import Fraction
 
 import networkx as nx
-import numpy as np
 
 __all__ = ["exact_scale", "max_weight_closure", "closed_sets"]
 
@@ -119,11 +118,3 @@ def _required_first(nodes: list, req: dict) -> list:
     if len(order) != len(nodes):  # pragma: no cover - requirements follow DAG edges
         raise RuntimeError("cyclic closure requirements; please report.")
     return order
-
-
-def _as_array(sets: list[frozenset], index: dict, n: int) -> np.ndarray:
-    M = np.zeros((len(sets), n))
-    for i, S in enumerate(sets):
-        for x in S:
-            M[i, index[x]] = 1.0
-    return M

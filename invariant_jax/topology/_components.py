@@ -15,10 +15,11 @@ import numpy as np
 import scipy.sparse as sp
 from jaxtyping import Bool, Float, Int
 
+from .._checks import check_positive
 from .._results import RESULTS
 from ..graph import DAG
 from ..network import DAGNetwork
-from ._batch import frozen_mask
+from ._batch import check_tol, frozen_mask
 
 __all__ = ["Component", "ComponentComparison", "component_of", "same_component", "edge_weights_of", "network_c_and_tol"]
 
@@ -192,8 +193,7 @@ def component_of(net: DAGNetwork | DAG, theta=None, *, tol=None) -> Component:
     c, auto_tol = network_c_and_tol(g, th, eps)
     batch = th.shape[:-1]
     if tol is not None:
-        if isinstance(tol, bool) or not np.all(np.isfinite(tol)) or np.any(np.asarray(tol) <= 0):
-            raise ValueError(f"tol must be positive and finite; got {tol!r}.")
+        check_tol(tol)
         auto_tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), batch)
     H, E = len(g.hidden), len(g.edges)
     frozen = frozen_mask(g, c.reshape(-1, H), tol=np.reshape(auto_tol, -1)).reshape(batch + (E,))
@@ -259,8 +259,7 @@ def same_component(net_a, net_b, *, rtol: float = 1e-8, tol=None) -> ComponentCo
     if net_a.graph != net_b.graph:
         raise ValueError(f"The networks are on different graphs ({net_a.graph!r} and {net_b.graph!r}); "
                          "components of H_G(c) are compared on one graph.")
-    if isinstance(rtol, bool) or not (np.isfinite(rtol) and rtol > 0):
-        raise ValueError(f"rtol must be a positive finite number; got {rtol!r}.")
+    check_positive("rtol", rtol)
     g, tha, eps = edge_weights_of(net_a)
     _, thb, _ = edge_weights_of(net_b)
     if tha.shape != thb.shape:

@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Float
 from scipy.optimize import linprog
 
+from .._checks import check_positive
 from .._results import RESULTS
 from ..graph import DAG
 from ..network import DAGNetwork
@@ -197,8 +198,7 @@ def invariant_path(net_a: DAGNetwork, net_b: DAGNetwork, *, max_step: float | No
         return _different(g, c, cmp, tol, throw)
     if max_step is None:
         max_step = 1e-2 * max(float(np.linalg.norm(tha)), float(np.linalg.norm(thb)), 1e-300)
-    if isinstance(max_step, bool) or not (np.isfinite(max_step) and max_step > 0):
-        raise ValueError(f"max_step must be a positive finite number; got {max_step!r}.")
+    check_positive("max_step", max_step)
     flip = [k for k in range(E) if tha[k] * thb[k] < 0]
     pts, flips = _waypoints(B, c, tha**2, thb**2, flip)
     sign = np.where(tha != 0, np.sign(tha), np.where(thb != 0, np.sign(thb), 1.0))

@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Float
 from scipy.optimize import linprog
 
+from .._checks import check_integer
 from ..graph import DAG
 from ..invariants import as_conserved
 from ._components import component_of
@@ -56,8 +57,7 @@ def sample_invariant_set(graph: DAG, c, n: int = 2000, *, seed: int = 0, n_verti
     """
     g = graph
     c = as_conserved(g, c)
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive integer; got {n!r}.")
+    check_integer("n", n, minimum=1)
     rng = np.random.default_rng(seed)
     B = g.incidence().astype(np.float64)
     E = B.shape[1]
