@@ -50,7 +50,7 @@ def measure(solver: str, repeats: int) -> dict:
     """One solver's compile and run times in this process: `kink_aware_flow`'s jitted
     program compiled ahead of time (`lower`, then `compile`), then run `repeats` times."""
     import invariant_jax as ij
-    from invariant_jax.kinks._driver import _kink_flow, make_kink_integrator
+    from invariant_jax.kinks import integrate_kink_flow, make_kink_integrator
 
     acc = {v: 0.0 for v in _EVENTS.values()}
 
@@ -63,11 +63,11 @@ def measure(solver: str, repeats: int) -> dict:
     X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
-    # what kink_aware_flow(net, X, Y, 1.0, solver=opts, n_save=11) compiles and runs
+    # what kink_aware_flow(net, X, Y, 1.0, solver=opts, saveat=ij.SaveTimes(n_save=11)) compiles and runs
     integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
     theta0 = net.edge_weights().astype(integ.prob.X.dtype)
     t, c = time.perf_counter(), time.process_time()
-    lowered = _kink_flow.lower(integ, net, theta0, "mse")
+    lowered = integrate_kink_flow.lower(integ, net, theta0, "mse")
     t_lower, c_lower = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     compiled = lowered.compile()

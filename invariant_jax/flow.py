@@ -20,13 +20,22 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from ._checks import check_finite
+from ._checks import check_finite, take_deprecated
 from ._defaults import DRIFT_TOL_UNITS
 from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name, status_code
 from .invariants import conservation_scale, conserved_quantities, identity_residual
-from .losses import check_data, edge_loss_fn, get_loss, gradient_fn
+from .losses import check_data, edge_loss_fn, gradient_fn
 from .network import DAGNetwork
-from .options import SaveTimes, SolverOptions, StopRules, as_save_times, as_solver_options, check_positive
+from .options import (
+    OBJECTIVE_KEYWORDS,
+    Objective,
+    SaveTimes,
+    SolverOptions,
+    StopRules,
+    as_objective,
+    as_save_times,
+    as_solver_options,
+)
 from .regularizers import get_regularizer
 from .solvers import is_implicit
 
@@ -252,13 +261,10 @@ def gradient_flow(
     rtol: float | None = None,
     atol: float | None = None,
     saveat: SaveTimes | ArrayLike | None = None,
-    n_save: int | None = None,
     stop: StopRules | None = None,
-    loss: str | Callable = "mse",
-    weight_decay: float = 0.0,
-    regularizer: str | Callable | None = None,
-    strength: float = 0.0,
+    loss: str | Callable | Objective = "mse",
     throw: bool = False,
+    **deprecated,
 ) -> Flow:
     """Integrate gradient flow from `net` over `[t0, t1]`.
 
@@ -271,61 +277,74 @@ def gradient_flow(
     - `solver`: an `ij.SolverOptions` (solver, `rtol`, `atol`, `max_steps`, `dt0`,
         `stepsize_controller`), or just a solver (a name in `ij.SOLVERS` or a diffrax
         solver; default Tsit5) with the thin keywords `rtol`, `atol` (default 1e-8).
-    - `saveat`: an `ij.SaveTimes`, or explicit save times in `[t0, t1]`; or the thin
-        keyword `n_save` (default 101 linearly spaced times).
+    - `saveat`: an `ij.SaveTimes`, or explicit save times in `[t0, t1]`; default
+        `SaveTimes()` (101 linearly spaced times).
     - `stop`: an `ij.StopRules` (gradient norm, loss floor, parameter norm, wall time).
         A stop is a success with its own `RESULTS` member, and `t_final` is the end of the
         step at which the rule first held.
-    - `loss`: `"mse"`, `"bce"` or a callable `(pred, Y) -> scalar`.
-    - `weight_decay`: `lambda` of the penalty `(lambda/2) ||theta||^2`; the law becomes
-        `c(t) = c(0) exp(-2 lambda t)`.
-    - `regularizer`, `strength`: an extra penalty `strength * R(net)` (a name in
-        `regularizers` or a callable). Conservation does not hold; `drift` reports it.
+    - `loss`: what the flow minimizes: `"mse"`, `"bce"`, a callable `(pred, Y) -> scalar`,
+        or an `ij.Objective` with weight decay `lambda` (the law becomes
+        `c(t) = c(0) exp(-2 lambda t)`) or a regularizer `strength * R(net)` (no law;
+        `drift` reports the deviation).
     - `throw`: raise on solver failure. Default `False`: a failure is recorded in
         `result`, so `vmap` over many initializations never aborts.
 
+    Deprecated keywords (they warn, and give the same flow): `n_save` (pass
+    `saveat=ij.SaveTimes(n_save=...)`), `weight_decay`, `regularizer`, `strength` (pass
+    `loss=ij.Objective(loss, ...)`).
+
     **Returns:** a `Flow`.
     """
+    kw = take_deprecated("gradient_flow", deprecated, FLOW_KEYWORDS)
+    save = as_save_times(saveat, kw.pop("n_save", None))
+    obj = as_objective(loss, **kw)
     if not isinstance(net, DAGNetwork):
         raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
     opts = as_solver_options(solver, rtol=rtol, atol=atol)
-    save = as_save_times(saveat, n_save)
     stop = StopRules() if stop is None else stop
     if not isinstance(stop, StopRules):
         raise TypeError(f"stop must be an ij.StopRules; got {stop!r}.")
     X, Y = check_data(net.graph, X, Y)
-    theta0 = net.edge_weights()
-    dtype = jnp.result_type(theta0.dtype, X.dtype)
-    theta0 = theta0.astype(dtype)
-    theta0 = check_finite(theta0, "is not finite; re-initialize the network.", where="initial weight theta0[{index}] ")
+    theta0 = _initial_weights(net, X.dtype)
+    dtype = theta0.dtype
     ts = jnp.asarray(save.times(t0, t1), dtype=dtype)
     opts.check_dtype(dtype)
-    check_positive("weight_decay", weight_decay, allow_zero=True)
-    check_positive("strength", strength, allow_zero=True)
-    get_loss(loss)
-    reg = get_regularizer(regularizer) if regularizer is not None else None
-
-    kinked = [a.name for a in net.activations if a.kinked]
-    if kinked and is_implicit(opts.get_solver()):
-        warnings.warn(
-            f"An implicit solver on {kinked[0]} (a kinked activation): steps that straddle a kink "
-            "cannot converge, so the step size collapses there. Use ij.kink_aware_flow(..., "
-            "solver=...) for relu / leaky_relu, or an explicit solver such as 'tsit5'.",
-            stacklevel=2,
-        )
-
-    law = bool(net.is_positively_homogeneous) and (reg is None or strength == 0)
+    reg = get_regularizer(obj.regularizer) if obj.regularizer is not None else None
+    _warn_implicit_on_kinks(net, opts)
+    law = bool(net.is_positively_homogeneous) and not obj.regularized
     if not law:
-        warn_no_law(net, regularized=reg is not None and strength != 0)
+        warn_no_law(net, regularized=obj.regularized)
     # t0, t1 and the tolerances enter the program as arrays, so a new horizon or tolerance
     # compiles nothing (a stepsize_controller given by the user is passed as it is)
     controller = opts.stepsize_controller or diffrax.PIDController(
         rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype))
     flow = _gradient_flow(net, X, Y, theta0, ts, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype),
                           solver=opts.get_solver(), controller=controller, max_steps=opts.max_steps,
-                          dt0=opts.dt0, stop=stop, loss=loss, weight_decay=weight_decay, reg=reg,
-                          strength=strength, throw=throw)
+                          dt0=opts.dt0, stop=stop, loss=obj.loss, weight_decay=obj.weight_decay, reg=reg,
+                          strength=obj.strength, throw=throw)
     return dataclasses.replace(flow, rtol=float(opts.rtol), atol=float(opts.atol), conservation_law=law)
+
+
+FLOW_KEYWORDS = {**OBJECTIVE_KEYWORDS, "n_save": "pass saveat=ij.SaveTimes(n_save=...) instead"}
+"""The deprecated keywords of `gradient_flow` and `kink_aware_flow`, with their replacements."""
+
+
+def _initial_weights(net: DAGNetwork, data_dtype) -> Array:
+    """`theta0` in the common dtype of the weights and the data, refused if not finite."""
+    theta0 = net.edge_weights()
+    theta0 = theta0.astype(jnp.result_type(theta0.dtype, data_dtype))
+    return check_finite(theta0, "is not finite; re-initialize the network.", where="initial weight theta0[{index}] ")
+
+
+def _warn_implicit_on_kinks(net: DAGNetwork, opts: SolverOptions) -> None:
+    kinked = [a.name for a in net.activations if a.kinked]
+    if kinked and is_implicit(opts.get_solver()):
+        warnings.warn(
+            f"An implicit solver on {kinked[0]} (a kinked activation): steps that straddle a kink "
+            "cannot converge, so the step size collapses there. Use ij.kink_aware_flow(..., "
+            "solver=...) for relu / leaky_relu, or an explicit solver such as 'tsit5'.",
+            stacklevel=3,
+        )
 
 
 class NoConservationLaw(UserWarning):
@@ -405,7 +424,7 @@ def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, solver, controller, max_ste
 def _check_run(nets, X, Y, t1, opts, loss):
     """The flows of `check_conservation`, vmapped: one compiled program per configuration."""
     def one(n):
-        f = gradient_flow(n, X, Y, t1, solver=opts, n_save=21, loss=loss)
+        f = gradient_flow(n, X, Y, t1, solver=opts, saveat=SaveTimes(n_save=21), loss=loss)
         res = identity_residual(n, X, Y, loss=loss, relative=True)
         return f.drift, f.drift_relative, conservation_scale(n), jnp.max(jnp.abs(res)), \
             f.stats["num_steps"], f.losses[0], f.loss_final, result_code(f.result)

@@ -31,7 +31,7 @@ def test_drift_shrinks_with_tolerance(relu_setup):
 def test_weight_decay_law(relu_setup):
     g, X, Y, net = relu_setup
     lam = 0.3
-    f = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, weight_decay=lam)
+    f = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, loss=ij.Objective(weight_decay=lam))
     c0 = ij.conserved_quantities(net)
     expected = c0[None] * jnp.exp(-2 * lam * f.ts)[:, None]
     np.testing.assert_allclose(f.conserved, expected, atol=1e-8)
@@ -154,7 +154,63 @@ def test_bad_flow_input(relu_setup):
     with pytest.raises(ValueError, match="tighter than float32"):
         ij.gradient_flow(net32, X.astype(jnp.float32), Y.astype(jnp.float32), 1.0, rtol=1e-10)
     with pytest.raises(ValueError, match="weight_decay must be"):
-        ij.gradient_flow(net, X, Y, 1.0, weight_decay=-1.0)
+        ij.gradient_flow(net, X, Y, 1.0, loss=ij.Objective(weight_decay=-1.0))
+    with pytest.raises(TypeError, match=r"gradient_flow\(\) got unexpected keyword argument\(s\) 'n_saves'"):
+        ij.gradient_flow(net, X, Y, 1.0, n_saves=3)
+    with pytest.raises(ValueError, match="inside Objective"), pytest.warns(DeprecationWarning):
+        ij.gradient_flow(net, X, Y, 1.0, loss=ij.Objective(), weight_decay=0.1)
+
+
+@pytest.mark.parametrize("old,new", [
+    (dict(n_save=5), dict(saveat=ij.SaveTimes(n_save=5))),
+    (dict(weight_decay=0.2), dict(loss=ij.Objective(weight_decay=0.2))),
+    (dict(regularizer="l1", strength=0.1), dict(loss=ij.Objective(regularizer="l1", strength=0.1))),
+])
+def test_old_flow_keywords_warn_and_give_the_same_flow(relu_setup, old, new):
+    g, X, Y, net = relu_setup
+    with pytest.warns(DeprecationWarning) as rec:
+        a = ij.gradient_flow(net, X, Y, 0.3, rtol=1e-8, atol=1e-8, **old)
+    for name in old:
+        assert any(f"gradient_flow({name}=...) is deprecated; pass " in str(w.message) for w in rec)
+    b = ij.gradient_flow(net, X, Y, 0.3, rtol=1e-8, atol=1e-8, **new)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_gradient_flow_and_kink_aware_flow_answer_the_same_names():
+    # one relu problem, both entry points, the same option objects and the same field names
+    g = ij.mlp([2, 3, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 6, key=jax.random.key(0))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
+    common = dict(solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9), saveat=ij.SaveTimes(n_save=3),
+                  loss=ij.Objective("mse"))
+    flow = ij.gradient_flow(net, X, Y, 0.2, **common)
+    kflow = ij.kink_aware_flow(net, X, Y, 0.2, **common)
+    for name in ("final", "theta_final", "loss_final", "result", "success"):
+        assert hasattr(flow, name) and hasattr(kflow, name), name
+    assert isinstance(kflow.final, ij.DAGNetwork) and isinstance(flow.final, ij.DAGNetwork)
+    assert ij.result_name(flow.result) == ij.result_name(kflow.result) == "successful"
+    assert bool(flow.success) and bool(kflow.success)
+    np.testing.assert_allclose(kflow.theta_final, flow.theta_final, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(kflow.loss_final, flow.loss_final, rtol=1e-6)
+    np.testing.assert_array_equal(kflow.final.edge_weights(), kflow.theta_final)
+    # the deprecated n_save works the same for both
+    with pytest.warns(DeprecationWarning, match=r"kink_aware_flow\(n_save=...\) is deprecated"):
+        old = ij.kink_aware_flow(net, X, Y, 0.2, solver=common["solver"], n_save=3)
+    np.testing.assert_array_equal(old.theta_final, kflow.theta_final)
+
+
+@pytest.mark.parametrize("objective", [ij.Objective(weight_decay=0.1), ij.Objective(regularizer="l1", strength=0.1)])
+def test_kink_aware_flow_refuses_what_it_does_not_integrate_before_any_work(objective, monkeypatch):
+    import invariant_jax.kinks._driver as driver
+
+    def boom(*a, **k):
+        raise AssertionError("reached the integrator")
+
+    monkeypatch.setattr(driver, "make_kink_integrator", boom)
+    net = ij.DAGNetwork(ij.mlp([2, 3, 1]), "relu", key=jax.random.key(1))
+    with pytest.raises(ValueError, match="kink_aware_flow integrates the data loss alone.*use ij.gradient_flow"):
+        ij.kink_aware_flow(net, jnp.ones((2, 2)), jnp.ones(2), 1.0, loss=objective)
 
 
 def test_cli_check(capsys):

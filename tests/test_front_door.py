@@ -39,7 +39,7 @@ def no_compile(monkeypatch):
     def compiled(*a, **k):
         raise AssertionError("the kink-aware flow was compiled and run")
 
-    monkeypatch.setattr(kink_driver, "_kink_flow", compiled)
+    monkeypatch.setattr(kink_driver, "integrate_kink_flow", compiled)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -159,13 +159,13 @@ def test_thin_keywords_and_objects_give_the_same_flow():
     g = ij.mlp([2, 3, 1])
     X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(0))
     net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
-    a = ij.gradient_flow(net, X, Y, 0.5, rtol=1e-9, atol=1e-9, n_save=5)
+    a = ij.gradient_flow(net, X, Y, 0.5, rtol=1e-9, atol=1e-9, saveat=ij.SaveTimes(n_save=5))
     b = ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9),
                          saveat=ij.SaveTimes(n_save=5))
     assert bool(jnp.array_equal(a.thetas, b.thetas))  # the same compiled program, run twice
     with pytest.raises(ValueError, match="not both"):
         ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions(), rtol=1e-9)
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="not both"), pytest.warns(DeprecationWarning):
         ij.gradient_flow(net, X, Y, 0.5, saveat=ij.SaveTimes(n_save=5), n_save=5)
 
 
@@ -194,7 +194,7 @@ def test_finite_checks_fail_under_jit_with_the_eager_words():
     X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(0))
     net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
     Xb = X.at[2, 1].set(jnp.nan)
-    run = lambda X: ij.gradient_flow(net, X, Y, 0.1, n_save=2).theta_final  # noqa: E731
+    run = lambda X: ij.gradient_flow(net, X, Y, 0.1, saveat=ij.SaveTimes(n_save=2)).theta_final  # noqa: E731
     with pytest.raises(ValueError, match=r"X\[2, 1\] is not finite; clean or drop that sample"):
         run(Xb)
     with pytest.raises(Exception, match=r"X\[\.\.\.\] is not finite; clean or drop that sample"):

@@ -42,9 +42,9 @@ solution and the restart point recomputed by one Gauss-Legendre step from the la
 step's start, so the restart is on the surface and exact as well.
 """
 
-from ._driver import KinkFlow, KinkIntegrator, KinkState, kink_aware_flow, make_kink_integrator
+from ._driver import KinkFlow, KinkIntegrator, KinkState, integrate_kink_flow, kink_aware_flow, make_kink_integrator
 from ._filippov import KinkProblem, pattern_field
 from ._illinois import Illinois
 
-__all__ = ["Illinois", "KinkFlow", "KinkIntegrator", "KinkProblem", "KinkState", "kink_aware_flow",
-           "make_kink_integrator", "pattern_field"]
+__all__ = ["Illinois", "KinkFlow", "KinkIntegrator", "KinkProblem", "KinkState", "integrate_kink_flow",
+           "kink_aware_flow", "make_kink_integrator", "pattern_field"]

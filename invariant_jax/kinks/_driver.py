@@ -19,14 +19,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._checks import check_finite
+from .._checks import check_finite, take_deprecated
 from .._defaults import KINK_MAX_STEPS
 from .._diffrax_compat import cacheable_checks
 from .._results import RESULTS
-from ..flow import Flow
+from ..flow import FLOW_KEYWORDS, Flow
 from ..losses import check_data, get_loss
 from ..network import DAGNetwork
-from ..options import KinkOptions, SaveTimes, SolverOptions, as_save_times, as_solver_options
+from ..options import KinkOptions, Objective, SaveTimes, SolverOptions, as_objective, as_save_times, as_solver_options
 from ..solvers import GaussLegendre, gl_step
 from ._filippov import KinkProblem, slot_mask
 from ._illinois import Illinois
@@ -405,17 +405,16 @@ def kink_aware_flow(
     rtol: float | None = None,
     atol: float | None = None,
     saveat: SaveTimes | ArrayLike | None = None,
-    n_save: int | None = None,
     kinks: KinkOptions = KinkOptions(),
-    loss: str | Callable = "mse",
+    loss: str | Callable | Objective = "mse",
+    **deprecated,
 ) -> KinkFlow:
     """Gradient flow of a ReLU / leaky-ReLU network that integrates within activation
     patterns, locates pattern changes as events, and follows sliding modes.
 
     **Arguments:**
 
-    - `net`, `X`, `Y`, `t1`, `t0`, `rtol`, `atol`, `saveat`, `n_save`, `loss`: as in
-        `gradient_flow`.
+    - `net`, `X`, `Y`, `t1`, `t0`, `rtol`, `atol`, `saveat`: as in `gradient_flow`.
     - `solver`: the solver inside each pattern: an `ij.SolverOptions`, or a name in
         `ij.SOLVERS` or a diffrax solver (then with `rtol`, `atol` and a step budget
         `max_steps=10_000`, `KINK_MAX_STEPS`). `SolverOptions.max_steps` is the step budget of each
@@ -426,22 +425,43 @@ def kink_aware_flow(
         `result` to `RESULTS.max_events_reached`), on pairs
         sliding at once (`max_sliding`), and the tolerances of event location
         (`event_tol`) and of "on the surface" (`surface_tol`). Default `KinkOptions()`.
+    - `loss`: the data loss, as in `gradient_flow` (a name, a callable or an
+        `ij.Objective`). The kink-aware flow integrates the data loss alone: an
+        `Objective` with weight decay or a regularizer is refused (use `gradient_flow`).
 
-    **Returns:** a `KinkFlow`.
+    The deprecated keyword `n_save` warns and gives the same flow (pass
+    `saveat=ij.SaveTimes(n_save=...)`).
+
+    **Returns:** a `KinkFlow`, which answers the names a `Flow` does (`final`,
+    `theta_final`, `loss_final`, `result`, `success`); the event counts are its own fields.
 
     The whole computation is one compiled program per configuration (network graph,
     shapes, solver and options), reused by later calls with other weights or data.
     """
+    kw = take_deprecated("kink_aware_flow", deprecated, {"n_save": FLOW_KEYWORDS["n_save"]})
+    obj = as_objective(loss)
+    if obj.weight_decay != 0 or obj.regularized:
+        raise ValueError(
+            f"kink_aware_flow integrates the data loss alone; got an Objective with weight_decay={obj.weight_decay!r}, "
+            f"regularizer={obj.regularizer!r}, strength={obj.strength!r}. Pass the loss alone, or use "
+            "ij.gradient_flow(..., loss=objective) for weight decay or a regularizer."
+        )
     integ = make_kink_integrator(
         net, X, Y, t1, t0=t0, options=as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS),
-        saveat=as_save_times(saveat, n_save), kinks=kinks, loss=loss,
+        saveat=as_save_times(saveat, kw.get("n_save")), kinks=kinks, loss=obj.loss,
     )
     dtype = integ.prob.X.dtype
     theta0 = check_finite(net.edge_weights().astype(dtype), "is not finite; re-initialize the network.",
                           where="initial weight theta0[{index}] ")  # as gradient_flow: before any compile
-    return _kink_flow(integ, net, theta0, loss)
+    return integrate_kink_flow(integ, net, theta0, obj.loss)
 
 
 @eqx.filter_jit
-def _kink_flow(integ: KinkIntegrator, net, theta0, loss):
+def integrate_kink_flow(integ: KinkIntegrator, net: DAGNetwork, theta0: Float[Array, " E"],
+                        loss: str | Callable = "mse") -> KinkFlow:
+    """The one compiled program of `kink_aware_flow`: run `integ` (from
+    `make_kink_integrator`) from the initial weights `theta0` and return the `KinkFlow`
+    (`net` gives the graph and activations; its weights are not used). An
+    `eqx.filter_jit` function, so `integrate_kink_flow.lower(integ, net, theta0, loss)`
+    compiles it ahead of time (`benchmarks/kink_compile.py` does)."""
     return integ.flow(net, theta0, integ.run(theta0), loss)
