@@ -61,9 +61,10 @@ def _one(nets, i):
 
 def train_arm(nets, d, arm, lam, *, epochs, log_every):
     reg = {"none": None, "nuclear-subgrad": "nuclear"}.get(arm, arm)
-    return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd",
-                  learning_rate=0.2, epochs=epochs, log_every=log_every, regularizer=reg, strength=lam,
-                  proximal=arm in ("l1", "nuclear"), tol=0.0)
+    return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test,
+                  loss=ij.Objective("bce", regularizer=reg, strength=lam),
+                  options=ij.TrainOptions(optimizer="sgd", learning_rate=0.2, epochs=epochs, log_every=log_every,
+                                          proximal=arm in ("l1", "nuclear"), tol=0.0))
 
 
 def main(argv=None):

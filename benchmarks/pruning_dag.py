@@ -12,7 +12,7 @@ so the nuclear norm of J_G is no longer a group lasso:
 
 Arms: none; L2 (gradient, weight decay); L1 (proximal: soft-thresholding); group lasso per
 neuron (fan-in groups, proximal); nuclear (the working-set forward-backward step of
-`ij.fit(..., regularizer="nuclear", proximal=True)`, see docs/pruning.md); and, per seed,
+`ij.fit` with the nuclear norm and `ij.TrainOptions(proximal=True)`, see docs/pruning.md); and, per seed,
 the unregularized and L2 nets magnitude-pruned to the size the nuclear arm reached. A
 neuron is cut off when every edge joining it to the rest is exactly 0 (tol = 0). One more
 two nuclear runs use minibatches of 64, with SGD (lr 0.05) and with Adam (lr 0.01; the
@@ -83,9 +83,10 @@ def _one(nets, i):
 
 def train(nets, d, arm, *, epochs, log_every):
     reg, lam, prox, opt, lr, bs = ARMS[arm]
-    return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer=opt, learning_rate=lr,
-                  epochs=epochs, log_every=log_every, regularizer=reg, strength=lam, proximal=prox, tol=0.0,
-                  batch_size=bs, key=jr.key(1))
+    return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test,
+                  loss=ij.Objective("bce", regularizer=reg, strength=lam),
+                  options=ij.TrainOptions(optimizer=opt, learning_rate=lr, epochs=epochs, log_every=log_every,
+                                          batch_size=bs, proximal=prox, tol=0.0), key=jr.key(1))
 
 
 def singular_checks(net, c0) -> dict:
@@ -136,7 +137,7 @@ def run_graph(name, d, seeds, epochs, log_every, progress):
                 "edges_nonzero": int(np.sum(np.asarray(net.edge_weights()) != 0)),
                 "loss": float(res.log.loss[i, -1]), "test_acc": _acc(net, d.X_test, d.Y_test),
                 "test_acc_pruned": _acc(pruned, d.X_test, d.Y_test), "max_abs_change": rep.max_abs_change,
-                "finite": bool(res.finite[i]),
+                "finite": bool(res.success[i]),  # the weights stayed finite (not training_diverged)
             }
             if arm == "nuclear":
                 mag_none, _ = ij.magnitude_prune(_one(trained["none"].network, i), k)

@@ -137,7 +137,16 @@ if TYPE_CHECKING:
         sample_invariant_set,
         twin_classes,
     )
-    from .training import OPTIMIZERS, TrainLog, TrainResult, cut_off_mask, fit, get_optimizer, n_cut_off_groups
+    from .training import (
+        OPTIMIZERS,
+        TrainLog,
+        TrainOptions,
+        TrainResult,
+        cut_off_mask,
+        fit,
+        get_optimizer,
+        n_cut_off_groups,
+    )
 
 __all__ = [
     # graphs and networks
@@ -167,7 +176,8 @@ __all__ = [
     # training and pruning
     "get_regularizer", "l1", "l2", "nuclear_norm", "matrix_nuclear_norm", "has_hidden_to_hidden_edges",
     "group_lasso", "nuclear_upper_bound", "nuclear_working_set", "WorkingSet",
-    "OPTIMIZERS", "get_optimizer", "fit", "TrainResult", "TrainLog", "cut_off_mask", "n_cut_off_groups",
+    "OPTIMIZERS", "get_optimizer", "fit", "TrainOptions", "TrainResult", "TrainLog", "cut_off_mask",
+    "n_cut_off_groups",
     "prune", "magnitude_prune", "neuron_scores", "PruneReport",
     # sweeps
     "SweepConfig", "SweepResult", "SweepSummary", "sweep_flows", "run_sweep", "load_sweep", "summarize_sweep",

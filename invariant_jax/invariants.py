@@ -131,8 +131,7 @@ def jacobian_rank(net: DAGNetwork, tol: float | None = None, *, method: str = "s
 
 
 def _jacobian_rank_graph(net: DAGNetwork, tol: float) -> np.ndarray:
-    if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be a finite number >= 0 for method='graph' (an edge threshold); got {tol!r}.")
+    check_positive("tol", tol, allow_zero=True)  # an edge threshold
     theta = net.edge_weights()
     if isinstance(theta, jax.core.Tracer):
         raise ValueError(
@@ -172,8 +171,7 @@ def singular_subnetworks(net: DAGNetwork, tol: float = 0.0) -> list[frozenset]:
 
     Needs concrete weights (not under `jit`); see `n_cut_off_groups` for a jittable count.
     """
-    if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}.")
+    check_positive("tol", tol, allow_zero=True)
     g = net.graph
     theta = np.asarray(net.edge_weights())
     if theta.ndim != 1:
@@ -243,10 +241,7 @@ def conserved_tol(tol, c: np.ndarray) -> float:
     sum |c_v|)`, a few hundred float64 rounding units of the terms of `c`."""
     if tol is None:
         return 1e-10 * max(float(np.sum(np.abs(c))), 1e-290)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
-        raise TypeError(f"tol must be a positive number; got {type(tol).__name__}.")
-    if not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be a positive finite number; got {tol!r}. Use e.g. tol=1e-10 * sum(|c|).")
+    check_positive("tol", tol)
     return float(tol)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from . import graph as _graph
-from ._checks import check_finite
+from ._checks import check_finite, check_positive
 from .activations import Activation, get_activation
 from .graph import DAG
 
@@ -37,8 +37,7 @@ def init_edge_weights(
     """
     if init not in INITIALIZERS:
         raise ValueError(f"Unknown init {init!r}; choose one of {list(INITIALIZERS)}.")
-    if not np.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite number; got {scale!r}.")
+    check_positive("scale", scale)
     rows, cols = graph.edge_index
     indeg = graph.in_degree[cols].astype(float)
     outdeg = graph.out_degree[rows].astype(float)

@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
+from ._checks import check_integer, check_positive
+from ._results import RESULTS, is_success
 from .graph import DAG
 from .invariants import conserved_quantities, singular_subnetworks
 from .losses import check_data
@@ -61,6 +63,9 @@ class PruneReport(eqx.Module):
     - `max_abs_change`: `max |f_pruned(x) - f(x)|` over `X` (`nan` without data).
     - `n_samples`: rows of `X` (0 without data).
     - `tol`, `method` (`"singular"` or `"magnitude"`).
+    - `result`: an `ij.RESULTS` item, as every result type carries: `successful` (bad
+        input is refused before any work, so a report is always of a finished pruning);
+        `success` is read off it.
     """
 
     removed: tuple
@@ -75,6 +80,12 @@ class PruneReport(eqx.Module):
     n_samples: int
     tol: float
     method: str
+    result: RESULTS
+
+    @property
+    def success(self) -> bool:
+        """True: the pruning finished (`is_success(result)`)."""
+        return bool(is_success(self.result))
 
     @property
     def n_removed(self) -> int:
@@ -223,8 +234,7 @@ def prune(
     `PruneReport`.
     """
     _check_net(net)
-    if not (isinstance(tol, (int, float, np.floating, np.integer)) and np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be a finite number >= 0 (weights with |theta| <= tol count as zero); got {tol!r}.")
+    check_positive("tol", tol, allow_zero=True)
     if dead_on_data and X is None:
         raise ValueError("dead_on_data=True needs the data X on which neurons never fire.")
     Xc = _data(net, X)
@@ -247,7 +257,7 @@ def prune(
         removed=tuple(removed.items()), groups=tuple(groups), group_sums=sums, folded=folded,
         n_hidden_before=len(net.graph.hidden), n_hidden_after=len(new.graph.hidden),
         n_edges_before=len(net.graph.edges), n_edges_after=len(new.graph.edges),
-        max_abs_change=change, n_samples=n, tol=float(tol), method="singular",
+        max_abs_change=change, n_samples=n, tol=float(tol), method="singular", result=RESULTS.successful,
     )
     return new, rep
 
@@ -292,7 +302,8 @@ def magnitude_prune(
     """
     _check_net(net)
     H = len(net.graph.hidden)
-    if not isinstance(n_keep, (int, np.integer)) or isinstance(n_keep, bool) or not 0 <= n_keep <= H:
+    check_integer("n_keep", n_keep, minimum=0)
+    if n_keep > H:
         raise ValueError(f"n_keep must be an integer in [0, {H}] (the number of hidden neurons); got {n_keep!r}.")
     Xc = _data(net, X)
     s = neuron_scores(net, score)
@@ -304,6 +315,6 @@ def magnitude_prune(
         removed=tuple(removed.items()), groups=(), group_sums=(), folded=folded,
         n_hidden_before=H, n_hidden_after=len(new.graph.hidden),
         n_edges_before=len(net.graph.edges), n_edges_after=len(new.graph.edges),
-        max_abs_change=change, n_samples=n, tol=0.0, method="magnitude",
+        max_abs_change=change, n_samples=n, tol=0.0, method="magnitude", result=RESULTS.successful,
     )
     return new, rep

@@ -67,6 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ._checks import check_positive
 from .invariants import jacobian
 from .network import DAGNetwork
 
@@ -260,8 +261,7 @@ def nuclear_working_set(net: DAGNetwork, tol: float) -> WorkingSet:
     edge joining two of them. Jittable and vmappable (`tol` is static). At `tol = 0`
     these are the cut-off groups of `ij.singular_subnetworks(net, 0)`, merged where a
     (zero) edge joins two of them."""
-    if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}.")
+    check_positive("tol", tol, allow_zero=True)
     return _working_set(net.graph, net.edge_weights(), float(tol))
 
 

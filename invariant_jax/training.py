@@ -13,10 +13,10 @@ log shows it.
 connect it (ignoring direction) to any input or output node; `rank J_G = H - (number of
 cut-off groups)` at that threshold (`invariants.singular_subnetworks` is the
 non-jittable reference). Plain (sub)gradient steps make weights hover around zero rather
-than reach it, so either use `proximal=True` (exact zeros) or a `tol` that matches the
-scale the weights hover at.
+than reach it, so either use `TrainOptions(proximal=True)` (exact zeros) or a `tol` that
+matches the scale the weights hover at.
 
-*Proximal steps* (`proximal=True`) replace the regularizer's gradient by its proximal map
+*Proximal steps* (`TrainOptions(proximal=True)`) replace the regularizer's gradient by its proximal map
 with step `learning_rate * strength`, applied after each optimizer update:
 soft-thresholding for `"l1"`, shrinking by `1 / (1 + step)` for `"l2"`, group
 soft-thresholding of each hidden node's fan-in for `"group_lasso"`, and for `"nuclear"`:
@@ -47,7 +47,7 @@ soft-thresholding of each hidden node's fan-in for `"group_lasso"`, and for `"nu
   has the evidence. The smooth part costs one `H x H`
   `eigh` per step (`regularizers.gram_nuclear_norm`).
 
-With SGD these are proximal gradient steps. With `optimizer="adam"` the proximal step is
+With SGD these are proximal gradient steps. With `TrainOptions(optimizer="adam")` the proximal step is
 taken in Adam's metric: the threshold of coordinate `e` is multiplied by Adam's step factor
 `1 / (sqrt(v_hat_e) + eps)` (a group's by the smallest factor over its edges), as in ProxGen
 (Yun, Lozano and Yang, "Adaptive proximal gradient methods for structured neural
@@ -64,6 +64,7 @@ grouped variables", JRSS B 68 (2006) (group soft-thresholding).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import NamedTuple
@@ -77,22 +78,24 @@ import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from ._checks import check_integer, check_positive, take_deprecated
 from ._results import RESULTS, is_success, result_code, result_from_code
 from .graph import DAG
 from .invariants import conserved_quantities
 from .losses import check_data, get_loss
 from .network import DAGNetwork
-from .options import check_positive
+from .options import OBJECTIVE_KEYWORDS, Objective, as_objective
 from .regularizers import (
-    _working_set,
     get_regularizer,
     gram_nuclear_norm,
     group_boundary_norms,
     has_hidden_to_hidden_edges,
     nuclear_norm,
+    nuclear_working_set,
 )
 
-__all__ = ["OPTIMIZERS", "TrainLog", "TrainResult", "fit", "cut_off_mask", "n_cut_off_groups", "get_optimizer"]
+__all__ = ["OPTIMIZERS", "TrainOptions", "TrainLog", "TrainResult", "fit", "cut_off_mask", "n_cut_off_groups",
+           "get_optimizer"]
 
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": optax.sgd,
@@ -113,6 +116,66 @@ def get_optimizer(optimizer: str | optax.GradientTransformation, learning_rate: 
             "optax.GradientTransformation."
         )
     return OPTIMIZERS[optimizer.lower()](learning_rate)
+
+
+class TrainOptions(eqx.Module):
+    """How `fit` trains: the optimizer and its schedule, as an optax user sets them up.
+
+    **Fields:**
+
+    - `optimizer`: `"sgd"`, `"momentum"`, `"adam"` (`ij.OPTIMIZERS`), or an optax
+        `GradientTransformation` (then `learning_rate` only scales the proximal step and
+        the default `working_tol`).
+    - `learning_rate`: the step size (positive).
+    - `epochs`: passes over the data (a positive integer, a multiple of `log_every`).
+    - `batch_size`: minibatch size (a positive integer, at most the number of samples), or
+        `None` for full batch. Each epoch draws a fresh permutation and drops the last
+        `N mod batch_size` samples.
+    - `log_every`: log every this many epochs (epoch 0 is always logged).
+    - `proximal`: use the regularizer's proximal map instead of its gradient (module
+        docstring); gives exact zeros for `"l1"`, `"group_lasso"` and `"nuclear"` (on any
+        DAG: the working-set step).
+    - `working_tol`: for `regularizer="nuclear"` with `proximal=True` on a graph with
+        hidden-to-hidden edges, the weight size below which edges may delimit a targeted
+        cut-off group (`>= 0`); `None`: `20 * learning_rate * strength`.
+    - `tol`: the zero threshold (`>= 0`) of the logged `rank` and `n_cut_off`: a neuron
+        counts as cut off when every edge joining it to the rest has `|theta| <= tol`.
+        Default 1e-6, at which weights that plain (sub)gradient steps leave hovering near
+        zero count; `tol=0` with `proximal=True` (exact zeros).
+    """
+
+    optimizer: str | optax.GradientTransformation = "adam"
+    learning_rate: float = 1e-2
+    epochs: int = 1000
+    batch_size: int | None = None
+    log_every: int = 10
+    proximal: bool = False
+    working_tol: float | None = None
+    tol: float = 1e-6
+
+    def __check_init__(self):
+        check_positive("learning_rate", self.learning_rate)
+        get_optimizer(self.optimizer, self.learning_rate)  # an unknown name fails here, with the choices
+        check_integer("epochs", self.epochs, minimum=1)
+        check_integer("log_every", self.log_every, minimum=1)
+        if self.epochs % self.log_every:
+            raise ValueError(f"epochs ({self.epochs}) must be a multiple of log_every ({self.log_every}).")
+        if self.batch_size is not None:
+            check_integer("batch_size", self.batch_size, minimum=1)
+        if not isinstance(self.proximal, bool | np.bool_):
+            raise TypeError(f"proximal must be True or False; got {self.proximal!r}.")
+        check_positive("working_tol", self.working_tol, allow_none=True, allow_zero=True)
+        check_positive("tol", self.tol, allow_zero=True)
+
+
+FIT_KEYWORDS = {
+    **{name: f"pass options=ij.TrainOptions({name}=...) instead"
+       for name in ("optimizer", "learning_rate", "epochs", "batch_size", "log_every", "proximal", "working_tol",
+                    "tol")},
+    "regularizer": OBJECTIVE_KEYWORDS["regularizer"],
+    "strength": OBJECTIVE_KEYWORDS["strength"],
+}
+"""The deprecated keywords of `fit`, with their replacements."""
 
 
 # ---------------------------------------------------------------- cut-off neurons (jittable)
@@ -204,8 +267,8 @@ class TrainResult(eqx.Module):
     where the step diverged; its message says the fix), and the settings `optimizer`,
     `learning_rate`, `regularizer`, `strength`, `proximal`, `tol`, `batch_size`, `epochs`.
 
-    `success` (as `Flow.success`) and `finite` (whether the weights stayed finite) are
-    read off `result`.
+    `success` (as `Flow.success`) is read off `result`; `finite`, the flag that said the
+    same, is deprecated.
     """
 
     network: DAGNetwork
@@ -228,8 +291,9 @@ class TrainResult(eqx.Module):
 
     @property
     def finite(self) -> Bool[Array, "..."]:
-        """Whether the weights stayed finite: `False` (`RESULTS.training_diverged`) means
-        the step diverged; lower the learning rate."""
+        """Deprecated: ask `success` (or `result == ij.RESULTS.training_diverged`)."""
+        warnings.warn("TrainResult.finite is deprecated; ask `res.success` (False where "
+                      "`res.result == ij.RESULTS.training_diverged`).", DeprecationWarning, stacklevel=2)
         return ~(self.result == RESULTS.training_diverged)
 
 
@@ -393,7 +457,7 @@ def _make_segment(cfg: _Config, n_logs: int):
 
         def step(carry, batch):
             th, st = carry
-            ws = _working_set(cfg.graph, th, cfg.working_tol) if working else None
+            ws = nuclear_working_set(net.with_edge_weights(th), cfg.working_tol) if working else None
             g = grad(th, *batch, (B - ws.projector @ B) if working else None)
             upd, st = opt.update(g, st, th)
             th = optax.apply_updates(th, upd)
@@ -431,20 +495,12 @@ def fit(
     *,
     X_test: ArrayLike | None = None,
     Y_test: ArrayLike | None = None,
-    loss: str | Callable = "bce",
-    optimizer: str | optax.GradientTransformation = "adam",
-    learning_rate: float = 1e-2,
-    epochs: int = 1000,
-    batch_size: int | None = None,
-    regularizer: str | Callable | None = None,
-    strength: float = 0.0,
-    proximal: bool = False,
-    log_every: int = 10,
-    tol: float = 1e-6,
-    working_tol: float | None = None,
+    loss: str | Callable | Objective = "bce",
+    options: TrainOptions | None = None,
     accuracy: bool | None = None,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
+    **deprecated,
 ) -> TrainResult:
     """Train `net` with an optax optimizer and an optional regularizer.
 
@@ -454,130 +510,130 @@ def fit(
         `weights`, as made by `eqx.filter_vmap`); a batch trains in one vmapped loop.
     - `X`, `Y`: training data, `(N, d_in)` and `(N, d_out)` (1-D `Y` for one output).
     - `X_test`, `Y_test`: optional test data for `test_accuracy`.
-    - `loss`: `"bce"` (default, logits), `"mse"`, or a callable `(pred, Y) -> scalar`.
-    - `optimizer`: `"sgd"`, `"momentum"`, `"adam"`, or an optax transformation.
-    - `learning_rate`: step size (positive).
-    - `epochs`: number of passes over the data; a multiple of `log_every`.
-    - `batch_size`: minibatch size; `None` = full batch. Each epoch draws a fresh
-        permutation (from `key`) and drops the last `N mod batch_size` samples.
-    - `regularizer`, `strength`: adds `strength * R(net)`; `R` is `"nuclear"`, `"l1"`,
-        `"l2"`, `"group_lasso"`, a callable, or `None`/`"none"`. `strength >= 0`.
-    - `proximal`: use the regularizer's proximal map instead of its gradient (module
-        docstring); gives exact zeros for `"l1"`, `"group_lasso"` and `"nuclear"` (on any
-        DAG: the working-set step).
-    - `working_tol`: for `regularizer="nuclear", proximal=True` on a graph with
-        hidden-to-hidden edges: the weight size below which edges may delimit a targeted
-        cut-off group (module docstring). `None`: `20 * learning_rate * strength`.
-    - `log_every`: log every this many epochs (epoch 0 is always logged).
-    - `tol`: the zero threshold of the logged `rank` and `n_cut_off`: `|theta| <= tol`
-        counts as zero, so a neuron counts as cut off when every edge joining it to the
-        rest has `|theta| <= tol` (module docstring; the meaning `tol` has everywhere in
-        the package). Default 1e-6, at which weights that plain (sub)gradient steps leave
-        hovering near zero count; `tol=0` with `proximal=True` (exact zeros).
-    - `accuracy`: log accuracy (outputs > 0 vs labels > 0.5); default: when `loss="bce"`.
+    - `loss`: what training minimizes: `"bce"` (default, logits), `"mse"`, a callable
+        `(pred, Y) -> scalar`, or an `ij.Objective` with a regularizer: `strength * R(net)`
+        with `R` one of `"nuclear"`, `"l1"`, `"l2"`, `"group_lasso"` or a callable (an
+        `Objective`'s own default loss is `"mse"`). Weight decay is refused: use
+        `regularizer="l2"`, the same penalty `(lambda / 2) ||theta||^2`.
+    - `options`: an `ij.TrainOptions` (optimizer, learning rate, epochs, batch size,
+        logging, proximal steps, zero threshold); default `TrainOptions()`.
+    - `accuracy`: log accuracy (outputs > 0 vs labels > 0.5); default: when the loss is
+        `"bce"`.
     - `key`: PRNG key for minibatch order (default `jr.key(0)`); one per network for a
         batch is derived from it.
     - `progress`: show a tqdm progress bar.
 
+    Deprecated keywords (they warn, and train the same): the fields of `TrainOptions`
+    (`optimizer`, `learning_rate`, `epochs`, `batch_size`, `log_every`, `proximal`,
+    `working_tol`, `tol`), and `regularizer`, `strength` (pass `loss=ij.Objective(loss,
+    regularizer=..., strength=...)`).
+
     **Returns:** a `TrainResult`.
     """
-    if not isinstance(net, DAGNetwork):
-        raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
-    g = net.graph
-    X, Y = check_data(g, X, Y)
-    has_test = X_test is not None or Y_test is not None
-    if has_test:
-        if X_test is None or Y_test is None:
-            raise ValueError("Pass both X_test and Y_test, or neither.")
-        X_test, Y_test = check_data(g, X_test, Y_test)
-    if not (np.isfinite(strength) and strength >= 0):
-        raise ValueError(f"strength must be a finite number >= 0; got {strength!r}.")
-    check_positive("learning_rate", learning_rate)
-    for name, v in (("epochs", epochs), ("log_every", log_every)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}.")
-    if epochs % log_every:
-        raise ValueError(f"epochs ({epochs}) must be a multiple of log_every ({log_every}).")
-    check_positive("tol", tol, allow_zero=True)
-    N = X.shape[0]
-    if batch_size is None:
-        batch_size = N
-    if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= N:
-        raise ValueError(f"batch_size must be an integer in [1, N={N}] or None (full batch); got {batch_size!r}.")
-    get_optimizer(optimizer, learning_rate)  # an unknown optimizer or a bad rate fails before any work
-    reg_name = "none"
-    reg = None
-    if regularizer is not None and not (isinstance(regularizer, str) and regularizer == "none"):
-        reg = get_regularizer(regularizer)
-        reg_name = regularizer if isinstance(regularizer, str) else getattr(regularizer, "__name__", "custom")
-    get_loss(loss)
-    if proximal:
-        if reg_name not in _PROXIMAL:
-            raise ValueError(
-                f"proximal=True needs regularizer {', '.join(map(repr, _PROXIMAL[:-1]))} or {_PROXIMAL[-1]!r}; got {regularizer!r}. "
-                "Use proximal=False for other regularizers."
-            )
-    if working_tol is None:
-        working_tol = _DEFAULT_WORKING_FACTOR * float(learning_rate) * float(strength)
-    if not (isinstance(working_tol, (int, float, np.floating, np.integer)) and np.isfinite(working_tol)
-            and working_tol >= 0):
-        raise ValueError(f"working_tol must be a finite number >= 0 (or None for the default); got {working_tol!r}.")
-    if accuracy is None:
-        accuracy = loss == "bce"
-    key = jr.key(0) if key is None else key
-
-    cfg = _Config(g, loss, optimizer if isinstance(optimizer, optax.GradientTransformation) else optimizer.lower(),
-                  float(learning_rate), reg, reg_name, bool(proximal), int(batch_size), N // int(batch_size),
-                  int(log_every), float(tol), bool(accuracy), float(working_tol))
-    batched = net.weights.ndim == 3
+    kw = take_deprecated("fit", deprecated, FIT_KEYWORDS)
+    reg_kw = {name: kw.pop(name) for name in ("regularizer", "strength") if name in kw}
+    if not isinstance(loss, Objective) and reg_kw.get("regularizer") in (None, "none"):
+        reg_kw = {}  # the old spelling of no regularizer (its strength had no effect)
+    obj = as_objective(loss, **reg_kw)
+    opts = _train_options(options, kw)
+    X, Y, X_test, Y_test = _fit_data(net, X, Y, X_test, Y_test)
+    cfg = _fit_config(net.graph, X.shape[0], obj, opts, accuracy)
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)
     theta0 = theta0.astype(dtype)
-    base = net.with_edge_weights(theta0[0] if batched else theta0)
     data = (X.astype(dtype), Y.astype(dtype),
-            X_test.astype(dtype) if has_test else None, Y_test.astype(dtype) if has_test else None)
-    strength_a = jnp.asarray(strength, dtype)
-    n_logs = epochs // log_every
-    chunk = _chunk(n_logs) if progress else n_logs
-    keys = jr.split(key, theta0.shape[0]) if batched else key
-    c0 = conserved_quantities(net.with_edge_weights(theta0))
-    opt_state = (jax.vmap(_optimizer(cfg).init) if batched else _optimizer(cfg).init)(theta0)
-    run_seg = _compiled(cfg, chunk, batched)
-
-    theta, k = theta0, keys
-    pieces = []
-    bar = None
-    if progress:
-        bar = tqdm(total=epochs, desc=f"fit ({reg_name})", unit="epoch")
-    for _ in range(n_logs // chunk):
-        theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, strength_a, data, c0)
-        if not pieces:
-            log0 = start
-        pieces.append(logs)
-        if bar is not None:
-            bar.update(chunk * log_every)
-    if bar is not None:
-        bar.close()
-    ax = 1 if batched else 0
-    cat = {f: jnp.concatenate([jnp.expand_dims(log0[f], ax)] + [p[f] for p in pieces], axis=ax) for f in log0}
-    epochs_arr = jnp.arange(n_logs + 1) * log_every
-    if batched:
-        epochs_arr = jnp.broadcast_to(epochs_arr, (theta0.shape[0], n_logs + 1))
-    log = TrainLog(epochs=epochs_arr, **cat)
+            None if X_test is None else X_test.astype(dtype), None if Y_test is None else Y_test.astype(dtype))
+    strength = jnp.asarray(obj.strength, dtype)
+    theta, log = _train(cfg, net, theta0, data, strength, epochs=opts.epochs,
+                        key=jr.key(0) if key is None else key, progress=progress)
     finite = jnp.all(jnp.isfinite(theta), axis=-1)
     result = result_from_code(jnp.where(finite, int(result_code(RESULTS.successful)),
                                         int(result_code(RESULTS.training_diverged))))
     return TrainResult(
-        network=net.with_edge_weights(theta),
-        initial=net.with_edge_weights(theta0),
-        log=log,
-        result=result,
-        strength=strength_a,
-        optimizer=optimizer if isinstance(optimizer, str) else type(optimizer).__name__,
-        learning_rate=float(learning_rate),
-        regularizer=reg_name,
-        proximal=bool(proximal),
-        tol=float(tol),
-        batch_size=int(batch_size),
-        epochs=int(epochs),
+        network=net.with_edge_weights(theta), initial=net.with_edge_weights(theta0), log=log, result=result,
+        strength=strength,
+        optimizer=opts.optimizer if isinstance(opts.optimizer, str) else type(opts.optimizer).__name__,
+        learning_rate=cfg.learning_rate, regularizer=cfg.regularizer_name, proximal=cfg.proximal, tol=cfg.tol,
+        batch_size=cfg.batch_size, epochs=int(opts.epochs),
     )
+
+
+def _train_options(options: TrainOptions | None, kw: dict) -> TrainOptions:
+    """`options`, or the `TrainOptions` of the deprecated keywords `kw`."""
+    if options is None:
+        return TrainOptions(**kw)
+    if not isinstance(options, TrainOptions):
+        raise TypeError(f"options must be an ij.TrainOptions(...); got {options!r}.")
+    if kw:
+        raise ValueError(f"Pass {', '.join(sorted(kw))} inside TrainOptions(...), not as keywords as well.")
+    return options
+
+
+def _fit_data(net, X, Y, X_test, Y_test):
+    """The checked training data and test data (`None` without test data)."""
+    if not isinstance(net, DAGNetwork):
+        raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
+    X, Y = check_data(net.graph, X, Y)
+    if (X_test is None) != (Y_test is None):
+        raise ValueError("Pass both X_test and Y_test, or neither.")
+    if X_test is not None:
+        X_test, Y_test = check_data(net.graph, X_test, Y_test)
+    return X, Y, X_test, Y_test
+
+
+def _fit_config(graph: DAG, N: int, obj: Objective, opts: TrainOptions, accuracy: bool | None) -> _Config:
+    """The static configuration of the training loop (one compiled program per value),
+    after the checks that need the objective and the options together, or the data."""
+    if obj.weight_decay != 0:
+        raise ValueError(f"fit takes no weight_decay (got {obj.weight_decay!r}); pass regularizer='l2', "
+                         "strength=weight_decay in the Objective: the same penalty (lambda / 2) ||theta||^2.")
+    reg, reg_name = None, "none"
+    if obj.regularizer is not None:
+        reg = get_regularizer(obj.regularizer)
+        reg_name = (obj.regularizer if isinstance(obj.regularizer, str)
+                    else getattr(obj.regularizer, "__name__", "custom"))
+    if opts.proximal and reg_name not in _PROXIMAL:
+        raise ValueError(
+            f"proximal=True needs regularizer {', '.join(map(repr, _PROXIMAL[:-1]))} or {_PROXIMAL[-1]!r}; "
+            f"got {obj.regularizer!r}. Use proximal=False for other regularizers."
+        )
+    batch_size = N if opts.batch_size is None else opts.batch_size
+    if not 1 <= batch_size <= N:
+        raise ValueError(f"batch_size must be an integer in [1, N={N}] or None (full batch); got {batch_size!r}.")
+    working_tol = opts.working_tol
+    if working_tol is None:
+        working_tol = _DEFAULT_WORKING_FACTOR * float(opts.learning_rate) * float(obj.strength)
+    optimizer = opts.optimizer if isinstance(opts.optimizer, optax.GradientTransformation) else opts.optimizer.lower()
+    return _Config(graph, obj.loss, optimizer, float(opts.learning_rate), reg, reg_name, bool(opts.proximal),
+                   int(batch_size), N // int(batch_size), int(opts.log_every), float(opts.tol),
+                   bool(obj.loss == "bce" if accuracy is None else accuracy), float(working_tol))
+
+
+def _train(cfg: _Config, net: DAGNetwork, theta0, data, strength, *, epochs: int, key, progress: bool):
+    """Run the compiled training loop from `theta0` (one network, or a batch: `(B, E)`),
+    in segments of logs (about 20 with a progress bar). **Returns:** `(theta, TrainLog)`."""
+    batched = theta0.ndim == 2
+    base = net.with_edge_weights(theta0[0] if batched else theta0)
+    n_logs = epochs // cfg.log_every
+    chunk = _chunk(n_logs) if progress else n_logs
+    k = jr.split(key, theta0.shape[0]) if batched else key
+    c0 = conserved_quantities(net.with_edge_weights(theta0))
+    opt_state = (jax.vmap(_optimizer(cfg).init) if batched else _optimizer(cfg).init)(theta0)
+    run_seg = _compiled(cfg, chunk, batched)
+    theta, pieces = theta0, []
+    bar = tqdm(total=epochs, desc=f"fit ({cfg.regularizer_name})", unit="epoch") if progress else None
+    for _ in range(n_logs // chunk):
+        theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, strength, data, c0)
+        if not pieces:
+            log0 = start
+        pieces.append(logs)
+        if bar is not None:
+            bar.update(chunk * cfg.log_every)
+    if bar is not None:
+        bar.close()
+    ax = 1 if batched else 0
+    cat = {f: jnp.concatenate([jnp.expand_dims(log0[f], ax)] + [p[f] for p in pieces], axis=ax) for f in log0}
+    epochs_arr = jnp.arange(n_logs + 1) * cfg.log_every
+    if batched:
+        epochs_arr = jnp.broadcast_to(epochs_arr, (theta0.shape[0], n_logs + 1))
+    return theta, TrainLog(epochs=epochs_arr, **cat)

@@ -56,9 +56,10 @@ if not SMALL:
     ARMS["nuclear (subgradient)"] = ("nuclear", 1e-2, False)
 runs = {}
 for name, (reg, lam, prox) in ARMS.items():
-    runs[name] = ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd",
-                        learning_rate=0.2, epochs=EPOCHS, log_every=LOG_EVERY, regularizer=reg,
-                        strength=lam, proximal=prox, tol=0.0)
+    runs[name] = ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test,
+                        loss=ij.Objective("bce", regularizer=reg, strength=lam),
+                        options=ij.TrainOptions(optimizer="sgd", learning_rate=0.2, epochs=EPOCHS,
+                                                log_every=LOG_EVERY, proximal=prox, tol=0.0))
     r = runs[name]
     print(f"{name:>22}: loss {float(r.log.loss[:, -1].mean()):.4f}  test acc {float(r.log.test_accuracy[:, -1].mean()):.4f}"
           f"  rank J_G {np.asarray(r.log.rank[:, -1]).tolist()}  cut off {np.asarray(r.log.n_cut_off[:, -1]).tolist()}")"""),
@@ -107,7 +108,7 @@ ax.legend(); fig.tight_layout(); plt.show()"""),
     md("""## Beyond one hidden layer: a deep MLP and a random DAG
 
 With a hidden-to-hidden edge the rows of `J_G` overlap, and `||J_G||_*` is no longer a group
-lasso. `fit(..., regularizer="nuclear", proximal=True)` then takes the *working-set* step
+lasso. `fit` with the nuclear norm and `TrainOptions(proximal=True)` then takes the *working-set* step
 (docs/pruning.md): at the current weights it picks the sets `W` of hidden nodes that small
 weights (`<= working_tol`) nearly cut off, uses the bound
 `||J_G||_* <= sum_W (2/sqrt|W|) ||theta_dW|| + ||(I - P) J_G||_*` (equal where the boundaries
@@ -133,9 +134,10 @@ deep = {}
 for gname, gg in GRAPHS.items():
     gnets = eqx.filter_vmap(lambda k: ij.DAGNetwork(gg, "relu", key=k))(jr.split(jr.key(0), DEEP_SEEDS))
     for name, (reg, lam, prox) in DEEP_ARMS.items():
-        deep[gname, name] = ij.fit(gnets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd",
-                                   learning_rate=0.2, epochs=DEEP_EPOCHS, log_every=DEEP_EPOCHS // 20,
-                                   regularizer=reg, strength=lam, proximal=prox, tol=0.0)
+        deep[gname, name] = ij.fit(gnets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test,
+                                   loss=ij.Objective("bce", regularizer=reg, strength=lam),
+                                   options=ij.TrainOptions(optimizer="sgd", learning_rate=0.2, epochs=DEEP_EPOCHS,
+                                                           log_every=DEEP_EPOCHS // 20, proximal=prox, tol=0.0))
 print(f"{'graph':>15} {'arm':>12} {'rank J':>7} {'cut off':>8} {'pruned':>7} {'acc':>7} {'after':>7} {'max|f_p - f|':>12}")
 for (gname, name), r in deep.items():
     Hg = len(r.network.graph.hidden)

@@ -70,8 +70,8 @@ def test_random_dags_cut_off_groups_removed_exactly():
 def test_magnitude_pruning_l2_trained_net_to_same_size_changes_outputs(deep):
     g, net, X = deep
     Y = jnp.sin(X[:, :2])
-    res = ij.fit(net, X, Y, loss="mse", optimizer="sgd", learning_rate=0.05, epochs=100, log_every=100,
-                 regularizer="l2", strength=1e-3)
+    res = ij.fit(net, X, Y, loss=ij.Objective("mse", regularizer="l2", strength=1e-3),
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=0.05, epochs=100, log_every=100))
     trained = res.network
     assert int(res.log.n_cut_off[-1]) == 0
     n_keep = len(g.hidden) - 2

@@ -28,8 +28,8 @@ def small():
 def test_l2_gradient_flow_decays_c_like_exp_minus_2_lambda_t(small, how):
     g, X, Y, _, net = small
     lam = 0.7
-    kw = dict(regularizer="l2", strength=lam) if how == "regularizer" else dict(weight_decay=lam)
-    flow = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, n_save=6, **kw)
+    obj = ij.Objective(regularizer="l2", strength=lam) if how == "regularizer" else ij.Objective(weight_decay=lam)
+    flow = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-10, atol=1e-10, saveat=ij.SaveTimes(n_save=6), loss=obj)
     c0 = np.asarray(ij.conserved_quantities(net))
     expected = c0[None, :] * np.exp(-2 * lam * np.asarray(flow.ts))[:, None]
     np.testing.assert_allclose(flow.conserved, expected, atol=1e-7)
@@ -45,8 +45,8 @@ def test_l2_gradient_flow_decays_c_like_exp_minus_2_lambda_t(small, how):
 def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
     g, X, _, Yb, net = small
     lr, lam = 0.1, 0.01
-    res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=6, log_every=3,
-                 regularizer="l2", strength=lam)
+    res = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l2", strength=lam),
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=6, log_every=3))
     L = ij.edge_loss_fn(net, X, Yb, "bce")
     grad = jax.jit(jax.grad(L))
     theta = net.edge_weights()
@@ -62,7 +62,8 @@ def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
 def test_minibatch_epoch_matches_hand_written_permutation(small):
     g, X, _, Yb, net = small
     lr, bs, key = 0.05, 10, jr.key(7)
-    res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=2, log_every=1, batch_size=bs, key=key)
+    res = ij.fit(net, X, Yb, key=key,
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=2, batch_size=bs, log_every=1))
     theta, k = net.edge_weights(), key
     grad = jax.jit(lambda th, Xb, Yb: jax.grad(ij.edge_loss_fn(net, Xb, Yb, "bce"))(th))
     for _ in range(2):
@@ -77,7 +78,7 @@ def test_sgd_step_changes_c_by_exactly_lr_squared_B_g_squared(small):
     # theta' = theta - lr g  =>  c' - c = lr^2 B~ g^2, because B~ (theta g) = 0 (ReLU).
     g, X, _, Yb, net = small
     lr = 1e-2
-    res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=1, log_every=1)
+    res = ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1))
     grad = jax.grad(ij.edge_loss_fn(net, X, Yb, "bce"))(net.edge_weights())
     B = g.incidence()
     np.testing.assert_allclose(res.log.conserved[1] - res.log.conserved[0], lr**2 * B @ np.asarray(grad) ** 2,
@@ -90,8 +91,8 @@ def test_adam_drifts_c_at_first_order_and_the_log_shows_it(small):
     theta0 = np.asarray(net.edge_weights())
     grad = np.asarray(jax.grad(ij.edge_loss_fn(net, X, Yb, "bce"))(net.edge_weights()))
     lr = 1e-3
-    adam = ij.fit(net, X, Yb, optimizer="adam", learning_rate=lr, epochs=1, log_every=1)
-    sgd = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=1, log_every=1)
+    adam = ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="adam", learning_rate=lr, epochs=1, log_every=1))
+    sgd = ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1))
     # Adam's first step is -lr g / (|g| + eps): the hand-computed c matches the log
     theta1 = theta0 - lr * grad / (np.abs(grad) + 1e-8)
     np.testing.assert_allclose(adam.log.conserved[1], B @ theta1**2, atol=1e-14)
@@ -107,12 +108,12 @@ def test_proximal_steps_match_their_formulas(small):
     L = ij.edge_loss_fn(net, X, Yb, "bce")
     theta = net.edge_weights()
     step = np.asarray(theta - lr * jax.grad(L)(theta))
-    l1 = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=1, log_every=1,
-                regularizer="l1", strength=lam, proximal=True)
+    l1 = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l1", strength=lam),
+                options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True))
     np.testing.assert_allclose(l1.network.edge_weights(),
                                np.sign(step) * np.maximum(np.abs(step) - lr * lam, 0), atol=1e-14)
-    nuc = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=1, log_every=1,
-                 regularizer="nuclear", strength=lam, proximal=True)
+    nuc = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True))
     expected = step.copy()
     for v in g.hidden:
         ks = list(g.in_edges(v)) + list(g.out_edges(v))
@@ -139,8 +140,8 @@ def test_adam_proximal_step_is_taken_in_adams_metric(small):
     step = np.asarray(theta + upd)
     v_hat = np.asarray(st[0].nu) / (1 - 0.999)
     thr = lr * lam / (np.sqrt(v_hat) + 1e-8)
-    res = ij.fit(net, X, Yb, optimizer="adam", learning_rate=lr, epochs=1, log_every=1,
-                 regularizer="l1", strength=lam, proximal=True)
+    res = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l1", strength=lam),
+                 options=ij.TrainOptions(optimizer="adam", learning_rate=lr, epochs=1, log_every=1, proximal=True))
     np.testing.assert_allclose(res.network.edge_weights(), np.sign(step) * np.maximum(np.abs(step) - thr, 0),
                                atol=1e-14)
     assert np.sum(np.asarray(res.network.edge_weights()) == 0) > 0
@@ -164,9 +165,11 @@ def test_nuclear_disconnects_more_neurons_than_unregularized():
     d = ij.breast_cancer()
     g = ij.mlp([30, 8, 1], bias=True)
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(0), 3))
-    kw = dict(X_test=d.X_test, Y_test=d.Y_test, optimizer="sgd", learning_rate=0.2, epochs=200, log_every=200)
-    none = ij.fit(nets, d.X_train, d.Y_train, **kw)
-    nuc = ij.fit(nets, d.X_train, d.Y_train, regularizer="nuclear", strength=0.02, proximal=True, **kw)
+    train = ij.TrainOptions(optimizer="sgd", learning_rate=0.2, epochs=200, log_every=200)
+    kw = dict(X_test=d.X_test, Y_test=d.Y_test)
+    none = ij.fit(nets, d.X_train, d.Y_train, options=train, **kw)
+    nuc = ij.fit(nets, d.X_train, d.Y_train, loss=ij.Objective("bce", regularizer="nuclear", strength=0.02),
+                 options=dataclasses.replace(train, proximal=True), **kw)
     assert np.all(np.asarray(none.log.n_cut_off[:, -1]) == 0)
     assert np.all(np.asarray(nuc.log.n_cut_off[:, -1]) >= 4)
     # rank J_G = H - (cut-off groups), and each cut-off neuron is its own group here
@@ -179,7 +182,7 @@ def test_nuclear_disconnects_more_neurons_than_unregularized():
 
 def test_optax_transformation_passes_through(small):
     g, X, _, Yb, net = small
-    res = ij.fit(net, X, Yb, optimizer=optax.sgd(0.1), epochs=2, log_every=1)
+    res = ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer=optax.sgd(0.1), epochs=2, log_every=1))
     grad = jax.jit(jax.grad(ij.edge_loss_fn(net, X, Yb, "bce")))
     theta = net.edge_weights()
     for _ in range(2):
@@ -187,46 +190,105 @@ def test_optax_transformation_passes_through(small):
     np.testing.assert_allclose(res.network.edge_weights(), theta, rtol=1e-12)
 
 
-def test_train_result_carries_result_success_and_finite(small):
-    """`TrainResult.result` is a `RESULTS` field like `Flow.result`; `success` and `finite`
-    are read off it. A step that diverges is `training_diverged`, element-wise on a batch."""
+def test_train_result_carries_result_and_success(small):
+    """`TrainResult.result` is a `RESULTS` field like `Flow.result`; `success` is read off
+    it (and the deprecated `finite`, with a warning). A step that diverges is
+    `training_diverged`, element-wise on a batch."""
     g, X, Y, _, net = small
-    ok = ij.fit(net, X, Y, loss="mse", optimizer="sgd", learning_rate=0.01, epochs=3, log_every=3)
-    bad = ij.fit(net, X, Y, loss="mse", optimizer="sgd", learning_rate=1e6, epochs=9, log_every=3)
+    ok = ij.fit(net, X, Y, loss="mse",
+                options=ij.TrainOptions(optimizer="sgd", learning_rate=0.01, epochs=3, log_every=3))
+    bad = ij.fit(net, X, Y, loss="mse",
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=1e6, epochs=9, log_every=3))
     assert not np.all(np.isfinite(np.asarray(bad.network.edge_weights())))  # it did diverge
     assert "result" in {f.name for f in dataclasses.fields(ok)}
-    assert ij.result_name(ok.result) == "successful" and bool(ok.success) and bool(ok.finite)
-    assert ij.result_name(bad.result) == "training_diverged" and not bool(bad.success) and not bool(bad.finite)
+    assert ij.result_name(ok.result) == "successful" and bool(ok.success)
+    assert ij.result_name(bad.result) == "training_diverged" and not bool(bad.success)
     assert "learning_rate" in ij.result_message(bad.result)
     both = jax.tree.map(lambda a, b: jnp.stack([a, b]), ok.result, bad.result)
     batch = eqx.tree_at(lambda r: r.result, ok, both)
     np.testing.assert_array_equal(batch.success, [True, False])
-    np.testing.assert_array_equal(batch.finite, [True, False])
+    with pytest.warns(DeprecationWarning, match=r"TrainResult.finite is deprecated; ask `res.success`"):
+        np.testing.assert_array_equal(batch.finite, [True, False])
+
+
+@pytest.mark.parametrize("kw,error,match", [
+    (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number; got 0.0"),
+    (dict(learning_rate="fast"), TypeError, "learning_rate must be a real number"),
+    (dict(optimizer="adamax"), ValueError, r"Unknown optimizer 'adamax'; choose one of"),
+    (dict(epochs=0), ValueError, "epochs must be a positive integer; got 0"),
+    (dict(epochs=2.5), TypeError, "epochs must be a positive integer; got 2.5"),
+    (dict(log_every=0), ValueError, "log_every must be a positive integer; got 0"),
+    (dict(epochs=15, log_every=10), ValueError, r"epochs \(15\) must be a multiple of log_every \(10\)"),
+    (dict(batch_size=0), ValueError, "batch_size must be a positive integer; got 0"),
+    (dict(proximal="yes"), TypeError, "proximal must be True or False"),
+    (dict(working_tol=-1.0), ValueError, r"working_tol must be a finite number >= 0 \(or None\); got -1.0"),
+    (dict(tol=float("nan")), ValueError, "tol must be a finite number >= 0; got nan"),
+])
+def test_train_options_refuse_bad_values_by_name(kw, error, match):
+    with pytest.raises(error, match=match):
+        ij.TrainOptions(**kw)
+
+
+def test_fit_refuses_what_the_objective_and_options_do_not_allow_together(small):
+    g, X, _, Yb, net = small
+    with pytest.raises(ValueError, match=r"fit takes no weight_decay \(got 0.1\); pass regularizer='l2'"):
+        ij.fit(net, X, Yb, loss=ij.Objective("bce", weight_decay=0.1))
+    with pytest.raises(ValueError, match=r"batch_size must be an integer in \[1, N=24\]"):
+        ij.fit(net, X, Yb, options=ij.TrainOptions(batch_size=25))
+    with pytest.raises(TypeError, match="options must be an ij.TrainOptions"):
+        ij.fit(net, X, Yb, options=dict(epochs=1))
+    with pytest.raises(ValueError, match="Pass epochs inside TrainOptions"), pytest.warns(DeprecationWarning):
+        ij.fit(net, X, Yb, options=ij.TrainOptions(), epochs=1)
+    with pytest.raises(TypeError, match=r"fit\(\) got unexpected keyword argument\(s\) 'epoch'"):
+        ij.fit(net, X, Yb, epoch=1)
+
+
+def test_old_fit_keywords_warn_and_train_identically(small):
+    g, X, _, Yb, net = small
+    with pytest.warns(DeprecationWarning) as rec:
+        old = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=0.1, epochs=4, log_every=2, batch_size=8,
+                     regularizer="l1", strength=0.05, proximal=True, tol=0.0, working_tol=0.0)
+    said = " ".join(str(w.message) for w in rec)
+    assert "fit(learning_rate=...) is deprecated; pass options=ij.TrainOptions(learning_rate=...) instead" in said
+    assert "fit(strength=...) is deprecated; pass loss=ij.Objective(loss, strength=...) instead" in said
+    new = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l1", strength=0.05),
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=0.1, epochs=4, log_every=2, batch_size=8,
+                                         proximal=True, tol=0.0, working_tol=0.0))
+    for a, b in zip(jax.tree.leaves((old.network, old.log)), jax.tree.leaves((new.network, new.log)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # the old spelling of "no regularizer" (its strength had no effect) still trains as before
+    with pytest.warns(DeprecationWarning):
+        none = ij.fit(net, X, Yb, regularizer="none", strength=0.3, epochs=2, log_every=1)
+    plain = ij.fit(net, X, Yb, options=ij.TrainOptions(epochs=2, log_every=1))
+    np.testing.assert_array_equal(none.network.edge_weights(), plain.network.edge_weights())
+    assert none.regularizer == "none"
 
 def test_bad_training_input(small):
     g, X, _, Yb, net = small
     with pytest.raises(ValueError, match="strength must be a finite number >= 0; got -0.1"):
-        ij.fit(net, X, Yb, regularizer="l2", strength=-0.1)
+        ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l2", strength=-0.1))
     with pytest.raises(ValueError, match="Unknown optimizer 'adamax'"):
-        ij.fit(net, X, Yb, optimizer="adamax")
+        ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="adamax"))
     with pytest.raises(ValueError, match="Unknown regularizer 'l0'"):
-        ij.fit(net, X, Yb, regularizer="l0", strength=1.0)
+        ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l0", strength=1.0))
     with pytest.raises(ValueError, match="must be a multiple of log_every"):
-        ij.fit(net, X, Yb, epochs=15, log_every=10)
+        ij.fit(net, X, Yb, options=ij.TrainOptions(epochs=15, log_every=10))
     with pytest.raises(ValueError, match="batch_size must be an integer in"):
-        ij.fit(net, X, Yb, batch_size=1000)
+        ij.fit(net, X, Yb, options=ij.TrainOptions(batch_size=1000))
     with pytest.raises(ValueError, match="learning_rate must be a positive"):
-        ij.fit(net, X, Yb, learning_rate=0.0)
+        ij.fit(net, X, Yb, options=ij.TrainOptions(learning_rate=0.0))
     with pytest.raises(ValueError, match="strength must be a finite number >= 0"):
-        ij.gradient_flow(net, X, Yb, 1.0, regularizer="l2", strength=-1.0)
+        ij.gradient_flow(net, X, Yb, 1.0, loss=ij.Objective(regularizer="l2", strength=-1.0))
     with pytest.raises(ValueError, match="proximal=True needs regularizer 'l1', 'l2', 'nuclear' or 'group_lasso'"):
-        ij.fit(net, X, Yb, regularizer=lambda n: ij.l1(n), strength=0.1, proximal=True)
+        ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer=lambda n: ij.l1(n), strength=0.1),
+               options=ij.TrainOptions(proximal=True))
     with pytest.raises(ValueError, match="working_tol must be a finite number >= 0"):
-        ij.fit(net, X, Yb, regularizer="nuclear", strength=0.1, proximal=True, working_tol=-1.0)
+        ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=0.1),
+               options=ij.TrainOptions(proximal=True, working_tol=-1.0))
     with pytest.raises(ValueError, match="tol must be a finite number >= 0; got -1.0"):
         ij.cut_off_mask(net, -1.0)
     with pytest.raises(ValueError, match="tol must be a finite number >= 0; got -1.0"):
-        ij.fit(net, X, Yb, tol=-1.0)
+        ij.fit(net, X, Yb, options=ij.TrainOptions(tol=-1.0))
 
 
 def test_one_optimizer_name_per_optimizer(small):
@@ -234,7 +296,7 @@ def test_one_optimizer_name_per_optimizer(small):
     assert sorted(ij.OPTIMIZERS) == ["adam", "momentum", "sgd"]  # no aliases
     with pytest.raises(ValueError, match=r"Unknown optimizer 'gd' \(plain gradient descent is 'sgd'\); "
                                          r"choose one of \['adam', 'momentum', 'sgd'\]"):
-        ij.fit(net, X, Yb, optimizer="gd")
+        ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="gd"))
 
 
 def test_fit_tol_is_the_zero_threshold_of_cut_off_mask(small):
@@ -250,7 +312,8 @@ def test_fit_tol_is_the_zero_threshold_of_cut_off_mask(small):
     net = net.with_edge_weights(theta)
     counts = {}
     for tol in (0.0, 1e-6):
-        res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=1e-3, epochs=1, log_every=1, tol=tol)
+        res = ij.fit(net, X, Yb,
+                     options=ij.TrainOptions(optimizer="sgd", learning_rate=1e-3, epochs=1, log_every=1, tol=tol))
         assert res.tol == tol
         counts[tol] = int(res.log.n_cut_off[0])
         assert counts[tol] == int(np.sum(ij.cut_off_mask(net, tol)))
@@ -294,8 +357,9 @@ def test_working_set_step_matches_its_formula():
     expected = step.copy()
     nrm = np.linalg.norm(step[boundary])
     expected[boundary] *= max(0.0, 1 - 2 * lr * lam / np.sqrt(len(W)) / nrm)
-    res = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, regularizer="nuclear",
-                 strength=lam, proximal=True, working_tol=tol)
+    res = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
+                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True,
+                                         working_tol=tol))
     np.testing.assert_allclose(res.network.edge_weights(), expected, atol=1e-13)
     assert np.all(np.asarray(res.network.edge_weights())[boundary] == 0.0)  # exact zeros in one step
     assert res.log.rank[-1] == len(g.hidden) - 1 and res.log.n_cut_off[-1] == 1
@@ -304,8 +368,9 @@ def test_working_set_step_matches_its_formula():
 def _train_deep(optimizer, lr, batch_size, lam):
     g, X, Yb = _deep_problem()
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(0), 2))
-    return g, X, ij.fit(nets, X, Yb, optimizer=optimizer, learning_rate=lr, epochs=150, log_every=150,
-                        batch_size=batch_size, regularizer="nuclear", strength=lam, proximal=True, tol=0.0)
+    return g, X, ij.fit(nets, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
+                        options=ij.TrainOptions(optimizer=optimizer, learning_rate=lr, epochs=150,
+                                                batch_size=batch_size, log_every=150, proximal=True, tol=0.0))
 
 
 @pytest.mark.parametrize("optimizer,lr,batch_size,lam", [

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._checks import check_integer, check_positive
 from .._results import RESULTS, result_message
 from ..datasets import breast_cancer, load_csv
 from ..graph import mlp
 from ..network import DAGNetwork
+from ..options import Objective
 from ..pruning import magnitude_prune, prune
 from ..regularizers import REGULARIZERS
-from ..training import fit
+from ..training import TrainOptions, fit
 from ._common import check_output_path, write_json
 
 DATASETS = ("breast_cancer",)
@@ -27,9 +31,13 @@ def _load(args):
     raise ValueError(f"Unknown data set {args.data!r}; choose one of {list(DATASETS)} or give a .csv file.")
 
 
+def _objective(reg: str, strength: float) -> Objective:
+    """The BCE objective with regularizer `reg` (`"none"`: none) of this strength."""
+    return Objective("bce") if reg == "none" else Objective("bce", regularizer=reg, strength=strength)
+
+
 def _log_every(epochs: int) -> int:
-    if epochs < 1:
-        raise ValueError(f"--epochs must be >= 1; got {epochs}.")
+    check_integer("--epochs", epochs, minimum=1)
     return next(k for k in range(max(1, epochs // 20), 0, -1) if epochs % k == 0)
 
 
@@ -45,8 +53,7 @@ def run(args) -> int:
         raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")
     if args.baseline not in ("none", "l2", "off"):
         raise ValueError(f"--baseline must be none, l2 or off; got {args.baseline!r}.")
-    if args.tol < 0:
-        raise ValueError(f"--tol must be >= 0; got {args.tol}.")
+    check_positive("--tol", args.tol, allow_zero=True)
     try:
         hidden = [int(h) for h in args.hidden.split(",")]
     except ValueError:
@@ -57,10 +64,11 @@ def run(args) -> int:
     # nuclear + proximal on several hidden layers: fit's working-set forward-backward step
     # (regularizers.nuclear_working_set; docs/pruning.md), as benchmarks/pruning_dag.py runs it
     net = DAGNetwork(g, "relu", key=jr.key(args.seed))
-    res = fit(net, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, regularizer=None if reg == "none" else reg,
-              strength=args.strength, optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs,
-              batch_size=args.batch_size, proximal=proximal, log_every=_log_every(args.epochs),
-              key=jr.key(args.seed + 1), tol=args.tol, progress=True)
+    train = TrainOptions(optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs,
+                         batch_size=args.batch_size, log_every=_log_every(args.epochs))
+    res = fit(net, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, loss=_objective(reg, args.strength),
+              options=dataclasses.replace(train, proximal=proximal, tol=args.tol), key=jr.key(args.seed + 1),
+              progress=True)
     if not bool(np.all(res.success)):
         raise ValueError(result_message(RESULTS.training_diverged))
     trained = res.network
@@ -70,10 +78,8 @@ def run(args) -> int:
     mag, mrep = magnitude_prune(trained, n_keep, X=d.X_test)
     base_acc = None
     if args.baseline != "off":
-        base = fit(net, d.X_train, d.Y_train, regularizer=None if args.baseline == "none" else args.baseline,
-                   strength=0.0 if args.baseline == "none" else args.baseline_strength,
-                   optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs, batch_size=args.batch_size,
-                   log_every=_log_every(args.epochs), key=jr.key(args.seed + 1))
+        base = fit(net, d.X_train, d.Y_train, loss=_objective(args.baseline, args.baseline_strength), options=train,
+                   key=jr.key(args.seed + 1))
         bmag, _ = magnitude_prune(base.network, n_keep)
         base_acc = (_acc(base.network, d.X_test, d.Y_test), _acc(bmag, d.X_test, d.Y_test))
     log = res.log

@@ -8,7 +8,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._checks import check_positive
+from .._checks import check_finite, check_integer, check_positive
 
 __all__ = ["modified_rosenbrock", "rosenbrock_data", "rosenbrock_grid", "regular_grid", "matern32_kernel", "gp_sample",
            "gp_data", "PAPER_GP_SCALINGS"]
@@ -22,10 +22,7 @@ def _check_X(X, name="X"):
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[0] < 1:
         raise ValueError(f"{name} must have shape (N, d) with N >= 1; got {X.shape}.")
-    if not bool(jnp.all(jnp.isfinite(X))):
-        i, j = np.argwhere(~np.isfinite(np.asarray(X)))[0]
-        raise ValueError(f"{name}[{i}, {j}] is not finite; clean or drop that sample.")
-    return X
+    return check_finite(X, "is not finite; clean or drop that sample.", where=name + "[{index}] ")
 
 
 def modified_rosenbrock(
@@ -45,8 +42,7 @@ def modified_rosenbrock(
     X = _check_X(X)
     if X.shape[1] < 2:
         raise ValueError(f"The Rosenbrock sum runs over pairs (x_i, x_i+1): need D >= 2 columns; got {X.shape[1]}.")
-    if not d > 0:
-        raise ValueError(f"d must be > 0 so that log10(... + d) is finite; got {d!r}.")
+    check_positive("d", d)  # so that log10(... + d) is finite
     xi, xn = X[:, :-1], X[:, 1:]
     s = jnp.sum(b * (xn + c - xi**2) ** 2 + (a - xi) ** 2, axis=1)
     y = jnp.log10(s + d)
@@ -62,8 +58,7 @@ def rosenbrock_data(
 ) -> tuple[Float[Array, "N D"], Float[Array, "N 1"]]:
     """Inputs uniform in `[low, high]^dim` and their z-scored modified Rosenbrock values
     (`kwargs` go to `modified_rosenbrock`). **Returns:** `(X, Y)`."""
-    if not isinstance(n_samples, int) or n_samples < 2:
-        raise ValueError(f"n_samples must be an integer >= 2; got {n_samples!r}.")
+    check_integer("n_samples", n_samples, minimum=2)
     X = jr.uniform(key, (n_samples, dim), minval=low, maxval=high)
     return X, modified_rosenbrock(X, **kwargs)
 
@@ -77,8 +72,7 @@ def regular_grid(n_samples: int = 10**4, *, half_width: float = float(np.sqrt(3.
 
     **Returns:** `X` of shape `((res + 1)^2, 2)`.
     """
-    if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}.")
+    check_integer("n_samples", n_samples, minimum=1)
     check_positive("half_width", half_width)
     res = int(np.ceil(np.sqrt(n_samples)))
     step = 2 * half_width / res
@@ -136,8 +130,7 @@ def gp_data(
 ) -> tuple[Float[Array, "N d"], Float[Array, "N 1"]]:
     """Inputs `x ~ N(0, I_dim)` and one Matérn-3/2 GP sample at length scale
     `1 / roughness` on them. **Returns:** `(X, Y)`."""
-    if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}.")
+    check_integer("n_samples", n_samples, minimum=1)
     kx, ky = jr.split(key)
     X = jr.normal(kx, (n_samples, dim))
     return X, gp_sample(X, roughness=roughness, key=ky)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._checks import check_integer, check_positive
 from ..graph import DAG
 from ..network import DAGNetwork
 
@@ -24,10 +25,8 @@ def teacher_student(
 
     **Returns:** `(X, Y, teacher)`.
     """
-    if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}.")
-    if noise < 0:
-        raise ValueError(f"noise must be >= 0; got {noise!r}.")
+    check_integer("n_samples", n_samples, minimum=1)
+    check_positive("noise", noise, allow_zero=True)
     kx, kt, kn = jr.split(key, 3)
     teacher = DAGNetwork(graph, activation, key=kt, init=init)
     X = jr.normal(kx, (n_samples, graph.n_in))
