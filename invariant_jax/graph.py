@@ -34,6 +34,16 @@ class DAG:
     are immutable and hashable, so a `DAG` can be a static field of an `eqx.Module`.
     """
 
+    # set once by `_build` (annotated here for type checkers; not class attributes)
+    inputs: tuple[Hashable, ...]
+    hidden: tuple[Hashable, ...]
+    outputs: tuple[Hashable, ...]
+    constants: tuple[Hashable, ...]
+    nodes: tuple[Hashable, ...]
+    index: dict[Hashable, int]
+    edges: tuple[tuple[Hashable, Hashable], ...]
+    _key: tuple
+
     def __init__(self, *args, **kwargs):
         raise TypeError(
             "Build a DAG with `DAG.from_edges(edges, inputs=..., outputs=...)`, or with "
