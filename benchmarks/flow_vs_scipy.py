@@ -44,7 +44,7 @@ def bench(activation: str, n_inits: int, batch: int) -> dict:
     keys = jax.random.split(jax.random.key(1), batch)
     make = lambda k: ij.DAGNetwork(g, activation, key=k)  # noqa: E731
 
-    run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T1, n_save=2, solver=ij.SolverOptions(
+    run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T1, saveat=ij.SaveTimes(n_save=2), solver=ij.SolverOptions(
         rtol=TOL, atol=TOL, max_steps=400_000)))
     run(make(keys[0]))  # compile
     net0 = make(keys[0])
@@ -66,7 +66,7 @@ def bench(activation: str, n_inits: int, batch: int) -> dict:
                          ok=bool(f.success)))
 
     nets = eqx.filter_vmap(make)(keys)
-    vrun = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, T1, n_save=2, solver=ij.SolverOptions(
+    vrun = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, T1, saveat=ij.SaveTimes(n_save=2), solver=ij.SolverOptions(
         rtol=TOL, atol=TOL, max_steps=400_000))))
     vrun(nets)  # compile
     fl, t_v = timed(vrun, nets)

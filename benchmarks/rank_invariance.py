@@ -7,7 +7,7 @@ Graph: `ij.mlp([2, 4, 3, 1], bias=True)` (ReLU), 16 teacher-student points
 `k in jr.split(jr.key(1), 2 + n)`. The first two inits are made singular: the boundary edges
 of `{h1_0, h2_0}` (a 2-node sub-network), resp. of `{h1_3}` (one neuron), are set to 0; the
 other `n` are generic (a singular one has probability 0). Each is flowed by
-`ij.gradient_flow(net, X, Y, t1=4, n_save=9, solver=ij.SolverOptions(solver, rtol=rtol,
+`ij.gradient_flow(net, X, Y, t1=4, saveat=ij.SaveTimes(n_save=9), solver=ij.SolverOptions(solver, rtol=rtol,
 atol=rtol, max_steps=...))`, all in one `eqx.filter_vmap`.
 
 Per flow it records: diffrax's success flag (`t1` reached); how many of the 9 saved states are
@@ -82,7 +82,7 @@ def flow_batch(n_generic: int, solver: str, rtol: float, t1: float = T1, n_save:
     @eqx.filter_jit
     def run(nets):
         def one(net):
-            f = ij.gradient_flow(net, X, Y, t1, n_save=n_save, solver=opts)
+            f = ij.gradient_flow(net, X, Y, t1, saveat=ij.SaveTimes(n_save=n_save), solver=opts)
             along = net.with_edge_weights(f.thetas)  # (T,) networks
             J = ij.jacobian(along)
             s = jnp.linalg.svd(J, compute_uv=False)

@@ -112,10 +112,11 @@ def sweep(label, net, X, Y, t1, methods, kink_methods, tols, ref, max_steps):
     for m in kink_methods:
         inner = m.split("+")[1]
         kink_aware_flow(net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tols[0], atol=tols[0], max_steps=max_steps),
-                        n_save=2)
+                        saveat=ij.SaveTimes(n_save=2))
         for tol in tols:
             kf, nfe, wall = timed(lambda: kink_aware_flow(
-                net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tol, atol=tol, max_steps=max_steps), n_save=2))
+                net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tol, atol=tol, max_steps=max_steps),
+                saveat=ij.SaveTimes(n_save=2)))
             ok = bool(kf.success)
             th = kf.flow.theta_final
             rows.append(dict(case=label, method=m, tol=tol, ok=ok, steps=int(kf.flow.num_steps), nfe=nfe, wall_s=wall,
@@ -167,9 +168,10 @@ def main():
     for label, net in tqdm(cases, desc="cases"):
         if net.is_positively_homogeneous:
             rf = kink_aware_flow(net, X, Y, t1, solver=ij.SolverOptions("tsit5", rtol=1e-12, atol=1e-12, max_steps=max_steps),
-                                 n_save=2)
+                                 saveat=ij.SaveTimes(n_save=2))
             ref = rf.flow.theta_final
-            bf = ij.gradient_flow(net, X, Y, t1, n_save=2, solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=100_000))
+            bf = ij.gradient_flow(net, X, Y, t1, saveat=ij.SaveTimes(n_save=2),
+                                  solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=100_000))
             results["references"][label] = dict(
                 kind="kink+tsit5 at 1e-12", events=int(rf.num_events), sliding_entries=int(rf.num_sliding_entries),
                 max_sliding_pairs=int(rf.max_sliding_pairs), ambiguous=int(rf.num_ambiguous),
@@ -179,7 +181,7 @@ def main():
                 brute_force_distance=float(jnp.max(jnp.abs(bf.theta_final - ref))))
             km, methods = kink_methods, relu_methods
         else:
-            ref = ij.gradient_flow(net, X, Y, t1, solver="dopri8", rtol=1e-13, atol=1e-13, n_save=2).theta_final
+            ref = ij.gradient_flow(net, X, Y, t1, solver="dopri8", rtol=1e-13, atol=1e-13, saveat=ij.SaveTimes(n_save=2)).theta_final
             results["references"][label] = dict(kind="dopri8 at 1e-13")
             km, methods = [], smooth_methods
         results["rows"] += sweep(label, net, X, Y, t1, methods, km, tols, ref, max_steps)
@@ -218,7 +220,7 @@ def smooth_limit(net, X, Y, t1, ref, betas=(1e3, 1e4, 1e5)):
                          lambda z, b=beta: jax.nn.sigmoid(b * z),
                          positively_homogeneous=False, piecewise_linear=False, smooth=True)
         sm = ij.DAGNetwork(net.graph, act, edge_weights=net.edge_weights())
-        fl = ij.gradient_flow(sm, X, Y, t1, n_save=2,
+        fl = ij.gradient_flow(sm, X, Y, t1, saveat=ij.SaveTimes(n_save=2),
                               solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000))
         out[f"{beta:g}"] = float(jnp.max(jnp.abs(fl.theta_final - ref))) if bool(fl.success) else None
     return out

@@ -16,7 +16,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse.csgraph import connected_components
 from tqdm import tqdm
 
-from ._checks import check_positive
+from ._checks import check_finite, check_positive
 from ._results import RESULTS
 from .losses import check_data, edge_loss_fn
 from .network import DAGNetwork
@@ -139,9 +139,8 @@ def _jacobian_rank_graph(net: DAGNetwork, tol: float) -> np.ndarray:
             "not traced ones under jit or vmap; use method='svd', or ij.n_cut_off_groups for a "
             "jittable count of cut-off groups."
         )
-    theta = np.asarray(theta)
-    if not np.all(np.isfinite(theta)):
-        raise ValueError("jacobian_rank(..., method='graph') needs finite edge weights.")
+    theta = np.asarray(check_finite(np.asarray(theta), "is not finite; jacobian_rank(..., method='graph') needs "
+                                    "finite edge weights.", where="edge weight theta[{index}] "))
     g = net.graph
     H = len(g.hidden)
     rows, cols = (np.asarray(a) for a in g.edge_index)
