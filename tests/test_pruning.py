@@ -38,6 +38,8 @@ def test_exactly_cut_off_group_is_removed_without_changing_the_function(deep):
     assert len(pruned.graph.hidden) == len(g.hidden) - len(group)
     assert set(g.hidden) - set(pruned.graph.hidden) == group
     assert rep.counts() == {"cut off": 2}
+    # one outcome vocabulary: the report carries `result` and `success`, as TrainResult does
+    assert ij.result_name(rep.result) == "successful" and rep.success
     diff = float(jnp.max(jnp.abs(pruned.forward(X) - cut.forward(X))))
     assert diff <= 1e-12 and rep.max_abs_change == pytest.approx(diff, abs=1e-15)
     assert rep.group_sums[0] == pytest.approx(0.0, abs=1e-12)  # sum of c over a cut-off group
@@ -150,6 +152,10 @@ def test_tolerance_removes_near_zero_outputs_and_reports_the_change(deep):
 
 def test_bad_pruning_input(deep):
     g, net, X = deep
+    _, mrep = ij.magnitude_prune(net, 3)
+    assert ij.result_name(mrep.result) == "successful" and mrep.success
+    with pytest.raises(TypeError, match="n_keep must be an integer >= 0; got 2.5"):
+        ij.magnitude_prune(net, 2.5)
     with pytest.raises(ValueError, match=r"tol must be a finite number >= 0.*got -0.1"):
         ij.prune(net, -0.1)
     with pytest.raises(ValueError, match="n_keep must be an integer in \\[0, 11\\]"):
