@@ -298,7 +298,8 @@ class DAG:
         """
         path = Path(path)
         text = _read_text(path)
-        edges, roles = [], {"inputs": [], "outputs": [], "constants": [], "hidden": []}
+        edges: list[tuple[str, str]] = []
+        roles: dict[str, list[str]] = {"inputs": [], "outputs": [], "constants": [], "hidden": []}
         for lineno, raw in enumerate(text.splitlines(), start=1):
             line = raw.split("#", 1)[0].strip()
             if not line:

@@ -308,13 +308,17 @@ def _layer_index(graph):
     e_in, p_in, j_in, e_out, j_out, e_skip, p_skip = ([] for _ in range(7))
     for e, (u, v) in enumerate(graph.edges):
         if v in hid and u in pin:
-            e_in.append(e), p_in.append(pin[u]), j_in.append(hid[v])
+            e_in.append(e)
+            p_in.append(pin[u])
+            j_in.append(hid[v])
         elif v in hid:
             return None  # hidden -> hidden: deeper than one layer
         elif u in hid:
-            e_out.append(e), j_out.append(hid[u])
+            e_out.append(e)
+            j_out.append(hid[u])
         else:
-            e_skip.append(e), p_skip.append(pin[u])
+            e_skip.append(e)
+            p_skip.append(pin[u])
     # pairs of first-layer edges into the same hidden node (the sigma'' block)
     m, n = np.nonzero(np.asarray(j_in)[:, None] == np.asarray(j_in)[None, :])
     # first-layer edge and the out-edge of the same hidden node (the sigma' block)

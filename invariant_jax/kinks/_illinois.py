@@ -30,7 +30,9 @@ class Illinois(optx.AbstractRootFinder):
     not strictly inside the bracket. Stops when the bracket is narrower than `atol`
     or the condition is exactly 0."""
 
-    atol: float
+    # optimistix declares the fields rtol, atol, norm (AbstractVar, no dataclass fields at run
+    # time); mypy reads them as fields in that order, so `atol` would follow a default.
+    atol: float  # type: ignore[misc]
     rtol: float = 0.0
     norm: Callable = jnp.abs
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import optimistix as optx
-from jaxtyping import Array
+from jaxtyping import Array, ArrayLike
 
 from .._diffrax_compat import t1_clip_floor, with_controller_tols, wrap_term
 from ._illinois import Illinois, IllinoisState
@@ -130,7 +130,7 @@ class _Carry(eqx.Module):
     ev_value: Array
     ev_tprev: Array
     ev_tnext: Array
-    ev_dense: object
+    ev_dense: dict
 
 
 _INIT, _STEP, _ROOT, _DONE = 0, 1, 2, 3
@@ -151,7 +151,7 @@ class _Stepper:
     args: object
     t1: Array
     clip_floor: Array
-    error_order: object
+    error_order: float | Array | None
     ts: Array
     max_steps: int
 
@@ -166,7 +166,9 @@ class _Stepper:
                                                            c.solver_state, False)
         y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
         keep, tprev, tnext, made_jump, cstate, cres = self.controller.adapt_step_size(
-            c.tprev, c.tnext, c.y, y, self.args, y_error, self.error_order, c.controller_state)
+            c.tprev, c.tnext, c.y, y, self.args, y_error,
+            self.error_order,  # type: ignore[arg-type]  # None as diffeqsolve passes it; diffrax's annotation omits it
+            c.controller_state)
         if made_jump is not False:
             raise NotImplementedError("Step-size controllers with jumps are not supported in kink-aware flows.")
         tprev = jnp.minimum(tprev, t1)
@@ -287,7 +289,7 @@ def _loop_result(f: _Carry, t1):
 
 
 def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
-                  controller: diffrax.AbstractStepSizeController, t0, t1: float, y0, args, ts, *,
+                  controller: diffrax.AbstractStepSizeController, t0, t1: ArrayLike, y0, args, ts, *,
                   max_steps: int, event_tol: float, one_site: bool = True) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.

@@ -84,7 +84,7 @@ def closed_sets(nodes: Sequence[Hashable], requires: Iterable[tuple[Hashable, Ha
         req[x].add(y)
     order = _required_first(list(nodes), req)
     out: list[frozenset] = []
-    stack = [(0, frozenset())]
+    stack: list[tuple[int, frozenset]] = [(0, frozenset())]
     while stack:
         i, chosen = stack.pop()
         if i == len(order):

@@ -63,9 +63,13 @@ def _sparse_incidence(g: DAG) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     r, c, val = [], [], []
     for k, (u, v) in enumerate(g.edges):
         if v in hid:
-            r.append(k), c.append(hid[v]), val.append(1.0)
+            r.append(k)
+            c.append(hid[v])
+            val.append(1.0)
         if u in hid:
-            r.append(k), c.append(hid[u]), val.append(-1.0)
+            r.append(k)
+            c.append(hid[u])
+            val.append(-1.0)
     Bt = sp.csr_matrix((val, (r, c)), shape=(len(g.edges), len(hid)))
     return Bt, abs(Bt)
 

@@ -103,7 +103,7 @@ def _nearest_zero(B, c, q_ref, zero):
     A_ub = np.block([[I, -I], [-I, -I]])
     b_ub = np.concatenate([q_ref, -q_ref]) / s
     A_eq = np.hstack([B, np.zeros((H, E))])
-    bounds = [(0.0, None)] * (2 * E)
+    bounds: list[tuple[float, float | None]] = [(0.0, None)] * (2 * E)
     for k in zero:
         bounds[k] = (0.0, 0.0)
     res = linprog(np.concatenate([np.zeros(E), np.ones(E)]), A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=c / s,
@@ -117,7 +117,7 @@ def _feasible_zero(B, c, zero) -> bool:
     """Whether some `q` in `P(c)` has `q[zero] = 0` (an LP feasibility problem)."""
     H, E = B.shape
     s = max(float(np.max(np.abs(c), initial=0.0)), 1e-300)
-    bounds = [(0.0, None)] * E
+    bounds: list[tuple[float, float | None]] = [(0.0, None)] * E
     for k in zero:
         bounds[k] = (0.0, 0.0)
     res = linprog(np.zeros(E), A_eq=B, b_eq=c / s, bounds=bounds, method="highs", options=_HIGHS)
