@@ -108,6 +108,7 @@ def run(args) -> int:
         if not sp.success:
             print(f"singular points: {result_name(sp.result)} ({sp.message}) {result_message(sp.result)}")
         elif sp.found:
+            assert sp.group is not None  # found: the cut-off group is set
             print(f"H_G(c) contains a singular point: the group {sorted(map(str, sp.group))} can be cut off "
                   f"(witness residual {sp.residual:.2g}).")
         else:

@@ -172,7 +172,7 @@ def _outputs(folder: Path, man: dict | None, legacy: tuple) -> dict[str, str | N
     if man is None:
         return {}
     hashes = man.get("output_sha256")
-    outs = {str(o): None for o in man.get("outputs", [])}
+    outs: dict[str, str | None] = {str(o): None for o in man.get("outputs", [])}
     if not str(man.get("format", "")).endswith("/2"):
         outs.update({o: None for o in legacy})
     if isinstance(hashes, dict):  # listed before hashes were kept: proven by name, as then
@@ -217,6 +217,7 @@ def inventory(folder: Path, legacy_outputs: tuple = ()) -> Inventory:
             if man is not None:
                 inv.owned.append(p)
             elif foreign_manifest:
+                assert inv.manifest_problem is not None  # read_store_manifest says why it is foreign
                 inv.foreign.append(f"{MANIFEST} ({inv.manifest_problem.split(' ', 1)[1]})")
         elif re.fullmatch(rf"\.{re.escape(MANIFEST)}\..+\.tmp", name):
             inv.owned.append(p)
