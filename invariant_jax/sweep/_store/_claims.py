@@ -52,7 +52,7 @@ class Claims:
         self.stale_seconds = float(stale_seconds)
         self.heartbeat_seconds = float(heartbeat_seconds)
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     @property
     def heartbeat_path(self) -> Path:

@@ -96,7 +96,7 @@ class ResultsStore:
         **Raises:** `ValueError` naming a damaged manifest, or one the store did not write."""
         man, problem, _ = read_store_manifest(self.folder / MANIFEST)
         if man is None and (self.folder / MANIFEST).exists():
-            raise ValueError(problem + ".")
+            raise ValueError(f"{problem}.")
         return man
 
     def manifest_or_rebuild(self) -> tuple[dict | None, str | None]:
@@ -104,7 +104,7 @@ class ResultsStore:
         A manifest whose config disagrees with every chunk (all of one other config) is
         replaced by the chunks' config."""
         man, why, _ = read_store_manifest(self.folder / MANIFEST)
-        metas = {}
+        metas: dict[str | None, tuple[str, dict]] = {}
         for f in self.chunk_files():
             if f.suffix == ".parquet":
                 meta, _ = chunk_meta(f)
@@ -152,6 +152,7 @@ class ResultsStore:
         path = Path(path)
         rel = str(path.resolve().relative_to(self.folder.resolve()))
         man = self.read_manifest() or self.manifest
+        assert man is not None, "open the store first"
         digest = hashlib.sha256(data).hexdigest()
         hashes = dict(man.get("output_sha256") or {})
         known = hashes.get(rel) or []
@@ -201,6 +202,7 @@ class ResultsStore:
     def _overwrite(self, inv: Inventory, tag: str | None) -> None:
         unproven = [str(p.relative_to(self.folder)) for p in inv.damaged]
         if (self.folder / MANIFEST).exists() and inv.manifest is None:
+            assert inv.manifest_problem is not None  # the inventory says why there is no manifest
             unproven.append(f"{MANIFEST} ({inv.manifest_problem.split(' ', 1)[1]})")
         if unproven:
             raise ValueError(
@@ -245,6 +247,7 @@ class ResultsStore:
                                  f"prove it wrote {MANIFEST}. Move it away, or choose another --out (nothing was changed).")
             if hashes != {requested}:
                 raise self._other_sweep(inv, manifest)
+            assert inv.manifest_problem is not None  # the inventory says why there is no manifest
             return self._rebuild(manifest, inv, inv.manifest_problem)
         if config_hash(old["config"]) == requested:
             if not resume:
@@ -344,6 +347,7 @@ class ResultsStore:
         w = self.writer
         path = self.chunk_dir / f"chunk-{w['host']}-{w['pid']}-{w['id']}-{self._n_written:06d}.parquet"
         man = self.manifest
+        assert man is not None, "open the store first"
         n = len(records["index"])  # a column, so pandas / DuckDB can keep to one experiment
         records = {**records, "config_hash": np.full(n, man["config_hash"], dtype=f"<U{len(man['config_hash'])}")}
         write_chunk(path, records, config_hash=man["config_hash"], config=man["config"], writer=w)
@@ -485,7 +489,7 @@ class ResultsStore:
         aside in `quarantine/` (deleted or moved away by hand)."""
         if not self.claim_dir.is_dir():
             return []
-        listed = set()
+        listed: set[str] = set()
         for p in self.claim_dir.glob("block-*.json"):
             try:
                 c = json.loads(p.read_text())
@@ -506,7 +510,10 @@ class ResultsStore:
             raise FileNotFoundError(f"{str(self.folder)!r} holds no sweep ({why}).")
         n_inits = int(man["config"].get("n_inits", 0))
         expected = config_hash(man["config"])
-        done, per_writer, damaged, other = set(), {}, [], []
+        done: set[int] = set()
+        per_writer: dict[str, int] = {}
+        damaged: list[str] = []
+        other: list[str] = []
         for f in self.chunk_files():
             try:
                 idx = read_indices(f)
