@@ -77,7 +77,8 @@ class _Writer:
         """Claim blocks of `pending` (appended to `mine`, so that an interrupt releases them)
         until `target` indices are to do: `(todo, busy)`, `busy` the blocks to look at
         again (claimed by others, or not looked at)."""
-        todo, busy = [], []
+        todo: list[np.ndarray] = []
+        busy: list[int] = []
         for k in pending:
             if sum(map(len, todo)) >= target:
                 busy.append(k)  # not looked at this round
@@ -109,6 +110,7 @@ def run_claimed(config: SweepConfig, engine, store: ResultsStore, *, pi: int, pc
     (writer `pi` of `pc` starts at block `pi * n_blocks / pc`). **Returns:** the stats."""
     n = config.n_inits
     w = _Writer(config, engine, store, options, progress, on_chunk)
+    assert store.manifest is not None, "open the store first"
     bs = int(store.manifest.get("block_size") or default_block_size(n))
     n_blocks = -(-n // bs)
     blocks = [np.arange(k * bs, min(n, (k + 1) * bs)) for k in range(n_blocks)]

@@ -190,9 +190,12 @@ def _step_slot(p: SweepProblem, s: _Slot, masked: bool = True) -> _Slot:
         p.terms, s.tprev, s.tnext, s.y, p.args, s.solver_state, False)
     y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
     keep, tprev, tnext, made_jump, cstate, cres = p.controller.adapt_step_size(
-        s.tprev, s.tnext, s.y, y, p.args, y_error, p.solver.error_order(p.terms), s.controller_state)
+        s.tprev, s.tnext, s.y, y, p.args, y_error,
+        p.solver.error_order(p.terms),  # type: ignore[arg-type]  # None as diffeqsolve passes it; diffrax's annotation omits it
+        s.controller_state)
     if made_jump is not False:
         raise NotImplementedError("Step-size controllers with jumps are not supported by the sweep engine.")
+    keep = jnp.asarray(keep)  # a traced bool already (diffrax types it as a Python bool or an array)
     tprev = jnp.minimum(tprev, p.t1)
     clip = tnext > p.t1_clip_floor
     tnext = jnp.where(clip, jnp.where(keep, p.t1, tprev + 0.5 * (p.t1 - tprev)), tnext)
@@ -337,7 +340,7 @@ class SweepEngine(abc.ABC):
     `slots / 8^k`; each width compiles once). Set by subclasses whose per-slot program
     compiles quickly."""
 
-    def __init__(self, init_fn: Callable, *, slots: int = 64, steps_per_call: int = 64, devices=None,
+    def __init__(self, init_fn: Callable | None, *, slots: int = 64, steps_per_call: int = 64, devices=None,
                  exact: bool = True):
         if slots < 1:
             raise ValueError(f"slots must be >= 1; got {slots!r}.")
@@ -613,6 +616,7 @@ class Engine(SweepEngine):
         self.problem = problem
         self.data = new
         if init_table is not None:
+            assert self.table is not None  # checked above: both have a table, or neither
             self.table = host_table(init_table, self.table.dtype, problem.net.n_edges)
         return self
 
@@ -644,7 +648,7 @@ class SlotProgram(NamedTuple):
     `active`, `advance_slot`, `record`, and optionally `advance_active` (`advance_slot`
     for a slot known to be active)."""
 
-    init: Callable
+    init: Callable | None  # None: the engine's init table feeds the rows
     init_slot: Callable
     active: Callable
     advance_slot: Callable
@@ -656,7 +660,8 @@ def same_arrays(a, b) -> bool:
     """Whether two pytrees of arrays have the same structure, shapes and dtypes (so a
     compiled program takes either)."""
     shapes = lambda t: [(x.shape, x.dtype) for x in jtu.tree_leaves(t)]  # noqa: E731
-    return jtu.tree_structure(a) == jtu.tree_structure(b) and shapes(a) == shapes(b)
+    return (jtu.tree_structure(a) == jtu.tree_structure(b)  # type: ignore[operator]  # jaxlib has no stub for PyTreeDef
+            and shapes(a) == shapes(b))
 
 
 def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:

@@ -131,6 +131,7 @@ class KinkEngine(SweepEngine):
                              "and options, as the engine's; build a new KinkEngine for a different problem.")
         self.net, self.integrator, self.data = net, integ, new
         if init_table is not None:
+            assert self.table is not None  # checked above: both have a table, or neither
             self.table = host_table(init_table, self.table.dtype, net.n_edges)
         return self
 

@@ -121,10 +121,10 @@ def result_from_records(rec: dict[str, np.ndarray], stats: dict, rtol: float, at
     order = np.argsort(rec["index"], kind="stable")
     kink = {k: np.asarray(rec[k])[order] for k in KINK_FIELDS if k in rec} or None
     columns = {k: np.asarray(rec[k])[order] for k in DERIVED if k in rec and k != "drift_in_tol"} or None
-    rec = {k: np.asarray(v)[order] for k, v in rec.items() if k in FIELDS}
-    rec["result"] = results_of_codes(rec["result"])
-    tol = atol + rtol * rec["scale"]
-    return SweepResult(**rec, drift_in_tol=rec["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol),
+    fields: dict[str, Any] = {k: np.asarray(v)[order] for k, v in rec.items() if k in FIELDS}
+    fields["result"] = results_of_codes(fields["result"])
+    tol = atol + rtol * fields["scale"]
+    return SweepResult(**fields, drift_in_tol=fields["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol),
                        kink=kink, columns=columns)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from ..network import DAGNetwork
@@ -53,6 +54,7 @@ def sweep_network(sweep: SweepConfig | str | os.PathLike, index: int, *, final: 
     if not 0 <= int(index) < config.n_inits:
         raise ValueError(f"index {index} is outside the sweep's initializations 0 .. {config.n_inits - 1}.")
     graph = config.build_graph()
+    theta: jax.Array | np.ndarray
     if result is None:
         theta = init_theta(config, graph, int(index))
     else:
