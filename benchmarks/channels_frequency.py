@@ -21,9 +21,9 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import invariant_jax as ij  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from invariant_jax.channels import channel_frequency  # noqa: E402
-from invariant_jax.sweep import status_is_success  # noqa: E402
+from invariant_jax.channels import FrequencyGrid, channel_frequency  # noqa: E402
 
 
 def main():
@@ -39,14 +39,16 @@ def main():
                          "benchmarks/results/channels_frequency.json)")
     args = ap.parse_args()
     t = time.perf_counter()
-    st = channel_frequency(n_inits=args.n_inits, n_samples=args.n_samples, t1=args.t1,
-                           widths=tuple(int(w) for w in args.widths.split(",")),
-                           maxnorm=args.maxnorm, pair_tol=args.pair_tol, max_steps=50_000, progress=True)
+    grid = FrequencyGrid(n_inits=args.n_inits, n_samples=args.n_samples,
+                         widths=tuple(int(w) for w in args.widths.split(",")))
+    st = channel_frequency(grid=grid, t1=args.t1, solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7,
+                                                                          max_steps=50_000),
+                           maxnorm=args.maxnorm, pair_tol=args.pair_tol, progress=True)
     dt = time.perf_counter() - t
     print(st.table())
     n = st.channel.size
     print(f"{n} flows in {dt:.1f} s ({dt / n:.2f} s per flow, compilation included); "
-          f"failed: {int((~status_is_success(st.status)).sum())}")
+          f"failed: {int((~st.success).sum())}")
     out = dict(benchmark="channels_frequency", platform=platform.platform(), jax=jax.__version__,
                seconds=dt, n_flows=n, **st.to_dict())
     write_json(output_path(args.out, "channels_frequency.json"), out)

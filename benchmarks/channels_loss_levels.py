@@ -185,6 +185,10 @@ def main():
     if args.first_seed < 0:
         raise SystemExit(f"--first-seed must be >= 0; got {args.first_seed}.")
     end = args.first_seed + args.seeds
+    flow = ij.FlowPhaseOptions(t1=args.t1, max_flow_steps=args.max_flow_steps, flow_stop=args.flow_stop,
+                                        flow_wall_time=args.flow_wall_time, n_record=args.n_record, slots=None,
+                                        engine=args.engine)
+    newton = ij.NewtonOptions(max_steps=args.max_steps, patience=args.patience, batch_size=args.newton_batch)
     for first in range(args.first_seed, end, R):
         n = min(R, end - first)
         for act, bias, w in cells:
@@ -192,12 +196,9 @@ def main():
                 skipped.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n))
                 continue
             tc = time.perf_counter()
-            parts.append(ch.convergence_study(X, Y, widths=[w], activations=[act], biases=[bool(bias)],
-                                              n_seeds=n, first_seed=first, max_flow_steps=args.max_flow_steps,
-                                              max_steps=args.max_steps, patience=args.patience, label="rosenbrock",
-                                              engine=args.engine, newton_batch=args.newton_batch, progress=False,
-                                              flow_stop=args.flow_stop, flow_wall_time=args.flow_wall_time,
-                                              t1=args.t1, n_record=args.n_record))
+            grid = ch.StudyGrid(widths=[w], activations=[act], biases=[bool(bias)], n_seeds=n, first_seed=first)
+            parts.append(ch.convergence_study(X, Y, grid=grid, flow=flow, newton=newton, label="rosenbrock",
+                                              progress=False))
             cell_seconds.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n,
                                      seconds=time.perf_counter() - tc))
             study = ch.ConvergenceStudy.concatenate(parts)

@@ -176,6 +176,9 @@ def main():
     # teachers in the order m = 0, 1, ... across the scalings, so that a time budget
     # leaves every scaling with the same number of teachers
     order = [(m, k, s) for m in range(args.first_teacher, args.teachers) for k, s in enumerate(scalings)]
+    flow = ij.FlowPhaseOptions(max_flow_steps=args.max_flow_steps, flow_stop="stop", n_record=0, slots=None,
+                                        engine=args.engine)
+    newton = ij.NewtonOptions(max_steps=args.max_steps)
     for m, k, s in order:
         if k == 0 and time.perf_counter() - t > 60 * args.max_minutes:
             break  # only between full rounds of teachers
@@ -183,10 +186,9 @@ def main():
         # run alone (--scalings 2) draws the same teachers as the full run
         kk = list(PAPER_GP_SCALINGS).index(s) if s in PAPER_GP_SCALINGS else k
         X, Y = ij.gp_data(args.samples, args.dim, roughness=s, key=jr.fold_in(jr.key(1000 + kk), m))
-        st = ch.convergence_study(X, Y, widths=(args.r,), activations=("softplus",), biases=(True,),
-                                  n_seeds=args.inits, seed=m, label=f"s={s:g}", progress=False,
-                                  max_flow_steps=args.max_flow_steps, max_steps=args.max_steps,
-                                  engine=args.engine)  # one compilation for all teachers (same data shape)
+        # one compilation for all teachers (same data shape)
+        grid = ch.StudyGrid(widths=(args.r,), activations=("softplus",), biases=(True,), n_seeds=args.inits, seed=m)
+        st = ch.convergence_study(X, Y, grid=grid, flow=flow, newton=newton, label=f"s={s:g}", progress=False)
         st.records["teacher"] = np.full(args.inits, m)
         parts.append(st)
         rec = st.records

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 from _output import output_path, write_json  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
-from invariant_jax.converge import _vmapped_flow  # noqa: E402
+from invariant_jax.converge import flow_phase, newton_reason  # noqa: E402
 from invariant_jax.losses import check_data, edge_loss_fn, gradient_fn, hessian_fn  # noqa: E402
 
 
@@ -79,11 +79,12 @@ def main():
                     hessian_structured=_median_ms(jax.jit(hessian_fn(net0, Xc, Yc)), th))
         # flow phase: one run, a fixed number of steps
         one = eqx.filter_vmap(net0.with_edge_weights)(thetas[:1])
-        ceiling = float(np.sqrt(2 * 1e3 * thetas.shape[1]))
+        # the stop at weightnorm = 1e3 (||theta|| = sqrt(2e3 E)), as the committed studies
+        phase = ij.FlowPhaseOptions(t1=1e12, max_flow_steps=args.flow_steps, flow_stop="stop", n_record=0,
+                                             engine="vmap")
         flow = {}
         for arm, loss in (("before", ij.losses.mse), ("after", "mse")):
-            run = lambda: _vmapped_flow(one, Xc, Yc, 1e12, "kvaerno5", 1e-3, 1e-6,  # noqa: E731
-                                        args.flow_steps, ceiling, loss).theta_final
+            run = lambda: flow_phase(one, Xc, Yc, phase, maxnorm=1e3, loss=loss).theta_final  # noqa: E731
             first, t_first = _timed(run)
             out, t_run = _timed(run)
             flow[arm] = dict(seconds=t_run, ms_per_step=1e3 * t_run / args.flow_steps, compile_s=t_first - t_run,
@@ -94,14 +95,13 @@ def main():
         newton = {}
         for arm, loss, bs in (("before", ij.losses.mse, args.seeds), ("vmap_structured", "mse", args.seeds),
                               ("after", "mse", 1)):
-            go = lambda: ij.newton_phase(nets, Xc, Yc, loss=loss, max_steps=args.newton_steps,  # noqa: E731
-                                         batch_size=bs, chunk=args.newton_steps).theta
+            opts = ij.NewtonOptions(max_steps=args.newton_steps, batch_size=bs, chunk=args.newton_steps)
+            go = lambda: ij.newton_phase(nets, Xc, Yc, loss=loss, options=opts).theta  # noqa: E731
             _, t_first = _timed(go)
-            res = ij.newton_phase(nets, Xc, Yc, loss=loss, max_steps=args.newton_steps, batch_size=bs,
-                                  chunk=args.newton_steps)
+            res = ij.newton_phase(nets, Xc, Yc, loss=loss, options=opts)
             steps = np.asarray(res.n_steps)
             newton[arm] = dict(seconds=res.wall_time, compile_s=t_first - res.wall_time, steps_sum=int(steps.sum()),
-                               steps_max=int(steps.max()), batch_size=bs, reasons=list(res.reason),
+                               steps_max=int(steps.max()), batch_size=bs, reasons=list(newton_reason(res.result)),
                                ms_per_run_step=1e3 * res.wall_time / steps.sum())
         row = dict(r=r, E=int(thetas.shape[1]), bare_ms=bare, flow=flow, flow_max_abs_diff=flow_agree, newton=newton)
         rows.append(row)

@@ -43,16 +43,19 @@ def _is_real(v) -> bool:
     return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
 
 
-def check_positive(name: str, v, *, allow_none: bool = False, allow_zero: bool = False) -> None:
+def check_positive(name: str, v, *, allow_none: bool = False, allow_zero: bool = False,
+                   allow_inf: bool = False) -> None:
     """Raise `ValueError`/`TypeError` unless `v` is a finite real number `> 0` (`>= 0`
-    with `allow_zero`; `None` allowed with `allow_none`). The one wording of this check."""
-    if v is None and allow_none:
+    with `allow_zero`; `None` allowed with `allow_none`; `+inf`, "no limit", allowed with
+    `allow_inf`). The one wording of this check."""
+    if (v is None and allow_none) or (allow_inf and _is_real(v) and v == np.inf):
         return
+    alt = " (or None)" if allow_none else " (or inf)" if allow_inf else ""
     if not _is_real(v):
-        raise TypeError(f"{name} must be a real number{' (or None)' if allow_none else ''}; got {v!r}.")
+        raise TypeError(f"{name} must be a real number{alt}; got {v!r}.")
     if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
         what = "a finite number >= 0" if allow_zero else "a positive finite number"
-        raise ValueError(f"{name} must be {what}{' (or None)' if allow_none else ''}; got {v!r}.")
+        raise ValueError(f"{name} must be {what}{alt}; got {v!r}.")
 
 
 def check_integer(name: str, v, *, minimum: int) -> None:

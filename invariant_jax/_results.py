@@ -30,6 +30,7 @@ __all__ = [
     "STATUSES",
     "result_code",
     "result_from_code",
+    "result_where",
     "result_name",
     "result_message",
     "is_success",
@@ -114,6 +115,16 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
         "The Newton phase had not stopped when its results were read (no stopping rule "
         "held). Raise `max_steps` or `max_time` of `NewtonOptions`."
     )
+    stopped_g_tol = (
+        "Stopped by `NewtonOptions(g_tol=...)`: `max |grad L|` fell to `g_tol`, a critical "
+        "point to float precision (`ConvergeResult.min_eig` tells a minimum from a saddle). "
+        "Not a failure; lower `g_tol` to polish further."
+    )
+    newton_max_time = (
+        "The Newton phase ran out of its wall-clock budget `NewtonOptions(max_time=...)` "
+        "before a stopping rule held (runs not started by then did not run). Raise "
+        "`max_time`, or run fewer networks per call."
+    )
 
 
 _NAMES, _MESSAGES = enumeration_table(RESULTS)
@@ -126,9 +137,9 @@ STOP_RESULTS = (
 )
 """The members that a stopping rule sets, in the order of `StopRules`' fields."""
 
-NEWTON_STOP_RESULTS = (RESULTS.stopped_patience, RESULTS.stopped_weightnorm)
-"""The members that the Newton phase's own stopping rules set (successes; its gradient and
-wall-time rules reuse `stopped_grad_norm` and `stopped_wall_time`)."""
+NEWTON_STOP_RESULTS = (RESULTS.stopped_patience, RESULTS.stopped_weightnorm, RESULTS.stopped_g_tol)
+"""The members that the Newton phase's stopping rules set (successes). Its budgets end a
+run with `max_steps_reached` or `newton_max_time`, failures."""
 
 SUCCESS_RESULTS = (RESULTS.successful, RESULTS.event_occurred) + STOP_RESULTS + NEWTON_STOP_RESULTS
 """The members that count as success: reached the end, or stopped by a rule."""
@@ -151,6 +162,13 @@ def result_from_code(code: Int[ArrayLike, "..."]) -> RESULTS:
     """The `RESULTS` item (any batch shape) with these integer codes."""
     code = jnp.asarray(code, jnp.int32)
     return jax.tree.map(lambda _: code, RESULTS.successful)
+
+
+def result_where(pred: Bool[ArrayLike, "..."], if_true: RESULTS, if_false: RESULTS) -> RESULTS:
+    """Elementwise `if_true` where `pred` holds, else `if_false` (any batch shape; equinox's
+    `RESULTS.where` takes a scalar predicate only). Works under `jit`."""
+    xp = np if isinstance(pred, np.ndarray | np.bool_ | bool) else jnp
+    return result_from_code(xp.where(pred, result_code(if_true), result_code(if_false)))
 
 
 def _codes_np(result) -> np.ndarray:

@@ -19,21 +19,21 @@ Newton), fed the exact Hessian of the loss from `ij.losses.hessian_fn` (assemble
 the network's structure for one-hidden-layer MSE networks, `jax.hessian` otherwise),
 with its eigenvalues replaced by their absolute values (a convex model, so every
 accepted step descends; the paper's optimiser, Optim.jl's `Newton`, likewise makes the
-Hessian positive definite before each step). Its options are one `NewtonOptions`.
-Nothing of the optimiser is hand-written here, only the stopping rules, each an
-`ij.RESULTS` member (`ConvergeResult.result`; the names in `STOP_REASONS` are kept for
-tables and old JSON files, `newton_result` maps them):
+Hessian positive definite before each step). Its options are one `NewtonOptions`, the
+flow phase's one `FlowPhaseOptions`. Nothing of the optimiser is hand-written here, only
+the stopping rules, each an `ij.RESULTS` member (`ConvergeResult.result`; the old names
+of `STOP_REASONS`, which study records store, map to them by `newton_result`):
 
-- `"gradient"` (`stopped_grad_norm`): `max |grad L| <= g_tol` (default 1e-12; the
-  paper's MLPGradientFlow default `min_gnorm` is 1e-15);
-- `"patience"` (`stopped_patience`): the best loss has not improved for `patience`
+- `stopped_g_tol` (`"gradient"`): `max |grad L| <= g_tol` (default 1e-12; the paper's
+  MLPGradientFlow default `min_gnorm` is 1e-15);
+- `stopped_patience` (`"patience"`): the best loss has not improved for `patience`
   iterations;
-- `"maxnorm"` (`stopped_weightnorm`): `weightnorm(theta) = sum(theta^2) / (2 len(theta))
+- `stopped_weightnorm` (`"maxnorm"`): `weightnorm(theta) = sum(theta^2) / (2 len(theta))
   >= maxnorm` (MLPGradientFlow's definition; the paper counts such a run "infinite").
   MLPGradientFlow keeps the penalty in its Newton phase instead of stopping there;
-- `"max_steps"` (`max_steps_reached`), `"max_time"` (`stopped_wall_time`; wall clock,
-  checked between chunks of iterations);
-- `"nonfinite"` (`nonfinite_state`): a non-finite loss or gradient.
+- `max_steps_reached` (`"max_steps"`), `newton_max_time` (`"max_time"`; wall clock,
+  checked between chunks of iterations): budgets, failures;
+- `nonfinite_state` (`"nonfinite"`): a non-finite loss or gradient.
 
 Every run returns its best point (lowest loss seen), as MLPGradientFlow does. Losses
 use this package's convention `L = (1/2N) sum ||f - y||^2`; MLPGradientFlow reports
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable
 
 import equinox as eqx
@@ -54,6 +55,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
+from ._checks import check_integer, check_positive, take_deprecated
 from ._defaults import MAX_STEPS
 from ._flow_phase import (
     MaxnormPenalty,
@@ -63,45 +65,54 @@ from ._flow_phase import (
     min_hessian_eigenvalue,
     weightnorm,
 )
-from ._results import RESULTS, result_code, result_from_code, status_code
+from ._results import RESULTS, is_success, result_code, result_from_code, result_name, status_code
 from .flow import gradient_flow
 from .losses import check_data, edge_loss_fn, hessian_fn
 from .network import DAGNetwork
 from .options import SaveTimes, SolverOptions, StopRules, log_times
+from .solvers import SOLVERS
 from .sweep import sweep_flows
 
-__all__ = ["STOP_REASONS", "NEWTON_RESULTS", "newton_result", "NewtonOptions", "weightnorm", "maxnorm_penalty",
-           "MaxnormPenalty", "closest_pair_distance", "min_hessian_eigenvalue", "TrajectoryRecord", "ConvergeResult",
-           "newton_phase", "flow_then_newton", "FLOW_STOPS"]
+__all__ = ["NewtonOptions", "FlowPhaseOptions", "ConvergeResult", "FlowPhaseResult", "newton_phase", "flow_phase",
+           "flow_then_newton", "NEWTON_RESULTS", "newton_result", "newton_reason", "STOP_REASONS", "FLOW_STOPS",
+           "FLOW_ENGINES", "NEWTON_KEYWORDS", "FLOW_KEYWORDS", "with_fields", "weightnorm", "maxnorm_penalty",
+           "MaxnormPenalty", "closest_pair_distance", "min_hessian_eigenvalue", "TrajectoryRecord"]
 
 STOP_REASONS = ("running", "gradient", "patience", "maxnorm", "max_steps", "max_time", "nonfinite")
-"""Names of the integer `stopped_by` codes of a `ConvergeResult` (as stored in tables and
-JSON files). Each maps to one `ij.RESULTS` member (`NEWTON_RESULTS`, `newton_result`):
-`"gradient"`, `"patience"` and `"maxnorm"` are successes (a converged finite point, a run
-stuck at its best loss, a run counted infinite); the rest are budgets or failures: raise
-`max_steps` / `max_time`, or look at the data for `"nonfinite"`. `"running"` never ends a
-run (a run still running when read is `newton_unfinished`, a failure)."""
+"""Deprecated (kept for one release): the old names of the Newton phase's stop reasons, as
+study records (`ConvergenceStudy.records["stopped_by"]`) and older JSON files store them.
+`ConvergeResult.result` (an `ij.RESULTS` item per run) is the record of truth;
+`newton_result` maps these names to it and `newton_reason` back."""
 _RUNNING, _GRAD, _PATIENCE, _MAXNORM, _MAXSTEPS, _MAXTIME, _NONFINITE = range(7)
 
 NEWTON_RESULTS = {
     "running": RESULTS.newton_unfinished,
-    "gradient": RESULTS.stopped_grad_norm,
+    "gradient": RESULTS.stopped_g_tol,
     "patience": RESULTS.stopped_patience,
     "maxnorm": RESULTS.stopped_weightnorm,
     "max_steps": RESULTS.max_steps_reached,
-    "max_time": RESULTS.stopped_wall_time,
+    "max_time": RESULTS.newton_max_time,
     "nonfinite": RESULTS.nonfinite_state,
 }
-"""The `ij.RESULTS` member of each name in `STOP_REASONS`."""
+"""The `ij.RESULTS` member of each old stop-reason name (`STOP_REASONS`): `stopped_g_tol`,
+`stopped_patience` and `stopped_weightnorm` are successes (a converged finite point, a run
+stuck at its best loss, a run counted infinite); `max_steps_reached` and
+`newton_max_time` are budgets (failures: raise `max_steps` / `max_time`),
+`nonfinite_state` a failure; `newton_unfinished` never ends a run (a run still running
+when read)."""
+_REASON_CODES = np.asarray([int(result_code(NEWTON_RESULTS[r])) for r in STOP_REASONS], np.int32)
 
 FLOW_STOPS = ("penalty", "stop")
 """How `flow_then_newton`'s ODE phase treats `maxnorm`: `"penalty"` (MLPGradientFlow's
 soft cubic penalty; the flow goes on) or `"stop"` (no penalty; stop at `maxnorm`)."""
 
+FLOW_ENGINES = ("loop", "vmap", "sweep")
+"""How the ODE phase runs its batch (`FlowPhaseOptions.engine`)."""
+
 
 def newton_result(names) -> RESULTS:
-    """The `ij.RESULTS` item(s) of stop-reason names (a name, or a sequence of them, as
-    `ConvergeResult.reason` and older study JSON files store them)."""
+    """The `ij.RESULTS` item(s) of old stop-reason names (a name, or a sequence of them, as
+    `ConvergenceStudy.records["stopped_by"]` and older study JSON files store them)."""
     arr = np.asarray(names, dtype=object)
     bad = sorted({str(n) for n in arr.ravel() if n not in NEWTON_RESULTS})
     if bad:
@@ -110,23 +121,28 @@ def newton_result(names) -> RESULTS:
     return result_from_code(np.vectorize(table.__getitem__, otypes=[np.int32])(arr) if arr.ndim else table[arr.item()])
 
 
-def _positive(name, v, *, integer=False, allow_inf=False):
-    if integer:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}.")
-        return
-    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and \
-        (np.isfinite(v) or (allow_inf and v == np.inf))
-    if not (ok and v > 0):
-        raise ValueError(f"{name} must be a positive number{' (or inf)' if allow_inf else ''}; got {v!r}.")
+def _reason_index(result) -> np.ndarray:
+    code = np.asarray(result_code(result))
+    idx = np.argmax(code[..., None] == _REASON_CODES, axis=-1)
+    if not np.all(_REASON_CODES[idx] == code):
+        raise ValueError(f"Not a Newton-phase result: {sorted(set(np.atleast_1d(result_name(result)).tolist()))}.")
+    return idx
+
+
+def newton_reason(result) -> tuple[str, ...]:
+    """The old stop-reason names (`STOP_REASONS`) of a batch of Newton-phase results (the
+    inverse of `newton_result`), as study records store them."""
+    return tuple(STOP_REASONS[int(k)] for k in np.atleast_1d(_reason_index(result)))
 
 
 class NewtonOptions(eqx.Module):
-    """Options of the Newton phase (`newton_phase`, `flow_then_newton`), validated once.
+    """Options of the Newton phase (`newton_phase`, `flow_then_newton`, the studies),
+    validated once.
 
     **Fields:**
 
-    - `maxnorm`: stop a run once `weightnorm(theta) >= maxnorm` (default 1e3, the paper's).
+    - `maxnorm`: stop a run once `weightnorm(theta) >= maxnorm` (default 1e3, the paper's;
+        `inf`: never). `flow_then_newton`'s ODE phase uses the same `maxnorm`.
     - `g_tol`: stop once `max |grad L| <= g_tol` (default 1e-12; MLPGradientFlow's
         `min_gnorm` is 1e-15, below what float64 Hessian solves reach on these nets).
     - `patience`: stop once the best loss has not improved (by more than `rel_improve`,
@@ -135,9 +151,11 @@ class NewtonOptions(eqx.Module):
     - `rel_improve`: default 1e-12.
     - `max_steps`: Newton iterations per run (default 2000).
     - `max_time`: wall-clock seconds for the whole batch (default inf), checked every
-        `chunk` iterations (default 50).
-    - `batch_size`: runs advanced together (one vmapped program); `None`: 1 on CPU, all
-        runs on an accelerator.
+        `chunk` iterations (default 50); runs not finished or not started by then stop
+        with `RESULTS.newton_max_time`.
+    - `batch_size`: runs advanced together (one vmapped program); groups of `batch_size`
+        runs run one after another, so a run only waits for the slowest run of its group.
+        `None`: 1 on CPU, all runs on an accelerator.
     """
 
     maxnorm: float = 1e3
@@ -150,16 +168,14 @@ class NewtonOptions(eqx.Module):
     batch_size: int | None = None
 
     def __check_init__(self):
-        _positive("maxnorm", self.maxnorm, allow_inf=True)
-        _positive("g_tol", self.g_tol)
-        _positive("rel_improve", self.rel_improve)
-        _positive("max_time", self.max_time, allow_inf=True)
+        check_positive("maxnorm", self.maxnorm, allow_inf=True)
+        check_positive("g_tol", self.g_tol)
+        check_positive("rel_improve", self.rel_improve)
+        check_positive("max_time", self.max_time, allow_inf=True)
         for name in ("patience", "max_steps", "chunk"):
-            _positive(name, getattr(self, name), integer=True)
+            check_integer(name, getattr(self, name), minimum=1)
         if self.batch_size is not None:
-            if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)) \
-                    or self.batch_size < 1:
-                raise ValueError(f"batch_size must be a positive integer or None; got {self.batch_size!r}.")
+            check_integer("batch_size", self.batch_size, minimum=1)
 
     def settings(self) -> dict:
         """The options as plain numbers (for `ConvergeResult.settings` and JSON)."""
@@ -168,15 +184,96 @@ class NewtonOptions(eqx.Module):
                     max_time=float(self.max_time), chunk=int(self.chunk))
 
 
-def _newton_options(options, thin: dict) -> NewtonOptions:
-    """`options` (a `NewtonOptions` or None) with the thin keywords that are not None."""
-    if options is not None and not isinstance(options, NewtonOptions):
-        raise TypeError(f"options must be an ij.converge.NewtonOptions; got {type(options).__name__}.")
-    given = {k: v for k, v in thin.items() if v is not None}
+class FlowPhaseOptions(eqx.Module):
+    """Options of `flow_then_newton`'s gradient-flow ("ODE") phase, validated once.
+
+    **Fields:**
+
+    - `t1`: the flow-time budget (gradient-flow time of `L = (1/2N) sum (f - y)^2`;
+        default 1e12: an implicit solver's steps grow geometrically near a minimum or
+        along a channel, so a large `t1` costs few steps).
+    - `solver`, `rtol`, `atol`: the solver (a name in `ij.SOLVERS`; default Kvaerno5, the
+        paper used KenCarp58) and its tolerances (default 1e-3, 1e-6, the paper's).
+    - `max_flow_steps`: solver steps per run, a backstop (default 100 000).
+    - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
+    - `flow_stop`: `"penalty"` (default, the paper's way: MLPGradientFlow's soft `maxnorm`
+        penalty, `maxnorm_penalty`, is added to the loss and the flow goes on, so it can
+        reach `maxnorm` and hover there) or `"stop"` (no penalty; the flow stops once
+        `weightnorm >= maxnorm`).
+    - `n_record`: rows of the log-spaced `TrajectoryRecord` (0: none, else >= 2; default
+        41). The `"sweep"` engine records none.
+    - `engine`: `"loop"` runs one compiled program of batch 1 on one run at a time (each
+        run pays for itself: the fastest on a CPU); `"vmap"` runs one `eqx.filter_vmap` of
+        `gradient_flow` (every run pays for the slowest: suits an accelerator); `"sweep"`
+        flows through `ij.sweep_flows` (continuous batching; `flow_stop="stop"` only).
+        `None` (default): `"loop"` on a CPU, `"vmap"` on an accelerator.
+    - `slots`, `exact`: the `"sweep"` engine's `ij.sweep_flows` options (`slots=None`: as
+        many as runs, at most 256; `exact=None`: `True` on a CPU).
+    """
+
+    t1: float = 1e12
+    solver: str = "kvaerno5"
+    rtol: float = 1e-3
+    atol: float = 1e-6
+    max_flow_steps: int = MAX_STEPS
+    flow_wall_time: float = np.inf
+    flow_stop: str = "penalty"
+    n_record: int = 41
+    slots: int | None = 64
+    exact: bool | None = None
+    engine: str | None = None
+
+    def __check_init__(self):
+        check_positive("t1", self.t1)
+        if not isinstance(self.solver, str) or self.solver.lower() not in SOLVERS:
+            raise ValueError(f"solver must be a name in ij.SOLVERS, e.g. 'kvaerno5'; got {self.solver!r}.")
+        check_positive("rtol", self.rtol)
+        check_positive("atol", self.atol)
+        check_integer("max_flow_steps", self.max_flow_steps, minimum=1)
+        check_positive("flow_wall_time", self.flow_wall_time, allow_inf=True)
+        if self.flow_stop not in FLOW_STOPS:
+            raise ValueError(f"flow_stop must be one of {FLOW_STOPS}; got {self.flow_stop!r}.")
+        check_integer("n_record", self.n_record, minimum=0)
+        if self.n_record == 1:
+            raise ValueError("n_record must be 0 (no record) or an integer >= 2; got 1.")
+        if self.slots is not None:
+            check_integer("slots", self.slots, minimum=1)
+        if self.exact is not None and not isinstance(self.exact, bool):
+            raise TypeError(f"exact must be True, False or None; got {self.exact!r}.")
+        if self.engine is not None and self.engine not in FLOW_ENGINES:
+            raise ValueError(f"engine must be one of {FLOW_ENGINES} or None; got {self.engine!r}.")
+        if self.engine == "sweep" and self.flow_stop == "penalty":
+            raise ValueError("engine='sweep' cannot add the maxnorm penalty (ij.sweep_flows takes no regularizer); "
+                             "use engine='loop' or 'vmap', or flow_stop='stop'.")
+
+    def resolved_engine(self) -> str:
+        """`engine`, with `None` resolved for the default backend."""
+        return self.engine or ("loop" if jax.default_backend() == "cpu" else "vmap")
+
+
+_NEWTON_FIELDS = tuple(f.name for f in dataclasses.fields(NewtonOptions))
+_FLOW_FIELDS = tuple(f.name for f in dataclasses.fields(FlowPhaseOptions))
+
+
+NEWTON_KEYWORDS = {k: f"pass options=ij.NewtonOptions({k}=...) instead" for k in _NEWTON_FIELDS}
+"""The `take_deprecated` replacements of `newton_phase`'s old thin keywords."""
+
+FLOW_KEYWORDS = {k: f"pass flow=ij.FlowPhaseOptions({k}=...) instead" for k in _FLOW_FIELDS}
+"""The `take_deprecated` replacements of the old flow-phase keywords (`flow_then_newton`, the
+studies)."""
+
+
+def with_fields(options, cls, given: dict, name: str):
+    """`options` (a `cls`, or None for `cls()`) with the fields in `given` (old keywords,
+    already warned about by `take_deprecated`) replaced; a `None` value means "not given",
+    except for the fields whose default is `None` (`exact`, `engine`, `batch_size`)."""
     if options is None:
-        return NewtonOptions(**given)
-    fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    return NewtonOptions(**{**fields, **given})
+        options = cls()
+    elif not isinstance(options, cls):
+        raise TypeError(f"{name} must be a {cls.__name__}; got {type(options).__name__}.")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    given = {k: v for k, v in given.items() if v is not None or defaults[k] is None}
+    return dataclasses.replace(options, **given) if given else options
 
 
 class ConvergeResult(eqx.Module):
@@ -187,7 +284,10 @@ class ConvergeResult(eqx.Module):
     - `theta`: the best point of each run (edge weights, `graph.edges` order);
     - `loss`: `L(theta)` (`(1/2N) sum ||f - y||^2`); `grad_norm`: `max |grad L|`;
     - `weightnorm`: `sum(theta^2) / (2 E)`; `n_steps`: Newton iterations;
-    - `stopped_by`: index into `STOP_REASONS`; `reason` gives the names;
+    - `result`: why each run stopped, an `ij.RESULTS` item per run (`ij.result_name`
+      names them, `ij.result_message` says the fix): `stopped_g_tol`, `stopped_patience`,
+      `stopped_weightnorm` (successes), `max_steps_reached`, `newton_max_time`,
+      `nonfinite_state` (failures); `success` tells them apart;
     - `theta_flow`, `loss_flow`, `t_flow`, `flow_status` (sweep status codes, see
       `ij.sweep.STATUSES`): the state after the flow phase (equal to the start of the
       Newton phase; NaN / -1 when there was no flow phase);
@@ -208,7 +308,7 @@ class ConvergeResult(eqx.Module):
     grad_norm: Float[Array, " B"]
     weightnorm: Float[Array, " B"]
     n_steps: Int[Array, " B"]
-    stopped_by: Int[Array, " B"]
+    result: RESULTS
     theta_flow: Float[Array, "B E"]
     loss_flow: Float[Array, " B"]
     t_flow: Float[Array, " B"]
@@ -222,22 +322,24 @@ class ConvergeResult(eqx.Module):
     settings: dict = eqx.field(static=True)
 
     @property
-    def reason(self) -> tuple[str, ...]:
-        return tuple(STOP_REASONS[int(k)] for k in np.asarray(self.stopped_by))
-
-    @property
     def success(self) -> Bool[Array, " B"]:
-        return jnp.isin(self.stopped_by, jnp.array([_GRAD, _PATIENCE, _MAXNORM]))
+        """Per run: stopped by a rule (gradient, patience, `maxnorm`), not by a budget
+        (`max_steps`, `max_time`) or a non-finite state."""
+        return is_success(self.result)
 
     @property
-    def result(self):
-        """The stopping reasons as an `ij.RESULTS` item (one code per run; `ij.result_name`
-        names them), by `NEWTON_RESULTS`: gradient -> `stopped_grad_norm`, patience ->
-        `stopped_patience`, maxnorm -> `stopped_weightnorm`, max_steps ->
-        `max_steps_reached`, max_time -> `stopped_wall_time`, nonfinite ->
-        `nonfinite_state`, running -> `newton_unfinished`."""
-        codes = jnp.stack([result_code(NEWTON_RESULTS[r]) for r in STOP_REASONS]).astype(jnp.int32)
-        return result_from_code(codes[self.stopped_by])
+    def stopped_by(self) -> Int[Array, " B"]:
+        """Deprecated: the index of each run's reason in `STOP_REASONS`; use `result`."""
+        warnings.warn("ConvergeResult.stopped_by is deprecated; use .result (ij.RESULTS items, named by "
+                      "ij.result_name).", DeprecationWarning, stacklevel=2)
+        return jnp.asarray(_reason_index(self.result))
+
+    @property
+    def reason(self) -> tuple[str, ...]:
+        """Deprecated: the old stop-reason names (`STOP_REASONS`); use `result`."""
+        warnings.warn("ConvergeResult.reason is deprecated; use .result (ij.result_name(res.result) names it).",
+                      DeprecationWarning, stacklevel=2)
+        return newton_reason(self.result)
 
     @property
     def infinite_ode(self) -> Bool[Array, " B"]:
@@ -250,12 +352,12 @@ class ConvergeResult(eqx.Module):
         return self.weightnorm >= self.settings["maxnorm"]
 
     def table(self) -> str:
-        reasons = np.array(self.reason)
-        rows = [f"{'stopped by':>10} {'runs':>5} {'median loss':>12} {'median steps':>12}"]
-        for r in STOP_REASONS:
-            m = reasons == r
+        names = np.asarray(result_name(self.result)).reshape(-1)
+        rows = [f"{'result':>18} {'runs':>5} {'median loss':>12} {'median steps':>12}"]
+        for r in dict.fromkeys(result_name(NEWTON_RESULTS[k]) for k in STOP_REASONS):
+            m = names == r
             if m.any():
-                rows.append(f"{r:>10} {int(m.sum()):>5} {np.median(np.asarray(self.loss)[m]):>12.4e} "
+                rows.append(f"{r:>18} {int(m.sum()):>5} {np.median(np.asarray(self.loss)[m]):>12.4e} "
                             f"{np.median(np.asarray(self.n_steps)[m]):>12.0f}")
         return "\n".join(rows)
 
@@ -375,15 +477,8 @@ def newton_phase(
     *,
     loss="mse",
     options: NewtonOptions | None = None,
-    maxnorm: float | None = None,
-    g_tol: float | None = None,
-    patience: int | None = None,
-    rel_improve: float | None = None,
-    max_steps: int | None = None,
-    max_time: float | None = None,
-    chunk: int | None = None,
-    batch_size: int | None = None,
     progress: bool = False,
+    **deprecated,
 ) -> ConvergeResult:
     """Trust-region Newton with the exact Hessian from every network of a batch.
 
@@ -392,25 +487,22 @@ def newton_phase(
     - `nets`: a batch of `DAGNetwork`s of one graph (leading axis on `weights`, e.g.
         from `eqx.filter_vmap`), or one network. Smooth activations only (the Hessian).
     - `X`, `Y`: the data; `loss`: `"mse"` (default) or a callable `(pred, Y) -> scalar`.
-    - `options`: a `NewtonOptions` (stopping rules, budgets, `batch_size`); the thin
-        keywords `maxnorm`, `g_tol`, `patience`, `rel_improve`, `max_steps`, `max_time`,
-        `chunk`, `batch_size` override its fields (defaults: `NewtonOptions`'s).
-        `max_time` is wall-clock seconds for the whole batch (checked every `chunk`
-        iterations; runs not finished or not started by then stop with `"max_time"`);
-        groups of `batch_size` runs run one after another, so a run only waits for the
-        slowest run of its group.
+    - `options`: a `NewtonOptions` (stopping rules, budgets, `batch_size`; default
+        `NewtonOptions()`). The old thin keywords (`maxnorm=`, `g_tol=`, `patience=`,
+        `rel_improve=`, `max_steps=`, `max_time=`, `chunk=`, `batch_size=`) still override
+        its fields, with a `DeprecationWarning`.
     - `progress`: print one line per chunk.
 
     **Returns:** a `ConvergeResult` (its `theta_flow` is the start; no flow record).
     """
+    opts = with_fields(options, NewtonOptions, take_deprecated("newton_phase", deprecated, NEWTON_KEYWORDS),
+                       "options")
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     if nets.is_positively_homogeneous or any(a.kinked for a in nets.activations):
         names = sorted({a.name for a in nets.activations})
         raise ValueError(f"newton_phase needs a smooth activation (exact Hessian); got {names}. "
                          "Use softplus, erf, g, tanh or gelu.")
-    opts = _newton_options(options, dict(maxnorm=maxnorm, g_tol=g_tol, patience=patience, rel_improve=rel_improve,
-                                         max_steps=max_steps, max_time=max_time, chunk=chunk, batch_size=batch_size))
     X, Y = check_data(nets.graph, X, Y)
     theta0 = nets.edge_weights()
     theta0 = theta0[None] if theta0.ndim == 1 else theta0
@@ -434,8 +526,9 @@ def newton_phase(
     nan = jnp.full((B,), jnp.nan, theta.dtype)
     settings = dict(opts.settings(), batch_size=bs,
                     optimiser="optimistix ClassicalTrustRegion + DampedNewtonDescent, exact Hessian (ij.losses.hessian_fn)")
+    result = result_from_code(jnp.asarray(_REASON_CODES)[jnp.concatenate(reasons)])
     return ConvergeResult(theta=theta, loss=f, grad_norm=gmax, weightnorm=weightnorm(theta), n_steps=jnp.concatenate(steps),
-                          stopped_by=jnp.concatenate(reasons), theta_flow=theta0, loss_flow=nan, t_flow=nan,
+                          result=result, theta_flow=theta0, loss_flow=nan, t_flow=nan,
                           flow_status=jnp.full((B,), -1), min_eig=lam, weightnorm_flow_max=nan,
                           passed_maxnorm_ode=jnp.zeros((B,), bool), trajectory=TrajectoryRecord.empty(B, 1, theta.dtype),
                           flow_steps=jnp.full((B,), -1), wall_time=wall, settings=settings)
@@ -466,7 +559,14 @@ def _one_net(nets: DAGNetwork) -> DAGNetwork:
     return nets.with_edge_weights(theta[0]) if theta.ndim == 2 else nets
 
 
-class _FlowBatch(eqx.Module):
+class FlowPhaseResult(eqx.Module):
+    """The end of `flow_phase`'s flows, one row per network (in the order given).
+
+    **Fields:** `theta_final` `(B, E)`, `loss_final`, `t_final`, `status` (`ij.STATUSES`
+    indices), `record` (a `TrajectoryRecord`, or None when none was asked for), `n_steps`
+    (solver steps; None from the `"sweep"` engine).
+    """
+
     theta_final: Array
     loss_final: Array
     t_final: Array
@@ -493,33 +593,45 @@ def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, 
         f = gradient_flow(n, X, Y, t1, saveat=save, solver=opts, stop=stop, loss=loss, **reg)
         rec = TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, edge_loss_fn(one_net, X, Y, loss)) \
             if n_record else None
-        return _FlowBatch(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
-                          status=status_code(f.result), record=rec, n_steps=f.stats["num_steps"])
+        return FlowPhaseResult(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
+                               status=status_code(f.result), record=rec, n_steps=f.stats["num_steps"])
 
     return eqx.filter_vmap(one)(nets)
 
 
-def _flow_phase(nets, X, Y, *, t1, solver, rtol, atol, max_flow_steps, maxnorm, flow_stop, flow_wall_time,
-                n_record, engine, slots, exact, loss):
-    """The ODE phase of `flow_then_newton`: a `_FlowBatch` in the order of `nets`."""
+def flow_phase(nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, maxnorm: float = 1e3,
+               loss="mse") -> FlowPhaseResult:
+    """The gradient-flow ("ODE") phase of `flow_then_newton` alone, on a batch of networks.
+
+    **Arguments:** `nets` (a batched `DAGNetwork`, or one network), data `X`, `Y`; `flow`: a
+    `FlowPhaseOptions` (default `FlowPhaseOptions()`); `maxnorm`: where the penalty starts
+    (`flow_stop="penalty"`) or the flow stops (`"stop"`); `loss`.
+
+    **Returns:** a `FlowPhaseResult` in the order of `nets`. Compiled once per graph,
+    activation, options and data shape.
+    """
+    flow = with_fields(flow, FlowPhaseOptions, {}, "flow")
+    check_positive("maxnorm", maxnorm)
+    engine = flow.resolved_engine()
     E = nets.edge_weights().shape[-1]
-    ceiling = float(np.sqrt(2 * maxnorm * E)) if flow_stop == "stop" else None
-    pen = float(maxnorm) if flow_stop == "penalty" else None
-    wall = None if flow_wall_time == np.inf else float(flow_wall_time)
-    if engine == "sweep":
-        res = sweep_flows(nets, X, Y, t1, solver=SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_flow_steps),
-                          n_save=2, stop=StopRules(max_param_norm=ceiling, max_wall_time=wall), slots=slots,
-                          exact=exact, loss=loss)
-        order = np.argsort(np.asarray(res.index))
-        pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
-        return _FlowBatch(theta_final=pick(res.theta_final), loss_final=pick(res.loss_final),
-                          t_final=pick(res.t_final), status=pick(res.status))
-    X, Y = check_data(nets.graph, X, Y)
+    ceiling = float(np.sqrt(2 * maxnorm * E)) if flow.flow_stop == "stop" else None
+    pen = float(maxnorm) if flow.flow_stop == "penalty" else None
+    wall = None if flow.flow_wall_time == np.inf else float(flow.flow_wall_time)
     theta = nets.edge_weights()
     theta = theta[None] if theta.ndim == 1 else theta
+    if engine == "sweep":
+        exact = jax.default_backend() == "cpu" if flow.exact is None else flow.exact
+        solver = SolverOptions(flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=flow.max_flow_steps)
+        res = sweep_flows(nets, X, Y, flow.t1, solver=solver, n_save=2, stop=StopRules(max_param_norm=ceiling,
+                          max_wall_time=wall), slots=flow.slots or min(theta.shape[0], 256), exact=exact, loss=loss)
+        order = np.argsort(np.asarray(res.index))
+        pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
+        return FlowPhaseResult(theta_final=pick(res.theta_final), loss_final=pick(res.loss_final),
+                               t_final=pick(res.t_final), status=pick(res.status))
+    X, Y = check_data(nets.graph, X, Y)
     one_net = _one_net(nets)
-    kw = dict(maxnorm=pen, n_record=int(n_record), wall_time=wall)
-    args = (float(t1), solver, float(rtol), float(atol), int(max_flow_steps), ceiling, loss)
+    kw = dict(maxnorm=pen, n_record=int(flow.n_record), wall_time=wall)
+    args = (float(flow.t1), flow.solver, float(flow.rtol), float(flow.atol), int(flow.max_flow_steps), ceiling, loss)
     if engine == "vmap":
         return _vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta), X, Y, *args, **kw)
     # one run at a time through one compiled program of batch 1 (each run its own wall clock)
@@ -533,84 +645,61 @@ def flow_then_newton(
     X,
     Y,
     *,
-    t1: float = 1e12,
-    solver: str = "kvaerno5",
-    rtol: float = 1e-3,
-    atol: float = 1e-6,
-    max_flow_steps: int = MAX_STEPS,
-    flow_wall_time: float = np.inf,
-    maxnorm: float = 1e3,
-    flow_stop: str = "penalty",
-    n_record: int = 41,
-    slots: int = 64,
-    exact: bool | None = None,
-    engine: str | None = None,
-    loss="mse",
+    flow: FlowPhaseOptions | None = None,
     newton: NewtonOptions | None = None,
-    **newton_options,
+    loss="mse",
+    **deprecated,
 ) -> ConvergeResult:
     """MLPGradientFlow's `train`: a gradient-flow ("ODE") phase, then `newton_phase`.
 
-    The flow runs with an implicit solver (the paper: KenCarp58 at reltol 1e-3; here
-    Kvaerno5 at the same tolerances) to `t1` (gradient-flow time of
-    `L = (1/2N) sum (f - y)^2`; an implicit solver's steps grow geometrically near a
-    minimum or along a channel, so a large `t1` costs few steps). Its budget is flow time
-    `t1` and wall time `flow_wall_time` (seconds per run; the paper gives up to 2 h),
-    with `max_flow_steps` only as a backstop.
+    **Arguments:**
 
-    - `flow_stop="penalty"` (default, the paper's way): the loss gets MLPGradientFlow's
-        soft `maxnorm` penalty (`maxnorm_penalty`), and the flow goes on, so it can reach
-        `maxnorm` and hover there. Needs `engine="loop"` or `"vmap"`.
-    - `flow_stop="stop"`: no penalty; the flow stops once `weightnorm >= maxnorm`.
+    - `nets` (a batched `DAGNetwork`, or one network), data `X`, `Y`, `loss`.
+    - `flow`: a `FlowPhaseOptions` (default `FlowPhaseOptions()`): the flow runs with an
+        implicit solver (the paper: KenCarp58 at reltol 1e-3; here Kvaerno5 at the same
+        tolerances) to `t1`, under a wall-time budget `flow_wall_time` per run, with
+        `max_flow_steps` only as a backstop. With `flow_stop="penalty"` (default, the
+        paper's way) the loss gets MLPGradientFlow's soft `maxnorm` penalty
+        (`maxnorm_penalty`) and the flow goes on; with `"stop"` it stops at `maxnorm`.
+    - `newton`: a `NewtonOptions` (default `NewtonOptions()`); its `maxnorm` is shared with
+        the flow phase. The Newton phase starts from the flow's final state.
+
+    The old keywords (`t1=`, `solver=`, `rtol=`, `atol=`, `max_flow_steps=`,
+    `flow_wall_time=`, `flow_stop=`, `n_record=`, `slots=`, `exact=`, `engine=`, and
+    `maxnorm=`, `g_tol=`, `patience=`, `max_steps=`, ... of `NewtonOptions`) still work,
+    with a `DeprecationWarning`, overriding the fields of `flow` / `newton`.
 
     Every run records the largest `weightnorm` of its ODE phase and whether it reached
     `maxnorm` (`passed_maxnorm_ode`), and, for the loop and vmap engines, a
-    `TrajectoryRecord` at `n_record` log-spaced times (0: none). The Newton phase starts
-    from the flow's final state; its options are `newton` (a `NewtonOptions`) or the thin
-    keywords `newton_options` (those of `newton_phase`), with `maxnorm` shared.
-
-    `engine`: `"loop"` runs one compiled program of batch 1 on one run at a time (each
-    run pays for itself: the fastest on a CPU, and the default there); `"vmap"` runs one
-    `eqx.filter_vmap` of `gradient_flow` (every run pays for the slowest: suits an
-    accelerator, the default there); `"sweep"` flows through `ij.sweep_flows`
-    (continuous batching; `slots`, `exact`; `flow_stop="stop"` only, no record). All are
-    compiled once per graph, activation, options and data shape.
+    `TrajectoryRecord` at `n_record` log-spaced times.
 
     **Returns:** a `ConvergeResult` with the flow's state in `theta_flow`, `loss_flow`,
     `t_flow`, `flow_status`, `weightnorm_flow_max`, `passed_maxnorm_ode`, `trajectory`.
     """
+    old = take_deprecated("flow_then_newton", deprecated, {**FLOW_KEYWORDS, **{
+        k: f"pass newton=ij.NewtonOptions({k}=...) instead" for k in _NEWTON_FIELDS}})
+    flow = with_fields(flow, FlowPhaseOptions, {k: v for k, v in old.items() if k in _FLOW_FIELDS}, "flow")
+    opts = with_fields(newton, NewtonOptions, {k: v for k, v in old.items() if k in _NEWTON_FIELDS}, "newton")
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
-    _positive("maxnorm", maxnorm)
-    _positive("t1", t1)
-    _positive("flow_wall_time", flow_wall_time, allow_inf=True)
-    _positive("max_flow_steps", max_flow_steps, integer=True)
-    if flow_stop not in FLOW_STOPS:
-        raise ValueError(f"flow_stop must be one of {FLOW_STOPS}; got {flow_stop!r}.")
-    if engine is None:
-        engine = "loop" if jax.default_backend() == "cpu" else "vmap"
-    if engine not in ("sweep", "vmap", "loop"):
-        raise ValueError(f"engine must be 'sweep', 'vmap' or 'loop'; got {engine!r}.")
-    if engine == "sweep" and flow_stop == "penalty":
-        raise ValueError("engine='sweep' cannot add the maxnorm penalty (ij.sweep_flows takes no regularizer); "
-                         "use engine='loop' or 'vmap', or flow_stop='stop'.")
-    if isinstance(n_record, bool) or not isinstance(n_record, (int, np.integer)) or n_record < 0 or n_record == 1:
-        raise ValueError(f"n_record must be 0 (no record) or an integer >= 2; got {n_record!r}.")
-    opts = _newton_options(newton, dict(newton_options, maxnorm=maxnorm))
-    exact = jax.default_backend() == "cpu" if exact is None else exact
-    res = _flow_phase(nets, X, Y, t1=t1, solver=solver, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
-                      maxnorm=maxnorm, flow_stop=flow_stop, flow_wall_time=flow_wall_time,
-                      n_record=0 if engine == "sweep" else n_record, engine=engine, slots=slots, exact=exact, loss=loss)
-    one = _one_net(nets)
-    out = newton_phase(eqx.filter_vmap(one.with_edge_weights)(res.theta_final), X, Y, loss=loss, options=opts)
+    check_positive("maxnorm", opts.maxnorm)
+    res = flow_phase(nets, X, Y, flow, maxnorm=opts.maxnorm, loss=loss)
+    out = newton_phase(eqx.filter_vmap(_one_net(nets).with_edge_weights)(res.theta_final), X, Y, loss=loss,
+                       options=opts)
+    return _with_flow(out, res, flow, opts.maxnorm)
+
+
+def _with_flow(out: ConvergeResult, res: FlowPhaseResult, flow: FlowPhaseOptions, maxnorm: float) -> ConvergeResult:
+    """The Newton phase's result with the flow phase's state and settings added."""
     B = res.theta_final.shape[0]
     rec = res.record if res.record is not None else TrajectoryRecord.empty(B, 1, res.theta_final.dtype)
     wn_max = jnp.fmax(jnp.max(jnp.nan_to_num(rec.weightnorm, nan=-jnp.inf), axis=-1), weightnorm(res.theta_final))
-    settings = dict(out.settings, t1=float(t1), solver=solver, rtol=float(rtol), atol=float(atol),
-                    max_flow_steps=int(max_flow_steps), flow_wall_time=float(flow_wall_time), flow_stop=flow_stop,
-                    engine=engine, n_record=int(n_record),
+    penalty = flow.flow_stop == "penalty"
+    settings = dict(out.settings, t1=float(flow.t1), solver=flow.solver, rtol=float(flow.rtol), atol=float(flow.atol),
+                    max_flow_steps=int(flow.max_flow_steps), flow_wall_time=float(flow.flow_wall_time),
+                    flow_stop=flow.flow_stop, engine=flow.resolved_engine(), n_record=int(flow.n_record),
                     flow_maxnorm=("MLPGradientFlow penalty (weightnorm - maxnorm)^3/6 in L = (1/2N) sum (f-y)^2 units"
-                                  if flow_stop == "penalty" else "stop at weightnorm >= maxnorm (StopRules.max_param_norm)"))
+                                  if penalty else "stop at weightnorm >= maxnorm (StopRules.max_param_norm)"))
     return dataclasses.replace(out, theta_flow=res.theta_final, loss_flow=res.loss_final, t_flow=res.t_final,
                                flow_status=res.status, weightnorm_flow_max=wn_max,
                                passed_maxnorm_ode=wn_max >= maxnorm, trajectory=rec, settings=settings,

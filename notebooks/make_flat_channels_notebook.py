@@ -177,8 +177,8 @@ also counts merging pairs with diverging, opposite output weights below that nor
 
 code("""bench = Path("../benchmarks/results/channels_frequency.json")
 if SMALL or not bench.exists():
-    st = ch.channel_frequency(activations=("softplus",), roughness=(0.5, 10.0), widths=(2,), n_inits=2,
-                              n_samples=16, t1=1e2, progress=False)
+    st = ch.channel_frequency(grid=ch.FrequencyGrid(activations=("softplus",), roughness=(0.5, 10.0), widths=(2,),
+                                                    n_inits=2, n_samples=16), t1=1e2, progress=False)
     freq = st.to_dict()
     print(st.table())
 else:
@@ -206,7 +206,7 @@ toy channel walked to `maxnorm = 20` in a few Newton steps, confirmed by `ch.con
 
 code("""Xt = jnp.linspace(-3, 3, 61)[:, None]; Yt = ch.toy_target(Xt)
 start = ch.toy_network(1.10, 0.57, 3.83, -2.21)   # paper convention, inside the channel
-res = ij.newton_phase(start, Xt, Yt, maxnorm=20.0, max_steps=300)
+res = ij.newton_phase(start, Xt, Yt, options=ij.NewtonOptions(maxnorm=20.0, max_steps=300))
 print(res.table())
 print("weightnorm", float(res.weightnorm[0]), "confirmed:", ch.confirm_channel(start.with_edge_weights(res.theta[0]), Xt, Yt, maxnorm=20.0, pair_tol=1.0))""")
 

@@ -179,7 +179,7 @@ def test_detector_flags_constructed_channel_not_finite_minimum(critical_net):
     dup = duplicate_neuron(net, 0, 0.5)
     rep2 = detect_channels(dup, X, Y)
     assert not rep2.in_channel
-    assert [q.classification for q in rep2.pairs] == ["merging"]
+    assert [q.classification for q in rep2.pairs] == [ij.channels.PairClass.merging]
     # the finite minimum itself: nothing to report
     assert detect_channels(net, X, Y).pairs == ()
     # a large norm alone is not a channel

@@ -9,8 +9,8 @@ from invariant_jax.cli import main
 
 @pytest.mark.parametrize("argv, msg", [
     (["--activations", "relu"], "'relu' is not smooth"),
-    (["--roughness", "0,1"], "roughness s must be positive"),
-    (["--widths", "1"], "Widths must be integers >= 2"),
+    (["--roughness", "0,1"], "every roughness s (length scale 1/s) must be a positive finite number"),
+    (["--widths", "1"], "every width (a channel needs two neurons) must be an integer >= 2"),
     (["--widths", "a"], "--widths must be comma-separated integers"),
 ])
 def test_channels_cli_bad_flags(capsys, argv, msg):

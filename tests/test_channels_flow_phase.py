@@ -49,16 +49,41 @@ def test_newton_options_and_results():
     assert o.patience == 7 and o.maxnorm == 1e3
     for kw in (dict(patience=0), dict(max_steps=1.5), dict(g_tol=0.0), dict(batch_size=0), dict(maxnorm=-1.0),
                dict(max_time=float("nan")), dict(patience=True)):
-        with pytest.raises(ValueError, match=next(iter(kw))):
+        with pytest.raises((ValueError, TypeError), match=next(iter(kw))):
             cv.NewtonOptions(**kw)
+    assert cv.NewtonOptions(maxnorm=float("inf"), max_time=float("inf")).maxnorm == float("inf")
     names = ij.result_name(cv.newton_result(list(cv.STOP_REASONS)))
-    assert list(names) == ["newton_unfinished", "stopped_grad_norm", "stopped_patience", "stopped_weightnorm",
-                           "max_steps_reached", "stopped_wall_time", "nonfinite_state"]
+    assert list(names) == ["newton_unfinished", "stopped_g_tol", "stopped_patience", "stopped_weightnorm",
+                           "max_steps_reached", "newton_max_time", "nonfinite_state"]
+    assert len(set(names)) == len(names)  # every reason its own member
     ok = np.asarray(ij.is_success(cv.newton_result(list(cv.STOP_REASONS))))
-    assert ok.tolist() == [False, True, True, True, False, True, False]  # running and patience no longer alike
+    assert ok.tolist() == [False, True, True, True, False, False, False]  # budgets and failures are not successes
     assert ij.result_name(cv.newton_result("patience")) == "stopped_patience"  # old JSONs store the names
+    assert cv.newton_reason(cv.newton_result(list(cv.STOP_REASONS))) == cv.STOP_REASONS  # and back
+    for name in names:  # each message says what to change
+        assert "NewtonOptions" in ij.result_message(getattr(ij.RESULTS, str(name))) or name in ("max_steps_reached",
+                                                                                   "nonfinite_state")
     with pytest.raises(ValueError, match="converged"):
         cv.newton_result(["converged"])
+    with pytest.raises(ValueError, match="Newton-phase"):
+        cv.newton_reason(ij.RESULTS.successful)
+
+
+def test_flow_phase_options():
+    f = cv.FlowPhaseOptions()
+    assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (1e12, "kvaerno5", 1e-3, 1e-6, "penalty", 41)
+    for kw, word in ((dict(flow_stop="hard"), "flow_stop"), (dict(engine="sweep"), "flow_stop='stop'"),
+                     (dict(engine="gpu"), "engine"), (dict(n_record=1), "n_record"), (dict(n_record=-1), "n_record"),
+                     (dict(flow_wall_time=0.0), "flow_wall_time"), (dict(t1=float("inf")), "t1"),
+                     (dict(max_flow_steps=0), "max_flow_steps"), (dict(solver="euler2"), "ij.SOLVERS"),
+                     (dict(slots=0), "slots"), (dict(exact=1), "exact"), (dict(rtol=-1.0), "rtol")):
+        with pytest.raises((ValueError, TypeError), match=word):
+            cv.FlowPhaseOptions(**kw)
+    assert cv.FlowPhaseOptions(engine="sweep", flow_stop="stop").resolved_engine() == "sweep"
+    with pytest.raises(TypeError, match="NewtonOptions"):
+        cv.flow_then_newton(None, None, None, newton=dict(maxnorm=2.0))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        cv.newton_phase(None, None, None, max_stepz=3)
 
 
 def test_closest_pair_distance_and_min_eig_brute_force():
@@ -82,7 +107,8 @@ def toy_run():  # compiles a Kvaerno5 flow and the Newton phase: ~60 s here, so 
     X, Y, loss = ch.toy_data(61)
     net = ch.toy_network(0.8, 0.95, 2.0, -1.0)
     nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
-    res = cv.flow_then_newton(nets, X, Y, t1=1e8, maxnorm=20.0, loss=loss, n_record=17, max_steps=20, engine="loop")
+    res = cv.flow_then_newton(nets, X, Y, loss=loss, flow=cv.FlowPhaseOptions(t1=1e8, n_record=17, engine="loop"),
+                              newton=cv.NewtonOptions(maxnorm=20.0, max_steps=20))
     return X, Y, loss, net, res
 
 
@@ -107,7 +133,11 @@ def test_ode_phase_reaches_maxnorm_on_the_toy_channel(toy_run):
     gL = np.asarray(jax.grad(Lf)(jnp.asarray(th)))
     gP = np.asarray(jax.grad(cv.maxnorm_penalty)(jnp.asarray(th), 20.0))
     assert np.max(np.abs(gL + gP)) < 1e-3 * np.max(np.abs(gL))
-    assert r.reason == ("maxnorm",) and ij.result_name(r.result)[0] == "stopped_weightnorm"
+    assert list(ij.result_name(r.result)) == ["stopped_weightnorm"] and bool(r.success[0])
+    with pytest.warns(DeprecationWarning, match="reason"):
+        assert r.reason == ("maxnorm",)
+    with pytest.warns(DeprecationWarning, match="stopped_by"):
+        assert r.stopped_by.tolist() == [cv.STOP_REASONS.index("maxnorm")]
 
 
 @pytest.mark.slow
@@ -131,8 +161,16 @@ def test_trajectory_record(toy_run):
 
 
 @pytest.mark.slow
-def test_flow_then_newton_bad_input(toy_run):
-    X, Y, loss, net, _ = toy_run
+def test_flow_then_newton_old_keywords(toy_run):
+    # the old keywords warn, name their replacement and give the same numbers
+    X, Y, loss, net, r = toy_run
+    nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
+    with pytest.warns(DeprecationWarning, match="FlowPhaseOptions") as rec:
+        old = cv.flow_then_newton(nets, X, Y, t1=1e8, maxnorm=20.0, loss=loss, n_record=17, max_steps=20, engine="loop")
+    assert any("NewtonOptions(max_steps" in str(w.message) for w in rec)
+    assert np.array_equal(np.asarray(old.theta), np.asarray(r.theta))
+    assert np.array_equal(np.asarray(old.theta_flow), np.asarray(r.theta_flow))
+    assert list(ij.result_name(old.result)) == list(ij.result_name(r.result)) and old.settings == r.settings
     for kw, word in ((dict(flow_stop="hard"), "flow_stop"), (dict(engine="sweep"), "sweep"),
                      (dict(n_record=1), "n_record"), (dict(flow_wall_time=0.0), "flow_wall_time"),
                      (dict(patience=0), "patience")):

@@ -1,5 +1,6 @@
 """Jump procedure and exponent fits; the two-neuron toy model."""
 
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
@@ -53,6 +54,31 @@ def test_jump_procedure_with_flow_on_toy_channel():
     assert abs(res.sharpness_fit.exponent - 2.0) < 0.05
     assert abs(res.gap_fit.exponent - 2.0) < 0.05
     assert np.all(res.gap > 0)  # h > 0: the channel descends towards its limit
+    assert list(ij.result_name(res.result)) == ["successful"] * 5 and res.success.all()
+
+
+def test_jump_procedure_solver_options_and_old_keywords():
+    # the flow after each jump takes an ij.SolverOptions; the old rtol/atol/max_steps keywords
+    # warn, name their replacement and give the same record
+    g = ij.mlp([1, 2, 1], bias=False)
+    X = jnp.linspace(-1, 1, 9)[:, None]
+    Y = jnp.sin(2 * X)
+    net = set_channel_coordinates(ij.DAGNetwork(g, "softplus", key=jr.key(3)),
+                                  channel_coordinates(ij.DAGNetwork(g, "softplus", key=jr.key(3)), 0, 1).with_eps(0.1))
+    new = jump_procedure(net, (0, 1), X, Y, n_jumps=2, t_flow=1.0, progress=False,
+                         solver=ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6, max_steps=500))
+    with pytest.warns(DeprecationWarning, match=r"solver=ij.SolverOptions\(name, rtol="):
+        old = jump_procedure(net, (0, 1), X, Y, n_jumps=2, t_flow=1.0, progress=False, solver="tsit5",
+                             rtol=1e-6, atol=1e-6, max_steps=500)
+    np.testing.assert_array_equal(old.loss, new.loss)
+    np.testing.assert_array_equal(old.eps, new.eps)
+    assert new.success.all() and new.sharpness_fit is None
+    with pytest.raises(ValueError, match="inside SolverOptions"):
+        jump_procedure(net, (0, 1), X, Y, solver=ij.SolverOptions(), rtol=1e-3, progress=False)
+    with pytest.raises(TypeError, match="n_jumps"):
+        jump_procedure(net, (0, 1), X, Y, n_jumps=1.5, progress=False)
+    with pytest.raises(ValueError, match="t_flow"):
+        jump_procedure(net, (0, 1), X, Y, t_flow=-1.0, progress=False)
 
 
 def _dense_limit_loss(w):

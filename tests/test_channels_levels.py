@@ -11,6 +11,7 @@ import pytest
 
 import invariant_jax as ij
 from invariant_jax import channels as ch
+from invariant_jax import converge as cv
 from invariant_jax.sweep import STATUSES
 
 
@@ -25,10 +26,39 @@ def test_frequency_vmap_status_names_nonfinite_and_max_steps_apart():
                         jnp.array([0.5, -0.3, 1.0, 0.7]) * 1e200,    # loss overflows to inf
                         jnp.array([0.5, -0.3, 3e3, 2e3])])           # stiff (curvature ~ a^2): runs out of steps
     nets = eqx.filter_vmap(ij.DAGNetwork(g, "erf", edge_weights=thetas[0]).with_edge_weights)(thetas)
-    b = _vmapped_flows(nets, X, Y, 1.0, solver="tsit5", rtol=1e-6, atol=1e-6, max_steps=200)
+    b = _vmapped_flows(nets, X, Y, 1.0, ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6, max_steps=200))
+    assert list(ij.result_name(ij.result_from_code(b.result))) == ["successful", "nonfinite_state",
+                                                                   "max_steps_reached"]
     assert STATUSES[b.status[0]] == "ok"
     assert not np.isfinite(b.loss_final[1]) and STATUSES[b.status[1]] == "nonfinite"
     assert np.isfinite(b.loss_final[2]) and STATUSES[b.status[2]] == "max_steps"
+
+
+def test_frequency_grid_checks():
+    assert ch.FrequencyGrid(widths=[2, 3]).widths == (2, 3) and ch.FrequencyGrid().shape == (2, 4, 2, 8)
+    for kw, word in ((dict(roughness=(0.5, 0.0)), "roughness"), (dict(roughness=()), "roughness"),
+                     (dict(widths=(1,)), "two neurons"), (dict(n_inits=0), "n_inits"), (dict(dim=1.0), "dim")):
+        with pytest.raises((ValueError, TypeError), match=word):
+            ch.FrequencyGrid(**kw)
+    with pytest.raises(TypeError, match="FrequencyGrid"):
+        ch.channel_frequency(grid=dict(n_inits=2))
+    with pytest.raises(ValueError, match="inside SolverOptions"):
+        ch.channel_frequency(solver=ij.SolverOptions("kvaerno5"), rtol=1e-6)
+    with pytest.raises(ValueError, match="engine"):
+        ch.channel_frequency(engine="gpu")
+
+
+@pytest.mark.slow
+def test_channel_frequency_old_keywords_give_the_same_study():
+    grid = ch.FrequencyGrid(activations=("softplus",), roughness=(0.5,), widths=(2,), n_inits=2, n_samples=12)
+    new = ch.channel_frequency(grid=grid, t1=10.0, solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7,
+                                                                            max_steps=20_000), progress=False)
+    with pytest.warns(DeprecationWarning, match="FrequencyGrid"):
+        old = ch.channel_frequency(activations=("softplus",), roughness=(0.5,), widths=(2,), n_inits=2, n_samples=12,
+                                   t1=10.0, rtol=1e-7, progress=False)
+    assert old.settings == new.settings and old.to_dict() == new.to_dict()
+    assert new.success.shape == (1, 1, 1, 2) and list(new.to_dict()["result"][0][0][0]) == list(
+        ij.result_name(ij.result_from_code(ij.result_code(new.result)[0, 0, 0])))
 
 
 def test_regular_grid_is_the_papers_101_by_101_grid():
@@ -83,9 +113,8 @@ def test_newton_phase_converges_like_scipy_trust_exact():
     starts = jnp.stack([teacher + 0.05 * jnp.array([1, -1, 1, 1, -1, 1, -1.0]),
                         teacher + 0.05 * jnp.array([-1, 1, 1, -1, 1, 1, 1.0])])
     nets = eqx.filter_vmap(net.with_edge_weights)(starts)
-    r = ij.newton_phase(nets, X, Y, g_tol=1e-11, max_steps=200)
-    assert r.reason == ("gradient", "gradient") and bool(jnp.all(r.success))
-    assert list(ij.result_name(r.result)) == ["stopped_grad_norm"] * 2
+    r = ij.newton_phase(nets, X, Y, options=ij.NewtonOptions(g_tol=1e-11, max_steps=200))
+    assert list(ij.result_name(r.result)) == ["stopped_g_tol"] * 2 and bool(jnp.all(r.success))
     L = edge_loss_fn(net, X, Y)
     dL, d2L, L = jax.jit(jax.grad(L)), jax.jit(jax.hessian(L)), jax.jit(L)
     for k in range(2):  # independent reference: SciPy's exact trust-region Newton
@@ -102,8 +131,12 @@ def test_newton_phase_walks_down_a_channel_to_maxnorm():
     X = jnp.linspace(-3, 3, 61)[:, None]
     Y = ch.toy_target(X)
     net = ch.toy_network(1.10, 0.57, 3.83, -2.21)  # gradient flow from (0.55 s2, 0.7 s2, 3, -2.5) at t ~ 2600
-    r = ij.newton_phase(net, X, Y, maxnorm=20.0, max_steps=300)
-    assert r.reason == ("maxnorm",) and list(ij.result_name(r.result)) == ["stopped_weightnorm"]
+    r = ij.newton_phase(net, X, Y, options=ij.NewtonOptions(maxnorm=20.0, max_steps=300))
+    assert list(ij.result_name(r.result)) == ["stopped_weightnorm"]
+    with pytest.warns(DeprecationWarning, match=r"NewtonOptions\(maxnorm=") as rec:  # the old spelling
+        old = ij.newton_phase(net, X, Y, maxnorm=20.0, max_steps=300)
+    assert len(rec) == 2 and np.array_equal(np.asarray(old.theta), np.asarray(r.theta))
+    assert list(ij.result_name(old.result)) == ["stopped_weightnorm"] and old.settings == r.settings
     assert float(r.weightnorm[0]) >= 20.0 and float(r.loss[0]) < float(ij.losses.network_loss(net, X, Y))
     end = net.with_edge_weights(r.theta[0])
     ok, err, pairs = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)
@@ -118,16 +151,30 @@ def test_newton_phase_bad_input():
     with pytest.raises(ValueError, match="smooth"):
         ij.newton_phase(ij.DAGNetwork(net.graph, "relu", edge_weights=net.edge_weights()), X, Y)
     for kw in (dict(patience=0), dict(maxnorm=-1.0), dict(max_steps=1.5)):
-        with pytest.raises(ValueError):
+        with pytest.raises((ValueError, TypeError), match=next(iter(kw))):
+            ij.newton_phase(net, X, Y, options=ij.NewtonOptions(**kw))
+        with pytest.raises((ValueError, TypeError), match=next(iter(kw))):
             ij.newton_phase(net, X, Y, **kw)
+    with pytest.raises(TypeError, match="NewtonOptions"):
+        ij.newton_phase(net, X, Y, options=dict(patience=3))
 
 
 @pytest.mark.slow
 def test_convergence_study_tiny_records_follow_the_criteria():
     X, Y = ij.rosenbrock_grid(16)
-    st = ch.convergence_study(X, Y, widths=(2,), activations=("g",), biases=(True,), n_seeds=3,
-                              max_flow_steps=200, max_steps=200, progress=False)
+    st = ch.convergence_study(X, Y, grid=ch.StudyGrid(widths=(2,), activations=("g",), biases=(True,), n_seeds=3),
+                              flow=ij.FlowPhaseOptions(max_flow_steps=200, flow_stop="stop", n_record=0,
+                                                                slots=None, engine="sweep"),
+                              newton=ij.NewtonOptions(max_steps=200), progress=False)
     rec = st.records
+    assert np.array_equal(st.success, np.isin(rec["stopped_by"], ["gradient", "patience", "maxnorm"]))
+    assert list(ij.result_name(st.result)) == list(ij.result_name(cv.newton_result(list(rec["stopped_by"]))))
+    with pytest.warns(DeprecationWarning, match="StudyGrid"):  # the old spelling: the same study
+        old = ch.convergence_study(X, Y, widths=(2,), activations=("g",), biases=(True,), n_seeds=3,
+                                   max_flow_steps=200, max_steps=200, progress=False)
+    assert old.settings == st.settings and list(old.records) == list(rec)
+    for k in ("loss", "weightnorm", "stopped_by", "min_cos", "t_flow"):
+        np.testing.assert_array_equal(old.records[k], rec[k])
     assert len(rec["loss"]) == 3
     assert np.array_equal(rec["infinite"], rec["weightnorm"] >= 1e3)
     assert np.allclose(rec["mse"], 2 * rec["loss"])
@@ -186,6 +233,16 @@ def _synthetic_study(seeds, **settings):
     rec["theta"] = ch._levels._column([rng.normal(size=3) for _ in range(n)])
     base = dict(seed=0, maxnorm=1e3, rtol=1e-3, max_steps=2000, n_inputs=2, widths=[2, 3], n_seeds=len(seeds))
     return ch.ConvergenceStudy(records=rec, settings=dict(base, **settings), seconds=1.0)
+
+
+def test_study_grid_checks():
+    assert ch.StudyGrid(widths=[2, 3]).widths == (2, 3)
+    for kw, word in ((dict(widths=()), "widths"), (dict(widths=(0,)), "width"), (dict(n_seeds=0), "n_seeds"),
+                     (dict(first_seed=-1), "first_seed"), (dict(activations=[]), "activations")):
+        with pytest.raises((ValueError, TypeError), match=word):
+            ch.StudyGrid(**kw)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ch.convergence_study(np.zeros((2, 2)), np.zeros(2), n_seedz=3)
 
 
 def test_study_parts_merge_like_one_study_and_refuse_overlaps():

@@ -6,7 +6,7 @@ from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_c
 from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
 from ._eos import ChannelGDTrace, gd_channel_trace
 from ._figures import channel_figure, channel_title, pair_trajectory
-from ._frequency import FrequencyStudy, channel_frequency
+from ._frequency import FREQUENCY_SOLVER, FrequencyGrid, FrequencyStudy, channel_frequency
 from ._glu import (
     ChannelPair,
     CollapsedNetwork,
@@ -14,14 +14,18 @@ from ._glu import (
     channel_coordinates,
     collapse_channel,
     glu_limit,
+    hidden_position,
     pair_output,
+    pair_structure,
     predecessor_values,
     set_channel_coordinates,
 )
 from ._jump import GLUConvergence, JumpResult, PowerLaw, glu_convergence, jump_procedure, power_law_fit
 from ._levels import (
+    STUDY_FLOW,
     Confirmation,
     ConvergenceStudy,
+    StudyGrid,
     cluster_loss_levels,
     confirm_channel,
     convergence_study,

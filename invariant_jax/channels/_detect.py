@@ -15,6 +15,8 @@ from itertools import combinations
 import equinox as eqx
 import numpy as np
 
+from .._checks import check_positive
+from .._results import RESULTS, is_success
 from ..converge import weightnorm
 from ..flow import Flow
 from ..losses import check_data, loss_gradient
@@ -50,6 +52,9 @@ class ChannelReport(eqx.Module):
     - `param_norm`: `||theta||`; `weightnorm`: `sum(theta^2) / (2E)`, the quantity the
         norm criterion tests; `in_channel`: whether any pair is a `channel`;
         `thresholds`: the criteria settings used.
+
+    `result` is `RESULTS.successful`, or `nonfinite_state` when the weights are not finite
+    (then no criterion means anything); `success` says which.
     """
 
     pairs: tuple[ChannelPair, ...]
@@ -62,6 +67,14 @@ class ChannelReport(eqx.Module):
     weightnorm: float
     in_channel: bool
     thresholds: dict
+
+    @property
+    def result(self) -> RESULTS:
+        return RESULTS.successful if np.isfinite(self.param_norm) else RESULTS.nonfinite_state
+
+    @property
+    def success(self) -> bool:
+        return bool(is_success(self.result))
 
     @property
     def channels(self) -> tuple[ChannelPair, ...]:
@@ -146,103 +159,23 @@ def detect_channels(
     **Returns:** a `ChannelReport`.
     """
     for name, v in (("maxnorm", maxnorm), ("pair_tol", pair_tol), ("group_tol", group_tol)):
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be positive and finite; got {v!r}.")
+        check_positive(name, v)
     if not 0 < late_fraction <= 1 or not 0 < late_window < 1:
         raise ValueError(f"Need 0 < late_fraction <= 1 and 0 < late_window < 1; got {late_fraction!r}, {late_window!r}.")
-    earlier = None
-    if isinstance(net_or_flow, Flow):
-        flow = net_or_flow
-        if flow.thetas.ndim != 2:
-            raise ValueError("detect_channels takes one trajectory; index a batched Flow first (jax.tree.map(lambda x: x[k], flow)).")
-        net = flow.final
-        thetas = np.asarray(flow.thetas)
-        ok = np.flatnonzero(np.isfinite(np.asarray(flow.ts)) & np.all(np.isfinite(thetas), axis=1))
-        if ok.size >= 2:
-            earlier = thetas[ok[min(int(np.floor((1 - late_window) * ok.size)), ok.size - 2)]]
-            update = np.asarray(flow.theta_final) - earlier
-        else:
-            update = None
-    elif isinstance(net_or_flow, DAGNetwork):
-        net = net_or_flow
-        update = None
-        if X is not None and Y is not None:
-            X, Y = check_data(net.graph, X, Y)
-            update = -np.asarray(loss_gradient(net, X, Y, loss=loss)[1])
-    else:
-        raise TypeError(f"detect_channels takes a DAGNetwork or a Flow; got {type(net_or_flow).__name__}.")
-    g = net.graph
-    W = np.asarray(net.weights)
+    net, update, earlier = _end_state(net_or_flow, X, Y, loss=loss, late_window=late_window)
     theta = np.asarray(net.edge_weights())
     norm = float(np.linalg.norm(theta))
     # weightnorm >= maxnorm, written as ||theta|| > sqrt(2 maxnorm E) with a relative slack of
     # 1e-9 so that an end point stopped at weightnorm = maxnorm passes despite round-off
     norm_threshold = float(np.sqrt(2 * maxnorm * theta.size)) * (1 - 1e-9)
-    H = len(g.hidden)
-    info = [_in_out(net, W, k) for k in range(H)]
+    W = np.asarray(net.weights)
+    info = [_in_out(net, W, k) for k in range(len(net.graph.hidden))]
+    close_pairs, groups = _close_pairs(net, info, pair_tol=pair_tol, group_tol=group_tol)
     W_early = None if earlier is None else np.asarray(net.with_edge_weights(earlier).weights)
-    close_pairs, group_edges = [], []
-    for i, j in combinations(range(H), 2):
-        if info[i][0] != info[j][0] or net.activation_of(i) != net.activation_of(j):
-            continue
-        cd = _cosine_distance(info[i][1], info[j][1])
-        if cd < group_tol:
-            group_edges.append((i, j))
-        if cd < pair_tol:
-            close_pairs.append((i, j, cd))
-    # groups: connected components of the group_tol graph with >= 3 members
-    parent = list(range(H))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i, j in group_edges:
-        parent[find(i)] = find(j)
-    comps: dict[int, list[int]] = {}
-    for k in range(H):
-        comps.setdefault(find(k), []).append(k)
-    groups = tuple(tuple(c) for c in comps.values() if len(c) >= 3)
-
-    pairs, cds, opp, div, lfs = [], [], [], [], []
-    tangents = []
-    for i, j, cd in close_pairs:
-        ai, aj = info[i][2], info[j][2]
-        if ai.size and ai[0] < 0:  # convention: a_i -> +inf, a_j -> -inf
-            i, j, ai, aj = j, i, aj, ai
-        opposite = bool(np.dot(ai, aj) < 0)
-        spread = float(np.linalg.norm(ai - aj))
-        if W_early is not None:
-            _, _, ai0 = _in_out(net, W_early, i)
-            _, _, aj0 = _in_out(net, W_early, j)
-            diverging = opposite and spread > float(np.linalg.norm(ai0 - aj0))
-        else:
-            diverging = opposite and spread > np.sqrt(norm_threshold)
-        pair = channel_coordinates(net, i, j)
-        pairs.append(pair)
-        cds.append(cd)
-        opp.append(opposite)
-        div.append(diverging)
-        tangents.append(_tangent(net, pair) if float(pair.eps) > 0 else np.zeros_like(theta))
-    for t in tangents:
-        if update is None or not np.any(update):
-            lfs.append(np.nan)
-        else:
-            lfs.append(float(np.dot(update, t) ** 2 / np.dot(update, update)))
-    # late criterion over all diverging pairs together (their tangents have disjoint supports)
-    late_total = np.nansum([lf for lf, d in zip(lfs, div) if d]) if update is not None else np.nan
-    out = []
-    for p, d, lf in zip(pairs, div, lfs):
-        late_ok = np.isnan(lf) or late_total >= late_fraction
-        if d and norm > norm_threshold and late_ok:
-            cls = PairClass.channel
-        elif d:
-            cls = PairClass.candidate
-        else:
-            cls = PairClass.merging
-        out.append(_with_class(p, cls))
+    pairs, cds, opp, div, tangents = _pair_criteria(net, info, close_pairs, W_early, np.sqrt(norm_threshold))
+    lfs = [np.nan if update is None or not np.any(update) else float(np.dot(update, t) ** 2 / np.dot(update, update))
+           for t in tangents]
+    out = _classified(pairs, div, lfs, update, late_fraction=late_fraction, far=norm > norm_threshold)
     return ChannelReport(
         pairs=tuple(out),
         cosine_distances=np.asarray(cds, dtype=float),
@@ -256,6 +189,102 @@ def detect_channels(
         thresholds=dict(maxnorm=maxnorm, pair_tol=pair_tol, group_tol=group_tol,
                         late_fraction=late_fraction, late_window=late_window),
     )
+
+
+def _pair_criteria(net: DAGNetwork, info, close_pairs, W_early, spread_threshold):
+    """Per close pair: its `ChannelPair`, cosine distance, whether its output weights are
+    opposite and diverging (grew since `W_early`, or beyond `spread_threshold` without
+    one), and its unit channel direction `d theta / d eps`."""
+    pairs, cds, opp, div, tangents = [], [], [], [], []
+    for i, j, cd in close_pairs:
+        ai, aj = info[i][2], info[j][2]
+        if ai.size and ai[0] < 0:  # convention: a_i -> +inf, a_j -> -inf
+            i, j, ai, aj = j, i, aj, ai
+        opposite = bool(np.dot(ai, aj) < 0)
+        spread = float(np.linalg.norm(ai - aj))
+        if W_early is not None:
+            _, _, ai0 = _in_out(net, W_early, i)
+            _, _, aj0 = _in_out(net, W_early, j)
+            diverging = opposite and spread > float(np.linalg.norm(ai0 - aj0))
+        else:
+            diverging = opposite and spread > spread_threshold
+        pair = channel_coordinates(net, i, j)
+        pairs.append(pair)
+        cds.append(cd)
+        opp.append(opposite)
+        div.append(diverging)
+        tangents.append(_tangent(net, pair) if float(pair.eps) > 0 else np.zeros(len(net.graph.edges)))
+    return pairs, cds, opp, div, tangents
+
+
+def _end_state(net_or_flow, X, Y, *, loss, late_window):
+    """`(network at the end, late update or None, the earlier state the update starts
+    from or None)`: a `Flow`'s own late displacement, or `-grad L` of a network with data."""
+    if isinstance(net_or_flow, Flow):
+        flow = net_or_flow
+        if flow.thetas.ndim != 2:
+            raise ValueError("detect_channels takes one trajectory; index a batched Flow first "
+                             "(jax.tree.map(lambda x: x[k], flow)).")
+        thetas = np.asarray(flow.thetas)
+        ok = np.flatnonzero(np.isfinite(np.asarray(flow.ts)) & np.all(np.isfinite(thetas), axis=1))
+        if ok.size < 2:
+            return flow.final, None, None
+        earlier = thetas[ok[min(int(np.floor((1 - late_window) * ok.size)), ok.size - 2)]]
+        return flow.final, np.asarray(flow.theta_final) - earlier, earlier
+    if isinstance(net_or_flow, DAGNetwork):
+        net = net_or_flow
+        if X is None or Y is None:
+            return net, None, None
+        X, Y = check_data(net.graph, X, Y)
+        return net, -np.asarray(loss_gradient(net, X, Y, loss=loss)[1]), None
+    raise TypeError(f"detect_channels takes a DAGNetwork or a Flow; got {type(net_or_flow).__name__}.")
+
+
+def _close_pairs(net: DAGNetwork, info, *, pair_tol, group_tol):
+    """`(pairs (i, j, cosine distance) below pair_tol, groups)`: hidden neurons with the same
+    predecessors and activation whose input weights are close; groups are the connected
+    components of 3 or more of the `group_tol` graph."""
+    H = len(info)
+    close_pairs, group_edges = [], []
+    for i, j in combinations(range(H), 2):
+        if info[i][0] != info[j][0] or net.activation_of(i) != net.activation_of(j):
+            continue
+        cd = _cosine_distance(info[i][1], info[j][1])
+        if cd < group_tol:
+            group_edges.append((i, j))
+        if cd < pair_tol:
+            close_pairs.append((i, j, cd))
+    parent = list(range(H))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, j in group_edges:
+        parent[find(i)] = find(j)
+    comps: dict[int, list[int]] = {}
+    for k in range(H):
+        comps.setdefault(find(k), []).append(k)
+    return close_pairs, tuple(tuple(c) for c in comps.values() if len(c) >= 3)
+
+
+def _classified(pairs, div, lfs, update, *, late_fraction, far) -> list[ChannelPair]:
+    """Each pair with its `PairClass`. The late criterion is judged over all diverging
+    pairs together (their tangents have disjoint supports)."""
+    late_total = np.nansum([lf for lf, d in zip(lfs, div) if d]) if update is not None else np.nan
+    out = []
+    for p, d, lf in zip(pairs, div, lfs):
+        late_ok = np.isnan(lf) or late_total >= late_fraction
+        if d and far and late_ok:
+            cls = PairClass.channel
+        elif d:
+            cls = PairClass.candidate
+        else:
+            cls = PairClass.merging
+        out.append(_with_class(p, cls))
+    return out
 
 
 def _with_class(p: ChannelPair, cls: PairClass) -> ChannelPair:

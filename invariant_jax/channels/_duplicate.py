@@ -14,11 +14,12 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._checks import check_positive
+from .._results import RESULTS, is_success, result_where
 from ..flow import Flow, gradient_flow
 from ..graph import DAG
 from ..losses import check_data, edge_loss_fn, hessian, loss_gradient, require_smooth
 from ..network import DAGNetwork
-from ._glu import _hidden_position
+from ._glu import hidden_position
 
 __all__ = ["duplicate_neuron", "SaddleLine", "saddle_line", "Escape", "escape_saddle", "refine_critical_point"]
 
@@ -78,7 +79,7 @@ def duplicate_neuron(net: DAGNetwork, i, gamma: float) -> DAGNetwork:
     next free `"h1_k"`) or with a trailing `'`.
     """
     g = net.graph
-    i = _hidden_position(g, i)
+    i = hidden_position(g, i)
     if not isinstance(gamma, jax.core.Tracer):
         _check_gamma(gamma)
     g2, new, src, out_i, out_new = _duplicate_graph(g, i)
@@ -99,7 +100,8 @@ class SaddleLine(eqx.Module):
 
     **Fields:** `gammas` `(G,)`, `losses` `(G,)`, `grad_norms` `(G,)`, `eigenvalues`
     `(G, E)` (ascending), `min_eigenvalue` `(G,)`, `is_saddle` `(G,)` (min eigenvalue
-    below `-tol`), `tol`.
+    below `-tol`), `tol`. `result` (per `gamma`): `successful`, or `nonfinite_state`
+    where the loss or the spectrum is not finite; `success` says which.
     """
 
     gammas: Float[Array, " G"]
@@ -109,6 +111,15 @@ class SaddleLine(eqx.Module):
     min_eigenvalue: Float[Array, " G"]
     is_saddle: Array
     tol: float = eqx.field(static=True)
+
+    @property
+    def result(self) -> RESULTS:
+        ok = np.isfinite(np.asarray(self.losses)) & np.all(np.isfinite(np.asarray(self.eigenvalues)), axis=-1)
+        return result_where(ok, RESULTS.successful, RESULTS.nonfinite_state)
+
+    @property
+    def success(self) -> np.ndarray:
+        return np.asarray(is_success(self.result))
 
 
 def saddle_line(net: DAGNetwork, i, X, Y, gammas: ArrayLike, *, loss="mse", tol: float = 1e-9) -> SaddleLine:
@@ -124,7 +135,7 @@ def saddle_line(net: DAGNetwork, i, X, Y, gammas: ArrayLike, *, loss="mse", tol:
     gammas = jnp.asarray(gammas, dtype=net.weights.dtype)
     if gammas.ndim != 1 or not bool(jnp.all(jnp.isfinite(gammas))):
         raise ValueError("gammas must be a 1-D array of finite numbers.")
-    i = _hidden_position(net.graph, i)
+    i = hidden_position(net.graph, i)
 
     def at(gm):
         n2 = duplicate_neuron(net, i, gm)
@@ -141,7 +152,7 @@ class Escape(eqx.Module):
 
     **Fields:** `min_eigenvalue`, `direction` (unit eigenvector, edge order),
     `start` (the perturbed network), `flow` (the `Flow` from `start`), `loss_saddle`,
-    `loss_final`.
+    `loss_final`. `result` and `success` are the flow's.
     """
 
     min_eigenvalue: Float[Array, ""]
@@ -150,6 +161,14 @@ class Escape(eqx.Module):
     flow: Flow
     loss_saddle: Float[Array, ""]
     loss_final: Float[Array, ""]
+
+    @property
+    def result(self) -> RESULTS:
+        return self.flow.result
+
+    @property
+    def success(self):
+        return self.flow.success
 
 
 def escape_saddle(net: DAGNetwork, X, Y, *, size: float = 1e-3, t1: float = 1e3, loss="mse", **flow_kwargs) -> Escape:

@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._results import RESULTS, is_success, result_where
 from ..losses import check_data, edge_loss_fn, require_smooth
 from ..network import DAGNetwork
-from ._glu import _hidden_position, _pair_structure
+from ._glu import hidden_position, pair_structure
 
 __all__ = ["ChannelGDTrace", "gd_channel_trace"]
 
@@ -27,7 +28,9 @@ class ChannelGDTrace(eqx.Module):
     """Result of `gd_channel_trace`; arrays have shape `(n_lrs, n_records)`.
 
     **Fields:** `lrs`, `steps` (`(n_records,)` update counts), `loss`, `eps`, `sharpness`
-    (top Hessian eigenvalue), `grad_norm`, `theta_final` (`(n_lrs, E)`).
+    (top Hessian eigenvalue), `grad_norm`, `theta_final` (`(n_lrs, E)`). `result` (per
+    learning rate): `successful`, or `training_diverged` where a recorded loss or the
+    final weights are not finite; `success` says which.
     """
 
     lrs: Float[Array, " K"]
@@ -37,6 +40,16 @@ class ChannelGDTrace(eqx.Module):
     sharpness: Float[Array, "K T"]
     grad_norm: Float[Array, "K T"]
     theta_final: Float[Array, "K E"]
+
+    @property
+    def result(self) -> RESULTS:
+        ok = np.all(np.isfinite(np.asarray(self.loss)), axis=-1) & np.all(np.isfinite(np.asarray(self.theta_final)),
+                                                                            axis=-1)
+        return result_where(ok, RESULTS.successful, RESULTS.training_diverged)
+
+    @property
+    def success(self) -> np.ndarray:
+        return np.asarray(is_success(self.result))
 
 
 def gd_channel_trace(net: DAGNetwork, pair, X, Y, lrs, *, n_steps: int, record_every: int = 100,
@@ -60,8 +73,8 @@ def gd_channel_trace(net: DAGNetwork, pair, X, Y, lrs, *, n_steps: int, record_e
             or n_steps % record_every:
         raise ValueError(f"n_steps must be a positive multiple of record_every; got {n_steps!r}, {record_every!r}.")
     g = net.graph
-    i, j = (_hidden_position(g, v) for v in pair)
-    vi, vj, P, _ = _pair_structure(g, i, j)
+    i, j = (hidden_position(g, v) for v in pair)
+    vi, vj, P, _ = pair_structure(g, i, j)
     e = {edge: n for n, edge in enumerate(g.edges)}
     idx_i = jnp.array([e[(u, vi)] for u in P])
     idx_j = jnp.array([e[(u, vj)] for u in P])

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 
 from ..flow import Flow
-from ._glu import ChannelPair, _hidden_position, channel_coordinates
+from ._glu import ChannelPair, channel_coordinates, hidden_position
 
 
 def pair_trajectory(flow: Flow, pair) -> dict:
@@ -31,7 +31,7 @@ def pair_trajectory(flow: Flow, pair) -> dict:
                          "pick one with jax.tree.map(lambda x: x[k], flow) or run gradient_flow on one network.")
     g = flow.network.graph
     i, j = (pair.i, pair.j) if isinstance(pair, ChannelPair) else pair
-    i, j = _hidden_position(g, i), _hidden_position(g, j)
+    i, j = hidden_position(g, i), hidden_position(g, j)
     ts = np.asarray(flow.ts)
     thetas = np.asarray(flow.thetas)
     keep = np.isfinite(ts) & (ts > 0) & np.all(np.isfinite(thetas), axis=1)

@@ -4,6 +4,7 @@ at length scale 1/s), the width and the activation."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import equinox as eqx
@@ -13,17 +14,54 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._results import result_code, status_code
+from .._checks import check_integer, check_positive, take_deprecated
+from .._results import RESULTS, is_success, result_code, result_from_code, result_name, status_code
 from ..datasets import gp_data
 from ..flow import gradient_flow
 from ..graph import mlp
 from ..network import DAGNetwork
-from ..options import SolverOptions
+from ..options import SaveTimes, SolverOptions
 from ..sweep import sweep_flows
 from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import PairClass
 
-__all__ = ["FrequencyStudy", "channel_frequency"]
+__all__ = ["FrequencyGrid", "FREQUENCY_SOLVER", "FrequencyStudy", "channel_frequency"]
+
+
+class FrequencyGrid(eqx.Module):
+    """The runs of `channel_frequency`, validated once.
+
+    **Fields:** `activations` (default softplus, erf), `roughness` (the GP targets'
+    roughness `s`, length scale `1/s`; default 0.1, 0.5, 2, 10), `widths` (integers >= 2: a
+    channel needs two neurons; default 2, 4), `n_inits` (Glorot-normal initializations per
+    cell, default 8, from key `seed`), `n_samples`, `dim` (the data: `gp_data(n_samples,
+    dim, roughness=s)`, one draw per `s` from key `data_seed`), `bias`.
+    """
+
+    activations: tuple = eqx.field(default=("softplus", "erf"), converter=tuple)
+    roughness: tuple = eqx.field(default=(0.1, 0.5, 2.0, 10.0), converter=tuple)
+    widths: tuple = eqx.field(default=(2, 4), converter=tuple)
+    n_inits: int = 8
+    n_samples: int = 32
+    dim: int = 1
+    bias: bool = True
+    seed: int = 0
+    data_seed: int = 1
+
+    def __check_init__(self):
+        for name in ("activations", "roughness", "widths"):
+            if len(getattr(self, name)) == 0:
+                raise ValueError(f"{name} must not be empty.")
+        for s in self.roughness:
+            check_positive("every roughness s (length scale 1/s)", s)
+        for w in self.widths:
+            check_integer("every width (a channel needs two neurons)", w, minimum=2)
+        for name in ("n_inits", "n_samples", "dim"):
+            check_integer(name, getattr(self, name), minimum=1)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.activations), len(self.roughness), len(self.widths), self.n_inits)
 
 
 class FrequencyStudy(eqx.Module):
@@ -33,8 +71,10 @@ class FrequencyStudy(eqx.Module):
     **Fields:** `activations`, `roughness`, `widths` (the grid); `channel` (all criteria
     of `detect_channels` hold), `candidate` (merging input weights and diverging,
     opposite output weights, but below the norm threshold), `loss_final`, `param_norm`,
-    `t_final`, `status` (`ij.sweep.STATUSES` indices; `ij.sweep.status_is_success` tells
-    success); `channel_fraction` and `candidate_fraction` `(A, S, W)`; `settings` (everything needed to rerun it).
+    `t_final`, `status` (`ij.sweep.STATUSES` indices), `result` (each flow's `ij.RESULTS`
+    item); `success` (per flow: reached `t1` or stopped by a rule; `success.all()`: no
+    flow failed); `channel_fraction` and `candidate_fraction` `(A, S, W)`; `settings`
+    (everything needed to rerun it).
     """
 
     activations: tuple[str, ...]
@@ -46,7 +86,12 @@ class FrequencyStudy(eqx.Module):
     param_norm: np.ndarray
     t_final: np.ndarray
     status: np.ndarray
+    result: RESULTS
     settings: dict
+
+    @property
+    def success(self) -> np.ndarray:
+        return np.asarray(is_success(self.result))
 
     @property
     def channel_fraction(self) -> np.ndarray:
@@ -69,7 +114,8 @@ class FrequencyStudy(eqx.Module):
         return dict(activations=list(self.activations), roughness=list(self.roughness), widths=list(self.widths),
                     channel_fraction=self.channel_fraction.tolist(), candidate_fraction=self.candidate_fraction.tolist(),
                     loss_final=self.loss_final.tolist(), param_norm=self.param_norm.tolist(),
-                    status=self.status.tolist(), settings=self.settings)
+                    status=self.status.tolist(), result=np.asarray(result_name(self.result)).tolist(),
+                    settings=self.settings)
 
 
 _IMPLICIT = ("kvaerno3", "kvaerno4", "kvaerno5")
@@ -80,101 +126,128 @@ class _Batch(eqx.Module):
     loss_final: np.ndarray
     t_final: np.ndarray
     status: np.ndarray
+    result: np.ndarray
 
 
 @eqx.filter_jit
-def _run_batch(nets, X, Y, t1, solver, rtol, atol, max_steps):
-    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
-    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=opts))(nets)
+def _run_batch(nets, X, Y, t1, solver: SolverOptions):
+    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=solver))(nets)
     return f.theta_final, f.loss_final, f.t_final, result_code(f.result)
 
 
-def _vmapped_flows(nets, X, Y, t1, *, solver, rtol, atol, max_steps) -> _Batch:
+def _vmapped_flows(nets, X, Y, t1, solver: SolverOptions) -> _Batch:
     # one compilation per graph and activation; new data reuse it
-    th, L, t, r = (np.asarray(v) for v in _run_batch(nets, X, Y, t1, solver, rtol, atol, max_steps))
-    return _Batch(theta_final=th, loss_final=L, t_final=t, status=np.asarray(status_code(r)))
+    th, L, t, r = (np.asarray(v) for v in _run_batch(nets, X, Y, t1, solver))
+    return _Batch(theta_final=th, loss_final=L, t_final=t, status=np.asarray(status_code(r)), result=r)
+
+
+FREQUENCY_SOLVER = SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7, max_steps=20_000)
+"""`channel_frequency`'s default solver: Kvaerno5 (channels are stiff) at tight tolerances."""
+
+_GRID_KEYWORDS = {k: f"pass grid=ij.channels.FrequencyGrid({k}=...) instead" for k in
+                  ("activations", "roughness", "widths", "n_inits", "n_samples", "dim", "bias", "seed", "data_seed")}
+_SOLVER_KEYWORDS = {k: f"pass solver=ij.SolverOptions(name, {k}=...) instead" for k in ("rtol", "atol", "max_steps")}
+
+
+def _frequency_options(grid, solver, deprecated: dict) -> tuple[FrequencyGrid, SolverOptions]:
+    old = take_deprecated("channel_frequency", deprecated, {**_GRID_KEYWORDS, **_SOLVER_KEYWORDS})
+    grid = FrequencyGrid() if grid is None else grid
+    if not isinstance(grid, FrequencyGrid):
+        raise TypeError(f"grid must be an ij.channels.FrequencyGrid; got {type(grid).__name__}.")
+    given = {k: old[k] for k in _GRID_KEYWORDS if k in old}
+    grid = dataclasses.replace(grid, **given) if given else grid
+    thin = {k: old[k] for k in _SOLVER_KEYWORDS if k in old}
+    if isinstance(solver, SolverOptions):
+        if thin:
+            raise ValueError(f"Pass {', '.join(sorted(thin))} inside SolverOptions(...), not as keywords as well.")
+    else:
+        base = FREQUENCY_SOLVER
+        solver = SolverOptions(base.solver if solver is None else solver, **{
+            k: thin.get(k, getattr(base, k)) for k in ("rtol", "atol", "max_steps")})
+    return grid, solver
 
 
 def channel_frequency(
     *,
-    activations=("softplus", "erf"),
-    roughness=(0.1, 0.5, 2.0, 10.0),
-    widths=(2, 4),
-    n_inits: int = 8,
-    n_samples: int = 32,
-    dim: int = 1,
-    bias: bool = True,
+    grid: FrequencyGrid | None = None,
     t1: float = 1e4,
-    solver: str = "kvaerno5",
-    rtol: float = 1e-7,
-    atol: float = 1e-7,
-    max_steps: int = 20_000,
+    solver: str | SolverOptions | None = None,
     maxnorm: float = MAXNORM,
     pair_tol: float = PAIR_TOL,
     engine: str = "auto",
-    seed: int = 0,
-    data_seed: int = 1,
     slots: int = 64,
     progress: bool = True,
+    **deprecated,
 ) -> FrequencyStudy:
     """Run gradient flow from `n_inits` Glorot-normal initializations of
-    `mlp([dim, width, 1], bias=bias)` for every activation, roughness `s` and width, on
-    one GP target per `s` (`gp_data(n_samples, dim, roughness=s)`), and classify each
-    final state with `detect_channels(net, X, Y, maxnorm=..., pair_tol=...)` (the
-    late update is `-grad L` at the final state).
+    `mlp([dim, width, 1], bias=bias)` for every activation, roughness `s` and width of
+    `grid`, on one GP target per `s` (`gp_data(n_samples, dim, roughness=s)`), and classify
+    each final state with `detect_channels(net, X, Y, maxnorm=..., pair_tol=...)` (the late
+    update is `-grad L` at the final state).
 
-    The flows go through the sweep engine (`ij.sweep.sweep_flows`: continuous batching,
-    sharded over all JAX devices), so the same call scales to many initializations and
-    devices unchanged. On more than one device, implicit solvers (Kvaerno, for stiff
-    channels) run as one `eqx.filter_vmap` of `gradient_flow` (`engine="vmap"`), because
-    lineax's Newton operators do not yet pass through the engine's `shard_map`. Time is
-    gradient-flow time of `L = (1/2N) sum (f - y)^2`.
+    **Arguments:**
+
+    - `grid`: a `FrequencyGrid` (default `FrequencyGrid()`).
+    - `t1`: the flow time (gradient-flow time of `L = (1/2N) sum (f - y)^2`).
+    - `solver`: an `ij.SolverOptions` (default `FREQUENCY_SOLVER`: Kvaerno5 at rtol = atol =
+        1e-7, 20 000 steps), or a solver name with those tolerances.
+    - `maxnorm`, `pair_tol`: the channel criteria of `detect_channels`.
+    - `engine`: `"sweep"` (`ij.sweep_flows` with `slots`: continuous batching, sharded over
+        all JAX devices), `"vmap"` (one `eqx.filter_vmap` of `gradient_flow`) or `"auto"`:
+        the sweep engine, except for implicit solvers (Kvaerno, for stiff channels) on more
+        than one device, whose lineax Newton operators do not yet pass through the
+        engine's `shard_map`.
+    - `progress`: a progress bar.
+
+    The old keywords (`activations=`, `roughness=`, `widths=`, `n_inits=`, ... of
+    `FrequencyGrid`; `rtol=`, `atol=`, `max_steps=` of the solver) still work, with a
+    `DeprecationWarning`.
 
     **Returns:** a `FrequencyStudy`.
     """
-    for name, v in (("activations", activations), ("roughness", roughness), ("widths", widths)):
-        if len(v) == 0:
-            raise ValueError(f"{name} must not be empty.")
-    if any(not (np.isfinite(s) and s > 0) for s in roughness):
-        raise ValueError(f"Every roughness s must be positive (length scale 1/s); got {list(roughness)}.")
-    if any(not isinstance(w, (int, np.integer)) or w < 2 for w in widths):
-        raise ValueError(f"Widths must be integers >= 2 (a channel needs two neurons); got {list(widths)}.")
-    if not isinstance(n_inits, int) or n_inits < 1:
-        raise ValueError(f"n_inits must be a positive integer; got {n_inits!r}.")
+    grid, solver = _frequency_options(grid, solver, deprecated)
+    check_positive("t1", t1)
+    check_positive("maxnorm", maxnorm)
+    check_positive("pair_tol", pair_tol)
     if engine not in ("auto", "sweep", "vmap"):
         raise ValueError(f"engine must be 'auto', 'sweep' or 'vmap'; got {engine!r}.")
     if engine == "auto":  # implicit solvers are not sharded by the sweep engine: vmap them on >1 device
-        engine = "vmap" if (solver.lower() in _IMPLICIT and jax.device_count() > 1) else "sweep"
-    shape = (len(activations), len(roughness), len(widths), n_inits)
-    channel, candidate = np.zeros(shape, bool), np.zeros(shape, bool)
-    loss_final, norm, t_final = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    status = np.zeros(shape, int)
-    data = {s: gp_data(n_samples, dim, roughness=float(s), key=jr.fold_in(jr.key(data_seed), k))
-            for k, s in enumerate(roughness)}
-    grid = list(itertools.product(enumerate(activations), enumerate(roughness), enumerate(widths)))
-    for (a, act), (k, s), (m, w) in tqdm(grid, desc="channel frequency", disable=not progress):
+        implicit = isinstance(solver.solver, str) and solver.solver.lower() in _IMPLICIT
+        engine = "vmap" if (implicit and jax.device_count() > 1) else "sweep"
+    out = {k: np.zeros(grid.shape, dt) for k, dt in (("channel", bool), ("candidate", bool), ("loss_final", float),
+                                                      ("param_norm", float), ("t_final", float), ("status", int),
+                                                      ("result", np.int32))}
+    data = {s: gp_data(grid.n_samples, grid.dim, roughness=float(s), key=jr.fold_in(jr.key(grid.data_seed), k))
+            for k, s in enumerate(grid.roughness)}
+    cells = list(itertools.product(*(enumerate(v) for v in (grid.activations, grid.roughness, grid.widths))))
+    for (a, act), (k, s), (m, w) in tqdm(cells, desc="channel frequency", disable=not progress):
         X, Y = data[s]
-        g = mlp([dim, int(w), 1], bias=bias)
-        keys = jax.vmap(lambda n: jr.fold_in(jr.key(seed), n))(jnp.arange(n_inits))
+        g = mlp([grid.dim, int(w), 1], bias=grid.bias)
+        keys = jax.vmap(lambda n: jr.fold_in(jr.key(grid.seed), n))(jnp.arange(grid.n_inits))
         nets = eqx.filter_vmap(lambda key: DAGNetwork(g, act, key=key, init="glorot"))(keys)
         if engine == "sweep":
-            res = sweep_flows(nets, X, Y, t1, solver=SolverOptions(solver, rtol=rtol, atol=atol,
-                                                                   max_steps=max_steps), n_save=2, slots=slots)
+            res = sweep_flows(nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), slots=slots)
         else:
-            res = _vmapped_flows(nets, X, Y, t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps)
-        for n in range(n_inits):
-            net = DAGNetwork(g, act, edge_weights=res.theta_final[n])
-            rep = detect_channels(net, X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
-            cls = {p.classification for p in rep.pairs}
-            channel[a, k, m, n] = PairClass.channel in cls
-            candidate[a, k, m, n] = PairClass.candidate in cls and PairClass.channel not in cls
-            norm[a, k, m, n] = rep.param_norm
-        loss_final[a, k, m] = res.loss_final
-        t_final[a, k, m] = res.t_final
-        status[a, k, m] = res.status
-    settings = dict(n_inits=n_inits, n_samples=n_samples, dim=dim, bias=bias, t1=t1, solver=solver, rtol=rtol,
-                    atol=atol, max_steps=max_steps, maxnorm=maxnorm, pair_tol=pair_tol, seed=seed,
-                    data_seed=data_seed, init="glorot (normal)")
-    return FrequencyStudy(activations=tuple(activations), roughness=tuple(float(s) for s in roughness),
-                          widths=tuple(int(w) for w in widths), channel=channel, candidate=candidate,
-                          loss_final=loss_final, param_norm=norm, t_final=t_final, status=status, settings=settings)
+            res = _vmapped_flows(nets, X, Y, t1, solver)
+        cell = (a, k, m)
+        _classify(out, cell, g, act, res.theta_final, X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
+        for name in ("loss_final", "t_final", "status"):
+            out[name][cell] = np.asarray(getattr(res, name))
+        out["result"][cell] = np.asarray(result_code(res.result))  # codes, or a RESULTS item (a sweep's)
+    settings = dict(n_inits=grid.n_inits, n_samples=grid.n_samples, dim=grid.dim, bias=grid.bias, t1=t1,
+                    solver=solver.solver, rtol=solver.rtol, atol=solver.atol, max_steps=solver.max_steps,
+                    maxnorm=maxnorm, pair_tol=pair_tol, seed=grid.seed, data_seed=grid.data_seed,
+                    init="glorot (normal)")
+    result = result_from_code(out.pop("result"))
+    return FrequencyStudy(activations=tuple(grid.activations), roughness=tuple(float(s) for s in grid.roughness),
+                          widths=tuple(int(w) for w in grid.widths), result=result, settings=settings, **out)
+
+
+def _classify(out: dict, cell: tuple, g, act, thetas, X, Y, *, maxnorm, pair_tol) -> None:
+    """`detect_channels` on each final state of one cell, into `out`."""
+    for n, theta in enumerate(np.asarray(thetas)):
+        rep = detect_channels(DAGNetwork(g, act, edge_weights=theta), X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
+        cls = {p.classification for p in rep.pairs}
+        out["channel"][(*cell, n)] = PairClass.channel in cls
+        out["candidate"][(*cell, n)] = PairClass.candidate in cls and PairClass.channel not in cls
+        out["param_norm"][(*cell, n)] = rep.param_norm

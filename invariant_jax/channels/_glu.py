@@ -25,6 +25,8 @@ from ..network import DAGNetwork
 
 __all__ = [
     "PairClass",
+    "hidden_position",
+    "pair_structure",
     "ChannelPair",
     "channel_coordinates",
     "set_channel_coordinates",
@@ -59,7 +61,10 @@ def _pair_class(value) -> PairClass:
         raise ValueError(f"classification must be one of {[c.value for c in PairClass]}; got {value!r}.") from None
 
 
-def _hidden_position(g: DAG, v) -> int:
+def hidden_position(g: DAG, v) -> int:
+    """The position in `g.hidden` of hidden neuron `v`, given as that position or as its
+    label; `ValueError` (naming the valid range) otherwise. Every channel function takes
+    neurons this way."""
     H = len(g.hidden)
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         if not 0 <= int(v) < H:
@@ -110,7 +115,10 @@ class ChannelPair(eqx.Module):
         return self.w + d, self.w - d, 0.5 * (self.c + self.a / self.eps), 0.5 * (self.c - self.a / self.eps)
 
 
-def _pair_structure(g: DAG, i: int, j: int):
+def pair_structure(g: DAG, i: int, j: int) -> tuple:
+    """`(vi, vj, predecessors, successors)` of the hidden neurons at positions `i != j`:
+    their labels and their shared predecessors and successors (in `g.index` order).
+    `ValueError` unless they share both, i.e. can merge into one unit."""
     vi, vj = g.hidden[i], g.hidden[j]
     if i == j:
         raise ValueError(f"A channel pair needs two different neurons; got i = j = {i}.")
@@ -136,8 +144,8 @@ def channel_coordinates(net: DAGNetwork, i, j) -> ChannelPair:
     **Returns:** a `ChannelPair`. Inverse: `set_channel_coordinates`.
     """
     g = net.graph
-    i, j = _hidden_position(g, i), _hidden_position(g, j)
-    vi, vj, P, S = _pair_structure(g, i, j)
+    i, j = hidden_position(g, i), hidden_position(g, j)
+    vi, vj, P, S = pair_structure(g, i, j)
     act = net.activation_of(i)
     if net.activation_of(j) != act:
         raise ValueError(f"Neurons {vi!r} and {vj!r} use different activations; a channel needs one.")

@@ -10,7 +10,8 @@ import numpy as np
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
-from .._defaults import MAX_STEPS
+from .._checks import check_integer, check_positive, take_deprecated
+from .._results import RESULTS, is_success, result_code, result_from_code, result_where
 from ..flow import gradient_flow
 from ..losses import check_data, get_loss, hessian, require_smooth
 from ..network import DAGNetwork
@@ -58,11 +59,21 @@ class GLUConvergence(eqx.Module):
 
     **Fields:** `eps` `(K,)`, `errors` (max over samples and successors of
     `|pair_output - glu_limit|`), `fit` (a `PowerLaw` of errors vs eps; the rate).
+    `result` (per `eps`): `successful`, or `nonfinite_state` where the error is not
+    finite; `success` says which.
     """
 
     eps: np.ndarray
     errors: np.ndarray
     fit: PowerLaw
+
+    @property
+    def result(self) -> RESULTS:
+        return result_where(np.isfinite(self.errors), RESULTS.successful, RESULTS.nonfinite_state)
+
+    @property
+    def success(self) -> np.ndarray:
+        return np.asarray(is_success(self.result))
 
 
 def glu_convergence(pair: ChannelPair, X: ArrayLike, eps_values: ArrayLike, *, net: DAGNetwork | None = None) -> GLUConvergence:
@@ -87,7 +98,10 @@ class JumpResult(eqx.Module):
     **Fields:** `eps`, `loss`, `limit_loss`, `gap` (`loss - limit_loss`), `sharpness`
     (top Hessian eigenvalue), `param_norm`; `sharpness_fit` (`PowerLaw` of sharpness vs
     `1/eps`, expected exponent 2), `gap_fit` (`PowerLaw` of `|gap|` vs `eps`, expected
-    exponent 2); `pairs` (the `ChannelPair` after each jump) and `network` (the last).
+    exponent 2); `pairs` (the `ChannelPair` after each jump) and `network` (the last);
+    `result` (per jump): the result of the flow after the jump (`successful` when
+    `t_flow = 0`), or `nonfinite_state` where the loss or sharpness is not finite;
+    `success` (per jump) says whether the jump's record can be trusted.
     """
 
     eps: np.ndarray
@@ -100,6 +114,11 @@ class JumpResult(eqx.Module):
     gap_fit: PowerLaw | None
     pairs: tuple
     network: DAGNetwork
+    result: RESULTS
+
+    @property
+    def success(self) -> np.ndarray:
+        return np.asarray(is_success(self.result))
 
     def table(self) -> str:
         head = f"{'jump':>4} {'eps':>10} {'1/eps':>10} {'loss':>12} {'loss - L0':>11} {'sharpness':>11} {'||theta||':>10}"
@@ -113,6 +132,21 @@ class JumpResult(eqx.Module):
         return "\n".join(rows)
 
 
+JUMP_SOLVER = SolverOptions("kvaerno5", rtol=1e-9, atol=1e-9)
+"""`jump_procedure`'s default flow solver: Kvaerno5 (the channel is stiff, sharpness ~
+1/eps^2) at rtol = atol = 1e-9."""
+
+_SOLVER_KEYWORDS = {k: f"pass solver=ij.SolverOptions(name, {k}=...) instead" for k in ("rtol", "atol", "max_steps")}
+
+
+def _jump_solver(solver, old: dict) -> SolverOptions:
+    if isinstance(solver, SolverOptions):
+        if old:
+            raise ValueError(f"Pass {', '.join(sorted(old))} inside SolverOptions(...), not as keywords as well.")
+        return solver
+    return SolverOptions(solver, **{k: old.get(k, getattr(JUMP_SOLVER, k)) for k in ("rtol", "atol", "max_steps")})
+
+
 def jump_procedure(
     net: DAGNetwork,
     pair: ChannelPair | tuple[int, int],
@@ -123,11 +157,9 @@ def jump_procedure(
     factor: float = 0.5,
     t_flow: float = 0.0,
     loss="mse",
-    solver="kvaerno5",
-    rtol: float = 1e-9,
-    atol: float = 1e-9,
-    max_steps: int = MAX_STEPS,
+    solver: str | SolverOptions = JUMP_SOLVER,
     progress: bool = True,
+    **deprecated,
 ) -> JumpResult:
     """Jump along a channel: multiply `eps` by `factor` holding `(w, Delta, c, a)`, map
     back to weights, continue gradient flow for `t_flow` (0: no flow), recompute the
@@ -136,33 +168,40 @@ def jump_procedure(
     the exponents.
 
     **Arguments:** `net`; `pair` (a `ChannelPair` or hidden positions `(i, j)`); data;
-    `n_jumps`; `factor` in (0, 1); `t_flow` and the flow options `solver` (default
-    Kvaerno5: the channel is stiff, sharpness ~ 1/eps^2), `rtol`, `atol`, `max_steps`;
-    `loss` (a name or callable, e.g. `weighted_mse` for population losses).
+    `n_jumps`; `factor` in (0, 1); `t_flow` and the flow's `solver` (an `ij.SolverOptions`,
+    default `JUMP_SOLVER`: Kvaerno5 at rtol = atol = 1e-9, since the channel is stiff,
+    sharpness ~ 1/eps^2; or a solver name with those tolerances); `loss` (a name or
+    callable, e.g. `weighted_mse` for population losses). The old keywords `rtol=`,
+    `atol=`, `max_steps=` still work, with a `DeprecationWarning`.
 
     **Returns:** a `JumpResult`.
     """
+    opts = _jump_solver(solver, take_deprecated("jump_procedure", deprecated, _SOLVER_KEYWORDS))
     require_smooth(net, "jump_procedure")
     X, Y = check_data(net.graph, X, Y)
     if not 0 < factor < 1:
         raise ValueError(f"factor must lie in (0, 1) so that eps shrinks; got {factor!r}.")
-    if not isinstance(n_jumps, int) or n_jumps < 1:
-        raise ValueError(f"n_jumps must be a positive integer; got {n_jumps!r}.")
-    if not (np.isfinite(t_flow) and t_flow >= 0):
-        raise ValueError(f"t_flow must be finite and >= 0; got {t_flow!r}.")
+    check_integer("n_jumps", n_jumps, minimum=1)
+    check_positive("t_flow", t_flow, allow_zero=True)
     ij = (pair.i, pair.j) if isinstance(pair, ChannelPair) else tuple(pair)
     fn = get_loss(loss)
     Lfun = jax.jit(lambda n: fn(n.forward(X), Y))
     top = jax.jit(lambda n: jnp.linalg.eigvalsh(hessian(n, X, Y, loss=loss))[-1])
-    flow = eqx.filter_jit(lambda n: gradient_flow(n, X, Y, t_flow, loss=loss, n_save=2, solver=SolverOptions(
-        solver, rtol=rtol, atol=atol, max_steps=max_steps)).final)
+
+    @eqx.filter_jit
+    def flow(n):
+        f = gradient_flow(n, X, Y, t_flow, loss=loss, n_save=2, solver=opts)
+        return f.final, result_code(f.result)
+
+    ok = int(result_code(RESULTS.successful))
     p = channel_coordinates(net, *ij)
-    rec = {k: [] for k in ("eps", "loss", "limit", "sharp", "norm")}
+    rec = {k: [] for k in ("eps", "loss", "limit", "sharp", "norm", "result")}
     pairs = []
     for _ in tqdm(range(n_jumps), desc="jumps", disable=not progress):
         net = set_channel_coordinates(net, p.with_eps(p.eps * factor))
+        code = ok
         if t_flow > 0:
-            net = flow(net)
+            net, code = flow(net)
         p = channel_coordinates(net, *ij)
         pairs.append(p)
         rec["eps"].append(float(p.eps))
@@ -170,10 +209,13 @@ def jump_procedure(
         rec["limit"].append(float(fn(collapse_channel(net, p).forward(X), Y)))
         rec["sharp"].append(float(top(net)))
         rec["norm"].append(float(jnp.linalg.norm(net.edge_weights())))
+        rec["result"].append(int(code))
     eps = np.array(rec["eps"])
     gap = np.array(rec["loss"]) - np.array(rec["limit"])
     sharp = np.array(rec["sharp"])
     fits = (power_law_fit(1 / eps, sharp), power_law_fit(eps, gap)) if n_jumps >= 3 else (None, None)
+    finite = np.isfinite(np.array(rec["loss"])) & np.isfinite(sharp)
+    result = result_where(finite, result_from_code(np.array(rec["result"], np.int32)), RESULTS.nonfinite_state)
     return JumpResult(eps=eps, loss=np.array(rec["loss"]), limit_loss=np.array(rec["limit"]), gap=gap,
                       sharpness=sharp, param_norm=np.array(rec["norm"]), sharpness_fit=fits[0], gap_fit=fits[1],
-                      pairs=tuple(pairs), network=net)
+                      pairs=tuple(pairs), network=net, result=result)

@@ -30,14 +30,26 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..converge import STOP_REASONS, flow_then_newton
+from .._checks import check_integer, take_deprecated
+from .._results import RESULTS, is_success
+from ..converge import (
+    FLOW_KEYWORDS,
+    STOP_REASONS,
+    FlowPhaseOptions,
+    NewtonOptions,
+    flow_then_newton,
+    newton_reason,
+    newton_result,
+    with_fields,
+)
 from ..graph import DAG, mlp
 from ..network import DAGNetwork
 from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import glu_limit, pair_output
 from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances
 
-__all__ = ["ConvergenceStudy", "convergence_study", "mlpgf_glorot", "study_inits", "wilson_interval", "cluster_loss_levels",
+__all__ = ["StudyGrid", "STUDY_FLOW", "ConvergenceStudy", "convergence_study", "mlpgf_glorot", "study_inits",
+           "wilson_interval", "cluster_loss_levels",
            "confirm_channel", "first_layer_distances", "sharpened_neuron"]
 
 
@@ -140,6 +152,16 @@ class Confirmation(NamedTuple):
     """The `ChannelPair`s classified `"channel"` (their `eps`, `c`, `a`, `w`, `Delta`
     feed `glu_limit` and `collapse_channel`)."""
 
+    @property
+    def result(self) -> RESULTS:
+        """`successful` (a verdict was reached), or `nonfinite_state` when a pair was found
+        but its GLU error is not finite."""
+        return RESULTS.nonfinite_state if self.pairs and not np.isfinite(self.glu_error) else RESULTS.successful
+
+    @property
+    def success(self) -> bool:
+        return bool(is_success(self.result))
+
 
 def confirm_channel(net: DAGNetwork, X, Y, *, maxnorm: float = MAXNORM, pair_tol: float = PAIR_TOL,
                     glu_tol: float = 1e-2, loss="mse") -> Confirmation:
@@ -210,6 +232,19 @@ class ConvergenceStudy(eqx.Module):
     records: dict
     settings: dict
     seconds: float
+
+    @property
+    def result(self) -> RESULTS:
+        """Why each run's Newton phase stopped: an `ij.RESULTS` item per run (from the
+        `stopped_by` column, as `ConvergeResult.result`; older studies read the same)."""
+        return newton_result(np.asarray(self.records["stopped_by"]).tolist())
+
+    @property
+    def success(self) -> np.ndarray:
+        """Per run: the Newton phase stopped by a rule (gradient, patience, `maxnorm`), not
+        by a budget (`max_steps`, `max_time`) or a non-finite state. `success.all()`: the
+        study has no failed run."""
+        return np.asarray(is_success(self.result))
 
     @staticmethod
     def concatenate(studies) -> ConvergenceStudy:
@@ -346,133 +381,198 @@ class ConvergenceStudy(eqx.Module):
         return dict(records=rec, settings=self.settings, seconds=self.seconds)
 
 
+class StudyGrid(eqx.Module):
+    """The runs of `convergence_study`, validated once.
+
+    **Fields:** `widths` (hidden widths `r` of `mlp([d, r, 1])`, default 1..5),
+    `activations` (default `("g", "softplus")`), `biases` (default `(False, True)`),
+    `n_seeds` (runs per cell, default 100), `seed` (the key of `study_inits`), `first_seed`
+    (run `n` starts from `study_inits`'s run `n`, for `n = first_seed, ..., first_seed +
+    n_seeds - 1`, so a study can be extended by more seeds later).
+    """
+
+    widths: tuple = eqx.field(default=(1, 2, 3, 4, 5), converter=tuple)
+    activations: tuple = eqx.field(default=("g", "softplus"), converter=tuple)
+    biases: tuple = eqx.field(default=(False, True), converter=tuple)
+    n_seeds: int = 100
+    seed: int = 0
+    first_seed: int = 0
+
+    def __check_init__(self):
+        for name in ("widths", "activations", "biases"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must not be empty.")
+        for r in self.widths:
+            check_integer("every width", r, minimum=1)
+        check_integer("n_seeds", self.n_seeds, minimum=1)
+        check_integer("seed", self.seed, minimum=0)
+        check_integer("first_seed", self.first_seed, minimum=0)
+
+    @property
+    def cells(self) -> list[tuple]:
+        """`(activation, bias, width)` of every cell, in the order the study runs them."""
+        return list(itertools.product(self.activations, self.biases, self.widths))
+
+
+STUDY_FLOW = FlowPhaseOptions(max_flow_steps=2000, flow_stop="stop", n_record=0, slots=None, engine="sweep")
+"""`convergence_study`'s default flow phase, the scheme of the committed studies: the sweep
+engine, a stop at `maxnorm`, 2000 steps, no trajectory record (`slots=None`: one slot per
+run, at most 256)."""
+
+_GRID_KEYWORDS = {k: f"pass grid=ij.channels.StudyGrid({k}=...) instead"
+                  for k in ("widths", "activations", "biases", "n_seeds", "seed", "first_seed")}
+_NEWTON_KEYWORDS = {k: f"pass newton=ij.NewtonOptions({k}=...) instead"
+                    for k in ("maxnorm", "max_steps", "patience", "g_tol", "max_time")}
+_NEWTON_KEYWORDS["newton_batch"] = "pass newton=ij.NewtonOptions(batch_size=...) instead"
+_STUDY_FLOW_KEYWORDS = {k: FLOW_KEYWORDS[k] for k in ("t1", "rtol", "atol", "max_flow_steps", "slots", "engine",
+                                                      "flow_stop", "flow_wall_time", "n_record")}
+
+
+def _study_options(grid, flow, newton, deprecated: dict):
+    """`(StudyGrid, FlowPhaseOptions, NewtonOptions)` with the old keywords (warned about)
+    folded in."""
+    old = take_deprecated("convergence_study", deprecated,
+                          {**_GRID_KEYWORDS, **_STUDY_FLOW_KEYWORDS, **_NEWTON_KEYWORDS})
+    pick = lambda names: {k: old[k] for k in names if k in old}  # noqa: E731
+    nw = pick(_NEWTON_KEYWORDS)
+    if "newton_batch" in nw:
+        nw["batch_size"] = nw.pop("newton_batch")
+    return (with_fields(grid, StudyGrid, pick(_GRID_KEYWORDS), "grid"),
+            with_fields(flow if flow is not None else STUDY_FLOW, FlowPhaseOptions, pick(_STUDY_FLOW_KEYWORDS), "flow"),
+            with_fields(newton, NewtonOptions, nw, "newton"))
+
+
 def convergence_study(
     X,
     Y,
     *,
-    widths=(1, 2, 3, 4, 5),
-    activations=("g", "softplus"),
-    biases=(False, True),
-    n_seeds: int = 100,
-    seed: int = 0,
-    first_seed: int = 0,
+    grid: StudyGrid | None = None,
+    flow: FlowPhaseOptions | None = None,
+    newton: NewtonOptions | None = None,
     label: str = "data",
-    maxnorm: float = 1e3,
-    t1: float = 1e12,
-    rtol: float = 1e-3,
-    atol: float = 1e-6,
-    max_flow_steps: int = 2000,
-    max_steps: int = 2000,
-    patience: int = 100,
-    g_tol: float = 1e-12,
-    max_time: float = np.inf,
     dup_tol: float = 1e-6,
     channel_cos: float = 1e-2,
     confirm: bool = True,
-    slots: int | None = None,
-    engine: str = "sweep",
-    newton_batch: int | None = None,
-    flow_stop: str = "stop",
-    flow_wall_time: float = np.inf,
-    n_record: int = 0,
     progress: bool = True,
+    **deprecated,
 ) -> ConvergenceStudy:
     """Train `n_seeds` MLPGradientFlow-Glorot initializations of `mlp([d, r, 1], bias)`
-    for every width `r`, activation and bias setting with `ij.flow_then_newton`
-    (Kvaerno5 flow at `rtol`/`atol` to `t1`, then trust-region Newton), and classify the
-    final points with the paper's criteria (module docstring). `engine`: the flow phase
-    through `"sweep"` (`ij.sweep_flows`), `"vmap"` or `"loop"` (see
-    `ij.flow_then_newton`); `newton_batch`: `ij.newton_phase`'s `batch_size`;
-    `flow_stop`, `flow_wall_time`, `n_record`: as in `ij.flow_then_newton` (default
-    `"stop"`, the scheme of the committed studies; `"penalty"`, MLPGradientFlow's, needs
-    `engine="loop"` or `"vmap"`). Records add `grad_norm`, `min_eig` (minimum Hessian
-    eigenvalue at the end), `weightnorm_flow_max`, `passed_maxnorm_ode` (the authors'
-    Fig. 4 norm criterion), `flow_steps` and, with `n_record`, a `trajectory` dict per run. Run `n`
-    starts from `study_inits(graph, ...)[n - first_seed]`, i.e. `mlpgf_glorot(graph,
-    fold_in(key(seed), n))` for `n = first_seed, ..., first_seed + n_seeds - 1` (so a study
-    can be extended by more seeds later).
+    for every width `r`, activation and bias setting of `grid` with `ij.flow_then_newton`
+    (a Kvaerno5 flow, then trust-region Newton), and classify the final points with the
+    paper's criteria (module docstring).
+
+    **Arguments:**
+
+    - `X`, `Y`: the data; `label`: its name in the records.
+    - `grid`: a `StudyGrid` (default `StudyGrid()`: widths 1..5, g and softplus, with and
+        without bias, 100 seeds). Run `n` starts from `study_inits(graph, ...)[n -
+        first_seed]`, i.e. `mlpgf_glorot(graph, fold_in(key(seed), n))`.
+    - `flow`: the flow phase, a `FlowPhaseOptions` (default `STUDY_FLOW`: the sweep
+        engine and a stop at `maxnorm`, the scheme of the committed studies; MLPGradientFlow's
+        penalty, `flow_stop="penalty"`, needs `engine="loop"` or `"vmap"`).
+    - `newton`: the Newton phase, a `NewtonOptions` (default `NewtonOptions()`; its
+        `maxnorm` is the paper's "infinite", 1e3).
+    - `dup_tol`, `channel_cos`: the duplicate (L2) and channel (cosine) criteria;
+        `confirm`: check every infinite run with `confirm_channel`; `progress`: a bar.
+
+    The old keywords (`widths=`, `n_seeds=`, ... of `StudyGrid`; `t1=`, `rtol=`,
+    `max_flow_steps=`, `engine=`, ... of `FlowPhaseOptions`; `maxnorm=`, `max_steps=`,
+    `patience=`, `g_tol=`, `max_time=`, `newton_batch=` of `NewtonOptions`) still work, with
+    a `DeprecationWarning`.
+
+    Records add `grad_norm`, `min_eig` (minimum Hessian eigenvalue at the end),
+    `weightnorm_flow_max`, `passed_maxnorm_ode` (the authors' Fig. 4 norm criterion),
+    `flow_steps` and, with `n_record`, a `trajectory` dict per run.
 
     **Returns:** a `ConvergenceStudy`.
     """
-    if not isinstance(n_seeds, int) or n_seeds < 1:
-        raise ValueError(f"n_seeds must be a positive integer; got {n_seeds!r}.")
-    if any(not isinstance(r, (int, np.integer)) or r < 1 for r in widths):
-        raise ValueError(f"widths must be positive integers; got {list(widths)}.")
+    grid, flow, newton = _study_options(grid, flow, newton, deprecated)
     X, Y = jnp.asarray(X), jnp.asarray(Y)
     Y = Y[:, None] if Y.ndim == 1 else Y
     d = X.shape[1]
-    cols = {k: [] for k in ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite",
-                            "min_l2", "min_cos", "duplicate", "channel_paper", "confirmed", "glu_error",
-                            "sharpened", "stopped_by", "n_steps", "flow_status", "t_flow", "loss_flow", "weightnorm_flow",
-                            "jump_cos", "theta", "theta_flow", "grad_norm", "min_eig", "weightnorm_flow_max",
-                            "passed_maxnorm_ode", "flow_steps", "trajectory")}
+    cols = {k: [] for k in _COLUMNS}
+    crit = dict(dup_tol=dup_tol, channel_cos=channel_cos, confirm=confirm, maxnorm=newton.maxnorm)
+    record = flow.n_record and flow.resolved_engine() != "sweep"
     t0 = time.perf_counter()
-    grid = list(itertools.product(activations, biases, widths))
-    for act, bias, r in tqdm(grid, desc=f"convergence study ({label})", disable=not progress):
+    for act, bias, r in tqdm(grid.cells, desc=f"convergence study ({label})", disable=not progress):
         g = mlp([d, int(r), 1], bias=bool(bias))
-        thetas = study_inits(g, n_seeds, first_seed=first_seed, seed=seed)
+        thetas = study_inits(g, grid.n_seeds, first_seed=grid.first_seed, seed=grid.seed)
         net0 = DAGNetwork(g, act, edge_weights=thetas[0])
         nets = eqx.filter_vmap(net0.with_edge_weights)(thetas)
-        res = flow_then_newton(nets, X, Y, t1=t1, rtol=rtol, atol=atol, max_flow_steps=max_flow_steps,
-                               maxnorm=maxnorm, max_steps=max_steps, patience=patience, g_tol=g_tol,
-                               max_time=max_time, slots=slots or min(n_seeds, 256), engine=engine,
-                               batch_size=newton_batch, flow_stop=flow_stop, flow_wall_time=flow_wall_time,
-                               n_record=0 if engine == "sweep" else n_record)
-        theta = np.asarray(res.theta)
-        inf = np.asarray(res.infinite)
-        for n in range(n_seeds):
-            net = net0.with_edge_weights(theta[n])
-            l2, cos = first_layer_distances(net)
-            ok, err, _ = (confirm_channel(net, X, Y, maxnorm=maxnorm, pair_tol=channel_cos)
-                          if (confirm and inf[n] and r >= 2) else (False, float("nan"), 0))
-            cols["min_l2"].append(l2)
-            cols["min_cos"].append(cos)
-            cols["duplicate"].append(l2 < dup_tol)
-            cols["channel_paper"].append(bool(inf[n]) and cos < channel_cos)
-            cols["confirmed"].append(ok)
-            cols["glu_error"].append(err)
-            cols["sharpened"].append(bool(inf[n]) and not ok and sharpened_neuron(net, X)[0])
-        B = n_seeds
-        cols["activation"] += [act] * B
-        cols["bias"] += [bool(bias)] * B
-        cols["r"] += [int(r)] * B
-        cols["seed"] += list(range(first_seed, first_seed + B))
-        cols["label"] += [label] * B
-        cols["loss"] += np.asarray(res.loss).tolist()
-        cols["mse"] += (2 * np.asarray(res.loss)).tolist()
-        cols["weightnorm"] += np.asarray(res.weightnorm).tolist()
-        cols["infinite"] += inf.tolist()
-        cols["stopped_by"] += list(res.reason)
-        cols["n_steps"] += np.asarray(res.n_steps).tolist()
-        cols["flow_status"] += np.asarray(res.flow_status).tolist()
-        cols["t_flow"] += np.asarray(res.t_flow).tolist()
-        cols["loss_flow"] += np.asarray(res.loss_flow).tolist()
-        theta_flow = np.asarray(res.theta_flow)
-        cols["weightnorm_flow"] += (np.sum(theta_flow**2, axis=1) / (2 * theta_flow.shape[1])).tolist()
-        cols["jump_cos"] += jump_distance(theta_flow, theta).tolist()
-        cols["grad_norm"] += np.asarray(res.grad_norm).tolist()
-        cols["min_eig"] += np.asarray(res.min_eig).tolist()
-        cols["weightnorm_flow_max"] += np.asarray(res.weightnorm_flow_max).tolist()
-        cols["passed_maxnorm_ode"] += np.asarray(res.passed_maxnorm_ode).tolist()
-        cols["flow_steps"] += np.asarray(res.flow_steps).tolist()
-        if engine != "sweep" and n_record:
-            rec = res.trajectory.to_dict()
-            cols["trajectory"] += [{k: rec[k][n] for k in rec} for n in range(B)]
-        else:
-            cols["trajectory"] += [None] * B
-        cols["theta"] += list(theta)
-        cols["theta_flow"] += list(theta_flow)
+        res = flow_then_newton(nets, X, Y, flow=flow, newton=newton)
+        _criteria_columns(cols, res, net0, X, Y, int(r), **crit)
+        _run_columns(cols, res, act, bias, r, grid, label, record)
     records = {k: _column(v) for k, v in cols.items()}
-    settings = dict(widths=[int(r) for r in widths], activations=list(activations), biases=[bool(b) for b in biases],
-                    n_seeds=n_seeds, seed=seed, first_seed=first_seed, maxnorm=maxnorm, t1=t1, rtol=rtol, atol=atol,
-                    max_flow_steps=max_flow_steps, max_steps=max_steps, patience=patience, g_tol=g_tol,
-                    max_time=max_time, dup_tol=dup_tol, channel_cos=channel_cos, n_samples=int(X.shape[0]),
-                    n_inputs=int(d), jump_max_cos=JUMP_MAX_COS,
-                    init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
-                    flow=f"Kvaerno5 via {engine}", newton_batch=newton_batch, flow_stop=flow_stop,
-                    flow_wall_time=flow_wall_time, n_record=n_record,
-                    newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)")
-    return ConvergenceStudy(records=records, settings=settings, seconds=time.perf_counter() - t0)
+    return ConvergenceStudy(records=records, settings=_study_settings(grid, flow, newton, X, dup_tol, channel_cos),
+                            seconds=time.perf_counter() - t0)
+
+
+_COLUMNS = ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite", "min_l2", "min_cos",
+            "duplicate", "channel_paper", "confirmed", "glu_error", "sharpened", "stopped_by", "n_steps", "flow_status",
+            "t_flow", "loss_flow", "weightnorm_flow", "jump_cos", "theta", "theta_flow", "grad_norm", "min_eig",
+            "weightnorm_flow_max", "passed_maxnorm_ode", "flow_steps", "trajectory")
+"""The records of a study, in the order they are written."""
+
+
+def _criteria_columns(cols, res, net0, X, Y, r, *, dup_tol, channel_cos, confirm, maxnorm):
+    """The paper's criteria of each run of one cell (duplicates, channels, sharpening)."""
+    theta = np.asarray(res.theta)
+    inf = np.asarray(res.infinite)
+    for n in range(theta.shape[0]):
+        net = net0.with_edge_weights(theta[n])
+        l2, cos = first_layer_distances(net)
+        ok, err, _ = (confirm_channel(net, X, Y, maxnorm=maxnorm, pair_tol=channel_cos)
+                      if (confirm and inf[n] and r >= 2) else (False, float("nan"), 0))
+        cols["min_l2"].append(l2)
+        cols["min_cos"].append(cos)
+        cols["duplicate"].append(l2 < dup_tol)
+        cols["channel_paper"].append(bool(inf[n]) and cos < channel_cos)
+        cols["confirmed"].append(ok)
+        cols["glu_error"].append(err)
+        cols["sharpened"].append(bool(inf[n]) and not ok and sharpened_neuron(net, X)[0])
+
+
+def _run_columns(cols, res, act, bias, r, grid: StudyGrid, label, record):
+    """What each run of one cell was and where it ended."""
+    B = grid.n_seeds
+    theta, theta_flow = np.asarray(res.theta), np.asarray(res.theta_flow)
+    cols["activation"] += [act] * B
+    cols["bias"] += [bool(bias)] * B
+    cols["r"] += [int(r)] * B
+    cols["seed"] += list(range(grid.first_seed, grid.first_seed + B))
+    cols["label"] += [label] * B
+    cols["loss"] += np.asarray(res.loss).tolist()
+    cols["mse"] += (2 * np.asarray(res.loss)).tolist()
+    cols["weightnorm"] += np.asarray(res.weightnorm).tolist()
+    cols["infinite"] += np.asarray(res.infinite).tolist()
+    cols["stopped_by"] += list(newton_reason(res.result))
+    for k in ("n_steps", "flow_status", "t_flow", "loss_flow"):
+        cols[k] += np.asarray(getattr(res, k)).tolist()
+    cols["weightnorm_flow"] += (np.sum(theta_flow**2, axis=1) / (2 * theta_flow.shape[1])).tolist()
+    cols["jump_cos"] += jump_distance(theta_flow, theta).tolist()
+    for k in ("grad_norm", "min_eig", "weightnorm_flow_max", "passed_maxnorm_ode", "flow_steps"):
+        cols[k] += np.asarray(getattr(res, k)).tolist()
+    if record:
+        rec = res.trajectory.to_dict()
+        cols["trajectory"] += [{k: rec[k][n] for k in rec} for n in range(B)]
+    else:
+        cols["trajectory"] += [None] * B
+    cols["theta"] += list(theta)
+    cols["theta_flow"] += list(theta_flow)
+
+
+def _study_settings(grid: StudyGrid, flow: FlowPhaseOptions, newton: NewtonOptions, X, dup_tol, channel_cos) -> dict:
+    """Everything needed to rerun a study (the keys of the committed study files)."""
+    return dict(widths=[int(r) for r in grid.widths], activations=list(grid.activations),
+                biases=[bool(b) for b in grid.biases], n_seeds=grid.n_seeds, seed=grid.seed,
+                first_seed=grid.first_seed, maxnorm=newton.maxnorm, t1=flow.t1, rtol=flow.rtol, atol=flow.atol,
+                max_flow_steps=flow.max_flow_steps, max_steps=newton.max_steps, patience=newton.patience,
+                g_tol=newton.g_tol, max_time=newton.max_time, dup_tol=dup_tol, channel_cos=channel_cos,
+                n_samples=int(X.shape[0]), n_inputs=int(X.shape[1]), jump_max_cos=JUMP_MAX_COS,
+                init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
+                flow=f"Kvaerno5 via {flow.resolved_engine()}", newton_batch=newton.batch_size,
+                flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time, n_record=flow.n_record,
+                newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)")
 
 
 def _column(v: list) -> np.ndarray:

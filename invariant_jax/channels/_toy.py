@@ -18,6 +18,7 @@ from jax.scipy.special import erf
 from jaxtyping import Array, Float
 from scipy.optimize import brentq
 
+from .._results import RESULTS, is_success
 from ..activations import Activation, get_activation
 from ..graph import mlp
 from ..losses import gauss_hermite, weighted_mse
@@ -111,7 +112,9 @@ class ToyCriticalPoints(eqx.Module):
     `"saddle"` (a maximum along w), `"channel minimum"` (a minimum with h > 0: flow can
     run into it), `"minimum with h < 0"` (the channel repels) and `"global minimum"`
     (the lowest limit loss)), `h_sign_after` (sign of h on the interval up to the next
-    critical point), and the grid `ws`, `losses`, `hs` for plotting.
+    critical point), and the grid `ws`, `losses`, `hs` for plotting. `result`:
+    `successful`, or `nonfinite_state` when a listed point's loss, curvature or `h` is not
+    finite; `success` says which.
     """
 
     w: np.ndarray
@@ -123,6 +126,15 @@ class ToyCriticalPoints(eqx.Module):
     ws: np.ndarray
     losses: np.ndarray
     hs: np.ndarray
+
+    @property
+    def result(self) -> RESULTS:
+        ok = all(np.all(np.isfinite(v)) for v in (self.loss, self.curvature, self.h))
+        return RESULTS.successful if ok else RESULTS.nonfinite_state
+
+    @property
+    def success(self) -> bool:
+        return bool(is_success(self.result))
 
     def table(self) -> str:
         head = f"{'w':>8} {'L0(w)':>11} {'L0pp(w)':>10} {'h(w)':>10}  {'kind':<20} {'sign h after':>12}"

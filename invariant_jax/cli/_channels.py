@@ -6,10 +6,12 @@ from __future__ import annotations
 import jax.random as jr
 import numpy as np
 
-from .._results import status_is_success
+from .._checks import check_integer, check_positive
 from ..activations import get_activation
-from ..channels import ConvergenceStudy, channel_frequency, convergence_study
+from ..channels import ConvergenceStudy, FrequencyGrid, StudyGrid, channel_frequency, convergence_study
+from ..converge import FlowPhaseOptions, NewtonOptions
 from ..datasets import gp_data
+from ..options import SolverOptions
 from ._common import check_output_path, write_json
 from ._parsers import CHANNEL_DEFAULTS
 
@@ -36,11 +38,15 @@ def _grid(args) -> tuple[list[str], list[float], list[int]]:
             raise ValueError(f"--activations: {a!r} is not smooth; flat channels need a smooth activation "
                              "(softplus, erf, g, tanh, gelu).")
     rough = _floats(args.roughness, "--roughness")
-    if not rough or any(not (np.isfinite(s) and s > 0) for s in rough):
-        raise ValueError(f"--roughness: every roughness s must be positive (length scale 1/s); got {rough}.")
+    if not rough:
+        raise ValueError("--roughness: give at least one roughness s.")
+    for s in rough:
+        check_positive("--roughness: every roughness s (length scale 1/s)", s)
     widths = _ints(args.widths, "--widths")
-    if not widths or any(w < 2 for w in widths):
-        raise ValueError(f"--widths: Widths must be integers >= 2 (a channel needs two neurons); got {widths}.")
+    if not widths:
+        raise ValueError("--widths: give at least one width.")
+    for w in widths:
+        check_integer("--widths: every width (a channel needs two neurons)", w, minimum=2)
     return acts, rough, widths
 
 
@@ -51,15 +57,16 @@ def run(args) -> int:
     if args.method == "flow":
         print("flow-only study (ij.channel_frequency): gradient flow to --t1, then detect_channels. Not the "
               "paper's method: finite-time flow rarely reaches a channel; the default --method newton is.")
-        st = channel_frequency(
-            activations=tuple(acts), roughness=tuple(rough), widths=tuple(widths), n_inits=args.n_inits,
-            n_samples=args.n_samples, dim=args.dim, bias=not args.no_bias, solver=args.solver,
-            max_steps=args.max_steps, maxnorm=args.maxnorm, pair_tol=args.pair_tol,
-            engine=args.engine, seed=args.seed, data_seed=args.data_seed, progress=not args.no_progress, **opts)
+        grid = FrequencyGrid(activations=acts, roughness=rough, widths=widths, n_inits=args.n_inits,
+                             n_samples=args.n_samples, dim=args.dim, bias=not args.no_bias, seed=args.seed,
+                             data_seed=args.data_seed)
+        solver = SolverOptions(args.solver, rtol=opts["rtol"], atol=opts["atol"], max_steps=args.max_steps)
+        st = channel_frequency(grid=grid, t1=opts["t1"], solver=solver, maxnorm=args.maxnorm, pair_tol=args.pair_tol,
+                               engine=args.engine, progress=not args.no_progress)
         print(f"{args.n_inits} Glorot-normal inits per cell, {args.n_samples} samples, dim {args.dim}, "
               f"t1={opts['t1']:g} (gradient-flow time of L = (1/2N) sum (f - y)^2), solver {args.solver}")
         print(st.table())
-        n_fail = int(np.sum(~status_is_success(st.status)))
+        n_fail = int(np.sum(~st.success))
         if n_fail:
             print(f"{n_fail} trajectories failed (e.g. max steps); raise --max-steps or loosen --rtol.")
         result = st.to_dict()
@@ -79,13 +86,15 @@ def run(args) -> int:
 def _newton_study(args, acts, rough, widths, opts):
     """`convergence_study` (flow then Newton) on one GP target per roughness value,
     labelled `s=<value>`, concatenated."""
-    engine = "sweep" if args.engine == "auto" else args.engine
+    grid = StudyGrid(widths=widths, activations=acts, biases=(not args.no_bias,), n_seeds=args.n_inits,
+                     seed=args.seed)
+    flow = FlowPhaseOptions(t1=opts["t1"], rtol=opts["rtol"], atol=opts["atol"], max_flow_steps=args.max_flow_steps,
+                            flow_stop="stop", n_record=0, slots=None,
+                            engine="sweep" if args.engine == "auto" else args.engine)
+    newton = NewtonOptions(maxnorm=args.maxnorm, max_steps=args.max_newton_steps)
     parts = []
     for k, s in enumerate(rough):
         X, Y = gp_data(args.n_samples, args.dim, roughness=float(s), key=jr.fold_in(jr.key(args.data_seed), k))
-        parts.append(convergence_study(
-            X, Y, widths=tuple(widths), activations=tuple(acts), biases=(not args.no_bias,), n_seeds=args.n_inits,
-            seed=args.seed, label=f"s={s:g}", maxnorm=args.maxnorm, channel_cos=args.pair_tol,
-            max_flow_steps=args.max_flow_steps,
-            max_steps=args.max_newton_steps, engine=engine, progress=not args.no_progress, **opts))
+        parts.append(convergence_study(X, Y, grid=grid, flow=flow, newton=newton, label=f"s={s:g}",
+                                       channel_cos=args.pair_tol, progress=not args.no_progress))
     return ConvergenceStudy.concatenate(parts)
