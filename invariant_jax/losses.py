@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 from scipy.special import roots_hermitenorm
 
 from ._checks import check_finite
@@ -65,7 +65,7 @@ def edge_loss_fn(net, X, Y, loss="mse"):
     return L
 
 
-def check_data(graph, X, Y):
+def check_data(graph, X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
     """Validate and shape data: returns `X` as `(N, n_in)` and `Y` as `(N, n_out)`.
     A 1-D `Y` is accepted for one output. Raises `ValueError` naming the problem (a
     non-finite value: `eqx.error_if` with the same words under `jit`)."""
