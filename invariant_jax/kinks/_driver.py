@@ -196,9 +196,13 @@ class KinkIntegrator(eqx.Module):
             P, slots = args
             return prob.cond_value(y, P, slots, margin)
 
-        inner = dataclasses.replace(self.inner, keep_jacobian=True) if self.is_gl else self.inner
+        inner = self.inner
+        if isinstance(inner, GaussLegendre):  # self.is_gl
+            inner = dataclasses.replace(inner, keep_jacobian=True)
         tclip = jnp.clip(ts, c.t, t1)
-        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, step_ts=tclip if self.is_gl else None)
+        # step_ts: diffrax 0.7's metaclass wraps it in a ClipStepSizeController; diffrax 0.6 knows only this spelling
+        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol,  # type: ignore[call-arg]
+                                           step_ts=tclip if self.is_gl else None)
         if self.reference_solve:
             with cacheable_checks():
                 sol = self._solve(vf, cond_fn, tclip, controller, c, inner)
@@ -261,6 +265,7 @@ class KinkIntegrator(eqx.Module):
         # so the restart is on the surface (the root of the interpolant can be ~h^4 off,
         # which costs a spurious event). Skipped if it would move the event across a save.
         prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
+        assert isinstance(inner, GaussLegendre)  # the restart of Gauss-Legendre flows only
         # the Jacobian of the last step's start, kept by the solver (`keep_jacobian`)
         _, t_prev, y_prev, J = sol.solver_state
         f = lambda tt, yy: prob.field(yy, c.P, c.slots)[0]  # noqa: E731
