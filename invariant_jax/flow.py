@@ -186,7 +186,7 @@ def trajectory_record(
     result,
     stats: dict[str, Any],
     saved_drift: Float[ArrayLike, ""] = 0.0,
-    t0: float = 0.0,
+    t0: Float[ArrayLike, ""] = 0.0,
     loss: str | Callable = "mse",
     weight_decay: float = 0.0,
 ) -> dict[str, Array]:
