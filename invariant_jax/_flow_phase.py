@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ._checks import check_positive
 from .network import DAGNetwork
 
 __all__ = ["weightnorm", "maxnorm_penalty", "MaxnormPenalty", "closest_pair_distance", "min_hessian_eigenvalue",
@@ -64,9 +65,7 @@ class MaxnormPenalty(eqx.Module):
     maxnorm: float = eqx.field(static=True)
 
     def __check_init__(self):
-        if not (isinstance(self.maxnorm, (int, float, np.floating)) and np.isfinite(self.maxnorm)
-                and self.maxnorm > 0):
-            raise ValueError(f"maxnorm must be a positive finite number; got {self.maxnorm!r}.")
+        check_positive("maxnorm", self.maxnorm)
 
     def __call__(self, net: DAGNetwork) -> Float[Array, ""]:
         return maxnorm_penalty(net.edge_weights(), self.maxnorm)

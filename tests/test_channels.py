@@ -103,6 +103,7 @@ def test_zero_gradient_stays_zero_along_the_saddle_line(critical_net):
     # Fukumizu-Amari: the new Hessian direction has eigenvalue ~ gamma (1 - gamma) h, so the
     # sign of the min eigenvalue flips between [0, 1] and outside for a definite h
     assert bool(sl.is_saddle[0]) and bool(sl.is_saddle[-1])  # gamma = -3 and 4: saddle directions
+    assert sl.success.all() and list(ij.result_name(sl.result)) == ["successful"] * 6
 
 
 def test_escape_from_saddle_lowers_the_loss(critical_net):
@@ -111,6 +112,7 @@ def test_escape_from_saddle_lowers_the_loss(critical_net):
     esc = escape_saddle(start, X, Y, size=1e-2, t1=2e3, saveat=ij.SaveTimes(n_save=11, spacing="log"))
     assert float(esc.min_eigenvalue) < 0
     assert float(esc.loss_final) < float(esc.loss_saddle) - 1e-4
+    assert bool(esc.success) and ij.result_name(esc.result) == ij.result_name(esc.flow.result)
 
 
 def test_glu_limit_rate_is_at_least_linear(data):
@@ -120,6 +122,7 @@ def test_glu_limit_rate_is_at_least_linear(data):
     conv = glu_convergence(p, X, np.geomspace(1e-1, 1e-3, 7))
     # midpoint convention: the error is even in eps, so O(eps^2) (which is O(eps))
     assert abs(conv.fit.exponent - 2.0) < 0.1 and conv.fit.stderr < 0.05
+    assert conv.success.all()
     # softplus: the gate is the logistic sigmoid, checked by hand
     U = jnp.concatenate([X, jnp.ones((X.shape[0], 1))], axis=1)
     z = U @ p.w
@@ -184,7 +187,10 @@ def test_detector_flags_constructed_channel_not_finite_minimum(critical_net):
     assert detect_channels(net, X, Y).pairs == ()
     # a large norm alone is not a channel
     big = ij.DAGNetwork(ij.mlp([2, 3, 1]), "softplus", edge_weights=1e3 * jr.normal(jr.key(6), (9,)))
-    assert not detect_channels(big).in_channel
+    assert not detect_channels(big).in_channel and detect_channels(big).success
+    # non-finite weights: no verdict, and the report says so
+    bad = detect_channels(big.with_edge_weights(big.edge_weights().at[0].set(jnp.nan)))
+    assert not bad.success and ij.result_name(bad.result) == "nonfinite_state" and bad.pairs == ()
 
 
 def test_bad_inputs(data):

@@ -94,6 +94,7 @@ def _dense_limit_loss(w):
 def test_toy_critical_points_against_dense_reference():
     cp = toy_critical_points(w_max=3.0, n_grid=101, convention="erf")
     kinds = list(cp.kind)
+    assert cp.success and ij.result_name(cp.result) == "successful"
     assert "channel minimum" in kinds and "saddle" in kinds and "global minimum" in kinds
     assert cp.w[0] == 0.0 and kinds[0] == "saddle"
     for w, L, k in zip(cp.w, cp.loss, cp.kind):

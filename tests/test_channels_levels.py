@@ -140,6 +140,7 @@ def test_newton_phase_walks_down_a_channel_to_maxnorm():
     assert float(r.weightnorm[0]) >= 20.0 and float(r.loss[0]) < float(ij.losses.network_loss(net, X, Y))
     end = net.with_edge_weights(r.theta[0])
     ok, err, pairs = ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0)
+    assert ch.confirm_channel(end, X, Y, maxnorm=20.0, pair_tol=1.0).success
     assert ok and len(pairs) == 1 and err < 1e-2
     (p,) = pairs  # the confirmed pair itself: its GLU limit is the pair's output to that error
     lim, out = np.asarray(ch.glu_limit(p, X, net=end)), np.asarray(ch.pair_output(p, X))
@@ -279,8 +280,11 @@ def test_gd_channel_trace_records_match_direct_computation():
         assert np.isclose(float(tr.sharpness[k, -1]), lam, rtol=1e-9)
         assert np.isclose(float(tr.eps[k, -1]), float(ch.channel_coordinates(end, 0, 1).eps), rtol=1e-12)
         assert np.isclose(float(tr.loss[k, -1]), float(ij.loss_gradient(end, X, Y)[0]), rtol=1e-12)
+    assert tr.success.tolist() == [True, True] and list(ij.result_name(tr.result)) == ["successful"] * 2
     with pytest.raises(ValueError, match="multiple"):
         ch.gd_channel_trace(net, (0, 1), X, Y, [0.1], n_steps=30, record_every=20)
+    with pytest.raises(TypeError, match="record_every"):
+        ch.gd_channel_trace(net, (0, 1), X, Y, [0.1], n_steps=30, record_every=2.5)
 
 
 def test_roughness_parts_merge_to_the_whole_study(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._checks import check_integer
 from .._results import RESULTS, is_success, result_where
 from ..losses import check_data, edge_loss_fn, require_smooth
 from ..network import DAGNetwork
@@ -69,8 +70,9 @@ def gd_channel_trace(net: DAGNetwork, pair, X, Y, lrs, *, n_steps: int, record_e
     lrs = jnp.asarray(lrs, dtype=net.edge_weights().dtype).reshape(-1)
     if not bool(jnp.all(lrs > 0)):
         raise ValueError(f"Every learning rate must be positive; got {np.asarray(lrs).tolist()}.")
-    if not isinstance(n_steps, int) or not isinstance(record_every, int) or record_every < 1 or n_steps < 1 \
-            or n_steps % record_every:
+    check_integer("n_steps", n_steps, minimum=1)
+    check_integer("record_every", record_every, minimum=1)
+    if n_steps % record_every:
         raise ValueError(f"n_steps must be a positive multiple of record_every; got {n_steps!r}, {record_every!r}.")
     g = net.graph
     i, j = (hidden_position(g, v) for v in pair)
