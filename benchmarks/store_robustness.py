@@ -105,7 +105,7 @@ def n_records(out):
 
 def finished(name):
     out = ROOT / name
-    run_sweep(SweepConfig(**CFG), out, store=StoreOptions(flush_seconds=0.0), **KW)
+    run_sweep(SweepConfig.from_dict(CFG), out, store=StoreOptions(flush_seconds=0.0), **KW)
     return out
 
 
@@ -150,7 +150,7 @@ CHILD = r"""
 import sys, json, jax
 jax.config.update("jax_enable_x64", True)
 from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, run_sweep
-cfg = SweepConfig(**json.loads(sys.argv[1]))
+cfg = SweepConfig.from_dict(json.loads(sys.argv[1]))
 run_sweep(cfg, sys.argv[2], resume=True, batch=BatchOptions(slots=int(sys.argv[3]), steps_per_call=16, progress=False),
           store=StoreOptions(chunk_size=int(sys.argv[4])))
 """
@@ -200,7 +200,7 @@ def flags():
 def c8():
     out = finished("foreign")
     other = ROOT / "other"
-    run_sweep(SweepConfig(**{**CFG, "t1": 0.2}), other, **KW)
+    run_sweep(SweepConfig.from_dict({**CFG, "t1": 0.2}), other, **KW)
     alien = chunks(other)[0]
     dest = out / "chunks" / ("chunk-zz-alien" + alien.suffix)
     shutil.copy(alien, dest)
@@ -409,7 +409,7 @@ def resume_overwrite(api):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                run_sweep(SweepConfig(**CFG), out, resume=True, overwrite=True, **KW)
+                run_sweep(SweepConfig.from_dict(CFG), out, resume=True, overwrite=True, **KW)
             rc, e, exc = 0, "", None
         except ValueError as x:
             rc, e, exc = 2, str(x), None
@@ -440,7 +440,7 @@ import sys, json, jax
 jax.config.update("jax_enable_x64", True)
 from invariant_jax.sweep import BatchOptions, SweepConfig, run_sweep
 try:
-    run_sweep(SweepConfig(**json.loads(sys.argv[1])), sys.argv[2],
+    run_sweep(SweepConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2],
               batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
 except ValueError as e:
     print("REFUSED", e, file=sys.stderr)

@@ -183,7 +183,7 @@ def run_engine(eng, n):
 
 def run_naive(template, X, Y, thetas):
     def one(th):
-        f = ij.gradient_flow(template.with_edge_weights(th), X, Y, T1, rtol=TOL, atol=TOL, n_save=N_SAVE)
+        f = ij.gradient_flow(template.with_edge_weights(th), X, Y, T1, rtol=TOL, atol=TOL, saveat=ij.SaveTimes(n_save=N_SAVE))
         return f.theta_final, f.stats["num_steps"]
 
     t = time.perf_counter()

@@ -82,7 +82,7 @@ def test_rtol_just_below_one_is_accepted():
 
 TOML_CASES = {  # file content -> words the refusal must contain
     b"seed = 3\n[sweep]\nn_inits = 4\n": r"keys \['seed'\] sit beside the \[sweep\] table",
-    b"n_inits = 4\n[solver]\nrtol = 1e-3\n": r"unknown table\(s\) \['\[solver\]'\]",
+    b"n_inits = 4\n[solvers]\nrtol = 1e-3\n": r"unknown table\(s\) \['\[solvers\]'\]",
     b"[sweep]\nn_inits = 4\n[extra]\nx = 1\n": r"unknown table\(s\) \['\[extra\]'\]",
     b"n_inits = 4\nseed = \x00\x01\n": r"not a text file \(line 2, byte \d+: a NUL byte\)",
     b"n_inits = 4\nseed = \xff\xfe\n": r"not a text file \(line 2, byte \d+: not UTF-8\)",

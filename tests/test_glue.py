@@ -141,16 +141,16 @@ def test_flow_says_whether_a_law_applies():
     tanh = ij.DAGNetwork(g, "tanh", key=jax.random.key(0))
     relu = ij.DAGNetwork(g, "relu", key=jax.random.key(0))
     with pytest.warns(ij.NoConservationLaw, match=r"\['tanh'\] are not positively homogeneous"):
-        f = jax.eval_shape(lambda: ij.gradient_flow(tanh, X, Y, 0.2, n_save=5))
+        f = jax.eval_shape(lambda: ij.gradient_flow(tanh, X, Y, 0.2, saveat=ij.SaveTimes(n_save=5)))
     assert isinstance(f, ij.Flow) and f.conservation_law is False
     with warnings.catch_warnings():
         warnings.simplefilter("error", ij.NoConservationLaw)  # once per activation
-        jax.eval_shape(lambda: ij.gradient_flow(tanh, X, Y, 0.2, n_save=5))
-        assert jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, n_save=5)).conservation_law is True
+        jax.eval_shape(lambda: ij.gradient_flow(tanh, X, Y, 0.2, saveat=ij.SaveTimes(n_save=5)))
+        assert jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, saveat=ij.SaveTimes(n_save=5))).conservation_law is True
         # weight decay keeps a law: c(t) = c(0) exp(-2 lambda t)
-        assert jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, weight_decay=0.1)).conservation_law is True
+        assert jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, loss=ij.Objective(weight_decay=0.1))).conservation_law is True
     with pytest.warns(ij.NoConservationLaw, match="regularizer"):
-        f = jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, regularizer="l2", strength=0.1))
+        f = jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, loss=ij.Objective(regularizer="l2", strength=0.1)))
     assert f.conservation_law is False
 
 

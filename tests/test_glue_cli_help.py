@@ -46,6 +46,7 @@ def test_help_shows_sweep_config_defaults():
 
     sub = build_parser()._subparsers._group_actions[0].choices
     helps = {a.dest: a.help for a in sub["check"]._actions}
-    assert f"(default: {SweepConfig.rtol})" in helps["rtol"] and f"(default: {SweepConfig.activation})" in helps["activation"]
+    # the option tables' defaults are their objects' (rtol: SolverOptions'), the rest SweepConfig's
+    assert f"(default: {SweepConfig().rtol})" in helps["rtol"] and f"(default: {SweepConfig.activation})" in helps["activation"]
     sweep_helps = {a.dest: a.help for a in sub["sweep"]._actions}
     assert "default" in sweep_helps["n_inits"] and str(SweepConfig.n_inits) in sweep_helps["n_inits"]

@@ -19,24 +19,32 @@ import numpy as np
 import pytest
 
 from invariant_jax.cli import main
-from invariant_jax.sweep import SweepConfig, SweepInterrupted, load_sweep, manifest_for, run_sweep
+from invariant_jax.sweep import (
+    BatchOptions,
+    StoreOptions,
+    SweepConfig,
+    SweepInterrupted,
+    load_sweep,
+    manifest_for,
+    run_sweep,
+)
 from invariant_jax.sweep._store import ResultsStore, config_hash
 
 CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # as test_sweep_store: one compile
-KW = dict(slots=2, steps_per_call=8, progress=False)
+KW = dict(batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
 FLAGS = ["--n-inits", "6", "--t1", "0.5", "--n-samples", "10", "--n-save", "11", "--no-kink-aware", "--slots", "2",
          "--steps-per-call", "8", "--no-progress", "--no-figures"]
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return run_sweep(SweepConfig(**CFG), **KW)
+    return run_sweep(SweepConfig.from_dict(CFG), **KW)
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, reference):
     out = tmp_path_factory.mktemp("own") / "run"
-    run_sweep(SweepConfig(**CFG), out, flush_seconds=0.0, **KW)
+    run_sweep(SweepConfig.from_dict(CFG), out, store=StoreOptions(flush_seconds=0.0), **KW)
     return out
 
 
@@ -107,7 +115,7 @@ def test_unreadable_manifest_without_chunks_is_refused_not_moved(tmp_path, capsy
 def test_overwrite_counts_are_honest_and_keep_nothing_foreign(folder):
     n = sum(1 for p in folder.rglob("*") if p.is_file())
     store = ResultsStore(folder)
-    store.open(manifest_for(SweepConfig(**CFG)), overwrite=True)
+    store.open(manifest_for(SweepConfig.from_dict(CFG)), overwrite=True)
     note = next(x for x in store.notes if "--overwrite" in x)
     assert f"deleted {n} files" in note and "1 manifest" in note
     assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == ["chunks", "manifest.json"]
@@ -118,7 +126,7 @@ def test_unproven_quarantined_file_is_never_deleted(folder, capsys):
     cannot prove the store wrote it, so it refuses instead of deleting it."""
     victim = sorted((folder / "chunks").glob("*.parquet"))[0]
     victim.write_bytes(b"garbage")
-    _quiet(run_sweep, SweepConfig(**CFG), folder, resume=True, **KW)
+    _quiet(run_sweep, SweepConfig.from_dict(CFG), folder, resume=True, **KW)
     assert (folder / "quarantine" / victim.name).read_bytes() == b"garbage"
     assert main(["sweep", *FLAGS, "--overwrite", "--out", str(folder)]) == 2
     assert f"quarantine/{victim.name}" in capsys.readouterr().err
@@ -127,7 +135,7 @@ def test_unproven_quarantined_file_is_never_deleted(folder, capsys):
 
 def test_edited_output_is_not_deleted(folder, capsys):
     store = ResultsStore(folder)
-    store.open(manifest_for(SweepConfig(**CFG)), resume=True)
+    store.open(manifest_for(SweepConfig.from_dict(CFG)), resume=True)
     store.write_output(folder / "table.csv", b"a,b\n1,2\n")
     (folder / "table.csv").write_bytes(b"a,b\n1,2\n# my notes\n")  # the user edits it
     assert main(["sweep", *FLAGS, "--overwrite", "--out", str(folder)]) == 2
@@ -142,9 +150,9 @@ def test_demo_replaces_only_an_earlier_demo(folder, tmp_path, capsys, reference)
     assert "replaces only an earlier 'demo'" in capsys.readouterr().err
     assert _snapshot(folder) == before
     demo = tmp_path / "demo"  # the API with the demo's tag: an earlier demo is replaced
-    cfg = SweepConfig(**{**CFG, "n_inits": 2})
+    cfg = SweepConfig.from_dict({**CFG, "n_inits": 2})
     _quiet(run_sweep, cfg, demo, tag="demo", **KW)
-    res = _quiet(run_sweep, SweepConfig(**{**CFG, "n_inits": 3}), demo, overwrite=True, tag="demo", **KW)
+    res = _quiet(run_sweep, SweepConfig.from_dict({**CFG, "n_inits": 3}), demo, overwrite=True, tag="demo", **KW)
     _same(res, reference, [0, 1, 2])
 
 
@@ -154,7 +162,7 @@ def test_resume_with_overwrite_is_refused(folder, capsys):
     assert main(["sweep", *FLAGS, "--resume", "--overwrite", "--out", str(folder)]) == 2
     assert "contradict" in capsys.readouterr().err
     with pytest.raises(ValueError, match="contradict"):
-        run_sweep(SweepConfig(**CFG), folder, resume=True, overwrite=True, **KW)
+        run_sweep(SweepConfig.from_dict(CFG), folder, resume=True, overwrite=True, **KW)
     assert _snapshot(folder) == before
 
 
@@ -184,7 +192,7 @@ def test_output_files_are_not_replaced_without_overwrite(tmp_path, monkeypatch, 
 
 def test_two_configs_racing_into_one_new_folder_one_is_refused(tmp_path):
     """Repro 6: two configs started at once into one new folder both ran to the end."""
-    a, b = (manifest_for(SweepConfig(**{**CFG, "seed": s})) for s in (0, 1))
+    a, b = (manifest_for(SweepConfig.from_dict({**CFG, "seed": s})) for s in (0, 1))
     for trial in range(12):
         out = tmp_path / f"race{trial}"
         barrier, outcome = threading.Barrier(2), {}
@@ -217,7 +225,7 @@ def test_second_config_is_refused_before_compiling(folder, monkeypatch):
 
     monkeypatch.setattr(_engine.SweepEngine, "run", no_compile)
     with pytest.raises(ValueError, match=r"different config \(differs in \['seed'\]\)"):
-        run_sweep(SweepConfig(**{**CFG, "seed": 1}), folder, resume=True, **KW)
+        run_sweep(SweepConfig.from_dict({**CFG, "seed": 1}), folder, resume=True, **KW)
 
 
 def test_status_and_load_sweep_report_other_sweeps_and_missing(folder, reference, capsys):
@@ -253,9 +261,9 @@ def test_hand_edited_manifest_is_rebuilt_from_the_chunks(folder, reference):
     chunks = _snapshot(folder / "chunks")
     with pytest.warns(UserWarning, match="disagrees with every chunk"):
         cfg, _ = load_sweep(folder)
-    assert cfg == SweepConfig(**CFG)
+    assert cfg == SweepConfig.from_dict(CFG)
     with pytest.warns(UserWarning, match="disagrees with its chunks.*manifest rebuilt from the chunks"):
-        res = run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)
+        res = run_sweep(SweepConfig.from_dict(CFG), folder, resume=True, **KW)
     _same(res, reference)
     assert res.stats["useful_steps"] == 0 and _snapshot(folder / "chunks") == chunks
     assert json.loads(m.read_text())["config"]["t1"] == 0.5
@@ -277,14 +285,15 @@ def test_signal_flushes_records_and_releases_claims(tmp_path, reference, sig):
             os.kill(os.getpid(), sig)
 
     with pytest.raises(SweepInterrupted, match="progress saved.*rerun with --resume"):
-        run_sweep(SweepConfig(**CFG), out, flush_seconds=0.0, chunk_size=1, on_chunk=on_chunk, **KW)
+        run_sweep(SweepConfig.from_dict(CFG), out, on_chunk=on_chunk, store=StoreOptions(flush_seconds=0.0, chunk_size=1),
+                  **KW)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handler restored
     claims = [json.loads(p.read_text()) for p in (out / "claims").glob("*.json")]
     assert all(c.get("done") for c in claims)  # no claim left held, no heartbeat left
     _, part = _quiet(load_sweep, out)
     assert len(part) >= 1
     _same(part, reference, part.index)
-    res = _quiet(run_sweep, SweepConfig(**CFG), out, resume=True, **KW)
+    res = _quiet(run_sweep, SweepConfig.from_dict(CFG), out, resume=True, **KW)
     _same(res, reference)
 
 
@@ -298,12 +307,12 @@ def test_interrupt_raised_again_while_flushing_still_releases(tmp_path, referenc
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(SweepConfig(**CFG), out, chunk_size=1, flush_seconds=0.0, on_chunk=stop, **KW)
+        run_sweep(SweepConfig.from_dict(CFG), out, on_chunk=stop, store=StoreOptions(flush_seconds=0.0, chunk_size=1), **KW)
     assert not [t for t in threading.enumerate() if t.name == "invariant_jax-heartbeat" and t.is_alive()]
     assert not list((out / "claims").glob("writer-*.json"))
     claims = [json.loads(p.read_text()) for p in (out / "claims").glob("block-*.json")]
     assert all(c.get("done") for c in claims)  # nothing left held
-    res = _quiet(run_sweep, SweepConfig(**CFG), out, resume=True, **KW)
+    res = _quiet(run_sweep, SweepConfig.from_dict(CFG), out, resume=True, **KW)
     _same(res, reference)
 
 
@@ -353,7 +362,7 @@ def test_random_sequences_never_touch_user_files_or_lose_records(tmp_path, refer
     places = ["notes.txt", "chunks/mine.parquet", "claims/x.json", "quarantine/keep.bin", "figures/plot.png",
               "manifest.json"]
     ops = ["sweep", "resume", "overwrite", "demo", "kill", "add_user", "remove_user"]
-    cfg = SweepConfig(**CFG)
+    cfg = SweepConfig.from_dict(CFG)
     kept: set = set()
     for step in range(14):
         op = rng.choice(ops)

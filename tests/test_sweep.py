@@ -12,7 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 
 import invariant_jax as ij
-from invariant_jax.sweep import STATUSES, SweepConfig, init_theta, load_sweep, run_sweep, summarize_sweep
+from invariant_jax.sweep import (
+    STATUSES,
+    BatchOptions,
+    StoreOptions,
+    SweepConfig,
+    init_theta,
+    load_sweep,
+    run_sweep,
+    summarize_sweep,
+)
 from tolerances import assert_step_counts_close, assert_within_tolerance, tolerance_bound
 
 TOL = dict(rtol=1e-8, atol=1e-8)  # the defaults of sweep_flows and gradient_flow
@@ -35,14 +44,15 @@ def _one(nets, i):
 
 def _flows(nets, X, Y, t1, **kw):
     """gradient_flow run one trajectory at a time (one compilation, n calls)."""
-    fn = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, t1, n_save=11, **kw))
+    fn = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, t1, saveat=ij.SaveTimes(n_save=11), **kw))
     return [fn(_one(nets, i)) for i in range(nets.weights.shape[0])]
 
 
 @pytest.fixture(scope="module")
 def exact(problem):
     g, X, Y, nets = problem
-    return ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=4, steps_per_call=8, n_save=11)
+    return ij.sweep_flows(nets, X, Y, 0.5, kinks=False, saveat=ij.SaveTimes(n_save=11),
+                          batch=BatchOptions(slots=4, steps_per_call=8))
 
 
 def _bound(f):
@@ -83,7 +93,8 @@ def test_vmap_mode_agrees_to_tolerance(problem, exact):
     # 6 trajectories in 16 slots: the batch starts at width 8 (the narrowest slots / 2^j
     # that holds them: a vmapped step costs every slot, and no width depends on n) and
     # narrows to width 1 once one trajectory is left
-    vm = ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=16, steps_per_call=8, n_save=11, exact=False)
+    vm = ij.sweep_flows(nets, X, Y, 0.5, kinks=False, saveat=ij.SaveTimes(n_save=11),
+                        batch=BatchOptions(slots=16, steps_per_call=8, exact=False))
     np.testing.assert_array_equal(vm.index, np.arange(6))
     np.testing.assert_allclose(vm.theta_final, ex.theta_final, rtol=0, atol=1e-5)
     np.testing.assert_allclose(vm.num_steps, ex.num_steps, rtol=0.05)
@@ -100,7 +111,8 @@ def test_failures_are_data(problem):
     theta = np.array(nets.edge_weights())
     theta[2] = 1e160  # the forward pass overflows: non-finite loss
     nets = nets.with_edge_weights(theta)
-    res = ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=3, steps_per_call=4, solver=ij.SolverOptions(max_steps=12), n_save=11)
+    res = ij.sweep_flows(nets, X, Y, 0.5, kinks=False, solver=ij.SolverOptions(max_steps=12),
+                         saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=3, steps_per_call=4))
     names = res.status_names
     assert names[2] == "nonfinite"
     for i, f in enumerate(_flows(nets, X, Y, 0.5, solver=ij.SolverOptions(max_steps=12))):
@@ -121,7 +133,8 @@ def test_failures_are_data(problem):
 @pytest.mark.slow
 def test_stopping_rule_matches_gradient_flow(problem):
     g, X, Y, nets = problem
-    res = ij.sweep_flows(nets, X, Y, 0.5, kink_aware=False, slots=2, steps_per_call=16, stop=ij.StopRules(loss_floor=0.05), n_save=11)
+    res = ij.sweep_flows(nets, X, Y, 0.5, kinks=False, stop=ij.StopRules(loss_floor=0.05),
+                         saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=2, steps_per_call=16))
     for i, f in enumerate(_flows(nets, X, Y, 0.5, stop=ij.StopRules(loss_floor=0.05))):
         stopped = bool(f.result == ij.RESULTS.stopped_loss_floor)
         assert res.status_names[i] == ("stopped" if stopped else "ok")
@@ -135,11 +148,11 @@ def test_stopping_rule_matches_gradient_flow(problem):
 
 @pytest.mark.exactness
 def test_run_sweep_equals_gradient_flow_and_fold_in_keys():
-    cfg = SweepConfig(**SMALL)
-    a = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
+    cfg = SweepConfig.from_dict(SMALL)
+    a = run_sweep(cfg, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
     g = cfg.build_graph()
     X, Y = cfg.build_data(g)
-    flow = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, cfg.t1, n_save=cfg.n_save))
+    flow = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, cfg.t1, saveat=cfg.saveat))
     for i in (0, 3, 7):  # the key of init i is fold_in(key(seed), i): independent of the split
         net = ij.DAGNetwork(g, cfg.activation, key=jr.fold_in(jr.key(cfg.seed), i), init=cfg.init)
         np.testing.assert_array_equal(a.theta0[i], net.edge_weights())
@@ -155,18 +168,19 @@ def test_run_sweep_equals_gradient_flow_and_fold_in_keys():
 @pytest.mark.exactness
 def test_results_independent_of_slots_and_chunking():
     # one compiled step program run again: bit for bit on any machine
-    cfg = SweepConfig(**SMALL)
-    a = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
-    b = run_sweep(cfg, slots=7, steps_per_call=64, progress=False)
+    cfg = SweepConfig.from_dict(SMALL)
+    a = run_sweep(cfg, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
+    b = run_sweep(cfg, batch=BatchOptions(slots=7, steps_per_call=64, progress=False))
     for k in ("theta_final", "loss_final", "drift", "num_steps", "status", "t_final"):
         np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
 
 
 @pytest.mark.exactness
 def test_persistence_manifest_and_resume(tmp_path):
-    cfg = SweepConfig(**SMALL)
+    cfg = SweepConfig.from_dict(SMALL)
     out = tmp_path / "run"
-    full = run_sweep(cfg, out, slots=2, steps_per_call=8, progress=False, flush_seconds=0.0)
+    full = run_sweep(cfg, out, batch=BatchOptions(slots=2, steps_per_call=8, progress=False),
+                     store=StoreOptions(flush_seconds=0.0))
     man = json.loads((out / "manifest.json").read_text())
     assert man["config"] == cfg.to_dict() and man["version"] == ij.__version__
     chunks = sorted((out / "chunks").glob("*.parquet"))
@@ -175,20 +189,20 @@ def test_persistence_manifest_and_resume(tmp_path):
     assert cfg2 == cfg
     np.testing.assert_array_equal(loaded.theta_final, full.theta_final)
     # a finished sweep resumes with no work at all
-    again = run_sweep(cfg, out, resume=True, slots=2, steps_per_call=8, progress=False)
+    again = run_sweep(cfg, out, resume=True, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
     assert again.stats["useful_steps"] == 0
     # lose one chunk: resume recomputes exactly those trajectories, with equal results
     lost = set(pq.read_table(chunks[0], columns=["index"]).column("index").to_pylist())
     chunks[0].unlink()
-    resumed = run_sweep(cfg, out, resume=True, slots=2, steps_per_call=8, progress=False)
+    resumed = run_sweep(cfg, out, resume=True, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
     assert resumed.stats["useful_steps"] == int(full.num_steps[sorted(lost)].sum())
     for k in ("theta_final", "loss_final", "drift", "num_steps", "status"):
         np.testing.assert_array_equal(getattr(resumed, k), getattr(full, k))
 
 
 def test_summary_against_independent_references(tmp_path):
-    cfg = SweepConfig(**SMALL)
-    res = run_sweep(cfg, slots=2, steps_per_call=8, progress=False)
+    cfg = SweepConfig.from_dict(SMALL)
+    res = run_sweep(cfg, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
     s = summarize_sweep(cfg, res)
     g = cfg.build_graph()
     B = g.incidence()
@@ -228,13 +242,13 @@ def test_bad_config_values():
 
 def test_folder_with_other_config_is_refused(tmp_path):
     out = tmp_path / "run"
-    kw = dict(slots=2, steps_per_call=8, progress=False)
-    run_sweep(SweepConfig(**{**SMALL, "n_inits": 2}), out, **kw)
-    other = SweepConfig(**{**SMALL, "n_inits": 3})
+    kw = dict(batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
+    run_sweep(SweepConfig.from_dict({**SMALL, "n_inits": 2}), out, **kw)
+    other = SweepConfig.from_dict({**SMALL, "n_inits": 3})
     with pytest.raises(ValueError, match=r"different config \(differs in \['n_inits'\]\).*--overwrite"):
         run_sweep(other, out, **kw)
     with pytest.raises(ValueError, match="already holds this sweep. Pass --resume"):
-        run_sweep(SweepConfig(**{**SMALL, "n_inits": 2}), out, **kw)
+        run_sweep(SweepConfig.from_dict({**SMALL, "n_inits": 2}), out, **kw)
     res = run_sweep(other, out, overwrite=True, **kw)
     assert len(res) == 3 and json.loads((out / "manifest.json").read_text())["config"]["n_inits"] == 3
 
@@ -243,14 +257,14 @@ def test_unwritable_folder(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     with pytest.raises(ValueError, match="is not writable"):
-        run_sweep(SweepConfig(**SMALL), blocker / "run", progress=False)
+        run_sweep(SweepConfig.from_dict(SMALL), blocker / "run", batch=BatchOptions(progress=False))
     if os.name == "posix" and os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
         try:
             with pytest.raises(ValueError, match="is not writable"):
-                run_sweep(SweepConfig(**SMALL), ro / "run", progress=False)
+                run_sweep(SweepConfig.from_dict(SMALL), ro / "run", batch=BatchOptions(progress=False))
         finally:
             ro.chmod(0o700)
 
@@ -266,7 +280,8 @@ def test_implicit_solver_matches_gradient_flow():
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
     keys = jax.random.split(jax.random.key(1), 3)
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "softplus", key=k))(keys)
-    r = ij.sweep_flows(nets, X, Y, 5.0, kink_aware=False, solver="kvaerno5", rtol=1e-8, atol=1e-8, slots=2, n_save=11)
+    r = ij.sweep_flows(nets, X, Y, 5.0, kinks=False, solver="kvaerno5", rtol=1e-8, atol=1e-8,
+                       saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=2))
     alone = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, 5.0, solver="kvaerno5", rtol=1e-8, atol=1e-8,
                                                      n_save=11))  # traced and compiled once for the 3 inits
     for i, k in enumerate(keys):

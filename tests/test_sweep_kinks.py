@@ -9,10 +9,10 @@ import pytest
 
 import invariant_jax as ij
 from invariant_jax.kinks import kink_aware_flow
-from invariant_jax.sweep import SweepConfig, load_sweep, run_sweep, summarize_sweep
+from invariant_jax.sweep import BatchOptions, SweepConfig, load_sweep, run_sweep, summarize_sweep
 from tolerances import assert_within_tolerance, tolerance_bound
 
-OPTS = dict(solver="tsit5", rtol=1e-8, atol=1e-8, n_save=5)
+OPTS = dict(solver="tsit5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=5))
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def _greedy_makespan(work, slots):
 @pytest.mark.exactness
 def test_exact_sweep_equals_kink_aware_flow_alone(problem):
     X, Y, nets, alone = problem
-    r = ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, slots=2, steps_per_call=1, **OPTS)
+    r = ij.sweep_flows(nets, X, Y, 1.0, kinks=True, batch=BatchOptions(slots=2, steps_per_call=1), **OPTS)
     # continuous batching: a slot refills as soon as its trajectory ends, so with one
     # segment per call the calls equal the greedy schedule of the segment counts (whole
     # batches of 2 would take sum over batches of the longer one)
@@ -68,7 +68,7 @@ def test_exact_sweep_equals_kink_aware_flow_alone(problem):
 @pytest.mark.slow
 def test_vmapped_sweep_keeps_pattern_state_per_trajectory(problem):
     X, Y, nets, alone = problem
-    r = ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, slots=8, exact=False, **OPTS)
+    r = ij.sweep_flows(nets, X, Y, 1.0, kinks=True, batch=BatchOptions(slots=8, exact=False), **OPTS)
     for i, kf in enumerate(alone):
         assert r.kink["num_events"][i] == int(kf.num_events)
         assert_within_tolerance(r.theta_final[i], kf.flow.theta_final, **_bound(kf))
@@ -76,15 +76,15 @@ def test_vmapped_sweep_keeps_pattern_state_per_trajectory(problem):
 
 @pytest.mark.slow
 def test_run_sweep_persists_event_counts(tmp_path):
-    cfg = SweepConfig(graph="mlp", widths=(3, 6, 1), n_inits=3, t1=0.5, n_samples=10, n_save=5,
-                      kink_aware=True, rtol=1e-7, atol=1e-7)
-    r = run_sweep(cfg, tmp_path / "k", slots=2, progress=False)
+    cfg = SweepConfig(graph="mlp", widths=(3, 6, 1), n_inits=3, t1=0.5, n_samples=10, saveat=ij.SaveTimes(n_save=5),
+                      kinks=True, solver=ij.SolverOptions(rtol=1e-7, atol=1e-7))
+    r = run_sweep(cfg, tmp_path / "k", batch=BatchOptions(slots=2, progress=False))
     _, back = load_sweep(tmp_path / "k")
     for k, v in r.kink.items():
         np.testing.assert_array_equal(back.kink[k], v)
     net = ij.DAGNetwork(cfg.build_graph(), "relu", edge_weights=r.theta0[1])
     X, Y = cfg.build_data(cfg.build_graph())
-    kf = kink_aware_flow(net, X, Y, 0.5, solver="tsit5", rtol=1e-7, atol=1e-7, n_save=5)
+    kf = kink_aware_flow(net, X, Y, 0.5, solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=5))
     assert_within_tolerance(back.theta_final[1], kf.flow.theta_final, **_bound(kf, 1e-7, 1e-7))
     agg = summarize_sweep(cfg, back).aggregate
     assert agg["kink_crossings_total"] == int(np.sum(back.kink["num_crossings"]))
@@ -118,7 +118,7 @@ def test_bad_kink_sweep_options(problem):
     with pytest.raises(ValueError, match="does not support grad_norm_tol"):
         SweepConfig(kink_aware=True, grad_norm_tol=1e-6)
     with pytest.raises(ValueError, match="does not support weight_decay"):
-        ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, weight_decay=0.1)
+        ij.sweep_flows(nets, X, Y, 1.0, kinks=True, loss=ij.Objective(weight_decay=0.1))
 
 
 @pytest.mark.slow
@@ -177,14 +177,14 @@ def test_kink_options_are_one_validated_object_everywhere(problem):
     with pytest.raises(ValueError, match="max_events only apply to kink-aware sweeps"):
         SweepConfig(kink_aware=False, max_events=7)
     with pytest.raises(ValueError, match="only applies to kink-aware sweeps"):
-        ij.sweep_flows(nets, X, Y, 1.0, kink_aware=False, kinks=ij.KinkOptions(), **OPTS)
+        ij.sweep_flows(nets, X, Y, 1.0, kink_aware=False, kinks=ij.KinkOptions(), **OPTS)  # the old keyword
 
 
 def test_sweep_passes_kink_options_to_every_trajectory(problem):
     # max_events=1 stops every trajectory that has an event (kink_aware_flow alone, with
     # the defaults, says which do) at its first one, with max_events_reached
     X, Y, nets, alone = problem
-    r = ij.sweep_flows(nets, X, Y, 1.0, kink_aware=True, kinks=ij.KinkOptions(max_events=1), slots=2, **OPTS)
+    r = ij.sweep_flows(nets, X, Y, 1.0, kinks=ij.KinkOptions(max_events=1), batch=BatchOptions(slots=2), **OPTS)
     had_events = np.array([int(kf.num_events) > 0 for kf in alone])
     assert had_events.sum() >= 3
     np.testing.assert_array_equal(r.kink["num_events"], had_events.astype(int))

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from invariant_jax.sweep import SweepConfig, run_sweep
+from invariant_jax.sweep import BatchOptions, SweepConfig, run_sweep
 
 CFG = dict(n_inits=24, t1=0.5, n_samples=10, n_save=11, kink_aware=False)
 KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result_codes")
@@ -23,26 +23,27 @@ import json, sys, time
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
-from invariant_jax.sweep import SweepConfig, run_sweep
-cfg = SweepConfig(**json.loads(sys.argv[1]))
+from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, run_sweep
+cfg = SweepConfig.from_dict(json.loads(sys.argv[1]))
 mode, out = sys.argv[2], sys.argv[3]
 if mode == "slow":  # a sweep that writes a chunk per harvest and dawdles after each
-    run_sweep(cfg, out, slots=2, steps_per_call=8, flush_seconds=0.0, progress=False,
-              on_chunk=lambda p: time.sleep(0.25))
+    run_sweep(cfg, out, batch=BatchOptions(slots=2, steps_per_call=8, progress=False),
+              store=StoreOptions(flush_seconds=0.0), on_chunk=lambda p: time.sleep(0.25))
 elif mode.startswith("resume"):  # one of several writers resuming one folder, with its own slots
-    r = run_sweep(cfg, out, resume=True, slots=int(mode[6:]), steps_per_call=8, flush_seconds=0.0,
-                  progress=False)
+    r = run_sweep(cfg, out, resume=True, batch=BatchOptions(slots=int(mode[6:]), steps_per_call=8, progress=False),
+                  store=StoreOptions(flush_seconds=0.0))
     print(json.dumps({"n": len(r), "useful_steps": r.stats["useful_steps"]}))
 elif mode.startswith("dist"):  # process p of 2 under jax.distributed (CPU, 127.0.0.1)
     p, port = map(int, mode[4:].split(":"))
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=p,
                                initialization_timeout=120)
     assert (jax.process_index(), jax.process_count()) == (p, 2)
-    r = run_sweep(cfg, out, slots=2, steps_per_call=8, flush_seconds=0.0, progress=False)
+    r = run_sweep(cfg, out, batch=BatchOptions(slots=2, steps_per_call=8, progress=False),
+                  store=StoreOptions(flush_seconds=0.0))
     print(json.dumps({"n": len(r), "useful_steps": r.stats["useful_steps"]}))
 else:
     assert jax.device_count() == 4, jax.devices()
-    r = run_sweep(cfg, slots=4, steps_per_call=8, progress=False)
+    r = run_sweep(cfg, batch=BatchOptions(slots=4, steps_per_call=8, progress=False))
     assert r.stats["devices"] == 4
     np.savez(out, **{k: getattr(r, k) for k in KEYS})
 """.replace("KEYS", repr(KEYS))
@@ -50,7 +51,7 @@ else:
 
 @pytest.fixture(scope="module")
 def reference():
-    return run_sweep(SweepConfig(**CFG), slots=2, steps_per_call=8, progress=False)
+    return run_sweep(SweepConfig.from_dict(CFG), batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
 
 
 def _child(mode, out, env=None, cfg=CFG):
@@ -77,7 +78,8 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
 
     done = ResultsStore(out).done_indices()
     assert 0 < len(done) < CFG["n_inits"], "the kill must interrupt the sweep"
-    resumed = run_sweep(SweepConfig(**CFG), out, resume=True, slots=2, steps_per_call=8, progress=False)
+    resumed = run_sweep(SweepConfig.from_dict(CFG), out, resume=True,
+                        batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
     todo = np.setdiff1d(np.arange(CFG["n_inits"]), done)
     # finished trajectories are loaded, not recomputed: only the rest cost steps
     assert resumed.stats["useful_steps"] == int(reference.num_steps[todo].sum())
@@ -91,7 +93,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
 def test_four_devices_equal_one_device(tmp_path, reference, kink_aware):
     cfg = dict(CFG, graph="mlp", widths=[3, 6, 1], n_inits=8, kink_aware=True) if kink_aware else CFG
     if kink_aware:  # the kink-aware engine shards whole trajectories
-        reference = run_sweep(SweepConfig(**cfg), slots=2, progress=False)
+        reference = run_sweep(SweepConfig.from_dict(cfg), batch=BatchOptions(slots=2, progress=False))
         assert int(reference.kink["num_events"].sum()) > 0
     path = tmp_path / "four.npz"
     flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import invariant_jax as ij
+from invariant_jax.sweep import BatchOptions
 from tolerances import assert_within_tolerance
 
 jax.config.update("jax_enable_x64", True)
@@ -50,7 +51,7 @@ def _nets(seed, B=3):
 
 def test_second_data_set_reuses_the_compiled_sweep():
     counter = _CountCompiles()
-    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=4, slots=2)
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=4), batch=BatchOptions(slots=2))
     X1, Y1 = _data(0)
     X2, Y2 = _data(1)
     nets1, nets2 = _nets(10), _nets(11)
@@ -67,7 +68,7 @@ def test_second_data_set_reuses_the_compiled_sweep():
     one = ij.DAGNetwork(nets2.graph, "softplus", edge_weights=theta2[0])
     for i in range(3):
         f = ij.gradient_flow(one.with_edge_weights(theta2[i]), X2, Y2, 0.7, solver="tsit5", rtol=1e-7, atol=1e-7,
-                             n_save=4)
+                             saveat=ij.SaveTimes(n_save=4))
         assert float(r2.t_final[i]) == 0.7
         assert_within_tolerance(r2.theta_final[i], f.theta_final, rtol=1e-7, atol=1e-7,
                                 scale=float(np.abs(f.theta_final).max()), num_steps=f.stats["num_steps"])
@@ -100,7 +101,7 @@ def test_kink_aware_sweep_reuses_its_engine_for_new_data():
     counter = _CountCompiles()
     g = ij.mlp([2, 3, 1])
     nets = lambda s: eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(jr.split(jr.key(s), 3))  # noqa: E731
-    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=3, slots=2)
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=3), batch=BatchOptions(slots=2))
     (X1, Y1), (X2, Y2) = _data(0), _data(1)
     nets1, nets2 = nets(20), nets(21)
     with counter:
@@ -148,7 +149,8 @@ def test_no_batch_size_compiles_again(kink_aware):
     X, Y = _data(0)
     # the kink-aware configuration of the test above (its engine, if compiled, is reused)
     # (plain: 8 slots, fewer host round trips for the 1000)
-    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=3, slots=2 if kink_aware else 8, kink_aware=kink_aware)
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=3),
+                batch=BatchOptions(slots=2 if kink_aware else 8), kinks=kink_aware)
     # the first call compiles; it fills fewer slots than there are (no refill from the
     # queue), and still compiles every program a larger batch needs
     ij.sweep_flows(batches[1], X, Y, 0.5, **opts)
@@ -180,13 +182,14 @@ def test_resume_compiles_nothing(tmp_path, kink_aware):
     first call) reuses the compiled engine and recomputes the same records bit for bit."""
     import pyarrow.parquet as pq
 
-    from invariant_jax.sweep import SweepConfig, run_sweep
+    from invariant_jax.sweep import StoreOptions, SweepConfig, run_sweep
 
     counter = _CountCompiles()
-    cfg = SweepConfig(graph="mlp", widths=(2, 3, 1), n_samples=8, n_inits=13, t1=0.3, solver="tsit5",
-                      rtol=1e-6, atol=1e-6, n_save=3, kink_aware=kink_aware)
+    cfg = SweepConfig(graph="mlp", widths=(2, 3, 1), n_samples=8, n_inits=13, t1=0.3,
+                      solver=ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6), saveat=ij.SaveTimes(n_save=3),
+                      kinks=kink_aware)
     out = tmp_path / "run"
-    kw = dict(slots=4, progress=False, flush_seconds=0.0, chunk_size=4)
+    kw = dict(batch=BatchOptions(slots=4, progress=False), store=StoreOptions(flush_seconds=0.0, chunk_size=4))
     with counter:
         full = run_sweep(cfg, out, **kw)
     assert counter.n > 0
@@ -207,13 +210,14 @@ jax.config.update("jax_num_cpu_devices", 2)
 jax.config.update("jax_enable_x64", True)
 import sys; sys.path.insert(0, "tests")
 import numpy as np, invariant_jax as ij
+from invariant_jax.sweep import BatchOptions
 from test_sweep_recompile import _relu_batches, _data
 batches, table = _relu_batches((37,))
 X, Y = _data(0)
 for ka in (False, True):
-    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, n_save=3, slots=4, kink_aware=ka)
-    two = ij.sweep_flows(batches[37], X, Y, 0.5, **opts)
-    one = ij.sweep_flows(batches[37], X, Y, 0.5, devices=jax.devices()[:1], **opts)
+    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=3), kinks=ka)
+    two = ij.sweep_flows(batches[37], X, Y, 0.5, batch=BatchOptions(slots=4), **opts)
+    one = ij.sweep_flows(batches[37], X, Y, 0.5, batch=BatchOptions(slots=4, devices=jax.devices()[:1]), **opts)
     assert two.stats["devices"] == 2 and one.stats["devices"] == 1
     np.testing.assert_array_equal(two.theta0, table[:37])
     for k in ("theta_final", "loss_final", "num_steps", "result_codes"):

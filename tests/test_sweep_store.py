@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from invariant_jax.cli import main
-from invariant_jax.sweep import SweepConfig, load_sweep, manifest_for, run_sweep
+from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, load_sweep, manifest_for, run_sweep
 from invariant_jax.sweep._result import FIELDS
 
 try:  # imported lazily below too, so that the tests of behaviour also run against older code
@@ -35,20 +35,20 @@ except ImportError:  # pragma: no cover - only when checking that these tests fa
     from invariant_jax.sweep._store import ResultsStore
 
 CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # the plain engine (cheap)
-KW = dict(slots=2, steps_per_call=8, progress=False)
+KW = dict(batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
 KEYS = ("index", "theta0", "theta_final", "loss_final", "drift", "num_steps", "status", "t_final", "result_codes")
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return run_sweep(SweepConfig(**CFG), **KW)
+    return run_sweep(SweepConfig.from_dict(CFG), **KW)
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, reference):
     """A finished folder with one chunk per harvest (several chunks)."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    run_sweep(SweepConfig(**CFG), out, flush_seconds=0.0, **KW)
+    run_sweep(SweepConfig.from_dict(CFG), out, store=StoreOptions(flush_seconds=0.0), **KW)
     assert len(list((out / "chunks").glob("*.parquet"))) >= 3
     return out
 
@@ -73,7 +73,7 @@ def _records(res, rows):
 
 
 def test_chunks_are_parquet_with_hash_schema_and_checksum(folder, reference):
-    cfg = SweepConfig(**CFG)
+    cfg = SweepConfig.from_dict(CFG)
     table = pq.read_table(folder / "chunks")  # a whole folder, read by pyarrow alone
     assert table.num_rows == CFG["n_inits"]
     n_edges = reference.theta0.shape[1]
@@ -122,7 +122,7 @@ def test_chunk_file_mode_follows_umask(tmp_path):
 
 def test_old_npz_folder_loads_and_resumes(tmp_path, reference):
     """Folders written before Parquet (format 1: npz chunks) are read and finished."""
-    cfg = SweepConfig(**CFG)
+    cfg = SweepConfig.from_dict(CFG)
     out = tmp_path / "old"
     (out / "chunks").mkdir(parents=True)
     (out / "manifest.json").write_text(json.dumps({**manifest_for(cfg), "format": "invariant_jax.sweep/1"}))
@@ -139,7 +139,7 @@ def test_old_npz_folder_loads_and_resumes(tmp_path, reference):
 
 def test_two_writers_never_write_the_same_chunk_name(folder, reference):
     """Repro: two processes resuming one folder numbered chunks alike and overwrote each other."""
-    man = manifest_for(SweepConfig(**CFG))
+    man = manifest_for(SweepConfig.from_dict(CFG))
     a, b = ResultsStore(folder), ResultsStore(folder)
     a.open(man, resume=True)
     b.open(man, resume=True)
@@ -154,7 +154,7 @@ def test_different_duplicate_records_are_an_error_naming_both(folder, reference)
     rec = _records(reference, [4])
     rec["loss_final"] = rec["loss_final"] + 1.0
     store = ResultsStore(folder)
-    store.open(manifest_for(SweepConfig(**CFG)), resume=True)
+    store.open(manifest_for(SweepConfig.from_dict(CFG)), resume=True)
     bad = store.write_chunk(rec)
     with pytest.raises(ValueError, match="Index 4 has different records") as e:
         load_sweep(folder)
@@ -186,7 +186,7 @@ def test_claims_busy_stale_dead_and_done(tmp_path):
 
 
 def test_resume_takes_over_a_dead_writers_claims(tmp_path, reference):
-    cfg = SweepConfig(**CFG)
+    cfg = SweepConfig.from_dict(CFG)
     out = tmp_path / "run"
     store = ResultsStore(out)
     store.open({**manifest_for(cfg), "block_size": 1})
@@ -224,18 +224,18 @@ def test_damaged_chunk_is_named_quarantined_and_recomputed(folder, reference, da
         _, part = load_sweep(folder)
     assert len(part) < CFG["n_inits"]
     with pytest.warns(UserWarning, match=f"damaged chunk .*{victim.name}.*quarantine"):
-        res = run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)
+        res = run_sweep(SweepConfig.from_dict(CFG), folder, resume=True, **KW)
     _same(res, reference)
     assert (folder / "quarantine" / victim.name).read_bytes() == data  # set aside, not deleted
 
 
 def test_foreign_chunk_is_refused_by_name(folder, reference):
     """Repro: a chunk of a t1 = 0.2 sweep copied into a t1 = 0.5 folder was merged silently."""
-    other = {**SweepConfig(**CFG).to_dict(), "t1": 0.2}
+    other = {**SweepConfig.from_dict(CFG).to_dict(), "t1": 0.2}
     alien = folder / "chunks" / "chunk-elsewhere-1-abcd-000000.parquet"
     write_chunk(alien, _records(reference, [0]), config_hash=config_hash(other), config=other,
                 writer=new_writer())
-    for call in (lambda: load_sweep(folder), lambda: run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)):
+    for call in (lambda: load_sweep(folder), lambda: run_sweep(SweepConfig.from_dict(CFG), folder, resume=True, **KW)):
         with pytest.raises(ValueError, match=rf"{alien.name}.*another sweep.*differs in \['t1'\]"):
             call()
     assert alien.exists()
@@ -249,12 +249,12 @@ def test_lost_manifest_is_rebuilt_from_the_chunks(folder, reference, how):
     else:
         man.write_text("{ not json")
     cfg, part = load_sweep(folder)  # readable without it
-    assert cfg == SweepConfig(**CFG) and len(part) == CFG["n_inits"]
+    assert cfg == SweepConfig.from_dict(CFG) and len(part) == CFG["n_inits"]
     with pytest.warns(UserWarning, match="manifest rebuilt from the chunks"):
-        res = run_sweep(SweepConfig(**CFG), folder, resume=True, **KW)
+        res = run_sweep(SweepConfig.from_dict(CFG), folder, resume=True, **KW)
     _same(res, reference)
     assert res.stats["useful_steps"] == 0  # nothing recomputed, nothing deleted
-    assert json.loads(man.read_text())["config"] == SweepConfig(**CFG).to_dict()
+    assert json.loads(man.read_text())["config"] == SweepConfig.from_dict(CFG).to_dict()
     if how == "garbage":
         assert (folder / "quarantine" / "manifest.json").read_text() == "{ not json"
 
@@ -307,7 +307,7 @@ def test_overwrite_deletes_only_what_the_store_wrote(folder, capsys):
 
 
 def test_overwrite_is_refused_while_a_writer_works(folder):
-    man = manifest_for(SweepConfig(**CFG))
+    man = manifest_for(SweepConfig.from_dict(CFG))
     live = Claims(folder / "claims", new_writer())
     live.start()
     try:
@@ -416,7 +416,7 @@ def test_job_array_variables():
 
 def test_status_shows_progress_across_writers(folder, reference, capsys):
     other = ResultsStore(folder)  # a second writer adds a chunk
-    other.open(manifest_for(SweepConfig(**CFG)), resume=True)
+    other.open(manifest_for(SweepConfig.from_dict(CFG)), resume=True)
     mine = other.write_chunk(_records(reference, [5]))
     victim = next(p for p in sorted((folder / "chunks").glob("*.parquet")) if p != mine)
     victim.write_bytes(b"damaged")

@@ -40,7 +40,7 @@ def run(args) -> int:
     X, Y = cfg.build_data(g)
     res = run_sweep(cfg, None, batch=BatchOptions(progress=False))
     template = DAGNetwork(g, cfg.activation, edge_weights=np.zeros(len(g.edges)))
-    resid = np.array([float(np.max(np.abs(identity_residual(template.with_edge_weights(th), X, Y, loss=cfg.loss,
+    resid = np.array([float(np.max(np.abs(identity_residual(template.with_edge_weights(th), X, Y, loss=cfg.loss.loss,
                                                                    relative=True)), initial=0.0))
                       for th in res.theta0])
     law = bool(template.is_positively_homogeneous)
@@ -55,7 +55,7 @@ def run(args) -> int:
     print(f"graph: {g}  activation: {cfg.activation}  data: {X.shape[0]} teacher samples  "
           f"t1={cfg.t1:g} (gradient-flow time of L = (1/2N) sum ||f - y||^2)")
     method = "kink-aware (events at kinks, sliding modes)" if cfg.kink_aware else "plain"
-    print(f"solver: {cfg.solver} {method}  rtol={cfg.rtol:g}  atol={cfg.atol:g}  float64  "
+    print(f"solver: {cfg.solver.solver} {method}  rtol={cfg.rtol:g}  atol={cfg.atol:g}  float64  "
           f"inits fold_in(key({cfg.seed}), i) as in sweep")
     print(rep.table())
     verdict = _verdict(rep, args, cfg.max_steps)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -96,13 +98,13 @@ def check_option(name: str, value) -> None:
         if not lo <= value <= hi:
             raise ValueError(f"{_flag(name)} must be an integer in [{lo}, {hi}]; got {value!r}.")
     elif name in FLOAT_OPTIONS:
-        lo, lo_in, hi, hi_in = FLOAT_OPTIONS[name]
+        flo, lo_in, fhi, hi_in = FLOAT_OPTIONS[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{_flag(name)} must be a number; got {value!r}.")
-        ok = math.isfinite(value) and (value >= lo if lo_in else value > lo)
-        ok = ok and (hi is None or (value <= hi if hi_in else value < hi))
+        ok = math.isfinite(value) and (value >= flo if lo_in else value > flo)
+        ok = ok and (fhi is None or (value <= fhi if hi_in else value < fhi))
         if not ok:
-            what = f"{'[' if lo_in else '('}{lo:g}, {'inf)' if hi is None else f'{hi:g}' + (']' if hi_in else ')')}"
+            what = f"{'[' if lo_in else '('}{flo:g}, {'inf)' if fhi is None else f'{fhi:g}' + (']' if hi_in else ')')}"
             hint = " (a relative tolerance of 1 or more accepts any error)" if name == "rtol" else ""
             raise ValueError(f"{_flag(name)} must be a finite number in {what}{hint}; got {value!r}.")
 
@@ -116,8 +118,17 @@ def check_args(args) -> None:
 
 def read_config_file(path) -> dict:
     """The options of a TOML config file: `read_config_toml` (the one reader, shared with
-    `SweepConfig.from_toml`; its docstring gives the rules)."""
-    return read_config_toml(path)
+    `SweepConfig.from_toml`; its docstring gives the rules). A deprecated form (flat option
+    keys) is read, and its message printed to stderr for the person at the command line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        values = read_config_toml(path)
+    for w in caught:
+        if issubclass(w.category, DeprecationWarning):
+            print(f"invariant-jax: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return values
 
 
 def write_json(path, obj) -> Path:
@@ -150,8 +161,9 @@ def enable_compilation_cache() -> Path | None:
     repeated command loads its compiled programs instead of compiling them again. A
     cache folder the user already gave JAX (`JAX_COMPILATION_CACHE_DIR`) is kept. Returns
     the folder in use, or `None` (opted out, or the folder cannot be created)."""
-    if jax.config.jax_compilation_cache_dir:
-        return Path(jax.config.jax_compilation_cache_dir)
+    given = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # a flag jax's stub does not list
+    if given:
+        return Path(given)
     path = compilation_cache_dir()
     if path is None:
         return None

@@ -9,27 +9,43 @@ import ast
 import re
 from pathlib import Path
 
-from .. import _defaults
+from .._defaults import KINK_MAX_STEPS, MAX_STEPS
 
 SUBCOMMANDS = ["demo", "check", "sweep", "prune", "connectivity", "channels"]
 
+_SHARED = {"MAX_STEPS": MAX_STEPS, "KINK_MAX_STEPS": KINK_MAX_STEPS}
+"""The shared defaults (`_defaults.py`, JAX-free) that option classes name as field defaults."""
+
 
 def config_defaults() -> dict:
-    """`SweepConfig`'s field defaults that are literals, read from its source without
-    importing it (it imports JAX): the defaults `--help` shows for `sweep`, `demo` and
-    `check`. Each default stays written once, in `SweepConfig`."""
-    src = (Path(__file__).resolve().parent.parent / "sweep" / "_config.py").read_text()
-    cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "SweepConfig")
+    """`SweepConfig`'s defaults that are literals, read from the source without importing
+    it (it imports JAX): the defaults `--help` shows for `sweep`, `demo` and `check`. The
+    plain fields' come from `SweepConfig`, the option tables' (`rtol`, `n_save`, `loss`,
+    ...) from the option objects it holds (`SolverOptions`, `SaveTimes`, `StopRules`,
+    `Objective`). Each default stays written once, in the class that owns it."""
+    root = Path(__file__).resolve().parent.parent
+    out = _literal_defaults(root / "options.py", ("SolverOptions", "SaveTimes", "StopRules", "Objective"))
+    out.update(_literal_defaults(root / "sweep" / "_config.py", ("SweepConfig",)))
+    return out
+
+
+def _literal_defaults(path: Path, classes: tuple[str, ...]) -> dict:
+    """The literal field defaults of `classes` in the source file `path` (a name of a
+    shared default in `_defaults` counts as its value; other expressions are skipped: the
+    flag's help says them)."""
     out = {}
-    for node in cls.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            if isinstance(node.value, ast.Name) and hasattr(_defaults, node.value.id):  # a shared default
-                out[node.target.id] = getattr(_defaults, node.value.id)
-                continue
-            try:
-                out[node.target.id] = ast.literal_eval(node.value)
-            except ValueError:  # not a literal (e.g. KinkOptions' defaults): the flag's help says it
-                continue
+    for cls in ast.parse(path.read_text()).body:
+        if not (isinstance(cls, ast.ClassDef) and cls.name in classes):
+            continue
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                if isinstance(node.value, ast.Name) and node.value.id in _SHARED:  # a shared default
+                    out[node.target.id] = _SHARED[node.value.id]
+                    continue
+                try:
+                    out[node.target.id] = ast.literal_eval(node.value)
+                except ValueError:  # not a literal (e.g. an option object): skipped
+                    continue
     return out
 
 
@@ -144,7 +160,7 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     f.add_argument("--solver", default=S, help="tsit5 (default), dopri5, dopri8, ...")
     f.add_argument("--rtol", type=float, default=S, help="default 1e-8")
     f.add_argument("--atol", type=float, default=S, help="default 1e-8")
-    f.add_argument("--max-steps", type=int, default=S, help=f"step budget per trajectory (default {_defaults.MAX_STEPS})")
+    f.add_argument("--max-steps", type=int, default=S, help=f"step budget per trajectory (default {MAX_STEPS})")
     f.add_argument("--n-save", type=int, default=S, help="times at which drift is measured (default 101)")
     f.add_argument("--grad-norm-tol", type=float, default=S, help="stop a trajectory once |grad L| < this")
     f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import tempfile
@@ -119,7 +118,7 @@ def config_from_args(args) -> tuple:
             values["widths"] = [int(w) for w in values["widths"].split(",")]
         except ValueError:
             raise ValueError(f"--widths must be comma-separated integers; got {values['widths']!r}.") from None
-    known = {f.name for f in dataclasses.fields(SweepConfig)}
+    known = set(SweepConfig.keys())
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"Unknown sweep option(s) {unknown}; known: {sorted(known | set(_ENGINE_KEYS))}.")
@@ -211,7 +210,7 @@ def run_config(config, *, out=DEFAULT_OUT, slots=None, steps_per_call=None, resu
                          "--overwrite deletes them. Pass one of them.")
     process_index, process_count = _job_share(process_index, process_count)
     print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
-          f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver} rtol={config.rtol:g} "
+          f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver.solver} rtol={config.rtol:g} "
           f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}")
     exact, slots, mode_line = choose_device_mode(exact=exact, slots=slots)
     print(f"engine: {mode_line}")

@@ -93,10 +93,10 @@ def config_engine(config: SweepConfig, graph, X, Y, *, batch: BatchOptions):
         if config.kink_aware:
             return KinkEngine(template, X, Y, config.t1, init, slots=batch.slots, steps_per_call=batch.steps_per_call,
                               devices=batch.devices, exact=batch.exact, options=config.solver_options,
-                              saveat=config.save_times, kinks=config.kink_options, loss=config.loss)
+                              saveat=config.save_times, kinks=config.kink_options, loss=config.loss.loss)
         problem = make_problem(template, X, Y, config.t1, options=config.solver_options,
-                               saveat=config.save_times, stop=config.stop_rules, loss=config.loss,
-                               weight_decay=config.weight_decay)
+                               saveat=config.save_times, stop=config.stop_rules, loss=config.loss.loss,
+                               weight_decay=config.loss.weight_decay)
         return Engine(problem, init, slots=batch.slots, steps_per_call=batch.steps_per_call or 64,
                       devices=batch.devices, exact=batch.exact)
 

@@ -32,7 +32,7 @@ def config_title(config: SweepConfig | None, n: int) -> str:
     g = config.build_graph()
     graph = {"mlp": f"mlp {list(config.widths)}", "example": "example DAG",
              "random": f"random DAG (p={config.edge_prob:g})"}.get(config.graph, "DAG from edge list")
-    method = "kink-aware" if config.kink_aware else config.solver
+    method = "kink-aware" if config.kink_aware else config.solver.solver
     return (f"{graph}: {len(g.hidden)} hidden, {len(g.edges)} edges | {config.activation} | t1={config.t1:g} | "
             f"n={n} | {method}, rtol={config.rtol:g}")
 
@@ -122,6 +122,7 @@ def _kink_panel(ax, r):
 
     ev = np.asarray(r["events"])
     slide = np.asarray(r["sliding_time"], float) > 0
+    edges: np.ndarray
     if ev.max() < 40:
         edges = np.arange(ev.max() + 2) - 0.5
     else:
@@ -288,9 +289,9 @@ def reintegrate(config: SweepConfig, theta0: np.ndarray, *, n_save: int = 201):
     save = SaveTimes(n_save=n_save)
     if config.kink_aware:
         return kink_aware_flow(net, X, Y, config.t1, solver=config.solver_options, saveat=save,
-                               kinks=config.kink_options, loss=config.loss).flow
+                               kinks=config.kink_options, loss=config.loss.loss).flow
     return gradient_flow(net, X, Y, config.t1, solver=config.solver_options, saveat=save,
-                         stop=config.stop_rules, loss=config.loss, weight_decay=config.weight_decay)
+                         stop=config.stop_rules, loss=config.loss)
 
 
 def _finite(flow):

@@ -24,7 +24,7 @@ from ..options import (
     as_solver_options,
     check_positive,
 )
-from ._engine import make_problem
+from ._engine import SweepEngine, make_problem
 from ._engines import flow_engine, kink_engine, run_engine
 from ._kink import resolve_kinks
 from ._options import BATCH_KEYWORDS, BatchOptions, deprecated_replacements, fold_options
@@ -59,6 +59,8 @@ def fold_kink_aware(kinks: KinkOptions | bool | None, kink_aware: bool | None) -
             raise ValueError("kinks=KinkOptions(...) only applies to kink-aware sweeps (relu / leaky_relu without "
                              "stopping rules or weight decay); drop it or pass kinks=True.")
         return False
+    if kinks is False:
+        raise ValueError("kink_aware=True and kinks=False contradict each other; pass kinks=True (or kinks=False).")
     return kinks if isinstance(kinks, KinkOptions) else True
 
 
@@ -144,6 +146,7 @@ def sweep_flows(
     opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=MAX_STEPS if kink is None else KINK_MAX_STEPS)
     save = as_save_times(saveat, old.pop("n_save", None))
     opts.check_dtype(jnp.zeros(()).dtype)
+    engine: SweepEngine
     if kink is not None:
         engine = kink_engine(template, X, Y, t1, thetas, batch=batch, options=opts, saveat=save, kinks=kink,
                              loss=objective.loss)

@@ -30,11 +30,16 @@ from ._store import ResultsStore
 _DEPRECATED = deprecated_replacements("run_sweep")
 
 
+def x64_enabled() -> bool:
+    """Whether JAX computes in float64 (`jax_enable_x64`), asked through the public API."""
+    return jax.dtypes.canonicalize_dtype(np.float64) == np.dtype(np.float64)
+
+
 def manifest_for(config: SweepConfig) -> dict:
     """The manifest of a results folder of `config` (its config, versions, float64)."""
     return {"format": "invariant_jax.sweep/1", "package": "invariant_jax", "version": __version__,
             "config": config.to_dict(), "jax_version": jax.__version__,
-            "float64": bool(jax.config.jax_enable_x64),
+            "float64": x64_enabled(),
             "note": "time is gradient-flow time of L = (1/2N) sum ||f - y||^2 (MSE)"}
 
 
@@ -142,7 +147,7 @@ def _check_run(config, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise ValueError("resume=True and overwrite=True contradict each other: resume keeps the finished "
                          "records, overwrite deletes them. Pass one of them.")
-    if not jax.config.jax_enable_x64:
+    if not x64_enabled():
         raise ValueError("Sweeps check conservation laws and need float64: call "
                          "jax.config.update('jax_enable_x64', True) first.")
 
@@ -158,7 +163,7 @@ def check_initial_state(config: SweepConfig, graph, X, Y) -> None:
     net = DAGNetwork(graph, config.activation, edge_weights=theta)
     with np.errstate(over="ignore", invalid="ignore"):
         sq = float(np.sum(theta.astype(np.float64) ** 2))
-    loss = float(network_loss(net, X, Y, config.loss))
+    loss = float(network_loss(net, X, Y, config.loss.loss))
     if not (np.all(np.isfinite(theta)) and np.isfinite(sq) and np.isfinite(loss)):
         what = "weights" if not np.all(np.isfinite(theta)) else "|theta0|^2" if not np.isfinite(sq) else "loss"
         raise ValueError(f"scale={config.scale:g} gives an initialization whose {what} is not finite in float64 "
