@@ -562,17 +562,23 @@ def _one_net(nets: DAGNetwork) -> DAGNetwork:
 class FlowPhaseResult(eqx.Module):
     """The end of `flow_phase`'s flows, one row per network (in the order given).
 
-    **Fields:** `theta_final` `(B, E)`, `loss_final`, `t_final`, `status` (`ij.STATUSES`
-    indices), `record` (a `TrajectoryRecord`, or None when none was asked for), `n_steps`
-    (solver steps; None from the `"sweep"` engine).
+    **Fields:** `theta_final` `(B, E)`, `loss_final`, `t_final`, `result` (each flow's
+    `ij.RESULTS` item; `success` per flow: reached `t1` or stopped by a rule), `status` (its
+    `ij.STATUSES` index), `record` (a `TrajectoryRecord`, or None when none was asked for),
+    `n_steps` (solver steps; None from the `"sweep"` engine).
     """
 
     theta_final: Array
     loss_final: Array
     t_final: Array
+    result: RESULTS
     status: Array
     record: TrajectoryRecord | None = None
     n_steps: Array | None = None
+
+    @property
+    def success(self) -> Bool[Array, " B"]:
+        return is_success(self.result)
 
 
 @eqx.filter_jit
@@ -594,7 +600,7 @@ def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, 
         rec = TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, edge_loss_fn(one_net, X, Y, loss)) \
             if n_record else None
         return FlowPhaseResult(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
-                               status=status_code(f.result), record=rec, n_steps=f.stats["num_steps"])
+                               result=f.result, status=status_code(f.result), record=rec, n_steps=f.stats["num_steps"])
 
     return eqx.filter_vmap(one)(nets)
 
@@ -627,7 +633,8 @@ def flow_phase(nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, 
         order = np.argsort(np.asarray(res.index))
         pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
         return FlowPhaseResult(theta_final=pick(res.theta_final), loss_final=pick(res.loss_final),
-                               t_final=pick(res.t_final), status=pick(res.status))
+                               t_final=pick(res.t_final), result=result_from_code(pick(result_code(res.result))),
+                               status=pick(res.status))
     X, Y = check_data(nets.graph, X, Y)
     one_net = _one_net(nets)
     kw = dict(maxnorm=pen, n_record=int(flow.n_record), wall_time=wall)

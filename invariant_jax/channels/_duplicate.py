@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._checks import check_positive
+from .._checks import check_finite, check_positive
 from .._results import RESULTS, is_success, result_where
 from ..flow import Flow, gradient_flow
 from ..graph import DAG
@@ -58,11 +58,8 @@ def _check_gamma(gamma):
         gf = float(gamma)
     except (TypeError, ValueError):
         raise TypeError(f"gamma must be a real number; got {gamma!r}.") from None
-    if not np.isfinite(gf):
-        raise ValueError(
-            f"gamma must be finite; got {gamma!r}. The copies get output weights gamma a and "
-            "(1 - gamma) a, so any finite real gamma gives a point on the saddle line."
-        )
+    check_finite(np.asarray(gf), f"gamma must be finite; got {gamma!r}. The copies get output weights gamma a and "
+                 "(1 - gamma) a, so any finite real gamma gives a point on the saddle line.")
 
 
 def duplicate_neuron(net: DAGNetwork, i, gamma: float) -> DAGNetwork:
