@@ -123,6 +123,7 @@ def jacobian_rank(net: DAGNetwork, tol: float | None = None, *, method: str = "s
     _check_tol(tol)
     J = jacobian(net)
     s = jnp.linalg.svd(J, compute_uv=False)
+    thr: Array | float
     if tol is None:
         thr = max(J.shape[-2:]) * jnp.finfo(J.dtype).eps * jnp.max(s, axis=-1, keepdims=True)
     else:
@@ -132,14 +133,14 @@ def jacobian_rank(net: DAGNetwork, tol: float | None = None, *, method: str = "s
 
 def _jacobian_rank_graph(net: DAGNetwork, tol: float) -> np.ndarray:
     check_positive("tol", tol, allow_zero=True)  # an edge threshold
-    theta = net.edge_weights()
-    if isinstance(theta, jax.core.Tracer):
+    weights = net.edge_weights()
+    if isinstance(weights, jax.core.Tracer):
         raise ValueError(
             "jacobian_rank(..., method='graph') needs concrete weights (it runs in NumPy/SciPy), "
             "not traced ones under jit or vmap; use method='svd', or ij.n_cut_off_groups for a "
             "jittable count of cut-off groups."
         )
-    theta = np.asarray(check_finite(np.asarray(theta), "is not finite; jacobian_rank(..., method='graph') needs "
+    theta = np.asarray(check_finite(np.asarray(weights), "is not finite; jacobian_rank(..., method='graph') needs "
                                     "finite edge weights.", where="edge weight theta[{index}] "))
     g = net.graph
     H = len(g.hidden)
@@ -297,7 +298,7 @@ def _cutoff_residual(g, c: np.ndarray, W) -> tuple[float, np.ndarray]:
     Bs, one = sp.csr_matrix(B.astype(np.float64)), sp.csr_matrix(np.ones((H, 1)))
     A = sp.vstack([sp.hstack([Bs, -one]), sp.hstack([-Bs, -one])]).tocsr()
     b = np.concatenate([cs, -cs])
-    bounds = [(0.0, None)] * E + [(0.0, None)]
+    bounds: list[tuple[float, float | None]] = [(0.0, None) for _ in range(E + 1)]
     for k in _boundary_edges(g, W):
         bounds[k] = (0.0, 0.0)
     res = linprog(obj, A_ub=A, b_ub=b, bounds=bounds, method="highs",
@@ -456,15 +457,22 @@ def _milp_problem(g, c: np.ndarray, tol: float):
     cs, ts = c / s, tol / s
     M = (float(np.sum(np.abs(cs))) + H * ts) * (1 + 1e-9) + 1e-12
     hid = {v: i for i, v in enumerate(g.hidden)}
-    r, col, val = [], [], []  # big-M rows forcing q_e = 0 when e crosses the boundary of W (sparse)
+    # big-M rows forcing q_e = 0 when e crosses the boundary of W (sparse)
+    r: list[int] = []
+    col: list[int] = []
+    val: list[float] = []
     for k, (u, v) in enumerate(g.edges):
         ends = [hid[w] for w in (u, v) if w in hid]
         signs = [(1.0, -1.0), (-1.0, 1.0)] if len(ends) == 2 else [(1.0,)] * len(ends[:1])
         for sg in signs:
             i = len(r) and r[-1] + 1
-            r.append(i), col.append(k), val.append(1.0)
+            r.append(i)
+            col.append(k)
+            val.append(1.0)
             for j, sgn in zip(ends, sg):
-                r.append(i), col.append(E + j), val.append(M * sgn)
+                r.append(i)
+                col.append(E + j)
+                val.append(M * sgn)
     Bs = sp.csr_matrix(B.astype(np.float64))
     cons = [LinearConstraint(sp.hstack([Bs, sp.csr_matrix((H, H))]).tocsr(), cs - ts, cs + ts),
             LinearConstraint(np.concatenate([np.zeros(E), np.ones(H)])[None], 1, np.inf)]

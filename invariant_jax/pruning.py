@@ -38,6 +38,7 @@ from jaxtyping import ArrayLike
 
 from ._checks import check_integer, check_positive
 from ._results import RESULTS, is_success
+from .activations import Activation
 from .graph import DAG
 from .invariants import conserved_quantities, singular_subnetworks
 from .losses import check_data
@@ -181,6 +182,7 @@ def _rebuild(net: DAGNetwork, removed: dict, tol: float, *, drop_small_edges: bo
     new_g = DAG.from_edges(edges, inputs=inputs, outputs=list(g.outputs), constants=constants, hidden=kept_hidden)
     pos = {e: i for i, e in enumerate(edges)}
     theta_new = np.array([weights[pos[e]] for e in new_g.edges])
+    act: Activation | tuple[Activation, ...]
     if isinstance(net.activation, tuple):
         act = tuple(net.activation_of(hidx[v]) for v in new_g.hidden)
         if not act:

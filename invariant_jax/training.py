@@ -302,10 +302,10 @@ class TrainResult(eqx.Module):
 
 class _Config(NamedTuple):
     graph: DAG
-    loss: object
-    optimizer_spec: object
+    loss: str | Callable
+    optimizer_spec: str | optax.GradientTransformation
     learning_rate: float
-    regularizer: object
+    regularizer: Callable | None
     regularizer_name: str
     proximal: bool
     batch_size: int
@@ -458,7 +458,7 @@ def _make_segment(cfg: _Config, n_logs: int):
         def step(carry, batch):
             th, st = carry
             ws = nuclear_working_set(net.with_edge_weights(th), cfg.working_tol) if working else None
-            g = grad(th, *batch, (B - ws.projector @ B) if working else None)
+            g = grad(th, *batch, None if ws is None else B - ws.projector @ B)
             upd, st = opt.update(g, st, th)
             th = optax.apply_updates(th, upd)
             if cfg.proximal:
@@ -569,7 +569,7 @@ def _train_options(options: TrainOptions | None, kw: dict) -> TrainOptions:
     return options
 
 
-def _fit_data(net, X, Y, X_test, Y_test):
+def _fit_data(net, X, Y, X_test, Y_test) -> tuple[Array, Array, Array | None, Array | None]:
     """The checked training data and test data (`None` without test data)."""
     if not isinstance(net, DAGNetwork):
         raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
@@ -620,7 +620,8 @@ def _train(cfg: _Config, net: DAGNetwork, theta0, data, strength, *, epochs: int
     c0 = conserved_quantities(net.with_edge_weights(theta0))
     opt_state = (jax.vmap(_optimizer(cfg).init) if batched else _optimizer(cfg).init)(theta0)
     run_seg = _compiled(cfg, chunk, batched)
-    theta, pieces = theta0, []
+    theta = theta0
+    pieces: list[dict] = []  # the logs of each segment
     bar = tqdm(total=epochs, desc=f"fit ({cfg.regularizer_name})", unit="epoch") if progress else None
     for _ in range(n_logs // chunk):
         theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, strength, data, c0)

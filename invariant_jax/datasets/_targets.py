@@ -18,11 +18,11 @@ PAPER_GP_SCALINGS = (0.1, 0.5, 2.0, 10.0)
 Matérn-3/2 kernel, i.e. length scale `1/s`; `gp_teacher1..4` in channels-to-infinity)."""
 
 
-def _check_X(X, name="X"):
+def _check_X(X: ArrayLike, name: str = "X") -> Array:
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[0] < 1:
         raise ValueError(f"{name} must have shape (N, d) with N >= 1; got {X.shape}.")
-    return check_finite(X, "is not finite; clean or drop that sample.", where=name + "[{index}] ")
+    return jnp.asarray(check_finite(X, "is not finite; clean or drop that sample.", where=name + "[{index}] "))
 
 
 def modified_rosenbrock(
