@@ -8,17 +8,20 @@ of deprecated keywords (`take_deprecated`)."""
 from __future__ import annotations
 
 import warnings
+from typing import TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike
+from jaxtyping import ArrayLike
 
 __all__ = ["check_finite", "check_positive", "check_integer", "take_deprecated"]
 
+_A = TypeVar("_A", bound=ArrayLike)
 
-def check_finite(x: ArrayLike, message: str, *, where: str = "") -> Array:
+
+def check_finite(x: _A, message: str, *, where: str = "") -> _A:
     """Return `x` if every entry is finite; else raise `ValueError(message)` (concrete
     `x`) or fail at run time with `message` (traced `x`, via `eqx.error_if`).
 
