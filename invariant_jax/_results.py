@@ -145,7 +145,7 @@ SUCCESS_RESULTS = (RESULTS.successful, RESULTS.event_occurred) + STOP_RESULTS + 
 """The members that count as success: reached the end, or stopped by a rule."""
 
 
-def result_code(result) -> Int[Array, "..."]:
+def result_code(result) -> Int[Array | np.ndarray, "..."]:
     """The integer code(s) of a `RESULTS` item (any batch shape), as an int32 array
     (a NumPy array when the item is concrete, e.g. `RESULTS.successful`, so
     `int(result_code(RESULTS.successful))` works under `jit`). Accepts items of
@@ -236,7 +236,7 @@ def _check_status(status):
             raise ValueError(f"Invalid STATUSES index(es) {np.unique(bad)}; expected 0..{len(STATUSES) - 1}.")
 
 
-def status_is_success(status: Int[ArrayLike, "..."]) -> Bool[Array, "..."]:
+def status_is_success(status: Int[ArrayLike, "..."]) -> Bool[Array | np.ndarray, "..."]:
     """Whether each `STATUSES` index (as `status_code` returns and sweeps record) counts as
     a success: `ok` or `stopped`. It agrees with `is_success` on the result the status came
     from: `status_is_success(status_code(r)) == is_success(r)`. A NumPy bool array for NumPy
@@ -248,7 +248,7 @@ def status_is_success(status: Int[ArrayLike, "..."]) -> Bool[Array, "..."]:
     return np.isin(np.asarray(status), _SUCCESS_STATUSES)
 
 
-def status_is(status: Int[ArrayLike, "..."], name: str) -> Bool[Array, "..."]:
+def status_is(status: Int[ArrayLike, "..."], name: str) -> Bool[Array | np.ndarray, "..."]:
     """Whether each `STATUSES` index is the status called `name` (one of `STATUSES`), e.g.
     `status_is(rec["status"], "ok")` for the trajectories that reached `t1`. A NumPy bool
     array for NumPy input; works under `jit`."""
