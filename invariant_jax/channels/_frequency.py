@@ -21,7 +21,7 @@ from ..flow import gradient_flow
 from ..graph import mlp
 from ..network import DAGNetwork
 from ..options import SaveTimes, SolverOptions
-from ..sweep import sweep_flows
+from ..sweep import BatchOptions, SweepResult, sweep_flows
 from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import PairClass
 
@@ -131,7 +131,7 @@ class _Batch(eqx.Module):
 
 @eqx.filter_jit
 def _run_batch(nets, X, Y, t1, solver: SolverOptions):
-    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, n_save=2, solver=solver))(nets)
+    f = eqx.filter_vmap(lambda n: gradient_flow(n, X, Y, t1, saveat=SaveTimes(n_save=2), solver=solver))(nets)
     return f.theta_final, f.loss_final, f.t_final, result_code(f.result)
 
 
@@ -225,8 +225,9 @@ def channel_frequency(
         g = mlp([grid.dim, int(w), 1], bias=grid.bias)
         keys = jax.vmap(lambda n: jr.fold_in(jr.key(grid.seed), n))(jnp.arange(grid.n_inits))
         nets = eqx.filter_vmap(lambda key: DAGNetwork(g, act, key=key, init="glorot"))(keys)
+        res: SweepResult | _Batch
         if engine == "sweep":
-            res = sweep_flows(nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), slots=slots)
+            res = sweep_flows(nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), batch=BatchOptions(slots=slots))
         else:
             res = _vmapped_flows(nets, X, Y, t1, solver)
         cell = (a, k, m)

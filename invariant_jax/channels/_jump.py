@@ -15,7 +15,7 @@ from .._results import RESULTS, is_success, result_code, result_from_code, resul
 from ..flow import gradient_flow
 from ..losses import check_data, get_loss, hessian, require_smooth
 from ..network import DAGNetwork
-from ..options import SolverOptions
+from ..options import SaveTimes, SolverOptions
 from ._glu import ChannelPair, channel_coordinates, collapse_channel, glu_limit, pair_output, set_channel_coordinates
 
 __all__ = ["PowerLaw", "power_law_fit", "JumpResult", "jump_procedure", "GLUConvergence", "glu_convergence"]
@@ -45,7 +45,7 @@ def power_law_fit(x: ArrayLike, y: ArrayLike) -> PowerLaw:
     """
     from scipy.stats import linregress
 
-    x, y = np.asarray(x, float), np.abs(np.asarray(y, float))
+    x, y = np.asarray(x, float), abs(np.asarray(y, float))
     ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
     if ok.sum() < 3:
         raise ValueError(f"power_law_fit needs at least 3 positive finite points; got {int(ok.sum())}.")
@@ -190,12 +190,12 @@ def jump_procedure(
 
     @eqx.filter_jit
     def flow(n):
-        f = gradient_flow(n, X, Y, t_flow, loss=loss, n_save=2, solver=opts)
+        f = gradient_flow(n, X, Y, t_flow, loss=loss, saveat=SaveTimes(n_save=2), solver=opts)
         return f.final, result_code(f.result)
 
     ok = int(result_code(RESULTS.successful))
     p = channel_coordinates(net, *ij)
-    rec = {k: [] for k in ("eps", "loss", "limit", "sharp", "norm", "result")}
+    rec: dict[str, list[float]] = {k: [] for k in ("eps", "loss", "limit", "sharp", "norm", "result")}
     pairs = []
     for _ in tqdm(range(n_jumps), desc="jumps", disable=not progress):
         net = set_channel_coordinates(net, p.with_eps(p.eps * factor))

@@ -96,7 +96,7 @@ def mlpgf_glorot(graph: DAG, key) -> jax.Array:
     normal with std `sqrt(2 / (n_{l-1} + n_l))` (fan-in without the bias), biases are 0.
     **Returns:** `theta` in `graph.edges` order."""
     const = set(graph.constants) if hasattr(graph, "constants") else set()
-    layer_sizes = {}
+    layer_sizes: dict = {}  # node -> the nodes feeding it
     for u, v in graph.edges:
         if u in const:
             continue
@@ -490,7 +490,7 @@ def convergence_study(
     X, Y = jnp.asarray(X), jnp.asarray(Y)
     Y = Y[:, None] if Y.ndim == 1 else Y
     d = X.shape[1]
-    cols = {k: [] for k in _COLUMNS}
+    cols: dict[str, list] = {k: [] for k in _COLUMNS}
     crit = dict(dup_tol=dup_tol, channel_cos=channel_cos, confirm=confirm, maxnorm=newton.maxnorm)
     record = flow.n_record and flow.resolved_engine() != "sweep"
     t0 = time.perf_counter()

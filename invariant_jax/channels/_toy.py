@@ -163,12 +163,12 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
     vals = jax.vmap(f)(jnp.asarray(ws))
     losses, hs = np.asarray(vals[0]), np.asarray(vals[3])
     grads = np.asarray(jax.vmap(dL)(jnp.asarray(ws)))
-    roots = [0.0]  # L0 is even in w
+    found = [0.0]  # L0 is even in w
     start = max(1, int(np.searchsorted(ws, w_min)))
     for k in range(start, n_grid - 1):
         if grads[k] == 0 or np.sign(grads[k]) != np.sign(grads[k + 1]):
-            roots.append(brentq(lambda t: float(dL(t)), ws[k], ws[k + 1], xtol=1e-12))
-    roots = np.array(sorted(set(np.round(roots, 12))))
+            found.append(brentq(lambda t: float(dL(t)), ws[k], ws[k + 1], xtol=1e-12))
+    roots = np.array(sorted(set(np.round(found, 12))))
     hfun = lambda t: float(f(t)[3])  # noqa: E731
     h_zeros = [brentq(hfun, ws[k], ws[k + 1], xtol=1e-12)
                for k in range(start, n_grid - 1) if np.sign(hs[k]) * np.sign(hs[k + 1]) < 0]

@@ -57,7 +57,7 @@ def run(args) -> int:
     if args.method == "flow":
         print("flow-only study (ij.channel_frequency): gradient flow to --t1, then detect_channels. Not the "
               "paper's method: finite-time flow rarely reaches a channel; the default --method newton is.")
-        grid = FrequencyGrid(activations=acts, roughness=rough, widths=widths, n_inits=args.n_inits,
+        grid = FrequencyGrid(activations=tuple(acts), roughness=tuple(rough), widths=tuple(widths), n_inits=args.n_inits,
                              n_samples=args.n_samples, dim=args.dim, bias=not args.no_bias, seed=args.seed,
                              data_seed=args.data_seed)
         solver = SolverOptions(args.solver, rtol=opts["rtol"], atol=opts["atol"], max_steps=args.max_steps)
