@@ -65,7 +65,7 @@ def test_bad_options():
 
 def test_constructed_sliding_case_stays_on_surface():
     net, X, Y = sliding_case()
-    kf = kink_aware_flow(net, X, Y, 4.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=41)
+    kf = kink_aware_flow(net, X, Y, 4.0, solver="tsit5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=41))
     assert bool(kf.success)
     # the names every flow result answers, as Flow does
     assert np.array_equal(kf.theta_final, kf.flow.theta_final) and kf.loss_final == kf.flow.loss_final
@@ -95,10 +95,10 @@ def test_constructed_sliding_case_stays_on_surface():
 @pytest.mark.slow
 def test_sliding_mode_conserves_with_gauss():
     net, X, Y = sliding_case()
-    kf = kink_aware_flow(net, X, Y, 4.0, solver="gauss4", rtol=1e-6, atol=1e-6, n_save=21)
+    kf = kink_aware_flow(net, X, Y, 4.0, solver="gauss4", rtol=1e-6, atol=1e-6, saveat=ij.SaveTimes(n_save=21))
     assert bool(kf.success) and int(kf.num_sliding_entries) >= 1
     assert float(kf.flow.drift_relative) < 1e-12
-    ft = ij.gradient_flow(net, X, Y, 4.0, rtol=1e-6, atol=1e-6, n_save=21)
+    ft = ij.gradient_flow(net, X, Y, 4.0, rtol=1e-6, atol=1e-6, saveat=ij.SaveTimes(n_save=21))
     assert float(ft.drift_relative) > 100 * max(float(kf.flow.drift_relative), 1e-16)
 
 
@@ -113,13 +113,13 @@ def test_gauss_kink_aware_conserves_on_random_relu_dags(kind):
         g = ij.mlp([3, 6, 1], bias=False)
         X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
         net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(1))
-    kf = kink_aware_flow(net, X, Y, 2.0, solver="gauss4", rtol=1e-6, atol=1e-6, n_save=11)
-    ft = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-6, atol=1e-6, n_save=11)
+    kf = kink_aware_flow(net, X, Y, 2.0, solver="gauss4", rtol=1e-6, atol=1e-6, saveat=ij.SaveTimes(n_save=11))
+    ft = ij.gradient_flow(net, X, Y, 2.0, rtol=1e-6, atol=1e-6, saveat=ij.SaveTimes(n_save=11))
     assert bool(kf.success)
     if kind == "mlp":
         assert int(kf.num_crossings) >= 2
         # events located on the Gauss solution itself: no spurious extra events
-        kt = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, n_save=11)
+        kt = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ij.SaveTimes(n_save=11))
         assert int(kf.num_events) == int(kt.num_events)
         np.testing.assert_allclose(kf.event_times, kt.event_times, atol=1e-6)
     assert float(kf.flow.drift_relative) < 1e-12
@@ -131,8 +131,9 @@ def test_agrees_with_brute_force_on_crossings():
     g = ij.mlp([3, 6, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
-    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, n_save=11)
-    ref = ij.gradient_flow(net, X, Y, 2.0, n_save=11, solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=500_000))
+    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ij.SaveTimes(n_save=11))
+    ref = ij.gradient_flow(net, X, Y, 2.0, saveat=ij.SaveTimes(n_save=11),
+                           solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=500_000))
     assert bool(ref.success) and bool(kf.success)
     assert int(kf.num_crossings) >= 2 and int(kf.num_sliding_entries) == 0
     np.testing.assert_allclose(kf.flow.thetas, ref.thetas, atol=1e-7)
@@ -174,7 +175,7 @@ def test_vmap_keeps_pattern_state_per_trajectory():
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
     keys = jax.random.split(jax.random.PRNGKey(5), 3)
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
-    run = lambda n: kink_aware_flow(n, X, Y, 1.0, solver="tsit5", rtol=1e-8, atol=1e-8, n_save=5)  # noqa: E731
+    run = lambda n: kink_aware_flow(n, X, Y, 1.0, solver="tsit5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=5))  # noqa: E731
     batched = eqx.filter_vmap(run)(nets)
     for i in range(3):
         one = run(jax.tree.map(lambda a: a[i], nets))

@@ -141,8 +141,8 @@ def test_hessian_kvaerno5_matches_tsit5():
     g = ij.mlp([2, 3, 1], bias=False)
     net = ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(0))
     X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(1), activation="softplus")
-    fk = ij.gradient_flow(net, X, Y, 2.0, solver="kvaerno5_hessian", rtol=1e-9, atol=1e-9, n_save=3)
-    ft = ij.gradient_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-11, atol=1e-11, n_save=3)
+    fk = ij.gradient_flow(net, X, Y, 2.0, solver="kvaerno5_hessian", rtol=1e-9, atol=1e-9, saveat=ij.SaveTimes(n_save=3))
+    ft = ij.gradient_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-11, atol=1e-11, saveat=ij.SaveTimes(n_save=3))
     assert bool(fk.success)
     assert float(jnp.max(jnp.abs(fk.theta_final - ft.theta_final))) < 1e-6
 
@@ -154,10 +154,10 @@ def test_implicit_solver_on_relu_warns_and_names_kink_aware_flow():
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     X, Y, _ = ij.teacher_student(g, 6, key=jax.random.PRNGKey(1))
     with pytest.warns(UserWarning, match="kink.*ij.kink_aware_flow"):
-        flow = jax.eval_shape(lambda: ij.gradient_flow(net, X, Y, 0.01, solver="gauss2", n_save=2))
+        flow = jax.eval_shape(lambda: ij.gradient_flow(net, X, Y, 0.01, solver="gauss2", saveat=ij.SaveTimes(n_save=2)))
     assert isinstance(flow, ij.Flow)  # traced through, not cut short
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        jax.eval_shape(lambda: ij.gradient_flow(net, X, Y, 0.01, solver="tsit5", n_save=2))
+        jax.eval_shape(lambda: ij.gradient_flow(net, X, Y, 0.01, solver="tsit5", saveat=ij.SaveTimes(n_save=2)))
         lin = ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0))
-        jax.eval_shape(lambda: ij.gradient_flow(lin, X, Y, 0.01, solver="gauss2", n_save=2))
+        jax.eval_shape(lambda: ij.gradient_flow(lin, X, Y, 0.01, solver="gauss2", saveat=ij.SaveTimes(n_save=2)))
