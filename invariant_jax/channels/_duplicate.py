@@ -15,6 +15,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._checks import check_finite, check_positive
 from .._results import RESULTS, is_success, result_where
+from ..activations import Activation
 from ..flow import Flow, gradient_flow
 from ..graph import DAG
 from ..losses import check_data, edge_loss_fn, hessian, loss_gradient, require_smooth
@@ -62,7 +63,7 @@ def _check_gamma(gamma):
                  "(1 - gamma) a, so any finite real gamma gives a point on the saddle line.")
 
 
-def duplicate_neuron(net: DAGNetwork, i, gamma: float) -> DAGNetwork:
+def duplicate_neuron(net: DAGNetwork, i, gamma: Float[ArrayLike, ""]) -> DAGNetwork:
     """Split hidden neuron `i` into two copies: a width-`r` net becomes width `r + 1`.
 
     Input weights (bias included) are copied; the output weights become `gamma a_i` and
@@ -83,6 +84,7 @@ def duplicate_neuron(net: DAGNetwork, i, gamma: float) -> DAGNetwork:
     theta = net.edge_weights()[src]
     gamma = jnp.asarray(gamma, theta.dtype)
     theta = jnp.where(out_i, gamma * theta, jnp.where(out_new, (1 - gamma) * theta, theta))
+    act: Activation | tuple[Activation, ...]
     if isinstance(net.activation, tuple):
         acts = dict(zip(g.hidden, net.activation))
         acts[new] = net.activation[i]
