@@ -58,7 +58,7 @@ def main():
     s2 = np.sqrt(2.0)
     net = ch.toy_network(0.55 * s2, 0.7 * s2, 3.0, -2.5)
     t0 = time.perf_counter()
-    flow = ij.gradient_flow(net, X, Y, args.t_start, solver="kvaerno5", rtol=1e-8, atol=1e-8, n_save=2)
+    flow = ij.gradient_flow(net, X, Y, args.t_start, solver="kvaerno5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=2))
     start = flow.final
     p0 = ch.channel_coordinates(start, 0, 1)
     lam0 = float(np.linalg.eigvalsh(np.asarray(ij.hessian(start, X, Y)))[-1])

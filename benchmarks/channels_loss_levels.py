@@ -62,8 +62,8 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
                 t = time.perf_counter()
                 # the same number of updates for full batch and minibatch
                 ep = epochs if bs is None else max(1, epochs * bs // X.shape[0])
-                res = ij.fit(nets, X, Y, loss="mse", optimizer=opt, learning_rate=lr, epochs=ep,
-                             batch_size=bs, log_every=ep, key=jr.key(1))
+                res = ij.fit(nets, X, Y, loss="mse", key=jr.key(1), options=ij.TrainOptions(
+                    optimizer=opt, learning_rate=lr, epochs=ep, batch_size=bs, log_every=ep))
                 theta = np.asarray(res.network.edge_weights())
                 wn = np.asarray(ij.weightnorm(theta))
                 inf, conf, near = 0, 0, 0

@@ -43,7 +43,7 @@ def main():
     rows = []
     for T in [float(t) for t in args.horizons.split(",")]:
         for solver in ("kvaerno5", "tsit5"):
-            run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T, loss=loss, n_save=2, solver=ij.SolverOptions(
+            run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T, loss=loss, saveat=ij.SaveTimes(n_save=2), solver=ij.SolverOptions(
                 solver, rtol=1e-8, atol=1e-8, max_steps=args.max_steps)))
             jax.block_until_ready(run(net))  # compile
             t = time.perf_counter()

@@ -27,7 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ._checks import check_positive
 from .network import DAGNetwork
@@ -36,7 +36,7 @@ __all__ = ["weightnorm", "maxnorm_penalty", "MaxnormPenalty", "closest_pair_dist
            "TrajectoryRecord"]
 
 
-def weightnorm(theta: Float[Array, "... E"]) -> Float[Array, "..."]:
+def weightnorm(theta: Float[ArrayLike, "... E"]) -> Float[Array, "..."]:
     """MLPGradientFlow's `weightnorm(x) = sum(x^2) / (2 length(x))` (half the mean
     square, not the Euclidean norm). The paper counts a run infinite when it is >= 1e3."""
     theta = jnp.asarray(theta)
@@ -59,7 +59,7 @@ def maxnorm_penalty(theta: Float[Array, "... E"], maxnorm: float) -> Float[Array
 
 class MaxnormPenalty(eqx.Module):
     """`net -> maxnorm_penalty(net.edge_weights(), maxnorm)`: the penalty as a regularizer
-    for `ij.gradient_flow(..., regularizer=MaxnormPenalty(maxnorm), strength=1.0)`.
+    for `ij.gradient_flow(..., loss=ij.Objective(loss, regularizer=MaxnormPenalty(maxnorm), strength=1.0))`.
     Hashable, so a flow with the same `maxnorm` reuses its compiled program."""
 
     maxnorm: float = eqx.field(static=True)

@@ -69,9 +69,9 @@ from ._results import RESULTS, is_success, result_code, result_from_code, result
 from .flow import gradient_flow
 from .losses import check_data, edge_loss_fn, hessian_fn
 from .network import DAGNetwork
-from .options import SaveTimes, SolverOptions, StopRules, log_times
+from .options import Objective, SaveTimes, SolverOptions, StopRules, log_times
 from .solvers import SOLVERS
-from .sweep import sweep_flows
+from .sweep import BatchOptions, sweep_flows
 
 __all__ = ["NewtonOptions", "FlowPhaseOptions", "ConvergeResult", "FlowPhaseResult", "newton_phase", "flow_phase",
            "flow_then_newton", "NEWTON_RESULTS", "newton_result", "newton_reason", "STOP_REASONS", "FLOW_STOPS",
@@ -366,13 +366,14 @@ class _ExactNewton(optx.AbstractQuasiNewton):
     """optimistix's quasi-Newton machinery with the quasi-Newton update replaced by the
     exact Hessian (`hess_fn`)."""
 
+    # optimistix's abstract fields; mypy reads a default into the parent's `AbstractVar`s
     rtol: float
     atol: float
     norm: Callable
-    descent: optx.DampedNewtonDescent
-    search: optx.ClassicalTrustRegion
-    verbose: Callable
-    hess_fn: Callable
+    descent: optx.DampedNewtonDescent  # type: ignore[misc]
+    search: optx.ClassicalTrustRegion  # type: ignore[misc]
+    verbose: Callable  # type: ignore[misc]
+    hess_fn: Callable  # type: ignore[misc]
     use_inverse: bool = False
 
     def init_hessian(self, y, f, grad):
@@ -590,13 +591,13 @@ def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, 
     seconds per call."""
     opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
     stop = StopRules(max_param_norm=ceiling, max_wall_time=wall_time)
-    reg = dict(regularizer=MaxnormPenalty(maxnorm), strength=1.0) if maxnorm is not None else {}
+    objective = Objective(loss, regularizer=MaxnormPenalty(maxnorm), strength=1.0) if maxnorm is not None else loss
     # the record's times: 0, then geometric from 1e-2 (or t1/10) to t1 (gradient-flow time)
     save = SaveTimes(log_times(0.0, t1, n_record, first=min(1e-2, t1 / 10))) if n_record else SaveTimes(n_save=2)
     one_net = _one_net(nets)
 
     def one(n):
-        f = gradient_flow(n, X, Y, t1, saveat=save, solver=opts, stop=stop, loss=loss, **reg)
+        f = gradient_flow(n, X, Y, t1, saveat=save, solver=opts, stop=stop, loss=objective)
         rec = TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, edge_loss_fn(one_net, X, Y, loss)) \
             if n_record else None
         return FlowPhaseResult(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
@@ -628,8 +629,9 @@ def flow_phase(nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, 
     if engine == "sweep":
         exact = jax.default_backend() == "cpu" if flow.exact is None else flow.exact
         solver = SolverOptions(flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=flow.max_flow_steps)
-        res = sweep_flows(nets, X, Y, flow.t1, solver=solver, n_save=2, stop=StopRules(max_param_norm=ceiling,
-                          max_wall_time=wall), slots=flow.slots or min(theta.shape[0], 256), exact=exact, loss=loss)
+        batch = BatchOptions(slots=flow.slots or min(theta.shape[0], 256), exact=exact)
+        res = sweep_flows(nets, X, Y, flow.t1, solver=solver, saveat=SaveTimes(n_save=2), loss=loss, batch=batch,
+                          stop=StopRules(max_param_norm=ceiling, max_wall_time=wall))
         order = np.argsort(np.asarray(res.index))
         pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
         return FlowPhaseResult(theta_final=pick(res.theta_final), loss_final=pick(res.loss_final),

@@ -24,7 +24,7 @@ def test_loss_floor_and_norm_ceiling_stop(problem):
     assert float(f.loss_final) < 1e-3 and float(f.losses[1]) > 1e-3
     net = ij.DAGNetwork(net.graph, "softplus", key=jr.key(2), scale=0.1)  # small init: the norm grows
     ceiling = 2.0 * float(jnp.linalg.norm(net.edge_weights()))
-    f2 = ij.gradient_flow(net, X, Y, 1e2, n_save=21, stop=ij.StopRules(max_param_norm=ceiling))
+    f2 = ij.gradient_flow(net, X, Y, 1e2, saveat=ij.SaveTimes(n_save=21), stop=ij.StopRules(max_param_norm=ceiling))
     assert float(f2.t_final) < 1e2 and float(jnp.linalg.norm(f2.theta_final)) > ceiling
     assert float(jnp.linalg.norm(f2.thetas[1])) <= ceiling  # it did not stop at once
 
@@ -34,7 +34,7 @@ def test_wall_time_stop_excludes_compilation(problem):
     net, X, Y = problem
     t = time.monotonic()
     opts = ij.SolverOptions("euler", dt0=1e-3, stepsize_controller=diffrax.ConstantStepSize(), max_steps=10**9)
-    f = ij.gradient_flow(net, X, Y, 1e9, solver=opts, n_save=3, stop=ij.StopRules(max_wall_time=0.5))
+    f = ij.gradient_flow(net, X, Y, 1e9, solver=opts, saveat=ij.SaveTimes(n_save=3), stop=ij.StopRules(max_wall_time=0.5))
     assert bool(f.result == ij.RESULTS.stopped_wall_time)
     assert float(f.t_final) > 0.01  # it integrated for a while: compilation was not counted
     assert time.monotonic() - t < 120
