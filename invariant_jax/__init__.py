@@ -26,7 +26,8 @@ from ._version import __version__
 # checkers and IDEs read. At run time each name is imported on first use (PEP 562), so
 # `import invariant_jax` (and so the CLI's `--help`) does not import JAX.
 if TYPE_CHECKING:
-    from . import channels
+    # `sweep` for ij.sweep.BatchOptions, ij.sweep.Engine, ...: reachable, not listed in __all__
+    from . import channels, sweep
     from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
     from ._version import __version__
     from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
@@ -42,7 +43,15 @@ if TYPE_CHECKING:
         jump_procedure,
         saddle_line,
     )
-    from .converge import STOP_REASONS, ConvergeResult, flow_then_newton, newton_phase, weightnorm
+    from .converge import (
+        STOP_REASONS,
+        ConvergeResult,
+        FlowPhaseOptions,
+        NewtonOptions,
+        flow_then_newton,
+        newton_phase,
+        weightnorm,
+    )
     from .datasets import (
         TabularData,
         breast_cancer,
@@ -172,7 +181,8 @@ __all__ = [
     "Flow", "gradient_flow", "flow_field", "trajectory_record", "ConservationReport", "check_conservation",
     "NoConservationLaw",
     "KinkFlow", "kink_aware_flow",
-    "ConvergeResult", "STOP_REASONS", "newton_phase", "flow_then_newton", "weightnorm",
+    "ConvergeResult", "NewtonOptions", "FlowPhaseOptions", "STOP_REASONS", "newton_phase", "flow_then_newton",
+    "weightnorm",
     # training and pruning
     "get_regularizer", "l1", "l2", "nuclear_norm", "matrix_nuclear_norm", "has_hidden_to_hidden_edges",
     "group_lasso", "nuclear_upper_bound", "nuclear_working_set", "WorkingSet",
@@ -194,7 +204,7 @@ def _exported() -> dict[str, str]:
     tree = _ast.parse(_Path(__file__).read_text(encoding="utf-8"))
     block = next(n for n in tree.body if isinstance(n, _ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
     out = {}
-    for node in block.body:
+    for node in (n for n in block.body if isinstance(n, _ast.ImportFrom)):
         for alias in node.names:
             out[alias.asname or alias.name] = alias.name if node.module is None else node.module
     return out
