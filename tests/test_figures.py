@@ -107,7 +107,7 @@ def test_pick_examples():
 
 @pytest.fixture(scope="module")
 def tiny():
-    cfg = SweepConfig(graph="example", activation="relu", kink_aware=False, n_inits=6, t1=2.0, n_samples=16)
+    cfg = SweepConfig(graph="example", activation="relu", kinks=False, n_inits=6, t1=2.0, n_samples=16)
     g = cfg.build_graph()
     theta0 = np.stack([ij.sweep_network(cfg, i).edge_weights() for i in range(cfg.n_inits)])
     B = g.incidence()

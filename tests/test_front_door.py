@@ -67,7 +67,7 @@ def test_rtol_of_one_or_more_is_refused_with_the_fix(rtol, no_compile):
     with pytest.raises(ValueError, match=match):
         ij.SolverOptions(rtol=rtol)
     with pytest.raises(ValueError, match=match):
-        SweepConfig(rtol=rtol)
+        SweepConfig(solver=ij.SolverOptions(rtol=rtol))
     net, X, Y = _net(0.2), jnp.ones((2, 2)), jnp.ones(2)
     for flow in (ij.gradient_flow, ij.kink_aware_flow):
         with pytest.raises(ValueError, match=match):

@@ -283,7 +283,7 @@ def test_implicit_solver_matches_gradient_flow():
     r = ij.sweep_flows(nets, X, Y, 5.0, kinks=False, solver="kvaerno5", rtol=1e-8, atol=1e-8,
                        saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=2))
     alone = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, 5.0, solver="kvaerno5", rtol=1e-8, atol=1e-8,
-                                                     n_save=11))  # traced and compiled once for the 3 inits
+                                                     saveat=ij.SaveTimes(n_save=11)))  # traced and compiled once for the 3 inits
     for i, k in enumerate(keys):
         f = alone(ij.DAGNetwork(g, "softplus", key=k))
         assert_step_counts_close(r.num_steps[i], f.stats["num_steps"])
