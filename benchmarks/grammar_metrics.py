@@ -27,11 +27,12 @@ from _output import ROOT, output_path, write_json
 
 MAX_LINES = 80
 MAX_PARAMS = 12
-# entry points: public functions, and option classes (their fields are what a user sets)
+# entry points: public functions (without their `**deprecated` shim), and option classes
+# (their fields are what a user sets)
 # top-level private modules shared by the whole package (the layout's first rows)
 SHARED = {"_version", "_defaults", "_diffrax_compat", "_results", "_checks", "_flow_phase"}
 RESULT_CLASS = re.compile(r"(Result|Study|Report|Flow|Comparison|Reachability|Connectivity|Point|Path|Component)$")
-INLINE_CHECK = re.compile(r"if (not \(?|.*\bor not \(?)(np|math)\.isfinite\(")
+INLINE_CHECK = re.compile(r"^\s*(el)?if (not \(?|.*\bor not \(?)(np|math)\.isfinite\(")  # a statement, not a filter
 
 
 def _export(rev: str | None, dest: Path) -> Path:
@@ -140,7 +141,10 @@ for modname in ["invariant_jax", "invariant_jax.sweep", "invariant_jax.channels"
         seen.add(id(obj))
         where = f"{modname.replace('invariant_jax', 'ij')}.{name}"
         if inspect.isfunction(obj):
-            rows.append([where, len(inspect.signature(obj).parameters)])
+            # `**deprecated` (the old keywords' shim, see `_checks.take_deprecated`) is not counted
+            params = [p for p in inspect.signature(obj).parameters.values()
+                      if not (p.kind is p.VAR_KEYWORD and p.name == "deprecated")]
+            rows.append([where, len(params)])
         elif inspect.isclass(obj):
             fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
             if fields and __import__("re").search(r"(Options|Config|Rules|Times|Objective)$", name):
@@ -149,8 +153,9 @@ for modname in ["invariant_jax", "invariant_jax.sweep", "invariant_jax.channels"
                 has = "result" in fields or isinstance(getattr(obj, "result", None), property) or hasattr(obj, "result")
                 ok = "success" in fields or hasattr(obj, "success")
                 classes.append([where, bool(has), bool(ok)])
-vocab = {k: hasattr(m, k) for m, k in [(ij, "RESULTS"), (ij, "STATUSES"), (importlib.import_module("invariant_jax.sweep"), "STATUSES"),
-                                       (importlib.import_module("invariant_jax.converge"), "STOP_REASONS")]}
+sweep, converge = (importlib.import_module(f"invariant_jax.{m}") for m in ("sweep", "converge"))
+pairs = [(ij, "RESULTS"), (ij, "STATUSES"), (sweep, "STATUSES"), (converge, "STOP_REASONS")]
+vocab = {k: k in getattr(m, "__all__", dir(m)) for m, k in pairs}
 print(json.dumps(dict(parameters=sorted(rows, key=lambda r: -r[1]), result_classes=classes, vocabularies=vocab)))
 """
 

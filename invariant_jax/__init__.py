@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         saddle_line,
     )
     from .converge import (
-        STOP_REASONS,
         ConvergeResult,
         FlowPhaseOptions,
         NewtonOptions,
@@ -181,7 +180,7 @@ __all__ = [
     "Flow", "gradient_flow", "flow_field", "trajectory_record", "ConservationReport", "check_conservation",
     "NoConservationLaw",
     "KinkFlow", "kink_aware_flow",
-    "ConvergeResult", "NewtonOptions", "FlowPhaseOptions", "STOP_REASONS", "newton_phase", "flow_then_newton",
+    "ConvergeResult", "NewtonOptions", "FlowPhaseOptions", "newton_phase", "flow_then_newton",
     "weightnorm",
     # training and pruning
     "get_regularizer", "l1", "l2", "nuclear_norm", "matrix_nuclear_norm", "has_hidden_to_hidden_edges",

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
 
-__all__ = ["check_finite", "check_positive", "check_integer", "take_deprecated"]
+__all__ = ["check_finite", "check_positive", "check_integer", "check_time_span", "take_deprecated"]
 
 _A = TypeVar("_A", bound=ArrayLike)
 
@@ -68,6 +68,12 @@ def check_integer(name: str, v, *, minimum: int) -> None:
         raise TypeError(f"{name} must be {what}; got {v!r}.")
     if v < minimum:
         raise ValueError(f"{name} must be {what}; got {v!r}.")
+
+
+def check_time_span(t0, t1) -> None:
+    """Raise `ValueError` unless `t0 < t1` are finite."""
+    if not (np.isfinite(t0) and np.isfinite(t1) and t1 > t0):
+        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
 
 
 def take_deprecated(where: str, kwargs: dict, replacements: dict[str, str]) -> dict:

@@ -22,7 +22,7 @@ accepted step descends; the paper's optimiser, Optim.jl's `Newton`, likewise mak
 Hessian positive definite before each step). Its options are one `NewtonOptions`, the
 flow phase's one `FlowPhaseOptions`. Nothing of the optimiser is hand-written here, only
 the stopping rules, each an `ij.RESULTS` member (`ConvergeResult.result`; the old names
-of `STOP_REASONS`, which study records store, map to them by `newton_result`):
+that study records store, the keys of `NEWTON_RESULTS`, map to them by `newton_result`):
 
 - `stopped_g_tol` (`"gradient"`): `max |grad L| <= g_tol` (default 1e-12; the paper's
   MLPGradientFlow default `min_gnorm` is 1e-15);
@@ -74,15 +74,15 @@ from .solvers import SOLVERS
 from .sweep import BatchOptions, sweep_flows
 
 __all__ = ["NewtonOptions", "FlowPhaseOptions", "ConvergeResult", "FlowPhaseResult", "newton_phase", "flow_phase",
-           "flow_then_newton", "NEWTON_RESULTS", "newton_result", "newton_reason", "STOP_REASONS", "FLOW_STOPS",
+           "flow_then_newton", "NEWTON_RESULTS", "newton_result", "newton_reason", "FLOW_STOPS",
            "FLOW_ENGINES", "NEWTON_KEYWORDS", "FLOW_KEYWORDS", "with_fields", "weightnorm", "maxnorm_penalty",
            "MaxnormPenalty", "closest_pair_distance", "min_hessian_eigenvalue", "TrajectoryRecord"]
 
-STOP_REASONS = ("running", "gradient", "patience", "maxnorm", "max_steps", "max_time", "nonfinite")
-"""Deprecated (kept for one release): the old names of the Newton phase's stop reasons, as
-study records (`ConvergenceStudy.records["stopped_by"]`) and older JSON files store them.
-`ConvergeResult.result` (an `ij.RESULTS` item per run) is the record of truth;
-`newton_result` maps these names to it and `newton_reason` back."""
+# The names study records (`ConvergenceStudy.records["stopped_by"]`) and older JSON files
+# store; `ConvergeResult.result` (an `ij.RESULTS` item per run) is the record of truth,
+# `newton_result` maps these names to it and `newton_reason` back. `STOP_REASONS`, the
+# public tuple of them, is deprecated (module `__getattr__` below).
+_STOP_NAMES = ("running", "gradient", "patience", "maxnorm", "max_steps", "max_time", "nonfinite")
 _RUNNING, _GRAD, _PATIENCE, _MAXNORM, _MAXSTEPS, _MAXTIME, _NONFINITE = range(7)
 
 NEWTON_RESULTS = {
@@ -94,13 +94,24 @@ NEWTON_RESULTS = {
     "max_time": RESULTS.newton_max_time,
     "nonfinite": RESULTS.nonfinite_state,
 }
-"""The `ij.RESULTS` member of each old stop-reason name (`STOP_REASONS`): `stopped_g_tol`,
+"""The `ij.RESULTS` member of each old stop-reason name (as study records store them): `stopped_g_tol`,
 `stopped_patience` and `stopped_weightnorm` are successes (a converged finite point, a run
 stuck at its best loss, a run counted infinite); `max_steps_reached` and
 `newton_max_time` are budgets (failures: raise `max_steps` / `max_time`),
 `nonfinite_state` a failure; `newton_unfinished` never ends a run (a run still running
 when read)."""
-_REASON_CODES = np.asarray([int(result_code(NEWTON_RESULTS[r])) for r in STOP_REASONS], np.int32)
+_REASON_CODES = np.asarray([int(result_code(NEWTON_RESULTS[r])) for r in _STOP_NAMES], np.int32)
+
+
+
+def __getattr__(name: str):
+    if name == "STOP_REASONS":
+        warnings.warn("invariant_jax.converge.STOP_REASONS is deprecated: a Newton run's outcome is its `result` "
+                      "(an ij.RESULTS member); the old names are the keys of NEWTON_RESULTS.", DeprecationWarning,
+                      stacklevel=2)
+        return _STOP_NAMES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FLOW_STOPS = ("penalty", "stop")
 """How `flow_then_newton`'s ODE phase treats `maxnorm`: `"penalty"` (MLPGradientFlow's
@@ -116,7 +127,7 @@ def newton_result(names) -> RESULTS:
     arr = np.asarray(names, dtype=object)
     bad = sorted({str(n) for n in arr.ravel() if n not in NEWTON_RESULTS})
     if bad:
-        raise ValueError(f"Unknown Newton stop reason(s) {bad}; expected names from {STOP_REASONS}.")
+        raise ValueError(f"Unknown Newton stop reason(s) {bad}; expected names from {list(NEWTON_RESULTS)}.")
     table = {k: int(result_code(v)) for k, v in NEWTON_RESULTS.items()}
     return result_from_code(np.vectorize(table.__getitem__, otypes=[np.int32])(arr) if arr.ndim else table[arr.item()])
 
@@ -130,9 +141,9 @@ def _reason_index(result) -> np.ndarray:
 
 
 def newton_reason(result) -> tuple[str, ...]:
-    """The old stop-reason names (`STOP_REASONS`) of a batch of Newton-phase results (the
+    """The old stop-reason names (the keys of `NEWTON_RESULTS`) of a batch of Newton-phase results (the
     inverse of `newton_result`), as study records store them."""
-    return tuple(STOP_REASONS[int(k)] for k in np.atleast_1d(_reason_index(result)))
+    return tuple(_STOP_NAMES[int(k)] for k in np.atleast_1d(_reason_index(result)))
 
 
 class NewtonOptions(eqx.Module):
@@ -329,14 +340,14 @@ class ConvergeResult(eqx.Module):
 
     @property
     def stopped_by(self) -> Int[Array, " B"]:
-        """Deprecated: the index of each run's reason in `STOP_REASONS`; use `result`."""
+        """Deprecated: the index of each run's reason in the keys of `NEWTON_RESULTS`; use `result`."""
         warnings.warn("ConvergeResult.stopped_by is deprecated; use .result (ij.RESULTS items, named by "
                       "ij.result_name).", DeprecationWarning, stacklevel=2)
         return jnp.asarray(_reason_index(self.result))
 
     @property
     def reason(self) -> tuple[str, ...]:
-        """Deprecated: the old stop-reason names (`STOP_REASONS`); use `result`."""
+        """Deprecated: the old stop-reason names (the keys of `NEWTON_RESULTS`); use `result`."""
         warnings.warn("ConvergeResult.reason is deprecated; use .result (ij.result_name(res.result) names it).",
                       DeprecationWarning, stacklevel=2)
         return newton_reason(self.result)
@@ -354,7 +365,7 @@ class ConvergeResult(eqx.Module):
     def table(self) -> str:
         names = np.asarray(result_name(self.result)).reshape(-1)
         rows = [f"{'result':>18} {'runs':>5} {'median loss':>12} {'median steps':>12}"]
-        for r in dict.fromkeys(result_name(NEWTON_RESULTS[k]) for k in STOP_REASONS):
+        for r in dict.fromkeys(result_name(NEWTON_RESULTS[k]) for k in _STOP_NAMES):
             m = names == r
             if m.any():
                 rows.append(f"{r:>18} {int(m.sum()):>5} {np.median(np.asarray(self.loss)[m]):>12.4e} "

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from ._checks import check_integer, check_positive
+from ._checks import check_integer, check_positive, check_time_span
 from ._defaults import MAX_STEPS
 from ._results import STOP_RESULTS, result_code
 from .losses import get_loss
@@ -118,12 +118,6 @@ def log_times(t0: float, t1: float, n: int, *, first: float | None = None) -> np
         raise ValueError(f"log_times needs n >= 2; got {n}.")
     first = (t1 - t0) * 1e-6 if first is None else first
     return np.concatenate([[t0], t0 + np.geomspace(first, t1 - t0, n - 1)])
-
-
-def check_time_span(t0, t1) -> None:
-    """Raise `ValueError` unless `t0 < t1` are finite."""
-    if not (np.isfinite(t0) and np.isfinite(t1) and t1 > t0):
-        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
 
 
 class SaveTimes(eqx.Module):

@@ -52,14 +52,14 @@ def test_newton_options_and_results():
         with pytest.raises((ValueError, TypeError), match=next(iter(kw))):
             cv.NewtonOptions(**kw)
     assert cv.NewtonOptions(maxnorm=float("inf"), max_time=float("inf")).maxnorm == float("inf")
-    names = ij.result_name(cv.newton_result(list(cv.STOP_REASONS)))
+    names = ij.result_name(cv.newton_result(list(cv.NEWTON_RESULTS)))
     assert list(names) == ["newton_unfinished", "stopped_g_tol", "stopped_patience", "stopped_weightnorm",
                            "max_steps_reached", "newton_max_time", "nonfinite_state"]
     assert len(set(names)) == len(names)  # every reason its own member
-    ok = np.asarray(ij.is_success(cv.newton_result(list(cv.STOP_REASONS))))
+    ok = np.asarray(ij.is_success(cv.newton_result(list(cv.NEWTON_RESULTS))))
     assert ok.tolist() == [False, True, True, True, False, False, False]  # budgets and failures are not successes
     assert ij.result_name(cv.newton_result("patience")) == "stopped_patience"  # old JSONs store the names
-    assert cv.newton_reason(cv.newton_result(list(cv.STOP_REASONS))) == cv.STOP_REASONS  # and back
+    assert cv.newton_reason(cv.newton_result(list(cv.NEWTON_RESULTS))) == tuple(cv.NEWTON_RESULTS)  # and back
     for name in names:  # each message says what to change
         assert "NewtonOptions" in ij.result_message(getattr(ij.RESULTS, str(name))) or name in ("max_steps_reached",
                                                                                    "nonfinite_state")
@@ -137,7 +137,7 @@ def test_ode_phase_reaches_maxnorm_on_the_toy_channel(toy_run):
     with pytest.warns(DeprecationWarning, match="reason"):
         assert r.reason == ("maxnorm",)
     with pytest.warns(DeprecationWarning, match="stopped_by"):
-        assert r.stopped_by.tolist() == [cv.STOP_REASONS.index("maxnorm")]
+        assert r.stopped_by.tolist() == [list(cv.NEWTON_RESULTS).index("maxnorm")]
 
 
 @pytest.mark.slow
@@ -176,3 +176,10 @@ def test_flow_then_newton_old_keywords(toy_run):
                      (dict(patience=0), "patience")):
         with pytest.raises(ValueError, match=word):
             cv.flow_then_newton(net, X, Y, loss=loss, **kw)
+
+
+def test_stop_reasons_is_deprecated_for_results():
+    with pytest.warns(DeprecationWarning, match="STOP_REASONS is deprecated"):
+        names = cv.STOP_REASONS
+    assert names == tuple(cv.NEWTON_RESULTS)
+    assert "STOP_REASONS" not in cv.__all__ and "STOP_REASONS" not in ij.__all__

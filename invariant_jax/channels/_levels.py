@@ -34,7 +34,7 @@ from .._checks import check_integer, take_deprecated
 from .._results import RESULTS, is_success
 from ..converge import (
     FLOW_KEYWORDS,
-    STOP_REASONS,
+    NEWTON_RESULTS,
     FlowPhaseOptions,
     NewtonOptions,
     flow_then_newton,
@@ -569,7 +569,7 @@ def _study_settings(grid: StudyGrid, flow: FlowPhaseOptions, newton: NewtonOptio
                 max_flow_steps=flow.max_flow_steps, max_steps=newton.max_steps, patience=newton.patience,
                 g_tol=newton.g_tol, max_time=newton.max_time, dup_tol=dup_tol, channel_cos=channel_cos,
                 n_samples=int(X.shape[0]), n_inputs=int(X.shape[1]), jump_max_cos=JUMP_MAX_COS,
-                init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(STOP_REASONS),
+                init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(NEWTON_RESULTS),
                 flow=f"Kvaerno5 via {flow.resolved_engine()}", newton_batch=newton.batch_size,
                 flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time, n_record=flow.n_record,
                 newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)")
