@@ -25,8 +25,20 @@ LOCAL = HERE / "results" / "local"
 STARTED = datetime.datetime.now(datetime.UTC)
 
 # the packages whose versions decide a result (the runtime dependencies that compute)
-PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "optax", "lineax", "optimistix", "numpy", "scipy",
-            "networkx", "scikit-learn", "pyarrow")
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "diffrax",
+    "equinox",
+    "optax",
+    "lineax",
+    "optimistix",
+    "numpy",
+    "scipy",
+    "networkx",
+    "scikit-learn",
+    "pyarrow",
+)
 
 
 def output_path(out: str | os.PathLike | None, name: str) -> Path:

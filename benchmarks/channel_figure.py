@@ -27,19 +27,33 @@ from invariant_jax import channels as ch  # noqa: E402
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--t1", type=float, default=1e7, help="flow time (default 1e7, the page's)")
-    ap.add_argument("--out", default=None,
-                    help="the PNG to write (default benchmarks/results/local/channel_figure.png; the docs' is "
-                         "docs/channel_figure.png)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="the PNG to write (default benchmarks/results/local/channel_figure.png; the docs' is "
+        "docs/channel_figure.png)",
+    )
     args = ap.parse_args(argv)
     t = time.perf_counter()
     X, Y, loss = ch.toy_data()
-    flow = ij.gradient_flow(ch.toy_network(0.55, 0.7, 3.0, -2.5, convention="erf"), X, Y, args.t1, loss=loss,
-                            solver="kvaerno5", saveat=ij.SaveTimes(spacing="log"), rtol=1e-9, atol=1e-9)
+    flow = ij.gradient_flow(
+        ch.toy_network(0.55, 0.7, 3.0, -2.5, convention="erf"),
+        X,
+        Y,
+        args.t1,
+        loss=loss,
+        solver="kvaerno5",
+        saveat=ij.SaveTimes(spacing="log"),
+        rtol=1e-9,
+        atol=1e-9,
+    )
     fig = ch.channel_figure(flow, (0, 1), title="toy channel (erf students, population loss)")
     out = output_path(args.out, "channel_figure.png")
     fig.savefig(out, dpi=90, metadata={"Description": command()})  # the PNG records its command
-    print(f"wrote {out} in {time.perf_counter() - t:.1f} s ({int(flow.num_steps)} steps, "
-          f"final loss {float(flow.loss_final):.6g})")
+    print(
+        f"wrote {out} in {time.perf_counter() - t:.1f} s ({int(flow.num_steps)} steps, "
+        f"final loss {float(flow.loss_final):.6g})"
+    )
 
 
 if __name__ == "__main__":

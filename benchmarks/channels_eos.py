@@ -50,7 +50,11 @@ def main():
     ap.add_argument("--lrs", default="0.5,0.4,0.33,0.1")
     ap.add_argument("--t-start", type=float, default=2640.0)
     ap.add_argument("--samples", type=int, default=4096)
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_eos.json); the PNG goes beside it")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default benchmarks/results/local/channels_eos.json); the PNG goes beside it",
+    )
     args = ap.parse_args()
     lrs = [float(v) for v in args.lrs.split(",")]
     X = jr.normal(jr.key(12), (args.samples, 1))
@@ -58,12 +62,17 @@ def main():
     s2 = np.sqrt(2.0)
     net = ch.toy_network(0.55 * s2, 0.7 * s2, 3.0, -2.5)
     t0 = time.perf_counter()
-    flow = ij.gradient_flow(net, X, Y, args.t_start, solver="kvaerno5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=2))
+    flow = ij.gradient_flow(
+        net, X, Y, args.t_start, solver="kvaerno5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=2)
+    )
     start = flow.final
     p0 = ch.channel_coordinates(start, 0, 1)
     lam0 = float(np.linalg.eigvalsh(np.asarray(ij.hessian(start, X, Y)))[-1])
-    print(f"start (flow to t = {args.t_start:g}): eps = {float(p0.eps):.4f}, w = {float(p0.w[0]):.4f}, "
-          f"sharpness = {lam0:.3f}, loss = {float(flow.loss_final):.6f}", flush=True)
+    print(
+        f"start (flow to t = {args.t_start:g}): eps = {float(p0.eps):.4f}, w = {float(p0.w[0]):.4f}, "
+        f"sharpness = {lam0:.3f}, loss = {float(flow.loss_final):.6f}",
+        flush=True,
+    )
     tr = ch.gd_channel_trace(start, (0, 1), X, Y, lrs, n_steps=args.steps, record_every=args.record)
     dt = time.perf_counter() - t0
     rows, pre_eps, pre_lam, dl_eps, dl, gn_eps, gn = [], [], [], [], [], [], []
@@ -89,35 +98,66 @@ def main():
         if reached:
             edge_eps.append(float(np.median(eps[late])))
             edge_lam.append(float(np.median(lam[late])))
-        rows.append(dict(lr=lr, two_over_lr=2 / lr, sharpness_start=float(lam[0]), sharpness_max=float(lam.max()),
-                         sharpness_late_median=float(np.median(lam[late])), late_ratio_to_2_over_lr=ratio,
-                         reached_edge=reached, eps_start=float(eps[0]), eps_end=float(eps[-1]),
-                         loss_start=float(L[0]), loss_end=float(L[-1]),
-                         loss_monotone=bool(np.all(np.diff(L) <= 1e-15)),
-                         loss_decrease_per_update_vs_eps_before_edge=per_lr_dl,
-                         grad_norm_vs_eps_before_edge=fit(eps[stable], G[stable]) if first_edge >= 3 else {}))
-        print(f"lr={lr:<5g} 2/lr={2 / lr:6.2f}: sharpness {lam[0]:.3f} -> max {lam.max():.3f}, late median "
-              f"{np.median(lam[late]):.3f} (= {ratio:.3f} x 2/lr); eps {eps[0]:.4f} -> {eps[-1]:.4f}; loss "
-              f"{L[0]:.7f} -> {L[-1]:.7f}{'' if rows[-1]['loss_monotone'] else ' (not monotone)'}; before the edge: "
-              f"dL/update ~ eps^{per_lr_dl.get('exponent', float('nan')):.3f} +- {per_lr_dl.get('stderr', float('nan')):.3f}",
-              flush=True)
+        rows.append(
+            dict(
+                lr=lr,
+                two_over_lr=2 / lr,
+                sharpness_start=float(lam[0]),
+                sharpness_max=float(lam.max()),
+                sharpness_late_median=float(np.median(lam[late])),
+                late_ratio_to_2_over_lr=ratio,
+                reached_edge=reached,
+                eps_start=float(eps[0]),
+                eps_end=float(eps[-1]),
+                loss_start=float(L[0]),
+                loss_end=float(L[-1]),
+                loss_monotone=bool(np.all(np.diff(L) <= 1e-15)),
+                loss_decrease_per_update_vs_eps_before_edge=per_lr_dl,
+                grad_norm_vs_eps_before_edge=fit(eps[stable], G[stable]) if first_edge >= 3 else {},
+            )
+        )
+        print(
+            f"lr={lr:<5g} 2/lr={2 / lr:6.2f}: sharpness {lam[0]:.3f} -> max {lam.max():.3f}, late median "
+            f"{np.median(lam[late]):.3f} (= {ratio:.3f} x 2/lr); eps {eps[0]:.4f} -> {eps[-1]:.4f}; loss "
+            f"{L[0]:.7f} -> {L[-1]:.7f}{'' if rows[-1]['loss_monotone'] else ' (not monotone)'}; before the edge: "
+            f"dL/update ~ eps^{per_lr_dl.get('exponent', float('nan')):.3f} +- {per_lr_dl.get('stderr', float('nan')):.3f}",
+            flush=True,
+        )
     fits = dict(
         sharpness_vs_inv_eps_before_edge=fit(1 / np.asarray(pre_eps), pre_lam),
-        sharpness_vs_inv_eps_at_edge_across_lrs=fit(1 / np.asarray(edge_eps), edge_lam) if len(edge_eps) >= 3 else
-        dict(error=f"{len(edge_eps)} learning rates reached the edge; need 3"),
+        sharpness_vs_inv_eps_at_edge_across_lrs=fit(1 / np.asarray(edge_eps), edge_lam)
+        if len(edge_eps) >= 3
+        else dict(error=f"{len(edge_eps)} learning rates reached the edge; need 3"),
         loss_decrease_per_update_vs_eps_pooled_over_lrs=fit(dl_eps, dl),
         grad_norm_vs_eps=fit(gn_eps, gn),
     )
     for name, f in fits.items():
-        print(f"{name}: " + (f"exponent {f['exponent']:.3f} +- {f['stderr']:.3f} (r2 {f['r2']:.3f}, {f['n']} points)"
-                             if "exponent" in f else f["error"]))
+        print(
+            f"{name}: "
+            + (
+                f"exponent {f['exponent']:.3f} +- {f['stderr']:.3f} (r2 {f['r2']:.3f}, {f['n']} points)"
+                if "exponent" in f
+                else f["error"]
+            )
+        )
     print(f"{dt:.0f} s (compilation included; shared 2-core CPU)")
-    out = dict(benchmark="channels_eos", platform=platform.platform(),
-               jax=jax.__version__, seconds=dt, start=dict(t=args.t_start, eps=float(p0.eps), w=float(p0.w[0]),
-                                                          sharpness=lam0),
-               lrs=lrs, rows=rows, fits=fits, steps=tr.steps.tolist(),
-               trace=dict(loss=np.asarray(tr.loss).tolist(), eps=np.asarray(tr.eps).tolist(),
-                          sharpness=np.asarray(tr.sharpness).tolist(), grad_norm=np.asarray(tr.grad_norm).tolist()))
+    out = dict(
+        benchmark="channels_eos",
+        platform=platform.platform(),
+        jax=jax.__version__,
+        seconds=dt,
+        start=dict(t=args.t_start, eps=float(p0.eps), w=float(p0.w[0]), sharpness=lam0),
+        lrs=lrs,
+        rows=rows,
+        fits=fits,
+        steps=tr.steps.tolist(),
+        trace=dict(
+            loss=np.asarray(tr.loss).tolist(),
+            eps=np.asarray(tr.eps).tolist(),
+            sharpness=np.asarray(tr.sharpness).tolist(),
+            grad_norm=np.asarray(tr.grad_norm).tolist(),
+        ),
+    )
     out_path = output_path(args.out, "channels_eos.json")
     write_json(out_path, out)
     import matplotlib

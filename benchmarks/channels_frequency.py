@@ -34,23 +34,39 @@ def main():
     ap.add_argument("--t1", type=float, default=1e6)
     ap.add_argument("--maxnorm", type=float, default=1e3, help="weightnorm criterion of detect_channels")
     ap.add_argument("--pair-tol", type=float, default=1e-2)
-    ap.add_argument("--out", default=None,
-                    help="JSON path (default: benchmarks/results/local/channels_frequency.json; the committed file is "
-                         "benchmarks/results/channels_frequency.json)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/channels_frequency.json; the committed file is "
+        "benchmarks/results/channels_frequency.json)",
+    )
     args = ap.parse_args()
     t = time.perf_counter()
-    grid = FrequencyGrid(n_inits=args.n_inits, n_samples=args.n_samples,
-                         widths=tuple(int(w) for w in args.widths.split(",")))
-    st = channel_frequency(grid=grid, t1=args.t1, solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7,
-                                                                          max_steps=50_000),
-                           maxnorm=args.maxnorm, pair_tol=args.pair_tol, progress=True)
+    grid = FrequencyGrid(
+        n_inits=args.n_inits, n_samples=args.n_samples, widths=tuple(int(w) for w in args.widths.split(","))
+    )
+    st = channel_frequency(
+        grid=grid,
+        t1=args.t1,
+        solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7, max_steps=50_000),
+        maxnorm=args.maxnorm,
+        pair_tol=args.pair_tol,
+        progress=True,
+    )
     dt = time.perf_counter() - t
     print(st.table())
     n = st.channel.size
-    print(f"{n} flows in {dt:.1f} s ({dt / n:.2f} s per flow, compilation included); "
-          f"failed: {int((~st.success).sum())}")
-    out = dict(benchmark="channels_frequency", platform=platform.platform(), jax=jax.__version__,
-               seconds=dt, n_flows=n, **st.to_dict())
+    print(
+        f"{n} flows in {dt:.1f} s ({dt / n:.2f} s per flow, compilation included); failed: {int((~st.success).sum())}"
+    )
+    out = dict(
+        benchmark="channels_frequency",
+        platform=platform.platform(),
+        jax=jax.__version__,
+        seconds=dt,
+        n_flows=n,
+        **st.to_dict(),
+    )
     write_json(output_path(args.out, "channels_frequency.json"), out)
 
 

@@ -62,8 +62,14 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
                 t = time.perf_counter()
                 # the same number of updates for full batch and minibatch
                 ep = epochs if bs is None else max(1, epochs * bs // X.shape[0])
-                res = ij.fit(nets, X, Y, loss="mse", key=jr.key(1), options=ij.TrainOptions(
-                    optimizer=opt, learning_rate=lr, epochs=ep, batch_size=bs, log_every=ep))
+                res = ij.fit(
+                    nets,
+                    X,
+                    Y,
+                    loss="mse",
+                    key=jr.key(1),
+                    options=ij.TrainOptions(optimizer=opt, learning_rate=lr, epochs=ep, batch_size=bs, log_every=ep),
+                )
                 theta = np.asarray(res.network.edge_weights())
                 wn = np.asarray(ij.weightnorm(theta))
                 inf, conf, near = 0, 0, 0
@@ -75,18 +81,37 @@ def optimizer_arm(X, Y, *, seeds, lrs, epochs, maxnorm, batch_size, activation="
                         conf += ch.confirm_channel(net, X, Y, maxnorm=maxnorm)[0]
                 L = np.asarray(jax.vmap(lambda th: ij.losses.network_loss(net0.with_edge_weights(th), X, Y))(theta))
                 lo, hi = ch.wilson_interval(near, seeds)
-                rows.append(dict(activation=activation, bias=bias, r=width, optimizer=opt, lr=lr, batch_size=bs, epochs=ep,
-                                 updates=ep * (1 if bs is None else X.shape[0] // bs),
-                                 n=seeds, infinite=inf,
-                                 confirmed=conf, channel_like=near, channel_like_ci=(lo, hi),
-                                 median_weightnorm=float(np.median(wn)), max_weightnorm=float(wn.max()),
-                                 weightnorm=wn.tolist(), theta=theta.tolist(),
-                                 median_mse=float(np.median(2 * L)), seconds=time.perf_counter() - t))
+                rows.append(
+                    dict(
+                        activation=activation,
+                        bias=bias,
+                        r=width,
+                        optimizer=opt,
+                        lr=lr,
+                        batch_size=bs,
+                        epochs=ep,
+                        updates=ep * (1 if bs is None else X.shape[0] // bs),
+                        n=seeds,
+                        infinite=inf,
+                        confirmed=conf,
+                        channel_like=near,
+                        channel_like_ci=(lo, hi),
+                        median_weightnorm=float(np.median(wn)),
+                        max_weightnorm=float(wn.max()),
+                        weightnorm=wn.tolist(),
+                        theta=theta.tolist(),
+                        median_mse=float(np.median(2 * L)),
+                        seconds=time.perf_counter() - t,
+                    )
+                )
                 r = rows[-1]
-                print(f"{opt:>5} lr={lr:<6g} batch={str(bs):>5}: weightnorm median {r['median_weightnorm']:.3g} max "
-                      f"{r['max_weightnorm']:.3g}; infinite {inf}/{seeds}; merging pair with opposite diverging "
-                      f"output weights {near}/{seeds} [{100 * lo:.0f}, {100 * hi:.0f}]%; median MSE "
-                      f"{r['median_mse']:.4g} ({r['seconds']:.0f} s)", flush=True)
+                print(
+                    f"{opt:>5} lr={lr:<6g} batch={str(bs):>5}: weightnorm median {r['median_weightnorm']:.3g} max "
+                    f"{r['max_weightnorm']:.3g}; infinite {inf}/{seeds}; merging pair with opposite diverging "
+                    f"output weights {near}/{seeds} [{100 * lo:.0f}, {100 * hi:.0f}]%; median MSE "
+                    f"{r['median_mse']:.4g} ({r['seconds']:.0f} s)",
+                    flush=True,
+                )
     return rows
 
 
@@ -115,9 +140,16 @@ def figures(study, out_png):
         ax.set_title(f"{act}, bias={bias}")
         ax.set_xlabel("runs at the loss level")
         ax.set_ylabel("MSE (paper's (1/N) sum)")
-        ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color="tab:blue"), plt.Rectangle((0, 0), 1, 1, color="tab:red")],
-                  labels=["finite", "infinite"], fontsize=7)
-        summ = {s["r"]: s for s in study.summary(("activation", "bias", "r")) if s["activation"] == act and s["bias"] == bias}
+        ax.legend(
+            handles=[plt.Rectangle((0, 0), 1, 1, color="tab:blue"), plt.Rectangle((0, 0), 1, 1, color="tab:red")],
+            labels=["finite", "infinite"],
+            fontsize=7,
+        )
+        summ = {
+            s["r"]: s
+            for s in study.summary(("activation", "bias", "r"))
+            if s["activation"] == act and s["bias"] == bias
+        }
         rs = sorted(summ)
         for row, key, title in ((1, "infinite", "% infinite"), (2, "duplicate", "% duplicate neurons")):
             ax = axes[row, c]
@@ -141,36 +173,63 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grid", type=int, default=10**4, help="requested samples of the regular grid (paper: 10^4)")
     ap.add_argument("--seeds", type=int, default=100)
-    ap.add_argument("--first-seed", type=int, default=0,
-                    help="seeds run are first-seed .. first-seed + seeds - 1, so that later runs can add seeds to a cell")
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="seeds run are first-seed .. first-seed + seeds - 1, so that later runs can add seeds to a cell",
+    )
     ap.add_argument("--widths", default="1,2,3,4,5")
     ap.add_argument("--activations", default="g,softplus")
     ap.add_argument("--biases", default="0,1")
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--max-steps", type=int, default=2000)
     ap.add_argument("--patience", type=int, default=100)
-    ap.add_argument("--flow-stop", default="stop", choices=("stop", "penalty"),
-                    help="ODE phase: stop at maxnorm (the committed studies) or MLPGradientFlow's cubic maxnorm "
-                         "penalty (the paper's way; needs --engine loop or vmap)")
+    ap.add_argument(
+        "--flow-stop",
+        default="stop",
+        choices=("stop", "penalty"),
+        help="ODE phase: stop at maxnorm (the committed studies) or MLPGradientFlow's cubic maxnorm "
+        "penalty (the paper's way; needs --engine loop or vmap)",
+    )
     ap.add_argument("--flow-wall-time", type=float, default=float("inf"), help="ODE-phase seconds per run")
     ap.add_argument("--t1", type=float, default=1e12, help="ODE-phase flow time (of L = (1/2N) sum (f-y)^2)")
     ap.add_argument("--n-record", type=int, default=0, help="log-spaced trajectory rows per run (loop/vmap engines)")
     ap.add_argument("--optimizers", action="store_true", help="also run the SGD / Adam arm")
     ap.add_argument("--opt-seeds", type=int, default=32)
     ap.add_argument("--opt-epochs", type=int, default=20000, help="full-batch updates (minibatch: the same count)")
-    ap.add_argument("--engine", default="sweep", choices=("sweep", "vmap", "loop"),
-                    help="flow phase through ij.sweep_flows, one vmap of gradient_flow (suits a GPU), or one run "
-                         "at a time (fastest on a CPU)")
-    ap.add_argument("--newton-batch", type=int, default=None,
-                    help="runs per Newton batch (default: 1 on CPU, all on an accelerator)")
-    ap.add_argument("--round-seeds", type=int, default=None,
-                    help="seeds per cell per round (default: all --seeds in one round); rounds go over every cell, "
-                         "so a time budget leaves every cell with the same number of seeds of the finished rounds")
-    ap.add_argument("--max-minutes", type=float, default=float("inf"),
-                    help="start no new (activation, bias, r) cell after this many minutes (recorded in cells_not_run)")
+    ap.add_argument(
+        "--engine",
+        default="sweep",
+        choices=("sweep", "vmap", "loop"),
+        help="flow phase through ij.sweep_flows, one vmap of gradient_flow (suits a GPU), or one run "
+        "at a time (fastest on a CPU)",
+    )
+    ap.add_argument(
+        "--newton-batch",
+        type=int,
+        default=None,
+        help="runs per Newton batch (default: 1 on CPU, all on an accelerator)",
+    )
+    ap.add_argument(
+        "--round-seeds",
+        type=int,
+        default=None,
+        help="seeds per cell per round (default: all --seeds in one round); rounds go over every cell, "
+        "so a time budget leaves every cell with the same number of seeds of the finished rounds",
+    )
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=float("inf"),
+        help="start no new (activation, bias, r) cell after this many minutes (recorded in cells_not_run)",
+    )
     ap.add_argument("--tag", default="")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_loss_levels_<tag>.json); "
-                                                "the PNG goes beside it")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default benchmarks/results/local/channels_loss_levels_<tag>.json); the PNG goes beside it",
+    )
     args = ap.parse_args()
     X, Y = ij.rosenbrock_grid(args.grid)
     tag = args.tag or f"grid{X.shape[0]}_seeds{args.seeds}"
@@ -178,16 +237,26 @@ def main():
     print(f"{jax.devices()}; {X.shape[0]} grid points; {args.seeds} seeds per cell", flush=True)
     t = time.perf_counter()
     deadline = t + 60 * args.max_minutes
-    cells = [(a, int(b), int(w)) for a in args.activations.split(",") for b in args.biases.split(",")
-             for w in args.widths.split(",")]
+    cells = [
+        (a, int(b), int(w))
+        for a in args.activations.split(",")
+        for b in args.biases.split(",")
+        for w in args.widths.split(",")
+    ]
     R = args.round_seeds or args.seeds
     parts, cell_seconds, skipped = [], [], []
     if args.first_seed < 0:
         raise SystemExit(f"--first-seed must be >= 0; got {args.first_seed}.")
     end = args.first_seed + args.seeds
-    flow = ij.FlowPhaseOptions(t1=args.t1, max_flow_steps=args.max_flow_steps, flow_stop=args.flow_stop,
-                                        flow_wall_time=args.flow_wall_time, n_record=args.n_record, slots=None,
-                                        engine=args.engine)
+    flow = ij.FlowPhaseOptions(
+        t1=args.t1,
+        max_flow_steps=args.max_flow_steps,
+        flow_stop=args.flow_stop,
+        flow_wall_time=args.flow_wall_time,
+        n_record=args.n_record,
+        slots=None,
+        engine=args.engine,
+    )
     newton = ij.NewtonOptions(max_steps=args.max_steps, patience=args.patience, batch_size=args.newton_batch)
     for first in range(args.first_seed, end, R):
         n = min(R, end - first)
@@ -197,23 +266,46 @@ def main():
                 continue
             tc = time.perf_counter()
             grid = ch.StudyGrid(widths=[w], activations=[act], biases=[bool(bias)], n_seeds=n, first_seed=first)
-            parts.append(ch.convergence_study(X, Y, grid=grid, flow=flow, newton=newton, label="rosenbrock",
-                                              progress=False))
-            cell_seconds.append(dict(activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n,
-                                     seconds=time.perf_counter() - tc))
+            parts.append(
+                ch.convergence_study(X, Y, grid=grid, flow=flow, newton=newton, label="rosenbrock", progress=False)
+            )
+            cell_seconds.append(
+                dict(
+                    activation=act, bias=bool(bias), r=w, first_seed=first, n_seeds=n, seconds=time.perf_counter() - tc
+                )
+            )
             study = ch.ConvergenceStudy.concatenate(parts)
-            study = ch.ConvergenceStudy(records=study.records, settings=dict(
-                study.settings, n_seeds=args.seeds, first_seed=0, seeds_per_round=R,
-                widths=sorted({c["r"] for c in cell_seconds}),
-                activations=list(dict.fromkeys(c["activation"] for c in cell_seconds)),
-                biases=list(dict.fromkeys(c["bias"] for c in cell_seconds))), seconds=study.seconds)
+            study = ch.ConvergenceStudy(
+                records=study.records,
+                settings=dict(
+                    study.settings,
+                    n_seeds=args.seeds,
+                    first_seed=0,
+                    seeds_per_round=R,
+                    widths=sorted({c["r"] for c in cell_seconds}),
+                    activations=list(dict.fromkeys(c["activation"] for c in cell_seconds)),
+                    biases=list(dict.fromkeys(c["bias"] for c in cell_seconds)),
+                ),
+                seconds=study.seconds,
+            )
             dt = time.perf_counter() - t
-            print(f"{act} bias={bool(bias)} r={w} seeds {first}..{first + n - 1}: {n} runs in "
-                  f"{cell_seconds[-1]['seconds']:.0f} s (total {dt:.0f} s)", flush=True)
-            out = dict(benchmark="channels_loss_levels", platform=platform.platform(),
-                       devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=dt,
-                       n_grid=int(X.shape[0]), cell_seconds=cell_seconds, cells_not_run=skipped,
-                       summary=study.summary(), **study.to_dict())
+            print(
+                f"{act} bias={bool(bias)} r={w} seeds {first}..{first + n - 1}: {n} runs in "
+                f"{cell_seconds[-1]['seconds']:.0f} s (total {dt:.0f} s)",
+                flush=True,
+            )
+            out = dict(
+                benchmark="channels_loss_levels",
+                platform=platform.platform(),
+                devices=[str(d) for d in jax.devices()],
+                jax=jax.__version__,
+                total_seconds=dt,
+                n_grid=int(X.shape[0]),
+                cell_seconds=cell_seconds,
+                cells_not_run=skipped,
+                summary=study.summary(),
+                **study.to_dict(),
+            )
             write_json(path, json.loads(json.dumps(out, default=str)))  # after every cell: partial results survive
         if parts and first + n < end:
             figures(study, path.with_suffix(".png"))  # after every round
@@ -221,8 +313,15 @@ def main():
     print(study.table())
     print(f"{len(study.records['loss'])} runs in {dt:.0f} s (compilation included); not run (time budget): {skipped}")
     if args.optimizers:
-        out["optimizers"] = optimizer_arm(X, Y, seeds=args.opt_seeds, lrs=dict(sgd=[0.05, 0.3], adam=[1e-3, 1e-2]),
-                                          epochs=args.opt_epochs, maxnorm=1e3, batch_size=32)
+        out["optimizers"] = optimizer_arm(
+            X,
+            Y,
+            seeds=args.opt_seeds,
+            lrs=dict(sgd=[0.05, 0.3], adam=[1e-3, 1e-2]),
+            epochs=args.opt_epochs,
+            maxnorm=1e3,
+            batch_size=32,
+        )
     write_json(path, json.loads(json.dumps(out, default=str)))
     figures(study, path.with_suffix(".png"))
 

@@ -62,8 +62,11 @@ def _ran(study, cell) -> bool:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="+", type=Path)
-    ap.add_argument("--out", default=None,
-                    help="JSON path (default benchmarks/results/local/channels_loss_levels_merged.json); the PNG goes beside it")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default benchmarks/results/local/channels_loss_levels_merged.json); the PNG goes beside it",
+    )
     args = ap.parse_args()
     out = output_path(args.out, "channels_loss_levels_merged.json").resolve()
     if out in {p.resolve() for p in args.parts}:
@@ -82,22 +85,40 @@ def main():
         if "sharpened" not in st.records:  # a part written before the column existed
             add_sharpened(st, d, p)
     common = set.intersection(*(set(st.records) for st in parts))
-    parts = [ch.ConvergenceStudy(records={k: v for k, v in st.records.items() if k in common},
-                                 settings=st.settings, seconds=st.seconds) for st in parts]
+    parts = [
+        ch.ConvergenceStudy(
+            records={k: v for k, v in st.records.items() if k in common}, settings=st.settings, seconds=st.seconds
+        )
+        for st in parts
+    ]
     try:
         study = ch.ConvergenceStudy.merge(parts)
     except ValueError as e:
         raise SystemExit(f"not merged: {e}") from None
     print(study.table())
-    merged = dict(benchmark="channels_loss_levels",
-                  devices=sorted({str(x) for d in docs for x in d.get("devices", [])}),
-                  platform=docs[0].get("platform"), jax=docs[0].get("jax"), merged_from=[
-        dict(path=str(p), command=d.get("command"), total_seconds=d.get("total_seconds"), devices=d.get("devices"),
-             platform=d.get("platform"), runs=len(d["records"]["loss"])) for p, d in zip(args.parts, docs)],
+    merged = dict(
+        benchmark="channels_loss_levels",
+        devices=sorted({str(x) for d in docs for x in d.get("devices", [])}),
+        platform=docs[0].get("platform"),
+        jax=docs[0].get("jax"),
+        merged_from=[
+            dict(
+                path=str(p),
+                command=d.get("command"),
+                total_seconds=d.get("total_seconds"),
+                devices=d.get("devices"),
+                platform=d.get("platform"),
+                runs=len(d["records"]["loss"]),
+            )
+            for p, d in zip(args.parts, docs)
+        ],
         total_seconds=sum(float(d.get("total_seconds", 0.0)) for d in docs),
-        n_grid=docs[0].get("n_grid"), cell_seconds=[c for d in docs for c in d.get("cell_seconds", [])],
+        n_grid=docs[0].get("n_grid"),
+        cell_seconds=[c for d in docs for c in d.get("cell_seconds", [])],
         cells_not_run=[c for d in docs for c in d.get("cells_not_run", []) if not _ran(study, c)],
-        summary=study.summary(), **study.to_dict())
+        summary=study.summary(),
+        **study.to_dict(),
+    )
     write_json(out, json.loads(json.dumps(merged, default=str)))
     figures(study, out.with_suffix(".png"))
 

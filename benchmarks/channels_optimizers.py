@@ -56,18 +56,28 @@ def newton_reference(path: Path, activation: str, bias: bool, r: int, seeds: int
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise SystemExit(f"--newton {path}: not a readable loss-levels JSON ({e}).") from None
     if doc.get("n_grid") != n_grid:
-        raise SystemExit(f"--newton {path} ran on {doc.get('n_grid')} grid points, this run on {n_grid}; "
-                         "pass the --grid of that study.")
+        raise SystemExit(
+            f"--newton {path} ran on {doc.get('n_grid')} grid points, this run on {n_grid}; "
+            "pass the --grid of that study."
+        )
     rec = study.records
     cell = np.flatnonzero(study.select(activation=activation, bias=bias, r=r) & (rec["seed"] < seeds))
     cell = cell[np.argsort(rec["seed"][cell])]
     if len(cell) != seeds:
-        raise SystemExit(f"--newton {path} holds {len(cell)} of seeds 0..{seeds - 1} of {activation}, bias={bias}, "
-                         f"r={r}; pass a study of that cell or fewer --seeds.")
+        raise SystemExit(
+            f"--newton {path} holds {len(cell)} of seeds 0..{seeds - 1} of {activation}, bias={bias}, "
+            f"r={r}; pass a study of that cell or fewer --seeds."
+        )
     pick = lambda k: rec[k][cell].tolist()  # noqa: E731
-    return dict(path=str(path), infinite=int(rec["infinite"][cell].sum()), confirmed=int(rec["confirmed"][cell].sum()),
-                weightnorm=pick("weightnorm"), stopped_by=pick("stopped_by"), n_steps=pick("n_steps"),
-                mse=pick("mse"))
+    return dict(
+        path=str(path),
+        infinite=int(rec["infinite"][cell].sum()),
+        confirmed=int(rec["confirmed"][cell].sum()),
+        weightnorm=pick("weightnorm"),
+        stopped_by=pick("stopped_by"),
+        n_steps=pick("n_steps"),
+        mse=pick("mse"),
+    )
 
 
 def main():
@@ -83,7 +93,9 @@ def main():
     ap.add_argument("--maxnorm", type=float, default=1e3)
     ap.add_argument("--newton", type=Path, default=None, help="loss-levels JSON of the same cell, for its verdicts")
     ap.add_argument("--tag", default="")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_optimizers_<tag>.json)")
+    ap.add_argument(
+        "--out", default=None, help="JSON path (default benchmarks/results/local/channels_optimizers_<tag>.json)"
+    )
     args = ap.parse_args()
     try:
         activation, bias, r = args.cell.split(",")
@@ -100,20 +112,42 @@ def main():
     X, Y = ij.rosenbrock_grid(args.grid)
     newton = newton_reference(args.newton, activation, bias, r, args.seeds, int(X.shape[0])) if args.newton else None
     path = output_path(args.out, f"channels_optimizers_{args.tag or f'{activation}_{int(bias)}_{r}'}.json")
-    out = dict(benchmark="channels_optimizers", platform=platform.platform(), devices=[str(d) for d in jax.devices()],
-               jax=jax.__version__, n_grid=int(X.shape[0]), activation=activation, bias=bias, r=r, seeds=args.seeds,
-               maxnorm=args.maxnorm, newton=newton, rows=[],
-               channel_like_at_init=channel_like_at_init(activation, bias, r, args.seeds, int(X.shape[1])))
+    out = dict(
+        benchmark="channels_optimizers",
+        platform=platform.platform(),
+        devices=[str(d) for d in jax.devices()],
+        jax=jax.__version__,
+        n_grid=int(X.shape[0]),
+        activation=activation,
+        bias=bias,
+        r=r,
+        seeds=args.seeds,
+        maxnorm=args.maxnorm,
+        newton=newton,
+        rows=[],
+        channel_like_at_init=channel_like_at_init(activation, bias, r, args.seeds, int(X.shape[1])),
+    )
     print(f"merging pair with opposite diverging output weights at init: {out['channel_like_at_init']}/{args.seeds}")
     if newton:
-        print(f"flow-then-Newton on these seeds: infinite {newton['infinite']}/{args.seeds}, confirmed "
-              f"{newton['confirmed']}; Newton steps median {np.median(newton['n_steps']):.0f}")
+        print(
+            f"flow-then-Newton on these seeds: infinite {newton['infinite']}/{args.seeds}, confirmed "
+            f"{newton['confirmed']}; Newton steps median {np.median(newton['n_steps']):.0f}"
+        )
     t = time.perf_counter()
     for opt in opts:
         for lr in lrs[opt]:
-            out["rows"] += optimizer_arm(X, Y, seeds=args.seeds, lrs={opt: [lr]}, epochs=args.updates,
-                                         maxnorm=args.maxnorm, batch_size=args.batch_size or None,
-                                         activation=activation, bias=bias, width=r)
+            out["rows"] += optimizer_arm(
+                X,
+                Y,
+                seeds=args.seeds,
+                lrs={opt: [lr]},
+                epochs=args.updates,
+                maxnorm=args.maxnorm,
+                batch_size=args.batch_size or None,
+                activation=activation,
+                bias=bias,
+                width=r,
+            )
             out["total_seconds"] = time.perf_counter() - t
             write_json(path, out)  # after every learning rate: finished rows survive
 

@@ -69,10 +69,20 @@ def _write(path, study, scalings, seconds, teachers_requested, **extra):
     summ = study.summary(by=("label",))
     labels = study.records["label"]
     n_teachers = min(len(np.unique(study.records["teacher"][labels == f"s={s:g}"])) for s in scalings)
-    out = dict(benchmark="channels_roughness", platform=platform.platform(),
-               devices=[str(d) for d in jax.devices()], jax=jax.__version__, total_seconds=seconds, scalings=scalings,
-               teachers_done=n_teachers, teachers_requested=teachers_requested, summary=summ,
-               teacher_spread=teacher_spread(study), **extra, **study.to_dict())
+    out = dict(
+        benchmark="channels_roughness",
+        platform=platform.platform(),
+        devices=[str(d) for d in jax.devices()],
+        jax=jax.__version__,
+        total_seconds=seconds,
+        scalings=scalings,
+        teachers_done=n_teachers,
+        teachers_requested=teachers_requested,
+        summary=summ,
+        teacher_spread=teacher_spread(study),
+        **extra,
+        **study.to_dict(),
+    )
     write_json(path, json.loads(json.dumps(out, default=str)))
     return summ
 
@@ -92,20 +102,32 @@ def merge(paths, out):
             rec["teacher"] = np.zeros(len(rec["label"]), int)
             for label in set(rec["label"].tolist()):
                 idx = np.flatnonzero(rec["label"] == label)
-                if idx.size % inits or not np.array_equal(rec["seed"][idx], np.tile(np.arange(inits), idx.size // inits)):
-                    raise ValueError(f"{p}: the runs of {label} are not whole teachers of {inits} inits in order; "
-                                     "cannot tell their teachers apart.")
+                if idx.size % inits or not np.array_equal(
+                    rec["seed"][idx], np.tile(np.arange(inits), idx.size // inits)
+                ):
+                    raise ValueError(
+                        f"{p}: the runs of {label} are not whole teachers of {inits} inits in order; "
+                        "cannot tell their teachers apart."
+                    )
                 rec["teacher"][idx] = np.arange(idx.size) // inits
         studies.append(st)
     study = ch.ConvergenceStudy.merge(studies)  # same method; no (scaling, teacher, init) twice
     rec = study.records
     scalings = [s for s in PAPER_GP_SCALINGS if f"s={s:g}" in set(rec["label"].tolist())]
     parts = [{k: d.get(k) for k in ("command", "total_seconds", "platform", "devices", "jax")} for d in docs]
-    summ = _write(out, study, scalings, sum(d["total_seconds"] for d in docs),
-                  max(d.get("teachers_requested", d.get("teachers_done", 0)) for d in docs), parts=parts)
+    summ = _write(
+        out,
+        study,
+        scalings,
+        sum(d["total_seconds"] for d in docs),
+        max(d.get("teachers_requested", d.get("teachers_done", 0)) for d in docs),
+        parts=parts,
+    )
     for row in summ:
-        print(f"{row['label']:>8}: infinite {row['infinite']}/{row['n']}, paper channel {row['channel_paper']}, "
-              f"confirmed {row['confirmed']}")
+        print(
+            f"{row['label']:>8}: infinite {row['infinite']}/{row['n']}, paper channel {row['channel_paper']}, "
+            f"confirmed {row['confirmed']}"
+        )
     figure(summ, scalings, out)
 
 
@@ -120,8 +142,11 @@ def figure(summ, scalings, path):
     fig, ax = plt.subplots(figsize=(4.5, 3))
     labels = [f"s={s:g}" for s in scalings]
     rows = {r["label"]: r for r in summ}
-    for off, key, name in ((-0.27, "infinite", "infinite (weightnorm >= 1e3)"),
-                           (0.0, "channel_paper", "paper's channel criterion"), (0.27, "confirmed", "confirmed channel")):
+    for off, key, name in (
+        (-0.27, "infinite", "infinite (weightnorm >= 1e3)"),
+        (0.0, "channel_paper", "paper's channel criterion"),
+        (0.27, "confirmed", "confirmed channel"),
+    ):
         f = np.array([rows[lb][f"{key}_fraction"] for lb in labels]) * 100
         ci = np.array([rows[lb][f"{key}_ci"] for lb in labels]) * 100
         x = np.arange(len(labels)) + off
@@ -142,23 +167,42 @@ def main():
     ap.add_argument("--samples", type=int, default=10**4)
     ap.add_argument("--teachers", type=int, default=10)
     ap.add_argument("--inits", type=int, default=10)
-    ap.add_argument("--first-teacher", type=int, default=0,
-                    help="run teachers K .. --teachers - 1 only (the rest of a study cut short; merge with --merge)")
+    ap.add_argument(
+        "--first-teacher",
+        type=int,
+        default=0,
+        help="run teachers K .. --teachers - 1 only (the rest of a study cut short; merge with --merge)",
+    )
     ap.add_argument("--r", type=int, default=4)
     ap.add_argument("--dim", type=int, default=2)
     ap.add_argument("--scalings", default=",".join(str(s) for s in PAPER_GP_SCALINGS))
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--max-steps", type=int, default=2000)
-    ap.add_argument("--engine", default="vmap", choices=("sweep", "vmap", "loop"),
-                    help="flow phase: one vmap of gradient_flow (suits a GPU), ij.sweep_flows, or one run at a time "
-                         "(fastest on a CPU); all compile once per data shape")
-    ap.add_argument("--max-minutes", type=float, default=float("inf"),
-                    help="train no new teacher after this many minutes (the JSON records how many ran)")
+    ap.add_argument(
+        "--engine",
+        default="vmap",
+        choices=("sweep", "vmap", "loop"),
+        help="flow phase: one vmap of gradient_flow (suits a GPU), ij.sweep_flows, or one run at a time "
+        "(fastest on a CPU); all compile once per data shape",
+    )
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=float("inf"),
+        help="train no new teacher after this many minutes (the JSON records how many ran)",
+    )
     ap.add_argument("--tag", default="")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_roughness_<tag>.json); "
-                                                "the PNG goes beside it")
-    ap.add_argument("--merge", nargs="+", metavar="PART.json",
-                    help="merge parts run separately (other scalings) into --out, then stop")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default benchmarks/results/local/channels_roughness_<tag>.json); the PNG goes beside it",
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="PART.json",
+        help="merge parts run separately (other scalings) into --out, then stop",
+    )
     args = ap.parse_args()
     if args.merge:
         out = output_path(args.out, f"channels_roughness_{args.tag or 'merged'}.json")
@@ -168,16 +212,19 @@ def main():
         return
     scalings = [float(s) for s in args.scalings.split(",")]
     tag = args.tag or f"n{args.samples}_runs{args.teachers * args.inits}"
-    print(f"{jax.devices()}; {args.samples} samples; {args.teachers} teachers x {args.inits} inits per scaling",
-          flush=True)
+    print(
+        f"{jax.devices()}; {args.samples} samples; {args.teachers} teachers x {args.inits} inits per scaling",
+        flush=True,
+    )
     t = time.perf_counter()
     path = output_path(args.out, f"channels_roughness_{tag}.json")
     parts = []
     # teachers in the order m = 0, 1, ... across the scalings, so that a time budget
     # leaves every scaling with the same number of teachers
     order = [(m, k, s) for m in range(args.first_teacher, args.teachers) for k, s in enumerate(scalings)]
-    flow = ij.FlowPhaseOptions(max_flow_steps=args.max_flow_steps, flow_stop="stop", n_record=0, slots=None,
-                                        engine=args.engine)
+    flow = ij.FlowPhaseOptions(
+        max_flow_steps=args.max_flow_steps, flow_stop="stop", n_record=0, slots=None, engine=args.engine
+    )
     newton = ij.NewtonOptions(max_steps=args.max_steps)
     for m, k, s in order:
         if k == 0 and time.perf_counter() - t > 60 * args.max_minutes:
@@ -192,9 +239,12 @@ def main():
         st.records["teacher"] = np.full(args.inits, m)
         parts.append(st)
         rec = st.records
-        print(f"s={s:g} teacher {m}: infinite {int(rec['infinite'].sum())}/{args.inits}, paper channel "
-              f"{int(rec['channel_paper'].sum())}, confirmed {int(rec['confirmed'].sum())}, median MSE "
-              f"{np.median(rec['mse']):.3g} ({time.perf_counter() - t:.0f} s)", flush=True)
+        print(
+            f"s={s:g} teacher {m}: infinite {int(rec['infinite'].sum())}/{args.inits}, paper channel "
+            f"{int(rec['channel_paper'].sum())}, confirmed {int(rec['confirmed'].sum())}, median MSE "
+            f"{np.median(rec['mse']):.3g} ({time.perf_counter() - t:.0f} s)",
+            flush=True,
+        )
         if k == len(scalings) - 1:  # a full round of teachers: write what we have
             _write(path, ch.ConvergenceStudy.concatenate(parts), scalings, time.perf_counter() - t, args.teachers)
     study = ch.ConvergenceStudy.concatenate(parts)
@@ -202,8 +252,10 @@ def main():
     print(study.table(by=("label", "r")))
     for row in summ:
         lo, hi = row["channel_paper_ci"]
-        print(f"{row['label']:>8}: paper channel {row['channel_paper']}/{row['n']} = {100 * row['channel_paper_fraction']:.1f}% "
-              f"[{100 * lo:.1f}, {100 * hi:.1f}]; infinite {row['infinite']}, confirmed {row['confirmed']}")
+        print(
+            f"{row['label']:>8}: paper channel {row['channel_paper']}/{row['n']} = {100 * row['channel_paper_fraction']:.1f}% "
+            f"[{100 * lo:.1f}, {100 * hi:.1f}]; infinite {row['infinite']}, confirmed {row['confirmed']}"
+        )
     figure(summ, scalings, path)
 
 

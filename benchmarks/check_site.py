@@ -123,7 +123,9 @@ def api_assignment() -> tuple[dict[str, list[str]], list[str]]:
                     mod = importlib.import_module(t)
                 except ImportError:
                     continue
-                if getattr(mod, n, None) is obj and (getattr(obj, "__module__", None) == t or n in getattr(mod, "__all__", ())):
+                if getattr(mod, n, None) is obj and (
+                    getattr(obj, "__module__", None) == t or n in getattr(mod, "__all__", ())
+                ):
                     hit = page
                     break
             if hit:
@@ -196,9 +198,20 @@ def fetch(url: str) -> tuple[int, str]:
 
 
 def dump_dom(chromium: str, url: str, profile: str, timeout: float = 60) -> str:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--no-first-run", "--disable-extensions", "--disable-background-networking",
-           f"--user-data-dir={profile}", "--virtual-time-budget=1000", "--dump-dom", url]
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=1000",
+        "--dump-dom",
+        url,
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if run.returncode != 0 or not run.stdout.strip():
         raise RuntimeError(f"chromium failed on {url} (exit {run.returncode}): {run.stderr[-800:]}")
@@ -208,8 +221,24 @@ def dump_dom(chromium: str, url: str, profile: str, timeout: float = 60) -> str:
 def build_site(dest: Path) -> float:
     t = time.perf_counter()
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(dest)], capture_output=True, text=True, cwd=ROOT, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(dest),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     if run.returncode != 0:
         raise RuntimeError(f"mkdocs build --strict failed:\n{run.stderr[-4000:]}")
     return time.perf_counter() - t
@@ -221,8 +250,11 @@ def check_site(site: Path, chromium: str) -> dict:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = tempfile.NamedTemporaryFile("w+", prefix="check-site-http-", suffix=".log", delete=False)
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                               "--directory", str(site)], stdout=log, stderr=log)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)],
+        stdout=log,
+        stderr=log,
+    )
     failures: list[str] = []
     report: dict = {"pages": [], "failures": failures}
     t0 = time.perf_counter()
@@ -234,8 +266,10 @@ def check_site(site: Path, chromium: str) -> dict:
             except OSError:
                 time.sleep(0.1)
         api_pages, unassigned = api_assignment()
-        failures += [f"public name {n!r} is assigned to no API page (no ::: directive names it or its module)"
-                     for n in unassigned]
+        failures += [
+            f"public name {n!r} is assigned to no API page (no ::: directive names it or its module)"
+            for n in unassigned
+        ]
         import yaml
 
         site_name = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_name"]
@@ -319,8 +353,10 @@ def main(argv=None) -> int:
         print("chromium not found (apt-get install chromium, or pass --chromium)", file=sys.stderr)
         return 2
     if not args.site and not have_mkdocs():
-        print("mkdocs, mkdocstrings or mkdocs-material not installed (pip install -e '.[docs]' -c constraints.txt)",
-              file=sys.stderr)
+        print(
+            "mkdocs, mkdocstrings or mkdocs-material not installed (pip install -e '.[docs]' -c constraints.txt)",
+            file=sys.stderr,
+        )
         return 2
     with tempfile.TemporaryDirectory(prefix="check-site-") as tmp:
         site = Path(args.site) if args.site else Path(tmp) / "site"
@@ -331,9 +367,11 @@ def main(argv=None) -> int:
     for e in report["pages"]:
         extra = f", {e['public_names']} public names" if "public_names" in e else ""
         print(f"loaded {e['url']:<20} {e['title']!r}, h1 {e['h1']!r}{extra}")
-    print(f"{len(report['pages'])} pages, {report['internal_refs']} internal references to "
-          f"{report['distinct_targets']} targets, {report['requests']} requests served; build "
-          f"{'-' if build_s is None else f'{build_s:.1f} s'}, check {report['check_seconds']:.1f} s ({report['chromium']})")
+    print(
+        f"{len(report['pages'])} pages, {report['internal_refs']} internal references to "
+        f"{report['distinct_targets']} targets, {report['requests']} requests served; build "
+        f"{'-' if build_s is None else f'{build_s:.1f} s'}, check {report['check_seconds']:.1f} s ({report['chromium']})"
+    )
     for f in report["failures"]:
         print("FAIL", f)
     if args.out:

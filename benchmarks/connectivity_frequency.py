@@ -47,24 +47,33 @@ def sample_c(g: ij.DAG, n: int, init: str, seed: int = 0, chunk: int = 50_000) -
     f = jax.vmap(lambda k: init_edge_weights(g, k, init) ** 2 @ B.T)
     f = jax.jit(f) if n >= 20_000 else f  # small runs: skip the compile
     keys = jr.split(jr.key(seed), n)
-    return np.concatenate([np.asarray(f(keys[i:i + chunk])) for i in range(0, n, chunk)])
+    return np.concatenate([np.asarray(f(keys[i : i + chunk])) for i in range(0, n, chunk)])
 
 
-def frequency_table(n_inits: int = 100_000, inits=("glorot", "kaiming"), n_dags: int = 3,
-                    progress: bool = True, only=None) -> list[dict]:
+def frequency_table(
+    n_inits: int = 100_000, inits=("glorot", "kaiming"), n_dags: int = 3, progress: bool = True, only=None
+) -> list[dict]:
     """Disconnection frequency per architecture; `only`: keep architectures whose name
     contains one of these strings."""
     rows = []
     archs = [(n, g) for n, g in architectures(n_dags) if only is None or any(o in n for o in only)]
     for name, g in tqdm(archs, disable=not progress, desc="architectures"):
-        row = {"arch": name, "hidden": len(g.hidden), "edges": len(g.edges),
-               "out_bottlenecks": len(g.out_bottlenecks), "in_bottlenecks": len(g.in_bottlenecks)}
+        row = {
+            "arch": name,
+            "hidden": len(g.hidden),
+            "edges": len(g.edges),
+            "out_bottlenecks": len(g.out_bottlenecks),
+            "in_bottlenecks": len(g.in_bottlenecks),
+        }
         for init in inits:
             cs = sample_c(g, n_inits, init)
             m = ij.frozen_mask(g, cs)
             k = m.sum(1)
-            row[init] = {"disconnected": float((k > 0).mean()), "mean_frozen": float(k.mean()),
-                         "max_frozen": int(k.max())}
+            row[init] = {
+                "disconnected": float((k > 0).mean()),
+                "mean_frozen": float(k.mean()),
+                "max_frozen": int(k.max()),
+            }
         rows.append(row)
     return rows
 
@@ -88,9 +97,16 @@ def timing_and_agreement(n: int = 200) -> dict:
         t_lp = (time.perf_counter() - t) / n
         agree_cut = all(set(np.flatnonzero(fm[i])) == set(r.frozen_index) for i, r in enumerate(ref))
         agree_lp = all(set(np.flatnonzero(lp[i] > r.tol)) == set(r.frozen_index) for i, r in enumerate(ref))
-        out[name] = {"n": n, "us_per_c_frozen_mask": 1e6 * t_batch, "us_per_c_mincut": 1e6 * t_cut,
-                     "us_per_c_lp": 1e6 * t_lp, "mincut_over_batch": t_cut / t_batch,
-                     "lp_over_mincut": t_lp / t_cut, "agree_mincut": agree_cut, "agree_lp": agree_lp}
+        out[name] = {
+            "n": n,
+            "us_per_c_frozen_mask": 1e6 * t_batch,
+            "us_per_c_mincut": 1e6 * t_cut,
+            "us_per_c_lp": 1e6 * t_lp,
+            "mincut_over_batch": t_cut / t_batch,
+            "lp_over_mincut": t_lp / t_cut,
+            "agree_mincut": agree_cut,
+            "agree_lp": agree_lp,
+        }
     return out
 
 
@@ -98,23 +114,40 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-inits", type=int, default=100_000)
     p.add_argument("--n-dags", type=int, default=3)
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/connectivity_frequency.json, ignored by git; "
-                                               "pass benchmarks/results/connectivity_frequency.json to replace the committed results)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/connectivity_frequency.json, ignored by git; "
+        "pass benchmarks/results/connectivity_frequency.json to replace the committed results)",
+    )
     args = p.parse_args()
     t = time.perf_counter()
     timing = timing_and_agreement()
     rows = frequency_table(args.n_inits, n_dags=args.n_dags)
     wall = time.perf_counter() - t
-    print(f"{'architecture':>28} {'H':>3} {'E':>4} {'out-bn':>6} {'in-bn':>5} {'P(disc) glorot':>15} {'P(disc) kaiming':>16}")
+    print(
+        f"{'architecture':>28} {'H':>3} {'E':>4} {'out-bn':>6} {'in-bn':>5} {'P(disc) glorot':>15} {'P(disc) kaiming':>16}"
+    )
     for r in rows:
-        print(f"{r['arch']:>28} {r['hidden']:>3} {r['edges']:>4} {r['out_bottlenecks']:>6} {r['in_bottlenecks']:>5} "
-              f"{r['glorot']['disconnected']:>15.4f} {r['kaiming']['disconnected']:>16.4f}")
-    print(f"\n{'graph':>20} {'frozen_mask us/c':>17} {'min-cut us/c':>13} {'LP us/c':>9} {'cut/batch':>10} {'LP/cut':>7} agree")
+        print(
+            f"{r['arch']:>28} {r['hidden']:>3} {r['edges']:>4} {r['out_bottlenecks']:>6} {r['in_bottlenecks']:>5} "
+            f"{r['glorot']['disconnected']:>15.4f} {r['kaiming']['disconnected']:>16.4f}"
+        )
+    print(
+        f"\n{'graph':>20} {'frozen_mask us/c':>17} {'min-cut us/c':>13} {'LP us/c':>9} {'cut/batch':>10} {'LP/cut':>7} agree"
+    )
     for name, r in timing.items():
-        print(f"{name:>20} {r['us_per_c_frozen_mask']:>17.2f} {r['us_per_c_mincut']:>13.0f} {r['us_per_c_lp']:>9.0f} "
-              f"{r['mincut_over_batch']:>10.0f} {r['lp_over_mincut']:>7.1f} {r['agree_mincut'] and r['agree_lp']}")
-    res = {"n_inits": args.n_inits, "rows": rows, "timing": timing, "wall_s": wall,
-           "note": "c = B~ theta^2 at t=0; theta from ij.init_edge_weights; disconnected = some frozen edge"}
+        print(
+            f"{name:>20} {r['us_per_c_frozen_mask']:>17.2f} {r['us_per_c_mincut']:>13.0f} {r['us_per_c_lp']:>9.0f} "
+            f"{r['mincut_over_batch']:>10.0f} {r['lp_over_mincut']:>7.1f} {r['agree_mincut'] and r['agree_lp']}"
+        )
+    res = {
+        "n_inits": args.n_inits,
+        "rows": rows,
+        "timing": timing,
+        "wall_s": wall,
+        "note": "c = B~ theta^2 at t=0; theta from ij.init_edge_weights; disconnected = some frozen edge",
+    }
     write_json(output_path(args.out, "connectivity_frequency.json"), res)
     print(f"({wall:.0f} s)")
 

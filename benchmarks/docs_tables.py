@@ -26,8 +26,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-PAGES = [ROOT / "README.md", HERE / "README.md", HERE / "channels_history.md", HERE / "sweep_history.md",
-         *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    HERE / "README.md",
+    HERE / "channels_history.md",
+    HERE / "sweep_history.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
@@ -70,8 +75,10 @@ JUMP_STUDIES = [
 def jump_filter() -> str:
     """How many runs the authors' jump filter keeps, per study, overall and among the
     runs that end infinite (`weightnorm >= maxnorm`)."""
-    rows = ["| study | runs kept by the filter | infinite runs kept | flow phase alone past `maxnorm` |",
-            "|---|---|---|---|"]
+    rows = [
+        "| study | runs kept by the filter | infinite runs kept | flow phase alone past `maxnorm` |",
+        "|---|---|---|---|",
+    ]
     for label, name in JUMP_STUDIES:
         study = _load(name)
         rec, settings = study["records"], study["settings"]
@@ -80,8 +87,10 @@ def jump_filter() -> str:
         maxnorm = settings["maxnorm"]
         flow_past = sum(w is not None and w >= maxnorm for w in rec["weightnorm_flow"])
         n_inf = sum(inf)
-        rows.append(f"| {label} (`{name}`) | {sum(kept)} / {len(kept)} | "
-                    f"{sum(k and i for k, i in zip(kept, inf))} / {n_inf} | {flow_past} / {len(kept)} |")
+        rows.append(
+            f"| {label} (`{name}`) | {sum(kept)} / {len(kept)} | "
+            f"{sum(k and i for k, i in zip(kept, inf))} / {n_inf} | {flow_past} / {len(kept)} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -90,12 +99,14 @@ def test_suite_time() -> str:
     rec = _load("test_suite_time.json")
     s = rec["summary"]
     assert s["make_test_exit_code"] == 0, "test_suite_time.json records a failing make test; time a green one"
-    return (f"From a clean clone of {rec['cloned_commit'][:7]} on this project's 2-core machine "
-            f"(load average {s['load_average_before']:.1f} before it started): the install took "
-            f"{s['install_s']:.0f} s and `make test` {s['make_test_s']:.0f} s "
-            f"({s['passed']} passed, {s['skipped']} skipped, then {s['exactness_passed']} exactness "
-            f"tests under SSE4_2), from `{rec['command']}` "
-            f"(`benchmarks/results/test_suite_time.json`, with per-file times).\n")
+    return (
+        f"From a clean clone of {rec['cloned_commit'][:7]} on this project's 2-core machine "
+        f"(load average {s['load_average_before']:.1f} before it started): the install took "
+        f"{s['install_s']:.0f} s and `make test` {s['make_test_s']:.0f} s "
+        f"({s['passed']} passed, {s['skipped']} skipped, then {s['exactness_passed']} exactness "
+        f"tests under SSE4_2), from `{rec['command']}` "
+        f"(`benchmarks/results/test_suite_time.json`, with per-file times).\n"
+    )
 
 
 def first_calls() -> str:
@@ -103,14 +114,20 @@ def first_calls() -> str:
     rec = _load("first_calls.json")
     s = rec["summary"]
     load = rec["provenance"]["load_average"][0]
-    shared = (f"On a shared machine at load average {load:.1f} (other jobs on its 2 cores, so each time is "
-              "several times a quiet machine's), " if load > 2 else "")
-    return (f"{shared}importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
-            f"{s['gradient_flow_first_s']:.1f} s (nearly all compiling) and the same call again "
-            f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
-            f"{s['kink_aware_flow_first_s']:.1f} s and again {s['kink_aware_flow_again_s']:.3f} s "
-            f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}; `{rec['command']}`, "
-            f"`benchmarks/results/first_calls.json`).\n")
+    shared = (
+        f"On a shared machine at load average {load:.1f} (other jobs on its 2 cores, so each time is "
+        "several times a quiet machine's), "
+        if load > 2
+        else ""
+    )
+    return (
+        f"{shared}importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
+        f"{s['gradient_flow_first_s']:.1f} s (nearly all compiling) and the same call again "
+        f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
+        f"{s['kink_aware_flow_first_s']:.1f} s and again {s['kink_aware_flow_again_s']:.3f} s "
+        f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}; `{rec['command']}`, "
+        f"`benchmarks/results/first_calls.json`).\n"
+    )
 
 
 def channels_solvers() -> str:
@@ -122,44 +139,60 @@ def channels_solvers() -> str:
     steps = lambda s: " / ".join(f"{by[h, s]['steps']}" for h in hs)  # noqa: E731
     ratio = " / ".join(f"{by[h, 'tsit5']['seconds'] / by[h, 'kvaerno5']['seconds']:.0f}x" for h in hs)
     same = all(abs(by[h, "tsit5"]["loss_final"] - by[h, "kvaerno5"]["loss_final"]) < 1e-8 for h in hs)
-    return (f"Measured (`{rec['command']}`, toy channel at eps = {rec['start_eps']:.3f}, rtol = atol = 1e-8, "
-            f"load average {rec['provenance']['load_average'][0]:.1f} on 2 cores): Kvaerno5 needs {steps('kvaerno5')} "
-            f"steps for horizons {' / '.join(f'{h:.0e}' for h in hs)}, Tsit5 {steps('tsit5')} steps, "
-            f"{ratio} the wall time{', same final loss to 1e-8' if same else ''}.\n")
+    return (
+        f"Measured (`{rec['command']}`, toy channel at eps = {rec['start_eps']:.3f}, rtol = atol = 1e-8, "
+        f"load average {rec['provenance']['load_average'][0]:.1f} on 2 cores): Kvaerno5 needs {steps('kvaerno5')} "
+        f"steps for horizons {' / '.join(f'{h:.0e}' for h in hs)}, Tsit5 {steps('tsit5')} steps, "
+        f"{ratio} the wall time{', same final loss to 1e-8' if same else ''}.\n"
+    )
 
 
 def rank_invariance() -> str:
     """docs/topology.md: rank of J_G along gradient flow from generic and singular inits."""
     rec = _load("rank_invariance.json")
     st = rec["settings"]
-    rows = ["| solver | rtol = atol | step budget | generic flows | solver success (`t1` reached) | all 9 saved states finite "
-            "| full rank at every reached time | rank end = start / differs | min `s_min(J_G)` "
-            "| min `s_min` / node norm | wall (with compiling) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| solver | rtol = atol | step budget | generic flows | solver success (`t1` reached) | all 9 saved states finite "
+        "| full rank at every reached time | rank end = start / differs | min `s_min(J_G)` "
+        "| min `s_min` / node norm | wall (with compiling) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rec["runs"]:
-        rows.append(f"| {r['solver']} | {r['rtol']:g} | {r['max_steps']} | {r['n_generic']} | "
-                    f"{r['fraction_solver_success']:.1%} | {r['fraction_all_saved_times_reached']:.1%} | "
-                    f"{r['rank_full_at_every_reached_time']} / {r['n_generic']} | "
-                    f"{r['rank_end_equal_start']} / {r['rank_end_not_equal_start']} | {r['min_s_min']:.3g} | "
-                    f"{r['min_s_min_over_node_norm']:.3g} | {r['wall_flow_s']:.0f} s |")
+        rows.append(
+            f"| {r['solver']} | {r['rtol']:g} | {r['max_steps']} | {r['n_generic']} | "
+            f"{r['fraction_solver_success']:.1%} | {r['fraction_all_saved_times_reached']:.1%} | "
+            f"{r['rank_full_at_every_reached_time']} / {r['n_generic']} | "
+            f"{r['rank_end_equal_start']} / {r['rank_end_not_equal_start']} | {r['min_s_min']:.3g} | "
+            f"{r['min_s_min_over_node_norm']:.3g} | {r['wall_flow_s']:.0f} s |"
+        )
     H = st["n_hidden"]
     groups = " and ".join(f"`{{{', '.join(x['group'])}}}`" for x in rec["runs"][0]["singular_inits"])
-    bad = [f"{r['solver']} rtol {r['rtol']:g}: {x['group']} rank {x['rank_min']}-{x['rank_max']}, boundary "
-           f"exactly 0 {x['boundary_exactly_zero']}" for r in rec["runs"] for x in r["singular_inits"]
-           if not (x["rank_min"] == x["rank_max"] == x["graph_rank_start"] == x["graph_rank_end"] == H - 1
-                   and x["boundary_exactly_zero"])]
-    sing = (f"The two singular inits ({groups} cut off) keep rank {H - 1} = `H - 1` (SVD at every reached "
-            f"time, graph method at the first and last) with their boundary edges exactly 0, in every row"
-            if not bad else "The singular inits did NOT all keep rank `H - 1`: " + "; ".join(bad))
+    bad = [
+        f"{r['solver']} rtol {r['rtol']:g}: {x['group']} rank {x['rank_min']}-{x['rank_max']}, boundary "
+        f"exactly 0 {x['boundary_exactly_zero']}"
+        for r in rec["runs"]
+        for x in r["singular_inits"]
+        if not (
+            x["rank_min"] == x["rank_max"] == x["graph_rank_start"] == x["graph_rank_end"] == H - 1
+            and x["boundary_exactly_zero"]
+        )
+    ]
+    sing = (
+        f"The two singular inits ({groups} cut off) keep rank {H - 1} = `H - 1` (SVD at every reached "
+        f"time, graph method at the first and last) with their boundary edges exactly 0, in every row"
+        if not bad
+        else "The singular inits did NOT all keep rank `H - 1`: " + "; ".join(bad)
+    )
     load = rec["runs"][0]["load_average_before"][0]
     note = f" {rec['note']}." if rec.get("note") else ""
     end = rec["provenance"]["load_average"][0]
-    return (f"Measured (`{rec['command']}`, commit {_commit(rec)}, load average {load:.1f} at the start and "
-            f"{end:.1f} at the end on 2 cores; "
-            f"`benchmarks/results/rank_invariance.json`, with every flow's ranks, success and `s_min`): "
-            f"`{st['graph_call']}`, `t1 = {st['t1']:g}`, {st['n_save']} saved times, full rank "
-            f"= {H} (the number of hidden nodes).{note}\n\n" + "\n".join(rows)
-            + f"\n\n{sing}.\n")
+    return (
+        f"Measured (`{rec['command']}`, commit {_commit(rec)}, load average {load:.1f} at the start and "
+        f"{end:.1f} at the end on 2 cores; "
+        f"`benchmarks/results/rank_invariance.json`, with every flow's ranks, success and `s_min`): "
+        f"`{st['graph_call']}`, `t1 = {st['t1']:g}`, {st['n_save']} saved times, full rank "
+        f"= {H} (the number of hidden nodes).{note}\n\n" + "\n".join(rows) + f"\n\n{sing}.\n"
+    )
 
 
 def _dur(sec: float | None) -> str:
@@ -178,16 +211,21 @@ def topology_scale() -> str:
     rec = _load("topology_scale.json")
     st, rows = rec["settings"], rec["graphs"]
     load = rec["provenance"]["load_average"][0]
-    out = [f"Measured (`{rec['command']}`, commit {_commit(rec)}; median of {st['repeats']} warm calls "
-           f"on a shared 2-core CPU, load average {load:.1f} when written):", "",
-           "| hidden nodes | edges | bottlenecks | `connectivity` (no LP) | with the LP | `component_of` "
-           "| `singular_subnetworks` | `jacobian_rank` (SVD) | `jacobian_rank(method=\"graph\")` |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"Measured (`{rec['command']}`, commit {_commit(rec)}; median of {st['repeats']} warm calls "
+        f"on a shared 2-core CPU, load average {load:.1f} when written):",
+        "",
+        "| hidden nodes | edges | bottlenecks | `connectivity` (no LP) | with the LP | `component_of` "
+        '| `singular_subnetworks` | `jacobian_rank` (SVD) | `jacobian_rank(method="graph")` |',
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['n_hidden']} | {r['n_edges']} | {r['n_out_bottlenecks'] + r['n_in_bottlenecks']} | "
-                   f"{_dur(r['connectivity_s'])} | {_dur(r.get('connectivity_lp_s'))} | {_dur(r['component_of_s'])} | "
-                   f"{_dur(r['singular_subnetworks_s'])} | {_dur(r.get('jacobian_rank_s'))} | "
-                   f"{_dur(r['jacobian_rank_graph_s'])} |")
+        out.append(
+            f"| {r['n_hidden']} | {r['n_edges']} | {r['n_out_bottlenecks'] + r['n_in_bottlenecks']} | "
+            f"{_dur(r['connectivity_s'])} | {_dur(r.get('connectivity_lp_s'))} | {_dur(r['component_of_s'])} | "
+            f"{_dur(r['singular_subnetworks_s'])} | {_dur(r.get('jacobian_rank_s'))} | "
+            f"{_dur(r['jacobian_rank_graph_s'])} |"
+        )
     big = rows[-1]
     svd_rows = [r for r in rows if "rank_svd" in r]
     zeroed = [r for r in rows if "zeroed_rank_svd" in r]
@@ -196,29 +234,36 @@ def topology_scale() -> str:
     b = rec["batched"]
     i30 = rec["issue30_singular"]
     secs = [x["seconds"] for x in i30]
-    out += ["",
-            f"- At {big['n_hidden']} hidden nodes and {big['n_edges']} edges: `connectivity` "
-            f"{_dur(big['connectivity_s'])} (first call on the graph {_dur(big['connectivity_first_s'])}, "
-            f"which includes the cached searches), `jacobian_rank` by the SVD "
-            f"{_dur(big.get('jacobian_rank_s'))}, by `method=\"graph\"` {_dur(big['jacobian_rank_graph_s'])}.",
-            f"- Rank checks: on {agree} of {len(svd_rows)} graphs the SVD rank, the graph rank and "
-            f"`H - len(singular_subnetworks(net))` are equal. With every edge of 5% of the hidden nodes and a "
-            f"third of the other edges set to 0 (cut-off groups: "
-            f"{', '.join(str(r['zeroed_n_groups']) for r in rows)}), the graph rank equals `H - groups` on "
-            f"{sum(r['zeroed_rank_graph_identity_holds'] for r in rows)} of {len(rows)} graphs and the SVD's "
-            f"on {zagree} of {len(zeroed)} (the SVD run up to 300 hidden nodes); it takes "
-            f"{_dur(big['zeroed_jacobian_rank_graph_s'])} at {big['n_hidden']}.",
-            f"- {b['n']} verdicts on the demo DAG: `component_of` on all of them in {_dur(b['component_of_s'])} "
-            f"({b['per_verdict_us']:.1f} us per verdict; `frozen_mask` alone {_dur(b['frozen_mask_s'])}), "
-            f"{b['n_labels']} distinct labels. {b['lp_sample']} rows drawn at random and re-decided one at a "
-            f"time by `connectivity(..., lp=\"all\")` agree, {b['lp_agree']} of {b['lp_sample']}.",
-            f"- Issue 30's case (`random_dag(3, 30, 1, 0.2)`, graph seeds 0-{len(i30) - 1}): `singular_point` "
-            f"decides it in {min(secs):.2f}-{max(secs):.2f} s; verdicts "
-            + ", ".join(f"seed {x['graph_seed']} {x['verdict']}" for x in i30) + ".",
-            "- `singular_point` per graph (subset sums up to 40 nodes per hidden component, else the "
-            "MILP): " + ", ".join(f"{r['n_hidden']}: {r.get('singular_point', 'not run')}"
-                                   + (f" ({r['singular_point_s']:.1f} s)" if 'singular_point_s' in r else "")
-                                   for r in rows) + f" (MILP time limit {st['singular_time_limit']:g} s)."]
+    out += [
+        "",
+        f"- At {big['n_hidden']} hidden nodes and {big['n_edges']} edges: `connectivity` "
+        f"{_dur(big['connectivity_s'])} (first call on the graph {_dur(big['connectivity_first_s'])}, "
+        f"which includes the cached searches), `jacobian_rank` by the SVD "
+        f'{_dur(big.get("jacobian_rank_s"))}, by `method="graph"` {_dur(big["jacobian_rank_graph_s"])}.',
+        f"- Rank checks: on {agree} of {len(svd_rows)} graphs the SVD rank, the graph rank and "
+        f"`H - len(singular_subnetworks(net))` are equal. With every edge of 5% of the hidden nodes and a "
+        f"third of the other edges set to 0 (cut-off groups: "
+        f"{', '.join(str(r['zeroed_n_groups']) for r in rows)}), the graph rank equals `H - groups` on "
+        f"{sum(r['zeroed_rank_graph_identity_holds'] for r in rows)} of {len(rows)} graphs and the SVD's "
+        f"on {zagree} of {len(zeroed)} (the SVD run up to 300 hidden nodes); it takes "
+        f"{_dur(big['zeroed_jacobian_rank_graph_s'])} at {big['n_hidden']}.",
+        f"- {b['n']} verdicts on the demo DAG: `component_of` on all of them in {_dur(b['component_of_s'])} "
+        f"({b['per_verdict_us']:.1f} us per verdict; `frozen_mask` alone {_dur(b['frozen_mask_s'])}), "
+        f"{b['n_labels']} distinct labels. {b['lp_sample']} rows drawn at random and re-decided one at a "
+        f'time by `connectivity(..., lp="all")` agree, {b["lp_agree"]} of {b["lp_sample"]}.',
+        f"- Issue 30's case (`random_dag(3, 30, 1, 0.2)`, graph seeds 0-{len(i30) - 1}): `singular_point` "
+        f"decides it in {min(secs):.2f}-{max(secs):.2f} s; verdicts "
+        + ", ".join(f"seed {x['graph_seed']} {x['verdict']}" for x in i30)
+        + ".",
+        "- `singular_point` per graph (subset sums up to 40 nodes per hidden component, else the "
+        "MILP): "
+        + ", ".join(
+            f"{r['n_hidden']}: {r.get('singular_point', 'not run')}"
+            + (f" ({r['singular_point_s']:.1f} s)" if "singular_point_s" in r else "")
+            for r in rows
+        )
+        + f" (MILP time limit {st['singular_time_limit']:g} s).",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -249,36 +294,48 @@ def _stopped(d: dict) -> str:
 def channels_loss_levels() -> str:
     """docs/channels.md: the loss-levels study at the paper's settings, every cell of the four
     merged files: infinite runs and what they are."""
-    rows = ["| activation | bias | r | runs | % infinite [Wilson 95%] | confirmed channel | sharpened neuron "
-            "| other infinite | % duplicates [95%] | loss levels |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| activation | bias | r | runs | % infinite [Wilson 95%] | confirmed channel | sharpened neuron "
+        "| other infinite | % duplicates [95%] | loss levels |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for _, name in LOSS_LEVEL_STUDIES:
         for c in _load(name)["summary"]:
             sharp = c.get("sharpened")
             other = "-" if sharp is None else str(c["infinite"] - c["confirmed"] - sharp)
-            rows.append(f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['n']} | "
-                        f"{_pct_ci(c['infinite_fraction'], c['infinite_ci'])} | {c['confirmed']} | "
-                        f"{'-' if sharp is None else sharp} | {other} | "
-                        f"{_pct_ci(c['duplicate_fraction'], c['duplicate_ci'])} | {c['n_levels']} |")
+            rows.append(
+                f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['n']} | "
+                f"{_pct_ci(c['infinite_fraction'], c['infinite_ci'])} | {c['confirmed']} | "
+                f"{'-' if sharp is None else sharp} | {other} | "
+                f"{_pct_ci(c['duplicate_fraction'], c['duplicate_ci'])} | {c['n_levels']} |"
+            )
     recs = [_load(name) for _, name in LOSS_LEVEL_STUDIES]
     n = sum(c["n"] for r in recs for c in r["summary"])
-    return ("\n".join(rows) + f"\n\n{n} runs (`benchmarks/results/" + "`, `benchmarks/results/".join(
-        name for _, name in LOSS_LEVEL_STUDIES) + "`). Wall time with compiling: "
+    return (
+        "\n".join(rows)
+        + f"\n\n{n} runs (`benchmarks/results/"
+        + "`, `benchmarks/results/".join(name for _, name in LOSS_LEVEL_STUDIES)
+        + "`). Wall time with compiling: "
         + "; ".join(f"{g} {r['total_seconds']:.0f} s" for (g, _), r in zip(LOSS_LEVEL_STUDIES, recs))
-        + " (summed over the parts of a merged file).\n")
+        + " (summed over the parts of a merged file).\n"
+    )
 
 
 def channels_loss_levels_details() -> str:
     """docs/channels.md: per cell of the loss-levels study, how runs stopped and the authors'
     post-processing (the `g`-without-bias file predates the jump-filter records)."""
-    rows = ["| activation | bias | r | paper criterion | unique (Hungarian) | kept by jump filter "
-            "| authors' Fig. 4 channel | stopped by |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| activation | bias | r | paper criterion | unique (Hungarian) | kept by jump filter "
+        "| authors' Fig. 4 channel | stopped by |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for _, name in LOSS_LEVEL_STUDIES:
         for c in _load(name)["summary"]:
             get = lambda k: str(c[k]) if k in c else "-"  # noqa: E731
-            rows.append(f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['channel_paper']} | "
-                        f"{get('n_unique')} | {get('kept')} | {get('authors_channel')} | {_stopped(c['stopped_by'])} |")
+            rows.append(
+                f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['channel_paper']} | "
+                f"{get('n_unique')} | {get('kept')} | {get('authors_channel')} | {_stopped(c['stopped_by'])} |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -286,26 +343,34 @@ def channels_roughness() -> str:
     """docs/channels.md: the roughness study at 10^4 samples, 100 runs per scaling."""
     rec = _load("channels_roughness_paper_cpu_runs100.json")
     spread = rec["teacher_spread"]
-    rows = ["| scaling s | infinite [Wilson 95%] | paper's channel criterion [Wilson 95%] | teacher bootstrap 95% "
-            "| confirmed channels | sharpened neuron | stopped by |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| scaling s | infinite [Wilson 95%] | paper's channel criterion [Wilson 95%] | teacher bootstrap 95% "
+        "| confirmed channels | sharpened neuron | stopped by |",
+        "|---|---|---|---|---|---|---|",
+    ]
     ss = sorted(rec["summary"], key=lambda c: float(c["label"].removeprefix("s=")))
     for i, c in enumerate(ss):
         s = c["label"].removeprefix("s=")
         tag = " (smoothest)" if i == 0 else " (roughest)" if i == len(ss) - 1 else ""
         lo, hi = spread[c["label"]]["channel_paper_ci_teacher_bootstrap"]
-        rows.append(f"| {s}{tag} | {100 * c['infinite_fraction']:.0f}% [{100 * c['infinite_ci'][0]:.1f}, "
-                    f"{100 * c['infinite_ci'][1]:.1f}] | {100 * c['channel_paper_fraction']:.0f}% "
-                    f"[{100 * c['channel_paper_ci'][0]:.1f}, {100 * c['channel_paper_ci'][1]:.1f}] | "
-                    f"[{100 * lo:.0f}, {100 * hi:.0f}] | {c['confirmed']} | {c['sharpened']} | {_stopped(c['stopped_by'])} |")
-    per = "; ".join(f"s = {c['label'].removeprefix('s=')}: "
-                    f"{','.join(map(str, spread[c['label']]['channel_paper_per_teacher']))}" for c in ss)
+        rows.append(
+            f"| {s}{tag} | {100 * c['infinite_fraction']:.0f}% [{100 * c['infinite_ci'][0]:.1f}, "
+            f"{100 * c['infinite_ci'][1]:.1f}] | {100 * c['channel_paper_fraction']:.0f}% "
+            f"[{100 * c['channel_paper_ci'][0]:.1f}, {100 * c['channel_paper_ci'][1]:.1f}] | "
+            f"[{100 * lo:.0f}, {100 * hi:.0f}] | {c['confirmed']} | {c['sharpened']} | {_stopped(c['stopped_by'])} |"
+        )
+    per = "; ".join(
+        f"s = {c['label'].removeprefix('s=')}: {','.join(map(str, spread[c['label']]['channel_paper_per_teacher']))}"
+        for c in ss
+    )
     per_teacher = {c["n"] // spread[c["label"]]["teachers"] for c in ss}
     dup = sum(c["duplicate"] for c in ss)
     n = sum(c["n"] for c in ss)
-    return ("\n".join(rows) + f"\n\nPaper's-criterion channels per teacher ({'/'.join(map(str, sorted(per_teacher)))} "
-            f"runs each): {per}. Duplicate neurons: {dup} in {n} runs. Wall time with compiling, summed over "
-            f"the parts: {rec['total_seconds']:.0f} s (`benchmarks/results/channels_roughness_paper_cpu_runs100.json`).\n")
+    return (
+        "\n".join(rows) + f"\n\nPaper's-criterion channels per teacher ({'/'.join(map(str, sorted(per_teacher)))} "
+        f"runs each): {per}. Duplicate neurons: {dup} in {n} runs. Wall time with compiling, summed over "
+        f"the parts: {rec['total_seconds']:.0f} s (`benchmarks/results/channels_roughness_paper_cpu_runs100.json`).\n"
+    )
 
 
 def sweep_batch_sizes() -> str:
@@ -316,15 +381,17 @@ def sweep_batch_sizes() -> str:
     k0, p0 = by["kink"][0], by["plain"][0]
     later = lambda arm: ", ".join(f"{r['wall_seconds']:.2f}" for r in by[arm][1:])  # noqa: E731
     comp = sum(r["compilations"] for arm in by for r in by[arm][1:])
-    return (f"Measured (`benchmarks/results/sweep_batch_sizes.json`; heavy workload, 5-20-1, Tsit5 at "
-            f"1e-8, {rec['settings']['slots']} slots, exact mode; the shared 2-core machine at a load average of "
-            f"{b[0]:.1f} before and {a[0]:.1f} after, so the seconds are inflated): the first call (n = {k0['n']}) "
-            f"compiled {k0['compilations']} programs for the kink-aware engine (ReLU; {k0['compile_seconds']:.1f} s "
-            f"of compiling, {k0['wall_seconds']:.1f} s wall) and {p0['compilations']} for the plain one (softplus; "
-            f"{p0['compile_seconds']:.1f} s, {p0['wall_seconds']:.1f} s wall). The {len(by['kink']) - 1} calls after it "
-            f"(n = {', '.join(str(r['n']) for r in by['kink'][1:])}) compiled "
-            f"{'nothing' if comp == 0 else f'{comp} programs'}: kink-aware {later('kink')} s wall; plain "
-            f"{later('plain')} s.\n")
+    return (
+        f"Measured (`benchmarks/results/sweep_batch_sizes.json`; heavy workload, 5-20-1, Tsit5 at "
+        f"1e-8, {rec['settings']['slots']} slots, exact mode; the shared 2-core machine at a load average of "
+        f"{b[0]:.1f} before and {a[0]:.1f} after, so the seconds are inflated): the first call (n = {k0['n']}) "
+        f"compiled {k0['compilations']} programs for the kink-aware engine (ReLU; {k0['compile_seconds']:.1f} s "
+        f"of compiling, {k0['wall_seconds']:.1f} s wall) and {p0['compilations']} for the plain one (softplus; "
+        f"{p0['compile_seconds']:.1f} s, {p0['wall_seconds']:.1f} s wall). The {len(by['kink']) - 1} calls after it "
+        f"(n = {', '.join(str(r['n']) for r in by['kink'][1:])}) compiled "
+        f"{'nothing' if comp == 0 else f'{comp} programs'}: kink-aware {later('kink')} s wall; plain "
+        f"{later('plain')} s.\n"
+    )
 
 
 def sweep_recompile() -> str:
@@ -333,12 +400,14 @@ def sweep_recompile() -> str:
     st = rec["settings"]
     fresh = [r for r in rec["rows"] if r["engine"].startswith("fresh") and r["call"] > 1][0]
     reused = [r for r in rec["rows"] if r["engine"] == "reused"][0]
-    return (f"Measured on the shared 2-core machine (`benchmarks/sweep_recompile.py`, "
-            f"`benchmarks/results/sweep_recompile.json`; Kvaerno5, {st['inits']} softplus "
-            f"`mlp([2, {st['r']}, 1])` inits on a {st['samples']}-sample GP teacher, {st['steps']} steps each): "
-            f"a new teacher with a fresh engine (what every call did before) took {fresh['compilations']} "
-            f"compilations, {fresh['compile_seconds']:.1f} s of compiling and {fresh['wall_seconds']:.1f} s of wall "
-            f"time; with the engine reused, {reused['compilations']} compilations and {reused['wall_seconds']:.1f} s:\n")
+    return (
+        f"Measured on the shared 2-core machine (`benchmarks/sweep_recompile.py`, "
+        f"`benchmarks/results/sweep_recompile.json`; Kvaerno5, {st['inits']} softplus "
+        f"`mlp([2, {st['r']}, 1])` inits on a {st['samples']}-sample GP teacher, {st['steps']} steps each): "
+        f"a new teacher with a fresh engine (what every call did before) took {fresh['compilations']} "
+        f"compilations, {fresh['compile_seconds']:.1f} s of compiling and {fresh['wall_seconds']:.1f} s of wall "
+        f"time; with the engine reused, {reused['compilations']} compilations and {reused['wall_seconds']:.1f} s:\n"
+    )
 
 
 def _rate(x: float) -> str:
@@ -366,8 +435,11 @@ def _arm(a: dict) -> str:
     if a["arm"].startswith("naive"):
         return "naive `jit(vmap(gradient_flow))`"
     if a["arm"].startswith("kink"):
-        return ("kink-aware, `diffeqsolve` segments" if "diffeqsolve" in a["arm"]
-                else f"kink-aware, {'vmap' if a['mode'] == 'vmap' else 'exact'}")
+        return (
+            "kink-aware, `diffeqsolve` segments"
+            if "diffeqsolve" in a["arm"]
+            else f"kink-aware, {'vmap' if a['mode'] == 'vmap' else 'exact'}"
+        )
     if a["mode"] == "exact":
         return "engine, exact"
     w = a.get("widths")
@@ -388,26 +460,30 @@ def sweep_throughput() -> str:
     w0 = rec["results"][0]
     g, c = w0["grad_cost_us"], w0["grad_cpu_cost_us"]
     n = w0["n_inits"]
-    out = [f"Measured on the shared 2-core machine (`{rec['command']}`, the command in the JSON), "
-           f"{n} inits in {w0['slots']} slots, {m['steps_per_call']} steps per call, {_load_range(m)} "
-           f"(other jobs ran). Each arm is compiled first (`Engine.warm_up()`: every program at every batch "
-           f"width), then timed {m['repeats']} times; the table gives the faster run (the JSON has all). Because "
-           "wall time on a loaded machine mostly measures the load, the table also gives the process's CPU time "
-           "against naive vmap (`cpu vs naive`) and against the bare cost measured the same way (`cpu / bare`). "
-           f"Gradient cost ({w0['workload']}): {g['1']:.1f} us wall, {c['1']:.1f} us CPU unbatched; "
-           f"{g[str(n)]:.1f} us wall, {c[str(n)]:.1f} us CPU per trajectory {n}-wide. \"error\" is the largest "
-           f"`max |theta(t1) - ref|` over the {n} trajectories, against the kink-aware flow at rtol = atol = 1e-12. "
-           "`engine, vmap, full width` is vmap mode without narrowing (the engine before it narrowed), side by side.",
-           "",
-           "| workload | arm | compile s | traj/s | vs naive | cpu vs naive | steps median / max | events "
-           "| wall / bare | cpu / bare | error |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"Measured on the shared 2-core machine (`{rec['command']}`, the command in the JSON), "
+        f"{n} inits in {w0['slots']} slots, {m['steps_per_call']} steps per call, {_load_range(m)} "
+        f"(other jobs ran). Each arm is compiled first (`Engine.warm_up()`: every program at every batch "
+        f"width), then timed {m['repeats']} times; the table gives the faster run (the JSON has all). Because "
+        "wall time on a loaded machine mostly measures the load, the table also gives the process's CPU time "
+        "against naive vmap (`cpu vs naive`) and against the bare cost measured the same way (`cpu / bare`). "
+        f"Gradient cost ({w0['workload']}): {g['1']:.1f} us wall, {c['1']:.1f} us CPU unbatched; "
+        f'{g[str(n)]:.1f} us wall, {c[str(n)]:.1f} us CPU per trajectory {n}-wide. "error" is the largest '
+        f"`max |theta(t1) - ref|` over the {n} trajectories, against the kink-aware flow at rtol = atol = 1e-12. "
+        "`engine, vmap, full width` is vmap mode without narrowing (the engine before it narrowed), side by side.",
+        "",
+        "| workload | arm | compile s | traj/s | vs naive | cpu vs naive | steps median / max | events "
+        "| wall / bare | cpu / bare | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for w in rec["results"]:
         for a in w["arms"]:
-            out.append(f"| {w['workload']} | {_arm(a)} | {a['compile_s']:.1f} | {_rate(a['traj_per_s'])} | "
-                       f"{_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | {a['steps_median']:,.0f} / "
-                       f"{a['steps_max']:,} | {a.get('events_total', '')} | {_bare(a['wall_over_bare'])} | "
-                       f"{_bare(a['cpu_over_bare'])} | {_e(a['err_vs_ref_max'])} |")
+            out.append(
+                f"| {w['workload']} | {_arm(a)} | {a['compile_s']:.1f} | {_rate(a['traj_per_s'])} | "
+                f"{_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | {a['steps_median']:,.0f} / "
+                f"{a['steps_max']:,} | {a.get('events_total', '')} | {_bare(a['wall_over_bare'])} | "
+                f"{_bare(a['cpu_over_bare'])} | {_e(a['err_vs_ref_max'])} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -416,16 +492,21 @@ def sweep_throughput_256() -> str:
     rec = _load("sweep_throughput_256.json")
     w = rec["results"][0]
     eng = w["arms"][0]
-    out = [f"**More inits than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_256.json`, "
-           f"{w['n_inits']} inits in {w['slots']} slots, {rec['meta']['repeats']} timed run per arm, "
-           f"{_load_range(rec['meta'])}; exact engine's steps median {eng['steps_median']:,.0f}, max "
-           f"{eng['steps_max']:,}):", "",
-           "| arm | traj/s | vs naive | cpu vs naive | wall / bare | cpu / bare |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        f"**More inits than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_256.json`, "
+        f"{w['n_inits']} inits in {w['slots']} slots, {rec['meta']['repeats']} timed run per arm, "
+        f"{_load_range(rec['meta'])}; exact engine's steps median {eng['steps_median']:,.0f}, max "
+        f"{eng['steps_max']:,}):",
+        "",
+        "| arm | traj/s | vs naive | cpu vs naive | wall / bare | cpu / bare |",
+        "|---|---|---|---|---|---|",
+    ]
     for a in w["arms"]:
         name = _arm(a) + (f", {w['n_inits']} wide" if a["arm"].startswith("naive") else "")
-        out.append(f"| {name} | {_rate(a['traj_per_s'])} | {_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | "
-                   f"{_bare(a['wall_over_bare'])} | {_bare(a['cpu_over_bare'])} |")
+        out.append(
+            f"| {name} | {_rate(a['traj_per_s'])} | {_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | "
+            f"{_bare(a['wall_over_bare'])} | {_bare(a['cpu_over_bare'])} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -434,17 +515,22 @@ def sweep_throughput_small_n() -> str:
     rec = _load("sweep_throughput_small_n.json")
     m = rec["meta"]
     ns = sorted({w["n_inits"] for w in rec["results"]})
-    out = [f"**Fewer trajectories than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_small_n.json`: "
-           f"{', '.join(map(str, ns[:-1]))} and {ns[-1]} inits in {rec['results'][0]['slots']} slots, {m['repeats']} "
-           f"repeats, the fastest kept, {_load_range(m)}). Speed against naive vmap (its wall time in brackets):", "",
-           "| workload | n | engine, exact | engine, vmap (widths) | naive vmap |",
-           "|---|---|---|---|---|"]
+    out = [
+        f"**Fewer trajectories than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_small_n.json`: "
+        f"{', '.join(map(str, ns[:-1]))} and {ns[-1]} inits in {rec['results'][0]['slots']} slots, {m['repeats']} "
+        f"repeats, the fastest kept, {_load_range(m)}). Speed against naive vmap (its wall time in brackets):",
+        "",
+        "| workload | n | engine, exact | engine, vmap (widths) | naive vmap |",
+        "|---|---|---|---|---|",
+    ]
     for w in rec["results"]:
         by = {a["arm"]: a for a in w["arms"]}
         naive = [a for a in w["arms"] if a["arm"].startswith("naive")][0]
         v = by["engine-vmap"]
-        out.append(f"| {w['workload']} | {w['n_inits']} | {by['engine']['vs_naive']:.2f}x | {v['vs_naive']:.2f}x "
-                   f"({', '.join(map(str, v['widths']))}) | 1 ({_dur(naive['seconds'])}) |")
+        out.append(
+            f"| {w['workload']} | {w['n_inits']} | {by['engine']['vs_naive']:.2f}x | {v['vs_naive']:.2f}x "
+            f"({', '.join(map(str, v['widths']))}) | 1 ({_dur(naive['seconds'])}) |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -454,25 +540,36 @@ def kink_sweep() -> str:
     rows = rec["rows"]
     eng, kt, kg = rows
     comp = ", ".join(f"{r['compile_plus_2_s']:.2g} s" for r in rows[:-1]) + f" and {rows[-1]['compile_plus_2_s']:.2g} s"
-    label = lambda r: ("engine" if r["arm"].startswith("engine") else "kink-aware") + ", " + (  # noqa: E731
-        r["arm"].split()[1].capitalize() + " " + r["arm"].split()[2])
-    out = [f"**Measured** (`benchmarks/kink_sweep.py`, `benchmarks/results/kink_sweep.json`; shared 2-core "
-           f"machine, load average {rec['meta']['load_average_end'][0]:.1f} at the end). The workload is the ReLU "
-           f"sweep workload: {rec['workload']}, {rec['n_inits']} inits, {rec['slots']} slots. Errors are "
-           f"`max |theta(t1) - ref|` against the reference ({rec['reference']}), which `work_precision.py` checks against the "
-           f"smooth limit. {rec['trajectories_sliding']} of the {rec['n_inits']} trajectories slide. Seconds exclude "
-           f"compiling (the JSON's `compile_plus_2_s`: {comp}).", "",
-           "| arm | seconds | steps (total / max) | error median / max | drift of c (relative, max) |",
-           "|---|---|---|---|---|"]
+
+    def label(r):
+        kind = "engine" if r["arm"].startswith("engine") else "kink-aware"
+        return kind + ", " + r["arm"].split()[1].capitalize() + " " + r["arm"].split()[2]
+
+    out = [
+        f"**Measured** (`benchmarks/kink_sweep.py`, `benchmarks/results/kink_sweep.json`; shared 2-core "
+        f"machine, load average {rec['meta']['load_average_end'][0]:.1f} at the end). The workload is the ReLU "
+        f"sweep workload: {rec['workload']}, {rec['n_inits']} inits, {rec['slots']} slots. Errors are "
+        f"`max |theta(t1) - ref|` against the reference ({rec['reference']}), which `work_precision.py` checks against the "
+        f"smooth limit. {rec['trajectories_sliding']} of the {rec['n_inits']} trajectories slide. Seconds exclude "
+        f"compiling (the JSON's `compile_plus_2_s`: {comp}).",
+        "",
+        "| arm | seconds | steps (total / max) | error median / max | drift of c (relative, max) |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {label(r)} | {r['seconds']:.3g} | {r['steps_total']:,} / {r['steps_max']:,} | "
-                   f"{_e(r['err_median'])} / {_e(r['err_max'])} | {_e(r['drift_rel_max'])} |")
-    out += ["", f"With Tsit5 inside, the kink-aware sweep was {eng['seconds'] / kt['seconds']:.0f}x faster than the "
-            f"plain engine and {eng['err_median'] / kt['err_median']:.0f}x (median) to "
-            f"{eng['err_max'] / kt['err_max']:.0f}x (max) more accurate at the same tolerance. The plain engine's "
-            f"worst error on trajectories *without* sliding was {_e(eng['err_max_not_sliding'])}: the kinks cost "
-            "Tsit5 its order too. Gauss4 inside keeps `c` to round-off, at the price of a Jacobian and an LU per "
-            f"step ({1e3 * kg['seconds'] / kg['steps_total']:.0f} ms per step in this run, on the loaded machine)."]
+        out.append(
+            f"| {label(r)} | {r['seconds']:.3g} | {r['steps_total']:,} / {r['steps_max']:,} | "
+            f"{_e(r['err_median'])} / {_e(r['err_max'])} | {_e(r['drift_rel_max'])} |"
+        )
+    out += [
+        "",
+        f"With Tsit5 inside, the kink-aware sweep was {eng['seconds'] / kt['seconds']:.0f}x faster than the "
+        f"plain engine and {eng['err_median'] / kt['err_median']:.0f}x (median) to "
+        f"{eng['err_max'] / kt['err_max']:.0f}x (max) more accurate at the same tolerance. The plain engine's "
+        f"worst error on trajectories *without* sliding was {_e(eng['err_max_not_sliding'])}: the kinks cost "
+        "Tsit5 its order too. Gauss4 inside keeps `c` to round-off, at the price of a Jacobian and an LU per "
+        f"step ({1e3 * kg['seconds'] / kg['steps_total']:.0f} ms per step in this run, on the loaded machine).",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -483,12 +580,16 @@ def sweep_throughput_gpu() -> str:
     rows = sorted(rec["engine_naive_printed"], key=lambda a: not a["arm"].startswith("naive"))
     out = ["| arm | compile s | traj/s | steps median / max | wall / bare |", "|---|---|---|---|---|"]
     for a in rows:
-        out.append(f"| {_arm(a)} | {a['compile_s']:.1f} | {a['traj_per_s']:.1f} | {a['steps_median']:,.0f} / "
-                   f"{a['steps_max']:,} | {_bare(a['wall_over_bare'])} |")
+        out.append(
+            f"| {_arm(a)} | {a['compile_s']:.1f} | {a['traj_per_s']:.1f} | {a['steps_median']:,.0f} / "
+            f"{a['steps_max']:,} | {_bare(a['wall_over_bare'])} |"
+        )
     for a in w["arms"]:
-        out.append(f"| kink-aware (Tsit5 inside), vmap | {a['compile_s']:.1f} | {a['traj_per_s']:.1f} | "
-                   f"{a['steps_median']:,.0f} / {a['steps_max']:,} ({a['events_total']:,} events) | "
-                   f"{a['wall_over_bare']:.0f} |")
+        out.append(
+            f"| kink-aware (Tsit5 inside), vmap | {a['compile_s']:.1f} | {a['traj_per_s']:.1f} | "
+            f"{a['steps_median']:,.0f} / {a['steps_max']:,} ({a['events_total']:,} events) | "
+            f"{a['wall_over_bare']:.0f} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -505,64 +606,95 @@ def converge_cost() -> str:
     rec = _load("converge_cost_cpu.json")
     rows, st = rec["rows"], rec["settings"]
     col = lambda f: " | ".join(f(r) for r in rows)  # noqa: E731
-    flow = lambda r: (f"{_ms(r['flow']['before']['ms_per_step'])} -> {_ms(r['flow']['after']['ms_per_step'])} ms "  # noqa: E731
-                      f"(x{r['flow']['before']['ms_per_step'] / r['flow']['after']['ms_per_step']:.1f})")
+
+    def flow(r):
+        before, after = r["flow"]["before"]["ms_per_step"], r["flow"]["after"]["ms_per_step"]
+        return f"{_ms(before)} -> {_ms(after)} ms (x{before / after:.1f})"
+
     nt = lambda r, k: f"{_s(r['newton'][k]['seconds'])} s"  # noqa: E731
 
     def comp(r):
         f = [r["flow"][k]["compile_s"] for k in ("before", "after")]
         n = [v["compile_s"] for v in r["newton"].values()]
         return f"{min(f):.0f}-{max(f):.0f} s / {min(n):.0f}-{max(n):.0f} s"
-    out = ["| | " + col(lambda r: f"r = {r['r']} (E = {r['E']})") + " |", "|---|" + "---|" * len(rows),
-           "| gradient (`jax.grad`) | " + col(lambda r: f"{_ms(r['bare_ms']['grad_autodiff'])} ms") + " |",
-           "| Hessian: `jax.hessian` -> structured | " + col(lambda r: f"{_ms(r['bare_ms']['hessian_autodiff'])} -> "
-                                                            f"{_ms(r['bare_ms']['hessian_structured'])} ms") + " |",
-           "| flow phase, one Kvaerno5 step (one Jacobian, about 15 gradients) | " + col(flow) + " |",
-           f"| Newton, {st['seeds']} runs x up to {st['newton_steps']} steps: one vmapped batch + `jax.hessian` | "
-           + col(lambda r: nt(r, "before")) + " |",
-           "| same, one vmapped batch + structured Hessian | " + col(lambda r: nt(r, "vmap_structured")) + " |",
-           "| same, one run at a time + structured Hessian (the CPU default now) | "
-           + col(lambda r: nt(r, "after") + f" (x{r['newton']['before']['seconds'] / r['newton']['after']['seconds']:.0f})")
-           + " |",
-           "| compile (flow / Newton), once per cell | " + col(comp) + " |"]
+
+    out = [
+        "| | " + col(lambda r: f"r = {r['r']} (E = {r['E']})") + " |",
+        "|---|" + "---|" * len(rows),
+        "| gradient (`jax.grad`) | " + col(lambda r: f"{_ms(r['bare_ms']['grad_autodiff'])} ms") + " |",
+        "| Hessian: `jax.hessian` -> structured | "
+        + col(lambda r: f"{_ms(r['bare_ms']['hessian_autodiff'])} -> {_ms(r['bare_ms']['hessian_structured'])} ms")
+        + " |",
+        "| flow phase, one Kvaerno5 step (one Jacobian, about 15 gradients) | " + col(flow) + " |",
+        f"| Newton, {st['seeds']} runs x up to {st['newton_steps']} steps: one vmapped batch + `jax.hessian` | "
+        + col(lambda r: nt(r, "before"))
+        + " |",
+        "| same, one vmapped batch + structured Hessian | " + col(lambda r: nt(r, "vmap_structured")) + " |",
+        "| same, one run at a time + structured Hessian (the CPU default now) | "
+        + col(
+            lambda r: nt(r, "after") + f" (x{r['newton']['before']['seconds'] / r['newton']['after']['seconds']:.0f})"
+        )
+        + " |",
+        "| compile (flow / Newton), once per cell | " + col(comp) + " |",
+    ]
     return "\n".join(out) + "\n"
 
 
 def channels_optimizers() -> str:
     """docs/channels.md: SGD and Adam from the loss-levels study's inits (softplus, no bias, r = 4)."""
-    out = ["| optimiser | lr | batch | infinite | merging pair, opposite diverging output weights [95%] "
-           "| median weightnorm (max) | median MSE | s |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| optimiser | lr | batch | infinite | merging pair, opposite diverging output weights [95%] "
+        "| median weightnorm (max) | median MSE | s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for opt in ("sgd", "adam"):
         for r in _load(f"channels_optimizers_softplus_nobias_r4_{opt}.json")["rows"]:
             lo, hi = r["channel_like_ci"]
             e = math.log10(r["lr"])
             lr = f"1e{round(e)}" if abs(e - round(e)) < 1e-9 and r["lr"] < 0.05 else f"{r['lr']:g}"
-            out.append(f"| {'SGD' if opt == 'sgd' else 'Adam'} | {lr} | {r['batch_size'] or 'full'} | "
-                       f"{r['infinite']}/{r['n']} | {r['channel_like']} [{100 * lo:.0f}, {100 * hi:.0f}]% | "
-                       f"{r['median_weightnorm']:.2f} ({r['max_weightnorm']:.1f}) | {r['median_mse']:.3f} | "
-                       f"{r['seconds']:.0f} |")
+            out.append(
+                f"| {'SGD' if opt == 'sgd' else 'Adam'} | {lr} | {r['batch_size'] or 'full'} | "
+                f"{r['infinite']}/{r['n']} | {r['channel_like']} [{100 * lo:.0f}, {100 * hi:.0f}]% | "
+                f"{r['median_weightnorm']:.2f} ({r['max_weightnorm']:.1f}) | {r['median_mse']:.3f} | "
+                f"{r['seconds']:.0f} |"
+            )
     return "\n".join(out) + "\n"
 
 
 def channels_eos() -> str:
     """docs/channels.md: full-batch GD in the channel at four learning rates (edge of stability)."""
     rec = _load("channels_eos.json")
-    out = ["| lr | 2/lr | sharpness start -> max | late median / (2/lr) | eps start -> end "
-           "| loss decrease per update before the edge |", "|---|---|---|---|---|---|"]
+    out = [
+        "| lr | 2/lr | sharpness start -> max | late median / (2/lr) | eps start -> end "
+        "| loss decrease per update before the edge |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rec["rows"]:
         f = r["loss_decrease_per_update_vs_eps_before_edge"]
-        fit = (f"~ eps^{f['exponent']:.2f} ({f['n']} points: no meaningful error bar)" if f["n"] <= 3
-               else f"~ eps^{f['exponent']:.3f} +- {f['stderr']:.3f}")
+        fit = (
+            f"~ eps^{f['exponent']:.2f} ({f['n']} points: no meaningful error bar)"
+            if f["n"] <= 3
+            else f"~ eps^{f['exponent']:.3f} +- {f['stderr']:.3f}"
+        )
         tl = r["two_over_lr"]
         out.append(f"| {r['lr']:g} | {tl:.2f}" if tl < 10 else f"| {r['lr']:g} | {tl:.1f}")
-        out[-1] += (f" | {r['sharpness_start']:.2f} -> {r['sharpness_max']:.2f} | {r['late_ratio_to_2_over_lr']:.3f}"
-                    f"{'' if r['reached_edge'] else ' (never reaches the edge)'} | {r['eps_start']:.3f} -> "
-                    f"{r['eps_end']:.3f} | {fit} |")
+        out[-1] += (
+            f" | {r['sharpness_start']:.2f} -> {r['sharpness_max']:.2f} | {r['late_ratio_to_2_over_lr']:.3f}"
+            f"{'' if r['reached_edge'] else ' (never reaches the edge)'} | {r['eps_start']:.3f} -> "
+            f"{r['eps_end']:.3f} | {fit} |"
+        )
     fi = rec["fits"]
-    g, sb, se = fi["grad_norm_vs_eps"], fi["sharpness_vs_inv_eps_before_edge"], fi["sharpness_vs_inv_eps_at_edge_across_lrs"]
-    out += ["", f"Fits over all learning rates before the edge: gradient norm `~ eps^{g['exponent']:.3f} +- {g['stderr']:.3f}`; "
-            f"sharpness `~ (1/eps)^{sb['exponent']:.3f} +- {sb['stderr']:.3f}`; at the edge across the {se['n']} learning "
-            f"rates that reach it, sharpness `~ (1/eps)^{se['exponent']:.2f} +- {se['stderr']:.2f}`."]
+    g, sb, se = (
+        fi["grad_norm_vs_eps"],
+        fi["sharpness_vs_inv_eps_before_edge"],
+        fi["sharpness_vs_inv_eps_at_edge_across_lrs"],
+    )
+    out += [
+        "",
+        f"Fits over all learning rates before the edge: gradient norm `~ eps^{g['exponent']:.3f} +- {g['stderr']:.3f}`; "
+        f"sharpness `~ (1/eps)^{sb['exponent']:.3f} +- {sb['stderr']:.3f}`; at the edge across the {se['n']} learning "
+        f"rates that reach it, sharpness `~ (1/eps)^{se['exponent']:.2f} +- {se['stderr']:.2f}`.",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -576,29 +708,45 @@ def channels_recipe_setting() -> str:
     rs = ", ".join(str(c["r"]) for c, _ in top)
     files = sorted({name for _, name in top})
     second = max(c["confirmed"] / c["n"] for c, _ in cells if c["confirmed"] / c["n"] < best)
-    return (f"The highest confirmed-channel fraction of the loss-levels study ({len(cells)} cells of "
-            f"{c0['n']} seeds at the paper's settings) is {c0['confirmed']}/{c0['n']} ({_pct(best)}%, Wilson 95% "
-            f"[{_pct(c0['confirmed_ci'][0])}, {_pct(c0['confirmed_ci'][1])}]): {c0['activation']}, "
-            f"{'with' if c0['bias'] else 'no'} bias, r = {rs} (`benchmarks/results/" + "`, `benchmarks/results/".join(files)
-            + f"`). The next best cell confirms {_pct(second)}%.\n")
+    return (
+        f"The highest confirmed-channel fraction of the loss-levels study ({len(cells)} cells of "
+        f"{c0['n']} seeds at the paper's settings) is {c0['confirmed']}/{c0['n']} ({_pct(best)}%, Wilson 95% "
+        f"[{_pct(c0['confirmed_ci'][0])}, {_pct(c0['confirmed_ci'][1])}]): {c0['activation']}, "
+        f"{'with' if c0['bias'] else 'no'} bias, r = {rs} (`benchmarks/results/"
+        + "`, `benchmarks/results/".join(files)
+        + f"`). The next best cell confirms {_pct(second)}%.\n"
+    )
 
 
-BLOCKS = {"results-index": results_index, "jump-filter": jump_filter, "test-suite-time": test_suite_time,
-          "first-calls": first_calls, "channels-solvers": channels_solvers, "rank-invariance": rank_invariance,
-          "topology-scale": topology_scale,
-          "channels-loss-levels": channels_loss_levels, "channels-loss-levels-details": channels_loss_levels_details,
-          "channels-roughness": channels_roughness,
-          "sweep-batch-sizes": sweep_batch_sizes, "sweep-recompile": sweep_recompile,
-          "sweep-throughput": sweep_throughput, "sweep-throughput-256": sweep_throughput_256,
-          "sweep-throughput-small-n": sweep_throughput_small_n, "kink-sweep": kink_sweep,
-          "sweep-throughput-gpu": sweep_throughput_gpu, "converge-cost": converge_cost,
-          "channels-optimizers": channels_optimizers, "channels-eos": channels_eos,
-          "channels-recipe-setting": channels_recipe_setting}
+BLOCKS = {
+    "results-index": results_index,
+    "jump-filter": jump_filter,
+    "test-suite-time": test_suite_time,
+    "first-calls": first_calls,
+    "channels-solvers": channels_solvers,
+    "rank-invariance": rank_invariance,
+    "topology-scale": topology_scale,
+    "channels-loss-levels": channels_loss_levels,
+    "channels-loss-levels-details": channels_loss_levels_details,
+    "channels-roughness": channels_roughness,
+    "sweep-batch-sizes": sweep_batch_sizes,
+    "sweep-recompile": sweep_recompile,
+    "sweep-throughput": sweep_throughput,
+    "sweep-throughput-256": sweep_throughput_256,
+    "sweep-throughput-small-n": sweep_throughput_small_n,
+    "kink-sweep": kink_sweep,
+    "sweep-throughput-gpu": sweep_throughput_gpu,
+    "converge-cost": converge_cost,
+    "channels-optimizers": channels_optimizers,
+    "channels-eos": channels_eos,
+    "channels-recipe-setting": channels_recipe_setting,
+}
 
 
 def render(text: str, missing: list | None = None) -> str:
     """`text` with every generated block written anew. A block whose results file does not
     exist is left as it is and its name appended to `missing` (an error if `None`)."""
+
     def one(m):
         name = m.group("name")
         if name not in BLOCKS:

@@ -62,7 +62,7 @@ def measure(what: str) -> dict:
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not line:
         raise RuntimeError(f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    return json.loads(line[0][len("RESULT "):])
+    return json.loads(line[0][len("RESULT ") :])
 
 
 def main(argv=None):
@@ -84,9 +84,18 @@ def main(argv=None):
             summary[f"{w}_{key}"] = statistics.median(vals)
             summary[f"{w}_{key}_range"] = [min(vals), max(vals)]
     print(json.dumps(summary, indent=1))
-    write_json(path, {"benchmark": "first_calls", "workload": "README example: mlp([5, 20, 1], bias=True), relu, "
-                      "20 teacher points (key 0), glorot init (key 1), t1 = 2, rtol = atol = 1e-8 "
-                      "(kink_aware_flow: its defaults)", "rounds": args.rounds, "runs": runs, "summary": summary})
+    write_json(
+        path,
+        {
+            "benchmark": "first_calls",
+            "workload": "README example: mlp([5, 20, 1], bias=True), relu, "
+            "20 teacher points (key 0), glorot init (key 1), t1 = 2, rtol = atol = 1e-8 "
+            "(kink_aware_flow: its defaults)",
+            "rounds": args.rounds,
+            "runs": runs,
+            "summary": summary,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ def bench(activation: str, n_inits: int, batch: int) -> dict:
     keys = jax.random.split(jax.random.key(1), batch)
     make = lambda k: ij.DAGNetwork(g, activation, key=k)  # noqa: E731
 
-    run = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, T1, saveat=ij.SaveTimes(n_save=2), solver=ij.SolverOptions(
-        rtol=TOL, atol=TOL, max_steps=400_000)))
+    run = eqx.filter_jit(
+        lambda n: ij.gradient_flow(
+            n, X, Y, T1, saveat=ij.SaveTimes(n_save=2), solver=ij.SolverOptions(rtol=TOL, atol=TOL, max_steps=400_000)
+        )
+    )
     run(make(keys[0]))  # compile
     net0 = make(keys[0])
     grad = jax.jit(jax.grad(ij.edge_loss_fn(net0, X, Y)))
@@ -57,17 +60,37 @@ def bench(activation: str, n_inits: int, batch: int) -> dict:
         f, t_dx = timed(run, net)
         theta0 = np.asarray(net.edge_weights())
         t = time.perf_counter()
-        sol = solve_ivp(lambda t, y: -np.asarray(grad(jnp.asarray(y))), (0, T1), theta0, method="RK45",
-                        rtol=TOL, atol=TOL)
+        sol = solve_ivp(
+            lambda t, y: -np.asarray(grad(jnp.asarray(y))), (0, T1), theta0, method="RK45", rtol=TOL, atol=TOL
+        )
         t_sp = time.perf_counter() - t
         err = float(np.max(np.abs(sol.y[:, -1] - np.asarray(f.theta_final))))
-        rows.append(dict(init=i, diffrax_s=t_dx, scipy_s=t_sp, diffrax_steps=int(f.stats["num_steps"]),
-                         scipy_steps=int(sol.t.size - 1), scipy_rhs=int(sol.nfev), max_abs_diff=err,
-                         ok=bool(f.success)))
+        rows.append(
+            dict(
+                init=i,
+                diffrax_s=t_dx,
+                scipy_s=t_sp,
+                diffrax_steps=int(f.stats["num_steps"]),
+                scipy_steps=int(sol.t.size - 1),
+                scipy_rhs=int(sol.nfev),
+                max_abs_diff=err,
+                ok=bool(f.success),
+            )
+        )
 
     nets = eqx.filter_vmap(make)(keys)
-    vrun = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, T1, saveat=ij.SaveTimes(n_save=2), solver=ij.SolverOptions(
-        rtol=TOL, atol=TOL, max_steps=400_000))))
+    vrun = eqx.filter_jit(
+        eqx.filter_vmap(
+            lambda n: ij.gradient_flow(
+                n,
+                X,
+                Y,
+                T1,
+                saveat=ij.SaveTimes(n_save=2),
+                solver=ij.SolverOptions(rtol=TOL, atol=TOL, max_steps=400_000),
+            )
+        )
+    )
     vrun(nets)  # compile
     fl, t_v = timed(vrun, nets)
     steps = np.asarray(fl.stats["num_steps"])
@@ -91,22 +114,39 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n-inits", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/flow_vs_scipy.json, ignored by git; "
-                                                "pass benchmarks/results/flow_vs_scipy.json to replace the committed results)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/flow_vs_scipy.json, ignored by git; "
+        "pass benchmarks/results/flow_vs_scipy.json to replace the committed results)",
+    )
     a = ap.parse_args()
     results = [bench(act, a.n_inits, a.batch) for act in ("relu", "softplus")]
-    print(f"{'act':>9} {'diffrax s/traj':>14} {'scipy s/traj':>12} {'vmap s/traj':>11} "
-          f"{'scipy/dx':>8} {'dx/vmap':>7} {'steps dx (min/med/max)':>24} {'vmap useful':>11}")
+    print(
+        f"{'act':>9} {'diffrax s/traj':>14} {'scipy s/traj':>12} {'vmap s/traj':>11} "
+        f"{'scipy/dx':>8} {'dx/vmap':>7} {'steps dx (min/med/max)':>24} {'vmap useful':>11}"
+    )
     for r in results:
         st = [p["diffrax_steps"] for p in r["per_init"]]
-        print(f"{r['activation']:>9} {r['diffrax_s_per_traj']:>14.4f} {r['scipy_s_per_traj']:>12.4f} "
-              f"{r['vmap_s_per_traj']:>11.4f} {r['scipy_over_diffrax']:>8.1f} {r['diffrax_over_vmap']:>7.2f} "
-              f"{f'{min(st)}/{int(np.median(st))}/{max(st)}':>24} {r['vmap_useful_work']:>11.1%}")
+        print(
+            f"{r['activation']:>9} {r['diffrax_s_per_traj']:>14.4f} {r['scipy_s_per_traj']:>12.4f} "
+            f"{r['vmap_s_per_traj']:>11.4f} {r['scipy_over_diffrax']:>8.1f} {r['diffrax_over_vmap']:>7.2f} "
+            f"{f'{min(st)}/{int(np.median(st))}/{max(st)}':>24} {r['vmap_useful_work']:>11.1%}"
+        )
         worst = max(p["max_abs_diff"] for p in r["per_init"])
         print(f"{'':>9} max |theta_diffrax - theta_scipy| at t1 over inits: {worst:.1e}")
-    meta = dict(benchmark="flow_vs_scipy", tol=TOL, t1=T1, network="mlp 5-20-1", n_samples=20,
-                devices=[str(d) for d in jax.devices()], machine=platform.machine(),
-                cpu_count=__import__("os").cpu_count(), jax=jax.__version__, solver="Tsit5 vs SciPy RK45")
+    meta = dict(
+        benchmark="flow_vs_scipy",
+        tol=TOL,
+        t1=T1,
+        network="mlp 5-20-1",
+        n_samples=20,
+        devices=[str(d) for d in jax.devices()],
+        machine=platform.machine(),
+        cpu_count=__import__("os").cpu_count(),
+        jax=jax.__version__,
+        solver="Tsit5 vs SciPy RK45",
+    )
     write_json(output_path(a.out, "flow_vs_scipy.json"), dict(meta=meta, results=results), indent=2)
 
 

@@ -38,8 +38,9 @@ INLINE_CHECK = re.compile(r"^\s*(el)?if (not \(?|.*\bor not \(?)(np|math)\.isfin
 def _export(rev: str | None, dest: Path) -> Path:
     if rev is None:
         return ROOT
-    data = subprocess.run(["git", "archive", rev, "invariant_jax", "benchmarks"], cwd=ROOT, capture_output=True,
-                          check=True).stdout
+    data = subprocess.run(
+        ["git", "archive", rev, "invariant_jax", "benchmarks"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
     return dest
@@ -103,21 +104,33 @@ def static_metrics(root: Path) -> dict:
                     continue
                 private_attributes.append(f"{module}:{node.lineno} .{node.attr}")
         if path.name != "_checks.py":
-            inline_checks += [f"{module}:{i}" for i, line in enumerate(text.splitlines(), 1)
-                              if INLINE_CHECK.search(line)]
+            inline_checks += [
+                f"{module}:{i}" for i, line in enumerate(text.splitlines(), 1) if INLINE_CHECK.search(line)
+            ]
     bench = []
     for path in sorted((root / "benchmarks").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("invariant_jax"):
                 private_module = any(p.startswith("_") for p in node.module.split(".")[1:])
-                bench += [f"{path.name} <- {node.module}.{a.name}" for a in node.names
-                          if private_module or a.name.startswith("_")]
+                bench += [
+                    f"{path.name} <- {node.module}.{a.name}"
+                    for a in node.names
+                    if private_module or a.name.startswith("_")
+                ]
             elif isinstance(node, ast.Import):
-                bench += [f"{path.name} <- {a.name}" for a in node.names
-                          if a.name.startswith("invariant_jax.") and any(p.startswith("_") for p in a.name.split(".")[1:])]
-    return dict(long_functions=sorted(long_functions, key=lambda r: -r[1]), private_names=private_names,
-                private_modules=private_modules, private_attributes=private_attributes, inline_checks=inline_checks,
-                benchmark_private_imports=bench)
+                bench += [
+                    f"{path.name} <- {a.name}"
+                    for a in node.names
+                    if a.name.startswith("invariant_jax.") and any(p.startswith("_") for p in a.name.split(".")[1:])
+                ]
+    return dict(
+        long_functions=sorted(long_functions, key=lambda r: -r[1]),
+        private_names=private_names,
+        private_modules=private_modules,
+        private_attributes=private_attributes,
+        inline_checks=inline_checks,
+        benchmark_private_imports=bench,
+    )
 
 
 _MODS: set[str] = set()
@@ -162,8 +175,14 @@ print(json.dumps(dict(parameters=sorted(rows, key=lambda r: -r[1]), result_class
 
 def import_metrics(root: Path) -> dict:
     env = {"PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", _SIGNATURES, RESULT_CLASS.pattern], cwd=root, env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _SIGNATURES, RESULT_CLASS.pattern],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(out.stdout.strip().splitlines()[-1])
     data["over_12_parameters"] = [r for r in data["parameters"] if r[1] > MAX_PARAMS]
     return data
@@ -176,8 +195,9 @@ def measure(rev: str | None) -> dict:
         _MODS.update(_module(root, p) for p in (root / "invariant_jax").rglob("*.py"))
         static = static_metrics(root)
         imported = import_metrics(root)
-    commit = subprocess.run(["git", "rev-parse", "--short", rev or "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", rev or "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     counts = {
         "public_callables_over_12_parameters": len(imported["over_12_parameters"]),
         "max_parameters": max(r[1] for r in imported["parameters"]),
@@ -203,8 +223,10 @@ def main(argv=None) -> None:
     runs = [measure(r) for r in revs]
     for key in runs[0]["counts"]:
         print(f"{key:48s} " + "  ".join(f"{r['counts'][key]:>6}" for r in runs))
-    write_json(output_path(args.out, "grammar_metrics.json"),
-               dict(benchmark="grammar_metrics", max_lines=MAX_LINES, max_parameters=MAX_PARAMS, runs=runs))
+    write_json(
+        output_path(args.out, "grammar_metrics.json"),
+        dict(benchmark="grammar_metrics", max_lines=MAX_LINES, max_parameters=MAX_PARAMS, runs=runs),
+    )
 
 
 if __name__ == "__main__":

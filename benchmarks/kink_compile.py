@@ -80,12 +80,22 @@ def measure(solver: str, repeats: int) -> dict:
         runs.append(time.perf_counter() - t)
         cpu_runs.append(time.process_time() - c)
     runs, cpu_runs = runs[1:], cpu_runs[1:]
-    return dict(solver=solver, compile_s=t_lower + t_compile, trace_lower_s=t_lower, xla_s=t_compile,
-                compile_cpu_s=c_lower + c_compile, trace_lower_cpu_s=c_lower, xla_cpu_s=c_compile,
-                **{f"event_{k}": v for k, v in events.items()}, run_median_s=float(np.median(runs)),
-                run_best_s=float(min(runs)), run_cpu_median_s=float(np.median(cpu_runs)),
-                steps=int(kf.flow.stats["num_steps"]), events=int(kf.num_events),
-                sliding_entries=int(kf.num_sliding_entries))
+    return dict(
+        solver=solver,
+        compile_s=t_lower + t_compile,
+        trace_lower_s=t_lower,
+        xla_s=t_compile,
+        compile_cpu_s=c_lower + c_compile,
+        trace_lower_cpu_s=c_lower,
+        xla_cpu_s=c_compile,
+        **{f"event_{k}": v for k, v in events.items()},
+        run_median_s=float(np.median(runs)),
+        run_best_s=float(min(runs)),
+        run_cpu_median_s=float(np.median(cpu_runs)),
+        steps=int(kf.flow.stats["num_steps"]),
+        events=int(kf.num_events),
+        sliding_entries=int(kf.num_sliding_entries),
+    )
 
 
 def child(args) -> list[dict]:
@@ -96,9 +106,13 @@ def child(args) -> list[dict]:
         r["load_average_before"] = load
         r["load_average_after"] = list(os.getloadavg())
         rows.append(r)
-        print(f"  {s:<7} compile {r['compile_s']:6.1f} s (trace+lower {r['trace_lower_s']:.1f}, xla {r['xla_s']:.1f}; "
-              f"CPU {r['compile_cpu_s']:.1f} s)  run {r['run_median_s'] * 1e3:7.1f} ms (CPU {r['run_cpu_median_s'] * 1e3:.1f}) "
-              f"({r['steps']} steps, {r['events']} events)  load {load[0]:.1f}", file=sys.stderr, flush=True)
+        print(
+            f"  {s:<7} compile {r['compile_s']:6.1f} s (trace+lower {r['trace_lower_s']:.1f}, xla {r['xla_s']:.1f}; "
+            f"CPU {r['compile_cpu_s']:.1f} s)  run {r['run_median_s'] * 1e3:7.1f} ms (CPU {r['run_cpu_median_s'] * 1e3:.1f}) "
+            f"({r['steps']} steps, {r['events']} events)  load {load[0]:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
     return rows
 
 
@@ -115,44 +129,78 @@ def main():
     if args.child:
         print(json.dumps(child(args)))
         return
-    meta = dict(platform=platform.platform(), cpu_count=os.cpu_count(), jax=jax.__version__,
-                backend=jax.default_backend(),
-                workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
-                         "rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
-                note="measured on a shared 2-core machine (other jobs running: see the load averages); "
-                     "compile_s = lower + compile wall time, compile_cpu_s the same in process CPU time; persistent compilation cache off")
+    meta = dict(
+        platform=platform.platform(),
+        cpu_count=os.cpu_count(),
+        jax=jax.__version__,
+        backend=jax.default_backend(),
+        workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
+        "rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
+        note="measured on a shared 2-core machine (other jobs running: see the load averages); "
+        "compile_s = lower + compile wall time, compile_cpu_s the same in process CPU time; persistent compilation cache off",
+    )
     if args.before is None:
         rows = [dict(code="this checkout", **r) for r in child(args)]
     else:
         here = str(Path(__file__).resolve().parent.parent)
-        base = [sys.executable, str(Path(__file__).resolve()), "--child", "--repeats", str(args.repeats),
-                "--solvers", *args.solvers]
+        base = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "--repeats",
+            str(args.repeats),
+            "--solvers",
+            *args.solvers,
+        ]
         rows = []
         for rnd in range(args.rounds):
             codes = (("before", args.before), ("after", here))
             if args.parallel:  # both at once: the same machine load for both
                 print(f"round {rnd + 1}: before and after at once", file=sys.stderr, flush=True)
-                procs = [(label, subprocess.Popen(base, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
-                                                  text=True)) for label, path in codes]
+                procs = [
+                    (
+                        label,
+                        subprocess.Popen(
+                            base, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE, text=True
+                        ),
+                    )
+                    for label, path in codes
+                ]
                 outs = [(label, p.communicate()[0]) for label, p in procs]
                 assert all(p.returncode == 0 for _, p in procs)
             else:
                 outs = []
                 for label, path in codes:
                     print(f"round {rnd + 1}: {label} ({path})", file=sys.stderr, flush=True)
-                    outs.append((label, subprocess.run(base, env={**os.environ, "PYTHONPATH": path}, check=True,
-                                                       stdout=subprocess.PIPE, text=True).stdout))
+                    outs.append(
+                        (
+                            label,
+                            subprocess.run(
+                                base,
+                                env={**os.environ, "PYTHONPATH": path},
+                                check=True,
+                                stdout=subprocess.PIPE,
+                                text=True,
+                            ).stdout,
+                        )
+                    )
             for label, out in outs:
                 rows += [dict(code=label, round=rnd + 1, **r) for r in json.loads(out.strip().splitlines()[-1])]
         meta["before"] = args.before
-    print(f"{'code':<14} {'solver':<7} {'compile s':>9} {'CPU s':>7} {'xla CPU s':>9} {'trace+lower CPU s':>17} "
-          f"{'run ms':>8} {'run CPU ms':>10} {'events':>6} {'load':>5}")
+    print(
+        f"{'code':<14} {'solver':<7} {'compile s':>9} {'CPU s':>7} {'xla CPU s':>9} {'trace+lower CPU s':>17} "
+        f"{'run ms':>8} {'run CPU ms':>10} {'events':>6} {'load':>5}"
+    )
     for r in rows:
-        print(f"{r['code']:<14} {r['solver']:<7} {r['compile_s']:>9.1f} {r['compile_cpu_s']:>7.1f} {r['xla_cpu_s']:>9.1f} "
-              f"{r['trace_lower_cpu_s']:>17.1f} {r['run_median_s'] * 1e3:>8.1f} {r['run_cpu_median_s'] * 1e3:>10.1f} "
-              f"{r['events']:>6} {r['load_average_before'][0]:>5.1f}")
-    write_json(output_path(args.out, "kink_compile.json"), dict(benchmark="kink_compile", settings=vars(args),
-                                                                 meta=meta, rows=rows))
+        print(
+            f"{r['code']:<14} {r['solver']:<7} {r['compile_s']:>9.1f} {r['compile_cpu_s']:>7.1f} {r['xla_cpu_s']:>9.1f} "
+            f"{r['trace_lower_cpu_s']:>17.1f} {r['run_median_s'] * 1e3:>8.1f} {r['run_cpu_median_s'] * 1e3:>10.1f} "
+            f"{r['events']:>6} {r['load_average_before'][0]:>5.1f}"
+        )
+    write_json(
+        output_path(args.out, "kink_compile.json"),
+        dict(benchmark="kink_compile", settings=vars(args), meta=meta, rows=rows),
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,12 @@ GRID = {
     "nuclear": [3e-3, 1e-2, 3e-2],
     "nuclear-subgrad": [1e-2],
 }
-PAPER = {"nuclear": "about 18 of 20 hidden neurons disconnected", "l1": "much the same as nuclear",
-         "l2": "every neuron stays connected", "none": "every neuron stays connected"}
+PAPER = {
+    "nuclear": "about 18 of 20 hidden neurons disconnected",
+    "l1": "much the same as nuclear",
+    "l2": "every neuron stays connected",
+    "none": "every neuron stays connected",
+}
 
 
 def _acc(net, X, Y) -> float:
@@ -61,10 +65,22 @@ def _one(nets, i):
 
 def train_arm(nets, d, arm, lam, *, epochs, log_every):
     reg = {"none": None, "nuclear-subgrad": "nuclear"}.get(arm, arm)
-    return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test,
-                  loss=ij.Objective("bce", regularizer=reg, strength=lam),
-                  options=ij.TrainOptions(optimizer="sgd", learning_rate=0.2, epochs=epochs, log_every=log_every,
-                                          proximal=arm in ("l1", "nuclear"), tol=0.0))
+    return ij.fit(
+        nets,
+        d.X_train,
+        d.Y_train,
+        X_test=d.X_test,
+        Y_test=d.Y_test,
+        loss=ij.Objective("bce", regularizer=reg, strength=lam),
+        options=ij.TrainOptions(
+            optimizer="sgd",
+            learning_rate=0.2,
+            epochs=epochs,
+            log_every=log_every,
+            proximal=arm in ("l1", "nuclear"),
+            tol=0.0,
+        ),
+    )
 
 
 def main(argv=None):
@@ -72,8 +88,12 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true", help="2 seeds, 600 epochs (a quick check)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=3000)
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/pruning_breast_cancer.json, "
-                    "ignored by git; pass benchmarks/results/pruning_breast_cancer.json to replace the committed results)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/pruning_breast_cancer.json, "
+        "ignored by git; pass benchmarks/results/pruning_breast_cancer.json to replace the committed results)",
+    )
     args = ap.parse_args(argv)
     seeds, epochs = (2, 600) if args.small else (args.seeds, args.epochs)
     log_every = epochs // 30
@@ -88,9 +108,11 @@ def main(argv=None):
     for arm, lam in tqdm(jobs, desc="arms"):
         res = train_arm(nets, d, arm, lam, epochs=epochs, log_every=log_every)
         trained[(arm, lam)] = res
-        curves[f"{arm}@{lam:g}"] = {"epochs": np.asarray(res.log.epochs[0]).tolist(),
-                                    "rank_mean": np.asarray(res.log.rank).mean(0).tolist(),
-                                    "n_cut_off_mean": np.asarray(res.log.n_cut_off).mean(0).tolist()}
+        curves[f"{arm}@{lam:g}"] = {
+            "epochs": np.asarray(res.log.epochs[0]).tolist(),
+            "rank_mean": np.asarray(res.log.rank).mean(0).tolist(),
+            "n_cut_off_mean": np.asarray(res.log.n_cut_off).mean(0).tolist(),
+        }
     base_l2 = ("l2", GRID["l2"][0])
     for (arm, lam), res in trained.items():
         per = []
@@ -100,19 +122,29 @@ def main(argv=None):
             k = len(pruned.graph.hidden)
             mag_none, _ = ij.magnitude_prune(_one(trained[("none", 0.0)].network, i), k)
             mag_l2, _ = ij.magnitude_prune(_one(trained[base_l2].network, i), k)
-            per.append({
-                "seed": i, "rank": int(res.log.rank[i, -1]), "cut_off": int(res.log.n_cut_off[i, -1]),
-                "removed": H - k, "removed_reasons": rep.counts(),
-                "cut_off_tol_1e-3": int(np.asarray(ij.cut_off_mask(net, 1e-3)).sum()),
-                "loss": float(res.log.loss[i, -1]),
-                "train_acc": _acc(net, d.X_train, d.Y_train), "test_acc": _acc(net, d.X_test, d.Y_test),
-                "test_acc_pruned": _acc(pruned, d.X_test, d.Y_test), "max_abs_change": rep.max_abs_change,
-                "test_acc_none_magnitude_pruned": _acc(mag_none, d.X_test, d.Y_test),
-                "test_acc_l2_magnitude_pruned": _acc(mag_l2, d.X_test, d.Y_test),
-                "conserved_drift": float(res.log.drift[i, -1]),
-            })
-        agg = {key: (float(np.mean([p[key] for p in per])), float(np.std([p[key] for p in per])))
-               for key in per[0] if key not in ("seed", "removed_reasons")}
+            per.append(
+                {
+                    "seed": i,
+                    "rank": int(res.log.rank[i, -1]),
+                    "cut_off": int(res.log.n_cut_off[i, -1]),
+                    "removed": H - k,
+                    "removed_reasons": rep.counts(),
+                    "cut_off_tol_1e-3": int(np.asarray(ij.cut_off_mask(net, 1e-3)).sum()),
+                    "loss": float(res.log.loss[i, -1]),
+                    "train_acc": _acc(net, d.X_train, d.Y_train),
+                    "test_acc": _acc(net, d.X_test, d.Y_test),
+                    "test_acc_pruned": _acc(pruned, d.X_test, d.Y_test),
+                    "max_abs_change": rep.max_abs_change,
+                    "test_acc_none_magnitude_pruned": _acc(mag_none, d.X_test, d.Y_test),
+                    "test_acc_l2_magnitude_pruned": _acc(mag_l2, d.X_test, d.Y_test),
+                    "conserved_drift": float(res.log.drift[i, -1]),
+                }
+            )
+        agg = {
+            key: (float(np.mean([p[key] for p in per])), float(np.std([p[key] for p in per])))
+            for key in per[0]
+            if key not in ("seed", "removed_reasons")
+        }
         rows.append({"arm": arm, "strength": lam, "mean_std": agg, "per_seed": per})
 
     # accuracy against neurons kept: magnitude pruning of the none / L2 nets to every size
@@ -120,8 +152,14 @@ def main(argv=None):
     acc_vs_kept = {}
     for name, key in (("none", ("none", 0.0)), (f"l2@{base_l2[1]:g}", base_l2)):
         res = trained[key]
-        acc_vs_kept[name] = [float(np.mean([_acc(ij.magnitude_prune(_one(res.network, i), k)[0], d.X_test, d.Y_test)
-                                            for i in range(seeds)])) for k in sizes]
+        acc_vs_kept[name] = [
+            float(
+                np.mean(
+                    [_acc(ij.magnitude_prune(_one(res.network, i), k)[0], d.X_test, d.Y_test) for i in range(seeds)]
+                )
+            )
+            for k in sizes
+        ]
 
     # timings: compile, then time, per arm; ratios to the unregularized loop
     t_epochs = 200
@@ -137,28 +175,43 @@ def main(argv=None):
         timing[arm] = best / t_epochs * 1e3
     ratios = {a: timing[a] / timing["none"] for a in timing}
 
-    print(f"\nBreast Cancer, 30-20-1 ReLU + bias, {seeds} seeds, {epochs} epochs full-batch GD lr 0.2, "
-          f"cut-off tol = 0 (exact zeros)")
-    head = (f"{'arm':>16} {'lambda':>7} {'rank J':>7} {'cut/20':>7} {'pruned':>7} {'test acc':>9} {'pruned':>7} "
-            f"{'max|df|':>8} {'none-mag':>9} {'l2-mag':>7} {'cut@1e-3':>8}")
-    print("cut/20: hidden neurons in cut-off groups (rank J = 20 - groups); pruned: neurons removed "
-          "losslessly (cut off, or no output/no input); none-mag / l2-mag: test accuracy of the "
-          "unregularized / L2 nets magnitude-pruned to the same size; cut@1e-3: cut off at tol 1e-3")
+    print(
+        f"\nBreast Cancer, 30-20-1 ReLU + bias, {seeds} seeds, {epochs} epochs full-batch GD lr 0.2, "
+        f"cut-off tol = 0 (exact zeros)"
+    )
+    head = (
+        f"{'arm':>16} {'lambda':>7} {'rank J':>7} {'cut/20':>7} {'pruned':>7} {'test acc':>9} {'pruned':>7} "
+        f"{'max|df|':>8} {'none-mag':>9} {'l2-mag':>7} {'cut@1e-3':>8}"
+    )
+    print(
+        "cut/20: hidden neurons in cut-off groups (rank J = 20 - groups); pruned: neurons removed "
+        "losslessly (cut off, or no output/no input); none-mag / l2-mag: test accuracy of the "
+        "unregularized / L2 nets magnitude-pruned to the same size; cut@1e-3: cut off at tol 1e-3"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         m = r["mean_std"]
-        print(f"{r['arm']:>16} {r['strength']:>7g} {m['rank'][0]:>7.1f} {m['cut_off'][0]:>7.1f} "
-              f"{m['removed'][0]:>7.1f} {m['test_acc'][0]:>9.4f} {m['test_acc_pruned'][0]:>7.4f} {m['max_abs_change'][0]:>8.1e} "
-              f"{m['test_acc_none_magnitude_pruned'][0]:>9.4f} {m['test_acc_l2_magnitude_pruned'][0]:>7.4f} "
-              f"{m['cut_off_tol_1e-3'][0]:>8.1f}")
+        print(
+            f"{r['arm']:>16} {r['strength']:>7g} {m['rank'][0]:>7.1f} {m['cut_off'][0]:>7.1f} "
+            f"{m['removed'][0]:>7.1f} {m['test_acc'][0]:>9.4f} {m['test_acc_pruned'][0]:>7.4f} {m['max_abs_change'][0]:>8.1e} "
+            f"{m['test_acc_none_magnitude_pruned'][0]:>9.4f} {m['test_acc_l2_magnitude_pruned'][0]:>7.4f} "
+            f"{m['cut_off_tol_1e-3'][0]:>8.1f}"
+        )
     print(f"\nms/epoch ({seeds} seeds vmapped):", {a: round(v, 3) for a, v in timing.items()})
     print("ratio to none:", {a: round(v, 2) for a, v in ratios.items()})
     out = {
-        "setup": {"data": "sklearn breast_cancer, standardised, stratified 75/25 split seed 0",
-                  "net": "30-20-1 ReLU MLP, bias edges from a constant node", "loss": "BCE on logits",
-                  "optimizer": "full-batch GD, lr 0.2", "epochs": epochs, "seeds": seeds,
-                  "proximal": ["l1", "nuclear"], "cut_off_tol": 0.0, "jax_backend": jax.default_backend()},
+        "setup": {
+            "data": "sklearn breast_cancer, standardised, stratified 75/25 split seed 0",
+            "net": "30-20-1 ReLU MLP, bias edges from a constant node",
+            "loss": "BCE on logits",
+            "optimizer": "full-batch GD, lr 0.2",
+            "epochs": epochs,
+            "seeds": seeds,
+            "proximal": ["l1", "nuclear"],
+            "cut_off_tol": 0.0,
+            "jax_backend": jax.default_backend(),
+        },
         "paper_claims": PAPER,
         "rows": rows,
         "curves": curves,

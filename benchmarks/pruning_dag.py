@@ -83,10 +83,18 @@ def _one(nets, i):
 
 def train(nets, d, arm, *, epochs, log_every):
     reg, lam, prox, opt, lr, bs = ARMS[arm]
-    return ij.fit(nets, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test,
-                  loss=ij.Objective("bce", regularizer=reg, strength=lam),
-                  options=ij.TrainOptions(optimizer=opt, learning_rate=lr, epochs=epochs, log_every=log_every,
-                                          batch_size=bs, proximal=prox, tol=0.0), key=jr.key(1))
+    return ij.fit(
+        nets,
+        d.X_train,
+        d.Y_train,
+        X_test=d.X_test,
+        Y_test=d.Y_test,
+        loss=ij.Objective("bce", regularizer=reg, strength=lam),
+        options=ij.TrainOptions(
+            optimizer=opt, learning_rate=lr, epochs=epochs, log_every=log_every, batch_size=bs, proximal=prox, tol=0.0
+        ),
+        key=jr.key(1),
+    )
 
 
 def singular_checks(net, c0) -> dict:
@@ -102,13 +110,18 @@ def singular_checks(net, c0) -> dict:
     conn = ij.connectivity(net)
     boundary = {k for W in groups for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)}
     return {
-        "n_groups": len(groups), "group_sizes": sorted(len(W) for W in groups),
-        "jacobian_rank": int(ij.jacobian_rank(net)), "H_minus_groups": len(g.hidden) - len(groups),
+        "n_groups": len(groups),
+        "group_sizes": sorted(len(W) for W in groups),
+        "jacobian_rank": int(ij.jacobian_rank(net)),
+        "H_minus_groups": len(g.hidden) - len(groups),
         "max_abs_group_sum_c_final": max((abs(s) for s in sums), default=0.0),
         "max_abs_group_sum_c0": max((abs(s) for s in sums0), default=0.0),
-        "drift_c": float(np.max(np.abs(c - c0))), "conservation_scale": scale,
-        "singular_point_found": bool(sp.found), "singular_point_group_size": len(sp.group) if sp.found else 0,
-        "frozen_boundary_edges": len(boundary & set(conn.frozen_index)), "connectivity_result": conn.result,
+        "drift_c": float(np.max(np.abs(c - c0))),
+        "conservation_scale": scale,
+        "singular_point_found": bool(sp.found),
+        "singular_point_group_size": len(sp.group) if sp.found else 0,
+        "frozen_boundary_edges": len(boundary & set(conn.frozen_index)),
+        "connectivity_result": conn.result,
         "n_frozen_edges": len(conn.frozen_index),
     }
 
@@ -132,11 +145,17 @@ def run_graph(name, d, seeds, epochs, log_every, progress):
             pruned, rep = ij.prune(net, 0.0, X=X_all)
             k = len(pruned.graph.hidden)
             row = {
-                "seed": i, "rank": int(res.log.rank[i, -1]), "jacobian_rank": int(ij.jacobian_rank(net)),
-                "cut_off": int(res.log.n_cut_off[i, -1]), "removed": H - k, "removed_reasons": rep.counts(),
+                "seed": i,
+                "rank": int(res.log.rank[i, -1]),
+                "jacobian_rank": int(ij.jacobian_rank(net)),
+                "cut_off": int(res.log.n_cut_off[i, -1]),
+                "removed": H - k,
+                "removed_reasons": rep.counts(),
                 "edges_nonzero": int(np.sum(np.asarray(net.edge_weights()) != 0)),
-                "loss": float(res.log.loss[i, -1]), "test_acc": _acc(net, d.X_test, d.Y_test),
-                "test_acc_pruned": _acc(pruned, d.X_test, d.Y_test), "max_abs_change": rep.max_abs_change,
+                "loss": float(res.log.loss[i, -1]),
+                "test_acc": _acc(net, d.X_test, d.Y_test),
+                "test_acc_pruned": _acc(pruned, d.X_test, d.Y_test),
+                "max_abs_change": rep.max_abs_change,
                 "finite": bool(res.success[i]),  # the weights stayed finite (not training_diverged)
             }
             if arm == "nuclear":
@@ -149,11 +168,18 @@ def run_graph(name, d, seeds, epochs, log_every, progress):
             per.append(row)
         keys = [k for k, v in per[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "seed"]
         agg = {k: (float(np.mean([p[k] for p in per])), float(np.std([p[k] for p in per]))) for k in keys}
-        rows.append({"arm": arm, "settings": dict(zip(("regularizer", "strength", "proximal", "optimizer", "lr",
-                                                        "batch_size"), ARMS[arm])),
-                     "mean_std": agg, "per_seed": per,
-                     "curve_n_cut_off_mean": np.asarray(res.log.n_cut_off).mean(0).tolist(),
-                     "curve_epochs": np.asarray(res.log.epochs[0]).tolist()})
+        rows.append(
+            {
+                "arm": arm,
+                "settings": dict(
+                    zip(("regularizer", "strength", "proximal", "optimizer", "lr", "batch_size"), ARMS[arm])
+                ),
+                "mean_std": agg,
+                "per_seed": per,
+                "curve_n_cut_off_mean": np.asarray(res.log.n_cut_off).mean(0).tolist(),
+                "curve_epochs": np.asarray(res.log.epochs[0]).tolist(),
+            }
+        )
     return g, nets, rows
 
 
@@ -183,7 +209,10 @@ def _lock_path(out) -> Path:
     import hashlib
     import tempfile
 
-    return Path(tempfile.gettempdir()) / f"pruning_dag_{hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()[:12]}.lock"
+    return (
+        Path(tempfile.gettempdir())
+        / f"pruning_dag_{hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()[:12]}.lock"
+    )
 
 
 def main(argv=None):
@@ -191,38 +220,74 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true", help="2 seeds, 400 epochs (a quick check)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=1000)
-    ap.add_argument("--timing-only", action="store_true",
-                    help="only re-measure ms/epoch, replacing the timing fields of --out for --graphs")
-    ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=list(GRAPHS),
-                    help="which graphs to run; results for other graphs already in --out are kept")
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/pruning_dag.json, ignored "
-                    "by git; pass benchmarks/results/pruning_dag.json to replace the committed results)")
+    ap.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="only re-measure ms/epoch, replacing the timing fields of --out for --graphs",
+    )
+    ap.add_argument(
+        "--graphs",
+        nargs="+",
+        default=list(GRAPHS),
+        choices=list(GRAPHS),
+        help="which graphs to run; results for other graphs already in --out are kept",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/pruning_dag.json, ignored "
+        "by git; pass benchmarks/results/pruning_dag.json to replace the committed results)",
+    )
     args = ap.parse_args(argv)
     args.out = str(output_path(args.out, "pruning_dag.json"))
     seeds, epochs = (2, 400) if args.small else (args.seeds, args.epochs)
     log_every = epochs // 20
     d = ij.breast_cancer()
     t0 = time.perf_counter()
-    out = {"command": command() if argv is None else " ".join(["python benchmarks/pruning_dag.py", *argv]),
-           "provenance": provenance(),
-           "setup": {"data": "sklearn breast_cancer, standardised, stratified 75/25 split seed 0",
-                     "activation": "relu, bias edges from a constant node", "loss": "BCE on logits",
-                     "epochs": epochs, "seeds": seeds, "cut_off_tol": 0.0, "graphs": GRAPHS,
-                     "jax_backend": jax.default_backend(),
-                     "note": "timings measured on a shared 2-core machine (other jobs running)"},
-           "graphs": {}}
+    out = {
+        "command": command() if argv is None else " ".join(["python benchmarks/pruning_dag.py", *argv]),
+        "provenance": provenance(),
+        "setup": {
+            "data": "sklearn breast_cancer, standardised, stratified 75/25 split seed 0",
+            "activation": "relu, bias edges from a constant node",
+            "loss": "BCE on logits",
+            "epochs": epochs,
+            "seeds": seeds,
+            "cut_off_tol": 0.0,
+            "graphs": GRAPHS,
+            "jax_backend": jax.default_backend(),
+            "note": "timings measured on a shared 2-core machine (other jobs running)",
+        },
+        "graphs": {},
+    }
     if args.timing_only:
         old = json.loads(Path(args.out).read_text())
         for name in args.graphs:
             g = make_graph(name)
             nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(jr.split(jr.key(0), seeds))
             ms, ratio, cpu, cpu_ratio = timing(nets, d)
-            old["graphs"][name].update(timing_ms_per_epoch=ms, timing_ratio_to_none=ratio, timing_cpu_ms_per_epoch=cpu,
-                                       timing_cpu_ratio_to_none=cpu_ratio, timing_command=out["command"])
-            print(name, "wall ms/epoch", {a: round(v, 2) for a, v in ms.items()}, "ratio",
-                  {a: round(v, 2) for a, v in ratio.items()})
-            print(name, "cpu ms/epoch", {a: round(v, 2) for a, v in cpu.items()}, "ratio",
-                  {a: round(v, 2) for a, v in cpu_ratio.items()}, flush=True)
+            old["graphs"][name].update(
+                timing_ms_per_epoch=ms,
+                timing_ratio_to_none=ratio,
+                timing_cpu_ms_per_epoch=cpu,
+                timing_cpu_ratio_to_none=cpu_ratio,
+                timing_command=out["command"],
+            )
+            print(
+                name,
+                "wall ms/epoch",
+                {a: round(v, 2) for a, v in ms.items()},
+                "ratio",
+                {a: round(v, 2) for a, v in ratio.items()},
+            )
+            print(
+                name,
+                "cpu ms/epoch",
+                {a: round(v, 2) for a, v in cpu.items()},
+                "ratio",
+                {a: round(v, 2) for a, v in cpu_ratio.items()},
+                flush=True,
+            )
         with open(_lock_path(args.out), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             cur = json.loads(Path(args.out).read_text())
@@ -235,35 +300,50 @@ def main(argv=None):
         g, nets, rows = run_graph(name, d, seeds, epochs, log_every, lambda m: print(m, flush=True))
         ms, ratio, cpu, cpu_ratio = timing(nets, d)
         H = len(g.hidden)
-        out["graphs"][name] = {"command": out["command"], "wall_s": time.perf_counter() - t0, "n_hidden": H,
-                               "n_edges": len(g.edges), "rows": rows,
-                               "timing_ms_per_epoch": ms, "timing_ratio_to_none": ratio,
-                               "timing_cpu_ms_per_epoch": cpu, "timing_cpu_ratio_to_none": cpu_ratio}
+        out["graphs"][name] = {
+            "command": out["command"],
+            "wall_s": time.perf_counter() - t0,
+            "n_hidden": H,
+            "n_edges": len(g.edges),
+            "rows": rows,
+            "timing_ms_per_epoch": ms,
+            "timing_ratio_to_none": ratio,
+            "timing_cpu_ms_per_epoch": cpu,
+            "timing_cpu_ratio_to_none": cpu_ratio,
+        }
         print(f"\n{name}: {GRAPHS[name]}  H={H}, E={len(g.edges)}, {seeds} seeds, {epochs} epochs, cut-off tol 0")
-        head = (f"{'arm':>18} {'rank J':>7} {'svd rank':>8} {'cut/' + str(H):>7} {'pruned':>7} {'test acc':>9} "
-                f"{'after':>7} {'max|df|':>8} {'ms/ep':>6} {'x none':>6}")
+        head = (
+            f"{'arm':>18} {'rank J':>7} {'svd rank':>8} {'cut/' + str(H):>7} {'pruned':>7} {'test acc':>9} "
+            f"{'after':>7} {'max|df|':>8} {'ms/ep':>6} {'x none':>6}"
+        )
         print(head)
         print("-" * len(head))
         for r in rows:
             m = r["mean_std"]
             a = r["arm"]
-            print(f"{a:>18} {m['rank'][0]:>7.1f} {m['jacobian_rank'][0]:>8.1f} {m['cut_off'][0]:>7.1f} "
-                  f"{m['removed'][0]:>7.1f} {m['test_acc'][0]:>9.4f} {m['test_acc_pruned'][0]:>7.4f} "
-                  f"{m['max_abs_change'][0]:>8.1e} {ms.get(a, float('nan')):>6.2f} {ratio.get(a, float('nan')):>6.2f}")
+            print(
+                f"{a:>18} {m['rank'][0]:>7.1f} {m['jacobian_rank'][0]:>8.1f} {m['cut_off'][0]:>7.1f} "
+                f"{m['removed'][0]:>7.1f} {m['test_acc'][0]:>9.4f} {m['test_acc_pruned'][0]:>7.4f} "
+                f"{m['max_abs_change'][0]:>8.1e} {ms.get(a, float('nan')):>6.2f} {ratio.get(a, float('nan')):>6.2f}"
+            )
         nuc = next(r for r in rows if r["arm"] == "nuclear")["mean_std"]
-        print(f"magnitude pruning to the nuclear arm's size: none nets {nuc['test_acc_none_magnitude_pruned'][0]:.4f}, "
-              f"L2 nets {nuc['test_acc_l2_magnitude_pruned'][0]:.4f} (nuclear after pruning "
-              f"{nuc['test_acc_pruned'][0]:.4f})")
+        print(
+            f"magnitude pruning to the nuclear arm's size: none nets {nuc['test_acc_none_magnitude_pruned'][0]:.4f}, "
+            f"L2 nets {nuc['test_acc_l2_magnitude_pruned'][0]:.4f} (nuclear after pruning "
+            f"{nuc['test_acc_pruned'][0]:.4f})"
+        )
         for r in rows:
             if r["arm"].startswith("nuclear"):
                 s = [p["singular"] for p in r["per_seed"]]
-                print(f"{r['arm']}: singular_point found {sum(x['singular_point_found'] for x in s)}/{seeds}; "
-                      f"jacobian_rank == H - groups {sum(x['jacobian_rank'] == x['H_minus_groups'] for x in s)}/{seeds}; "
-                      f"max |sum_W c(final)| {max(x['max_abs_group_sum_c_final'] for x in s):.1e}, "
-                      f"max |sum_W c(0)| {max(x['max_abs_group_sum_c0'] for x in s):.2f} (drift of c up to "
-                      f"{max(x['drift_c'] for x in s):.2f}); frozen boundary edges "
-                      f"{sum(x['frozen_boundary_edges'] for x in s)}, connectivity LP disagreements "
-                      f"{sum(bool(x['connectivity_result']) for x in s)}")
+                print(
+                    f"{r['arm']}: singular_point found {sum(x['singular_point_found'] for x in s)}/{seeds}; "
+                    f"jacobian_rank == H - groups {sum(x['jacobian_rank'] == x['H_minus_groups'] for x in s)}/{seeds}; "
+                    f"max |sum_W c(final)| {max(x['max_abs_group_sum_c_final'] for x in s):.1e}, "
+                    f"max |sum_W c(0)| {max(x['max_abs_group_sum_c0'] for x in s):.2f} (drift of c up to "
+                    f"{max(x['drift_c'] for x in s):.2f}); frozen boundary edges "
+                    f"{sum(x['frozen_boundary_edges'] for x in s)}, connectivity LP disagreements "
+                    f"{sum(bool(x['connectivity_result']) for x in s)}"
+                )
     out["wall_s"] = time.perf_counter() - t0
     out["provenance"] = provenance()  # with the end time
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -271,8 +351,10 @@ def main(argv=None):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if Path(args.out).exists():
             old = json.loads(Path(args.out).read_text())
-            out["graphs"] = {**{k: v for k, v in old.get("graphs", {}).items() if k not in out["graphs"]},
-                             **out["graphs"]}
+            out["graphs"] = {
+                **{k: v for k, v in old.get("graphs", {}).items() if k not in out["graphs"]},
+                **out["graphs"],
+            }
         tmp = Path(args.out).with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(out, indent=1))
         tmp.replace(args.out)

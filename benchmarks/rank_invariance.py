@@ -63,8 +63,9 @@ def cut_off(g, theta, W):
     return theta
 
 
-def flow_batch(n_generic: int, solver: str, rtol: float, t1: float = T1, n_save: int = N_SAVE,
-               max_steps: int = 100_000) -> dict:
+def flow_batch(
+    n_generic: int, solver: str, rtol: float, t1: float = T1, n_save: int = N_SAVE, max_steps: int = 100_000
+) -> dict:
     """Flows (one vmapped solve) from one init per cut-off group in `GROUPS` followed by
     `n_generic` generic inits. Returns NumPy arrays: `thetas` `(n, T, E)`, `s` `(n, T, H)`
     singular values of `J_G`, `rank` `(n, T)` (`ij.jacobian_rank`, SVD), `rownorm` `(n, T)`
@@ -87,8 +88,15 @@ def flow_batch(n_generic: int, solver: str, rtol: float, t1: float = T1, n_save:
             J = ij.jacobian(along)
             s = jnp.linalg.svd(J, compute_uv=False)
             rownorm = jnp.min(jnp.linalg.norm(J, axis=2), axis=1)
-            return {"thetas": f.thetas, "s": s, "rank": ij.jacobian_rank(along), "rownorm": rownorm,
-                    "success": f.success, "losses": f.losses}
+            return {
+                "thetas": f.thetas,
+                "s": s,
+                "rank": ij.jacobian_rank(along),
+                "rownorm": rownorm,
+                "success": f.success,
+                "losses": f.losses,
+            }
+
         return eqx.filter_vmap(one)(nets)
 
     return {k: np.asarray(v) for k, v in run(nets).items()}
@@ -115,13 +123,22 @@ def analyse(out: dict) -> dict:
         ratio = np.where(valid, s.min(-1) / np.where(valid, rownorm, 1.0), np.inf).min(1)
     template = ij.DAGNetwork(g, key=jr.key(0))
     ends = np.stack([thetas[:, 0], thetas[rows, last]], 1)  # (n, 2, E)
-    graph_rank = ij.jacobian_rank(template.with_edge_weights(np.where(np.isfinite(ends), ends, 0.0)),
-                                  method="graph")
-    res = {"valid": valid, "n_reached": n_reached, "rank_start": rank[:, 0], "rank_end": rank[rows, last],
-           "rank_min": np.where(valid, rank, big).min(1), "rank_max": np.where(valid, rank, -1).max(1),
-           "graph_rank_start": graph_rank[:, 0], "graph_rank_end": graph_rank[:, 1],
-           "s_min": s_min, "ratio": ratio, "success": out["success"].astype(bool),
-           "losses_first": out["losses"][:, 0], "losses_last": out["losses"][rows, last]}
+    graph_rank = ij.jacobian_rank(template.with_edge_weights(np.where(np.isfinite(ends), ends, 0.0)), method="graph")
+    res = {
+        "valid": valid,
+        "n_reached": n_reached,
+        "rank_start": rank[:, 0],
+        "rank_end": rank[rows, last],
+        "rank_min": np.where(valid, rank, big).min(1),
+        "rank_max": np.where(valid, rank, -1).max(1),
+        "graph_rank_start": graph_rank[:, 0],
+        "graph_rank_end": graph_rank[:, 1],
+        "s_min": s_min,
+        "ratio": ratio,
+        "success": out["success"].astype(bool),
+        "losses_first": out["losses"][:, 0],
+        "losses_last": out["losses"][rows, last],
+    }
     res["boundary_zero"], res["groups_start"], res["groups_end"] = [], [], []
     for i, W in enumerate(GROUPS):
         boundary = [k for k, (u, v) in enumerate(g.edges) if (u in W) != (v in W)]
@@ -158,37 +175,59 @@ def summary(a: dict, n_singular: int = len(GROUPS)) -> dict:
         "successful_rank_end_not_equal_start": int((~same & ok).sum()),
         "final_loss_below_initial": int((a["losses_last"][gen] < a["losses_first"][gen]).sum()),
         "singular_inits": [
-            {"group": sorted(W), "success": bool(a["success"][i]), "saved_times_reached": int(a["n_reached"][i]),
-             "boundary_exactly_zero": a["boundary_zero"][i], "rank_start": int(a["rank_start"][i]),
-             "rank_end": int(a["rank_end"][i]), "rank_min": int(a["rank_min"][i]), "rank_max": int(a["rank_max"][i]),
-             "graph_rank_start": int(a["graph_rank_start"][i]), "graph_rank_end": int(a["graph_rank_end"][i]),
-             "groups_start": [sorted(x) for x in a["groups_start"][i]],
-             "groups_end": [sorted(x) for x in a["groups_end"][i]],
-             "loss_first": float(a["losses_first"][i]), "loss_last": float(a["losses_last"][i])}
-            for i, W in enumerate(GROUPS)],
+            {
+                "group": sorted(W),
+                "success": bool(a["success"][i]),
+                "saved_times_reached": int(a["n_reached"][i]),
+                "boundary_exactly_zero": a["boundary_zero"][i],
+                "rank_start": int(a["rank_start"][i]),
+                "rank_end": int(a["rank_end"][i]),
+                "rank_min": int(a["rank_min"][i]),
+                "rank_max": int(a["rank_max"][i]),
+                "graph_rank_start": int(a["graph_rank_start"][i]),
+                "graph_rank_end": int(a["graph_rank_end"][i]),
+                "groups_start": [sorted(x) for x in a["groups_start"][i]],
+                "groups_end": [sorted(x) for x in a["groups_end"][i]],
+                "loss_first": float(a["losses_first"][i]),
+                "loss_last": float(a["losses_last"][i]),
+            }
+            for i, W in enumerate(GROUPS)
+        ],
     }
 
 
 def per_flow(a: dict, n_singular: int = len(GROUPS)) -> dict:
     """Columns, one entry per generic flow."""
     gen = slice(n_singular, None)
-    return {"success": a["success"][gen].astype(int).tolist(), "saved_times_reached": a["n_reached"][gen].tolist(),
-            "rank_start": a["rank_start"][gen].tolist(), "rank_end": a["rank_end"][gen].tolist(),
-            "graph_rank_start": a["graph_rank_start"][gen].tolist(),
-            "graph_rank_end": a["graph_rank_end"][gen].tolist(),
-            "s_min": [float(f"{x:.4g}") for x in a["s_min"][gen]],
-            "s_min_over_node_norm": [float(f"{x:.4g}") for x in a["ratio"][gen]]}
+    return {
+        "success": a["success"][gen].astype(int).tolist(),
+        "saved_times_reached": a["n_reached"][gen].tolist(),
+        "rank_start": a["rank_start"][gen].tolist(),
+        "rank_end": a["rank_end"][gen].tolist(),
+        "graph_rank_start": a["graph_rank_start"][gen].tolist(),
+        "graph_rank_end": a["graph_rank_end"][gen].tolist(),
+        "s_min": [float(f"{x:.4g}") for x in a["s_min"][gen]],
+        "s_min_over_node_norm": [float(f"{x:.4g}") for x in a["ratio"][gen]],
+    }
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1000, help="generic initializations per configuration")
-    p.add_argument("--config", action="append", default=None,
-                   help="SOLVER:RTOL:MAX_STEPS[:N] (repeatable; N overrides --n for that configuration; "
-                   "default tsit5:1e-6:20000, the slow test's)")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=None,
+        help="SOLVER:RTOL:MAX_STEPS[:N] (repeatable; N overrides --n for that configuration; "
+        "default tsit5:1e-6:20000, the slow test's)",
+    )
     p.add_argument("--no-per-flow", action="store_true", help="leave out the per-flow columns")
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/rank_invariance.json; "
-                   "pass benchmarks/results/rank_invariance.json to replace the committed results)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/rank_invariance.json; "
+        "pass benchmarks/results/rank_invariance.json to replace the committed results)",
+    )
     args = p.parse_args()
     configs = args.config or ["tsit5:1e-6:20000"]
     load_start = list(os.getloadavg())
@@ -203,29 +242,57 @@ def main():
         a = analyse(out)
         wall_analyse = time.perf_counter() - t0
         s = summary(a)
-        run = {"solver": solver, "rtol": rtol, "atol": rtol, "max_steps": max_steps, "t1": T1, "n_save": N_SAVE,
-               "n_flows": len(a["success"]), "wall_flow_s": wall_flow, "wall_analyse_s": wall_analyse,
-               "load_average_before": load_start if not runs else None, "load_average_after": list(os.getloadavg()),
-               **s}
+        run = {
+            "solver": solver,
+            "rtol": rtol,
+            "atol": rtol,
+            "max_steps": max_steps,
+            "t1": T1,
+            "n_save": N_SAVE,
+            "n_flows": len(a["success"]),
+            "wall_flow_s": wall_flow,
+            "wall_analyse_s": wall_analyse,
+            "load_average_before": load_start if not runs else None,
+            "load_average_after": list(os.getloadavg()),
+            **s,
+        }
         if not args.no_per_flow:
             run["per_flow"] = per_flow(a)
         runs.append(run)
-        print(f"{solver} rtol={rtol:g} max_steps={max_steps}: {s['n_generic']} generic flows in {wall_flow:.0f} s "
-              f"(with compiling); solver success {s['fraction_solver_success']:.3f}, all saved times reached "
-              f"{s['fraction_all_saved_times_reached']:.3f}; rank end == start {s['rank_end_equal_start']}, "
-              f"!= {s['rank_end_not_equal_start']}; full rank at every reached time "
-              f"{s['rank_full_at_every_reached_time']}; min s_min {s['min_s_min']:.3g}, min s_min / node norm "
-              f"{s['min_s_min_over_node_norm']:.3g}; singular inits: "
-              + "; ".join(f"{x['group']} rank {x['rank_start']}->{x['rank_end']}, boundary exactly 0 "
-                          f"{x['boundary_exactly_zero']}" for x in s["singular_inits"]), flush=True)
-    res = {"settings": {"n": args.n, "configs": configs, "graph": repr(GRAPH), "graph_call": "ij.mlp([2, 4, 3, 1], bias=True)",
-                        "n_hidden": len(GRAPH.hidden), "n_edges": len(GRAPH.edges),
-                        "groups": [sorted(W) for W in GROUPS], "data": "ij.teacher_student(g, 16, key=jr.key(0))",
-                        "init_keys": "jr.split(jr.key(1), 2 + n)", "t1": T1, "n_save": N_SAVE},
-           "note": None if all(r["n_generic"] >= 1000 for r in runs) else
-           "configurations with fewer than the slow test's 1000 generic inits: " + ", ".join(
-               f"{r['solver']} rtol {r['rtol']:g} (n = {r['n_generic']})" for r in runs if r["n_generic"] < 1000),
-           "runs": runs, "devices": [str(d) for d in jax.devices()]}
+        print(
+            f"{solver} rtol={rtol:g} max_steps={max_steps}: {s['n_generic']} generic flows in {wall_flow:.0f} s "
+            f"(with compiling); solver success {s['fraction_solver_success']:.3f}, all saved times reached "
+            f"{s['fraction_all_saved_times_reached']:.3f}; rank end == start {s['rank_end_equal_start']}, "
+            f"!= {s['rank_end_not_equal_start']}; full rank at every reached time "
+            f"{s['rank_full_at_every_reached_time']}; min s_min {s['min_s_min']:.3g}, min s_min / node norm "
+            f"{s['min_s_min_over_node_norm']:.3g}; singular inits: "
+            + "; ".join(
+                f"{x['group']} rank {x['rank_start']}->{x['rank_end']}, boundary exactly 0 {x['boundary_exactly_zero']}"
+                for x in s["singular_inits"]
+            ),
+            flush=True,
+        )
+    res = {
+        "settings": {
+            "n": args.n,
+            "configs": configs,
+            "graph": repr(GRAPH),
+            "graph_call": "ij.mlp([2, 4, 3, 1], bias=True)",
+            "n_hidden": len(GRAPH.hidden),
+            "n_edges": len(GRAPH.edges),
+            "groups": [sorted(W) for W in GROUPS],
+            "data": "ij.teacher_student(g, 16, key=jr.key(0))",
+            "init_keys": "jr.split(jr.key(1), 2 + n)",
+            "t1": T1,
+            "n_save": N_SAVE,
+        },
+        "note": None
+        if all(r["n_generic"] >= 1000 for r in runs)
+        else "configurations with fewer than the slow test's 1000 generic inits: "
+        + ", ".join(f"{r['solver']} rtol {r['rtol']:g} (n = {r['n_generic']})" for r in runs if r["n_generic"] < 1000),
+        "runs": runs,
+        "devices": [str(d) for d in jax.devices()],
+    }
     write_json(output_path(args.out, "rank_invariance.json"), res)
 
 

@@ -19,6 +19,7 @@ takes about N minutes on a shared 2-core machine (compilation, the two-writer ca
 the signal cases run subprocesses). `CASES=word,word` runs only the cases whose guard name
 contains a word.
 """
+
 import argparse
 import contextlib
 import io
@@ -42,7 +43,9 @@ from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, load_sw
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", default="current")
 ap.add_argument("--work", default="/tmp/store_robustness")
-ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/store_robustness_<label>.json)")
+ap.add_argument(
+    "--out", default=None, help="JSON path (default: benchmarks/results/local/store_robustness_<label>.json)"
+)
 args = ap.parse_args()
 ROOT = Path(args.work).resolve()
 shutil.rmtree(ROOT, ignore_errors=True)
@@ -63,8 +66,15 @@ def cli(argv):
         return None, out.getvalue(), err.getvalue(), e
 
 
-ERR, OK, UNCLEAR, TB, SILENT, LOST, HANG = ("clear early error", "correct", "unclear", "traceback",
-                                           "silently accepted", "user file lost or overwritten", "hang")
+ERR, OK, UNCLEAR, TB, SILENT, LOST, HANG = (
+    "clear early error",
+    "correct",
+    "unclear",
+    "traceback",
+    "silently accepted",
+    "user file lost or overwritten",
+    "hang",
+)
 OUTCOMES = (ERR, OK, UNCLEAR, TB, SILENT, LOST, HANG)  # issue 30's classes
 
 
@@ -85,8 +95,9 @@ def classify(clean, lost, *, expect, rc=None, exc=None):
 
 def record(case, clean, lost, note, unit="records", *, outcome=None, expect="error", rc=None, exc=None, issue=15):
     outcome = outcome or classify(clean, lost, expect=expect, rc=rc, exc=exc)
-    rows.append(dict(case=case, issue=issue, clean=bool(clean), outcome=outcome, lost=int(lost), unit=unit,
-                     note=note[:160]))
+    rows.append(
+        dict(case=case, issue=issue, clean=bool(clean), outcome=outcome, lost=int(lost), unit=unit, note=note[:160])
+    )
     print(f"{case:48s} {outcome:30s} lost={lost:3d} {unit:10s} {note[:160]}", flush=True)
 
 
@@ -126,8 +137,15 @@ def c1():
     (d / "notes.txt").write_text("x")
     rc, o, e, exc = cli(["demo", "--n-inits", "2", "--out", str(d)])
     kept = (d / "notes.txt").exists()
-    record("demo --out DIR holding notes.txt", rc == 2 and kept and exc is None, 0 if kept else 1,
-           f"rc={rc} user file kept={kept} {e.strip()[-80:]}", unit="user files", rc=rc, exc=exc)
+    record(
+        "demo --out DIR holding notes.txt",
+        rc == 2 and kept and exc is None,
+        0 if kept else 1,
+        f"rc={rc} user file kept={kept} {e.strip()[-80:]}",
+        unit="user files",
+        rc=rc,
+        exc=exc,
+    )
 
 
 # 2 demo --out "" in a directory with a file
@@ -142,8 +160,15 @@ def c2():
     finally:
         os.chdir(old)
     kept = (d / "keep.txt").exists()
-    record('demo --out "" (cwd holds keep.txt)', rc == 2 and kept and exc is None, 0 if kept else 1,
-           f"rc={rc} kept={kept} {e.strip()[-80:]}", unit="user files", rc=rc, exc=exc)
+    record(
+        'demo --out "" (cwd holds keep.txt)',
+        rc == 2 and kept and exc is None,
+        0 if kept else 1,
+        f"rc={rc} kept={kept} {e.strip()[-80:]}",
+        unit="user files",
+        rc=rc,
+        exc=exc,
+    )
 
 
 CHILD = r"""
@@ -162,17 +187,26 @@ def concurrent(case, slots, chunk_size, n):
     cfg = dict(graph="mlp", widths=[5, 8, 1], n_inits=n, t1=1.0)  # the issue's repro
     procs = []
     for s in slots:
-        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg), str(out), str(s), str(chunk_size)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, json.dumps(cfg), str(out), str(s), str(chunk_size)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
         # the next writer starts once this one has written 2 chunks (as `sleep 9` in the issue)
         t0 = time.monotonic()
-        while (len(list((out / "chunks").glob("chunk-*"))) < 2 * len(procs) and procs[-1].poll() is None
-               and time.monotonic() - t0 < 300):
+        while (
+            len(list((out / "chunks").glob("chunk-*"))) < 2 * len(procs)
+            and procs[-1].poll() is None
+            and time.monotonic() - t0 < 300
+        ):
             time.sleep(0.05)
     rcs = [p.wait() for p in procs]
     got = n_records(out)
-    record(case, all(r == 0 for r in rcs) and got == n, n - got, f"exit codes {rcs}; {got} of {n} records",
-           expect="result")
+    record(
+        case, all(r == 0 for r in rcs) and got == n, n - got, f"exit codes {rcs}; {got} of {n} records", expect="result"
+    )
 
 
 # 5-7 damaged chunks
@@ -186,14 +220,34 @@ def damaged(case, how):
         rc, o, e, exc = cli(["sweep", *flags(), "--resume", "--out", str(out)])
     named = victim.name in (e + " ".join(str(x.message) for x in w) + str(exc))
     got = n_records(out)
-    record(case, rc == 0 and named and got == CFG["n_inits"], CFG["n_inits"] - got,
-           f"rc={rc} named={named} exc={type(exc).__name__ if exc else None}: {str(exc)[:50]}", expect="result",
-           rc=rc, exc=exc)
+    record(
+        case,
+        rc == 0 and named and got == CFG["n_inits"],
+        CFG["n_inits"] - got,
+        f"rc={rc} named={named} exc={type(exc).__name__ if exc else None}: {str(exc)[:50]}",
+        expect="result",
+        rc=rc,
+        exc=exc,
+    )
 
 
 def flags():
-    return ["--t1", "0.5", "--n-samples", "10", "--n-save", "11", "--n-inits", str(CFG["n_inits"]),
-            "--slots", "2", "--steps-per-call", "8", "--no-progress", "--no-figures"]
+    return [
+        "--t1",
+        "0.5",
+        "--n-samples",
+        "10",
+        "--n-save",
+        "11",
+        "--n-inits",
+        str(CFG["n_inits"]),
+        "--slots",
+        "2",
+        "--steps-per-call",
+        "8",
+        "--no-progress",
+        "--no-figures",
+    ]
 
 
 # 8 foreign chunk
@@ -206,8 +260,14 @@ def c8():
     shutil.copy(alien, dest)
     rc, o, e, exc = cli(["sweep", *flags(), "--resume", "--out", str(out)])
     refused = rc == 2 and dest.name in e
-    record("foreign chunk (t1=0.2 into t1=0.5)", refused and exc is None, 0, f"rc={rc} refused by name={refused}",
-           rc=rc, exc=exc)
+    record(
+        "foreign chunk (t1=0.2 into t1=0.5)",
+        refused and exc is None,
+        0,
+        f"rc={rc} refused by name={refused}",
+        rc=rc,
+        exc=exc,
+    )
 
 
 # 9/10 manifest lost / garbage
@@ -220,8 +280,15 @@ def manifest(case, how):
         m.write_text("garbage")
     rc, o, e, exc = cli(["sweep", *flags(), "--resume", "--out", str(out)])
     got = n_records(out)
-    record(case, rc == 0 and got == CFG["n_inits"], CFG["n_inits"] - got, f"rc={rc} {e.strip()[-90:]}",
-           expect="result", rc=rc, exc=exc)
+    record(
+        case,
+        rc == 0 and got == CFG["n_inits"],
+        CFG["n_inits"] - got,
+        f"rc={rc} {e.strip()[-90:]}",
+        expect="result",
+        rc=rc,
+        exc=exc,
+    )
 
 
 # 11/12 output paths before work
@@ -241,27 +308,66 @@ def outpath(case, argv, target_mod, target_name):
         rc, o, e, exc = cli(argv)
     finally:
         setattr(mod, target_name, orig)
-    record(case, rc == 2 and not calls and exc is None, 0, f"rc={rc} work started={bool(calls)} {e.strip()[-60:]}",
-           rc=0 if calls else rc, exc=exc)
+    record(
+        case,
+        rc == 2 and not calls and exc is None,
+        0,
+        f"rc={rc} work started={bool(calls)} {e.strip()[-60:]}",
+        rc=0 if calls else rc,
+        exc=exc,
+    )
 
 
 # 13 strict summary.json
 def c13():
     out = ROOT / "strict"
-    rc, o, e, exc = cli(["sweep", "--n-inits", "2", "--max-steps", "2", "--t1", "0.5", "--n-samples", "10", "--n-save",
-                         "11", "--slots", "2", "--no-progress", "--no-figures", "--out", str(out)])
+    rc, o, e, exc = cli(
+        [
+            "sweep",
+            "--n-inits",
+            "2",
+            "--max-steps",
+            "2",
+            "--t1",
+            "0.5",
+            "--n-samples",
+            "10",
+            "--n-save",
+            "11",
+            "--slots",
+            "2",
+            "--no-progress",
+            "--no-figures",
+            "--out",
+            str(out),
+        ]
+    )
     text = (out / "summary.json").read_text() if (out / "summary.json").exists() else ""
     strict = "NaN" not in text and bool(text)
-    record("summary.json strict JSON (all failed)", strict, 0, f"NaN in file={'NaN' in text}", expect="result",
-           rc=rc, exc=exc)
+    record(
+        "summary.json strict JSON (all failed)",
+        strict,
+        0,
+        f"NaN in file={'NaN' in text}",
+        expect="result",
+        rc=rc,
+        exc=exc,
+    )
 
 
 # 14 check verdict
 def c14():
     rc, o, e, exc = cli(["check", "--max-steps", "10", "--n-inits", "2"])
     last = o.strip().splitlines()[-1] if o.strip() else ""
-    record("check --max-steps 10 names the budget", "step budget" in last and "NOT within" not in last, 0, last[-100:],
-           expect="result", rc=rc, exc=exc)
+    record(
+        "check --max-steps 10 names the budget",
+        "step budget" in last and "NOT within" not in last,
+        0,
+        last[-100:],
+        expect="result",
+        rc=rc,
+        exc=exc,
+    )
 
 
 # 15 chunk mode
@@ -273,18 +379,37 @@ def c15():
 
 # 16-19 graph files
 def graphs():
-    for case, content in [("graph file: binary garbage", b"\x89PNG\r\n\x1a\n\x00\xff\xfe"),
-                          ("graph file: roles, no edges", b"inputs: a\noutputs: b\n"),
-                          ("graph file: unused input", b"inputs: a z\noutputs: b\na b\n"),
-                          ("graph file: a directory", None)]:
+    for case, content in [
+        ("graph file: binary garbage", b"\x89PNG\r\n\x1a\n\x00\xff\xfe"),
+        ("graph file: roles, no edges", b"inputs: a\noutputs: b\n"),
+        ("graph file: unused input", b"inputs: a z\noutputs: b\na b\n"),
+        ("graph file: a directory", None),
+    ]:
         g = ROOT / f"g{len(rows)}.txt"
         if content is None:
             g.mkdir()
         else:
             g.write_bytes(content)
         out = ROOT / f"gout{len(rows)}"
-        rc, o, e, exc = cli(["sweep", "--graph", str(g), "--out", str(out), "--no-progress", "--n-inits", "2",
-                             "--t1", "0.2", "--no-figures", "--n-samples", "5", "--n-save", "3"])
+        rc, o, e, exc = cli(
+            [
+                "sweep",
+                "--graph",
+                str(g),
+                "--out",
+                str(out),
+                "--no-progress",
+                "--n-inits",
+                "2",
+                "--t1",
+                "0.2",
+                "--no-figures",
+                "--n-samples",
+                "5",
+                "--n-save",
+                "3",
+            ]
+        )
         good = rc == 2 and exc is None and any(w in e for w in ("no edge", "not a text", "directory", "appear in no"))
         record(case, good, 0, f"rc={rc} exc={type(exc).__name__ if exc else None} {e.strip()[-70:]}", rc=rc, exc=exc)
 
@@ -293,8 +418,14 @@ def graphs():
 def c20():
     out = ROOT / "slots0"
     rc, o, e, exc = cli(["sweep", "--n-inits", "2", "--slots", "0", "--out", str(out), "--no-progress"])
-    record("--slots 0 refused before the folder", rc == 2 and not (out / "manifest.json").exists(), 0,
-           f"rc={rc} manifest written={(out / 'manifest.json').exists()}", rc=rc, exc=exc)
+    record(
+        "--slots 0 refused before the folder",
+        rc == 2 and not (out / "manifest.json").exists(),
+        0,
+        f"rc={rc} manifest written={(out / 'manifest.json').exists()}",
+        rc=rc,
+        exc=exc,
+    )
 
 
 # ---------------------------------------------------------------- issue 30's cases
@@ -361,8 +492,16 @@ def user_file_case(case, where):
     kept = p.is_file() and p.read_bytes() == b"user data"
     named = all(r[0] == 2 and where in r[2] for r in res)
     exc = next((r[3] for r in res if r[3] is not None), None)
-    record(case, kept and named, 0 if kept else 1, f"rc={[r[0] for r in res]} kept={kept} {res[-1][2].strip()[-90:]}",
-           unit="user files", rc=res[0][0], exc=exc, issue=30)
+    record(
+        case,
+        kept and named,
+        0 if kept else 1,
+        f"rc={[r[0] for r in res]} kept={kept} {res[-1][2].strip()[-90:]}",
+        unit="user files",
+        rc=res[0][0],
+        exc=exc,
+        issue=30,
+    )
 
 
 def foreign_manifest():
@@ -373,9 +512,16 @@ def foreign_manifest():
     res = [cli(["sweep", *flags(), *extra, "--out", str(out)]) for extra in ([], ["--overwrite"])]
     kept = (out / "manifest.json").read_text() == '{"my": "own manifest"}'
     named = all(r[0] == 2 and "manifest.json" in r[2] for r in res)
-    record("user manifest.json: sweep, then --overwrite", kept and named, 0 if kept else 1,
-           f"rc={[r[0] for r in res]} kept={kept} {res[0][2].strip()[-90:]}", unit="user files", rc=res[0][0],
-           exc=res[0][3], issue=30)
+    record(
+        "user manifest.json: sweep, then --overwrite",
+        kept and named,
+        0 if kept else 1,
+        f"rc={[r[0] for r in res]} kept={kept} {res[0][2].strip()[-90:]}",
+        unit="user files",
+        rc=res[0][0],
+        exc=res[0][3],
+        issue=30,
+    )
 
 
 def user_claim():
@@ -386,8 +532,16 @@ def user_claim():
     p.write_text('{"mine": true}')
     rc, o, e, exc = cli(["sweep", *flags(), "--out", str(out)])
     kept = p.read_text() == '{"mine": true}'
-    record("user claims/block-0000000.json: sweep", kept and rc == 2 and p.name in e, 0 if kept else 1,
-           f"rc={rc} kept={kept} {e.strip()[-90:]}", unit="user files", rc=rc, exc=exc, issue=30)
+    record(
+        "user claims/block-0000000.json: sweep",
+        kept and rc == 2 and p.name in e,
+        0 if kept else 1,
+        f"rc={rc} kept={kept} {e.strip()[-90:]}",
+        unit="user files",
+        rc=rc,
+        exc=exc,
+        issue=30,
+    )
 
 
 def demo_over_sweep():
@@ -397,8 +551,15 @@ def demo_over_sweep():
     rc, o, e, exc = cli(["demo", "--n-inits", "2", "--out", str(out)])
     gone = [k for k in before if k.startswith("chunks/") and not (out / k).exists()]
     lost = CFG["n_inits"] if gone else 0
-    record("demo --out DIR holding another sweep", rc == 2 and snapshot(out) == before, lost,
-           f"rc={rc} chunks deleted={len(gone)} {e.strip()[-80:]}", rc=rc, exc=exc, issue=30)
+    record(
+        "demo --out DIR holding another sweep",
+        rc == 2 and snapshot(out) == before,
+        lost,
+        f"rc={rc} chunks deleted={len(gone)} {e.strip()[-80:]}",
+        rc=rc,
+        exc=exc,
+        issue=30,
+    )
 
 
 def resume_overwrite(api):
@@ -416,9 +577,15 @@ def resume_overwrite(api):
     else:
         rc, o, e, exc = cli(["sweep", *flags(), "--resume", "--overwrite", "--out", str(out)])
     gone = [k for k in before if k.startswith("chunks/") and not (out / k).exists()]
-    record(f"--resume --overwrite ({'run_sweep' if api else 'CLI'})", rc == 2 and "contradict" in e and not gone,
-           CFG["n_inits"] if gone else 0, f"rc={rc} finished chunks deleted={len(gone)} {e.strip()[-70:]}",
-           rc=rc, exc=exc, issue=30)
+    record(
+        f"--resume --overwrite ({'run_sweep' if api else 'CLI'})",
+        rc == 2 and "contradict" in e and not gone,
+        CFG["n_inits"] if gone else 0,
+        f"rc={rc} finished chunks deleted={len(gone)} {e.strip()[-70:]}",
+        rc=rc,
+        exc=exc,
+        issue=30,
+    )
 
 
 def prune_json(case, target, existing):
@@ -430,9 +597,16 @@ def prune_json(case, target, existing):
     kept = target.read_text() == "my report" if existing else not target.parent.exists()
     words = "already exists" if existing else "does not exist"
     # the spy stops the work; when it is called, the command had accepted the path
-    record(case, rc == 2 and not calls and words in e and kept, 0 if kept else 1,
-           f"rc={rc} work started={bool(calls)} kept={kept} {e.strip()[-70:]}", unit="user files",
-           rc=0 if calls else rc, exc=exc if not calls else None, issue=30)
+    record(
+        case,
+        rc == 2 and not calls and words in e and kept,
+        0 if kept else 1,
+        f"rc={rc} work started={bool(calls)} kept={kept} {e.strip()[-70:]}",
+        unit="user files",
+        rc=0 if calls else rc,
+        exc=exc if not calls else None,
+        issue=30,
+    )
 
 
 RACER = r"""
@@ -465,17 +639,29 @@ def racing_configs():
     """Repro 6: two configs started at once into one new folder."""
     out = ROOT / "race"
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, json.dumps({**CFG, "seed": s}), str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, json.dumps({**CFG, "seed": s}), str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in (0, 1)
+    ]
     res = [p.communicate() + (p.returncode,) for p in procs]
     wall = time.monotonic() - t0
     rcs = [r[2] for r in res]
     refused = [r for r in res if r[2] == 2 and "REFUSED" in r[1] and "different" in r[1]]
     hashes = set(chunk_hashes(out))
     mixed = len(hashes) > 1
-    record("2 configs at once into one new folder", len(refused) == 1 and 0 in rcs and not mixed,
-           CFG["n_inits"] if mixed else 0, f"exit codes {rcs}; config hashes in chunks={len(hashes)}; {wall:.0f} s",
-           rc=0 if rcs == [0, 0] else 2, issue=30)
+    record(
+        "2 configs at once into one new folder",
+        len(refused) == 1 and 0 in rcs and not mixed,
+        CFG["n_inits"] if mixed else 0,
+        f"exit codes {rcs}; config hashes in chunks={len(hashes)}; {wall:.0f} s",
+        rc=0 if rcs == [0, 0] else 2,
+        issue=30,
+    )
 
 
 def edited_manifest():
@@ -493,9 +679,17 @@ def edited_manifest():
     kept = all((out / k).is_file() for k in before)
     ok = rc == 0 and got == CFG["n_inits"] and kept
     advice = "--overwrite" in e
-    record("manifest config edited by hand + --resume", ok, 0 if kept else CFG["n_inits"],
-           f"rc={rc} records={got} advises --overwrite={advice} {e.strip()[-70:]}", expect="result",
-           outcome=None if ok or exc is not None or not kept else UNCLEAR, rc=rc, exc=exc, issue=30)
+    record(
+        "manifest config edited by hand + --resume",
+        ok,
+        0 if kept else CFG["n_inits"],
+        f"rc={rc} records={got} advises --overwrite={advice} {e.strip()[-70:]}",
+        expect="result",
+        outcome=None if ok or exc is not None or not kept else UNCLEAR,
+        rc=rc,
+        exc=exc,
+        issue=30,
+    )
 
 
 def missing_chunk():
@@ -509,9 +703,16 @@ def missing_chunk():
         except Exception as x:
             got, exc = 0, x
     said = [str(x.message) for x in w if "missing" in str(x.message)]
-    record("load_sweep with a chunk missing", bool(said) and exc is None, 0,
-           f"{got} of {CFG['n_inits']} records; warned={bool(said)} {(said or [''])[0][:80]}", expect="result",
-           outcome=SILENT if not said and exc is None else None, exc=exc, issue=30)
+    record(
+        "load_sweep with a chunk missing",
+        bool(said) and exc is None,
+        0,
+        f"{got} of {CFG['n_inits']} records; warned={bool(said)} {(said or [''])[0][:80]}",
+        expect="result",
+        outcome=SILENT if not said and exc is None else None,
+        exc=exc,
+        issue=30,
+    )
 
 
 SIGNALLED = r"""
@@ -529,11 +730,15 @@ def signal_case(sig):
     out = ROOT / f"sig{sig}"
     argv = ["sweep", *flags(), "--out", str(out)]
     argv[argv.index("--n-inits") + 1] = "100000"
-    p = subprocess.Popen([sys.executable, "-c", SIGNALLED, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", SIGNALLED, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     t0 = time.monotonic()
-    while p.poll() is None and time.monotonic() - t0 < 240 and not chunks(out) if (out / "chunks").is_dir() else \
-            p.poll() is None and time.monotonic() - t0 < 240:
+    while (
+        p.poll() is None and time.monotonic() - t0 < 240 and not chunks(out)
+        if (out / "chunks").is_dir()
+        else p.poll() is None and time.monotonic() - t0 < 240
+    ):
         time.sleep(0.2)  # until the first records are on disk (compiled and running)
     time.sleep(5.0)
     at_signal, waited = n_records(out), time.monotonic() - t0
@@ -543,18 +748,24 @@ def signal_case(sig):
     except subprocess.TimeoutExpired:
         p.kill()
         o, e = p.communicate()
-        record(f"{_signal.Signals(sig).name} during a sweep", False, 0, "no exit within 120 s", outcome=HANG,
-               issue=30)
+        record(f"{_signal.Signals(sig).name} during a sweep", False, 0, "no exit within 120 s", outcome=HANG, issue=30)
         return
     lines = [x for x in e.strip().splitlines() if x.strip()]
     got, stale = n_records(out), stale_claims(out)
     one_line = len(lines) == 1 and "progress saved" in lines[0] and "--resume" in lines[0]
     ok = one_line and got > at_signal and stale == 0
     tb = "Traceback" in e
-    record(f"{_signal.Signals(sig).name} during a sweep", ok, 0,
-           f"rc={p.returncode} stderr lines={len(lines)} records on disk at the signal {at_signal} (after {waited:.0f} s), "
-           f"after it {got}; stale claims={stale} "
-           f"{(lines or [''])[-1][-70:]}", expect="result", outcome=None if ok else TB if tb else UNCLEAR, issue=30)
+    record(
+        f"{_signal.Signals(sig).name} during a sweep",
+        ok,
+        0,
+        f"rc={p.returncode} stderr lines={len(lines)} records on disk at the signal {at_signal} (after {waited:.0f} s), "
+        f"after it {got}; stale claims={stale} "
+        f"{(lines or [''])[-1][-70:]}",
+        expect="result",
+        outcome=None if ok else TB if tb else UNCLEAR,
+        issue=30,
+    )
 
 
 def full_disk():
@@ -567,6 +778,7 @@ def full_disk():
         def partial(f):
             f.write(b"PAR1")
             raise OSError(28, "No space left on device")
+
         real(path, partial)
 
     chunks_mod.atomic_write_bytes = full
@@ -578,9 +790,15 @@ def full_disk():
     lines = e.strip().splitlines()
     empty = [p for p in out.rglob("*") if p.name.endswith(".tmp") or (p.is_file() and p.stat().st_size == 0)]
     ok = exc is None and len(lines) == 1 and str(out) in lines[0] and not empty
-    record("full disk (ENOSPC) while writing a chunk", ok, 0,
-           f"rc={rc} exc={type(exc).__name__ if exc else None} stderr lines={len(lines)} temporaries={len(empty)}",
-           rc=rc, exc=exc, issue=30)
+    record(
+        "full disk (ENOSPC) while writing a chunk",
+        ok,
+        0,
+        f"rc={rc} exc={type(exc).__name__ if exc else None} stderr lines={len(lines)} temporaries={len(empty)}",
+        rc=rc,
+        exc=exc,
+        issue=30,
+    )
 
 
 def front(case, fn, *, expect="error", words=()):
@@ -594,8 +812,17 @@ def front(case, fn, *, expect="error", words=()):
     else:
         ok = exc is None and rc == 0 and not msg
         outcome = None
-    record(case, ok, 0, f"rc={rc} work started={started} exc={type(exc).__name__ if exc else None} "
-           f"{msg.strip()[-100:]}", expect=expect, rc=0 if started else rc, exc=exc, outcome=outcome, issue=30)
+    record(
+        case,
+        ok,
+        0,
+        f"rc={rc} work started={started} exc={type(exc).__name__ if exc else None} {msg.strip()[-100:]}",
+        expect=expect,
+        rc=0 if started else rc,
+        exc=exc,
+        outcome=outcome,
+        issue=30,
+    )
 
 
 ENGINE = ("invariant_jax.sweep._engine", "SweepEngine.run")  # reached: the sweep compiles and runs
@@ -612,6 +839,7 @@ def run_cli(argv, spy=ENGINE, folder=None):
             exc = None
         left = folder is not None and folder.exists()
         return rc, e + (" [folder left behind]" if left else ""), exc, bool(calls) or left
+
     return go
 
 
@@ -624,6 +852,7 @@ def run_api(fn):
             return 2, f"{type(x).__name__}: {x}", None, False
         except Exception as x:
             return None, str(x), x, False
+
     return go
 
 
@@ -634,47 +863,107 @@ def front_door():
     g = ROOT / "nohidden.txt"
     g.write_text("inputs: a\noutputs: b\na b\n")
     out = ROOT / "fd_nohidden"
-    guard("fd no hidden", lambda: front("graph without hidden nodes (sweep)",
-                                        run_cli(["sweep", "--graph", str(g), *small, "--out", str(out)], folder=out),
-                                        words=("hidden",)))
-    guard("fd strings", lambda: front("DAG.from_edges(['xa', 'ay'])", run_api(
-        lambda: ij.DAG.from_edges(["xa", "ay"], inputs=["x"], outputs=["y"]))))
-    guard("fd unused output", lambda: front("DAG.from_edges: output in no edge", run_api(
-        lambda: ij.DAG.from_edges([("x", "h"), ("h", "y")], inputs=["x"], outputs=["y", "z"]))))
-    for case, extra in [("--seed 2**64", ["--seed", str(2**64)]), ("--steps-per-call 2**31",
-                                                                    ["--steps-per-call", str(2**31)]),
-                        ("--scale 1e200", ["--scale", "1e200"]), ("--atol -1e-8", ["--atol", "-1e-8"]),
-                        ("--kink-aware --no-kink-aware", ["--kink-aware", "--no-kink-aware"])]:
+    guard(
+        "fd no hidden",
+        lambda: front(
+            "graph without hidden nodes (sweep)",
+            run_cli(["sweep", "--graph", str(g), *small, "--out", str(out)], folder=out),
+            words=("hidden",),
+        ),
+    )
+    guard(
+        "fd strings",
+        lambda: front(
+            "DAG.from_edges(['xa', 'ay'])",
+            run_api(lambda: ij.DAG.from_edges(["xa", "ay"], inputs=["x"], outputs=["y"])),
+        ),
+    )
+    guard(
+        "fd unused output",
+        lambda: front(
+            "DAG.from_edges: output in no edge",
+            run_api(lambda: ij.DAG.from_edges([("x", "h"), ("h", "y")], inputs=["x"], outputs=["y", "z"])),
+        ),
+    )
+    for case, extra in [
+        ("--seed 2**64", ["--seed", str(2**64)]),
+        ("--steps-per-call 2**31", ["--steps-per-call", str(2**31)]),
+        ("--scale 1e200", ["--scale", "1e200"]),
+        ("--atol -1e-8", ["--atol", "-1e-8"]),
+        ("--kink-aware --no-kink-aware", ["--kink-aware", "--no-kink-aware"]),
+    ]:
         o = ROOT / ("fd" + "".join(c for c in case if c.isalnum()))
         words = ("--atol", "must be") if extra[0] == "--atol" else ("not allowed",) if "kink" in case else (extra[0],)
-        guard("fd " + case, lambda case=case, extra=extra, o=o, words=words: front(
-            f"sweep {case}", run_cli(["sweep", *small, *extra, "--out", str(o)], folder=o), words=words))
+        guard(
+            "fd " + case,
+            lambda case=case, extra=extra, o=o, words=words: front(
+                f"sweep {case}", run_cli(["sweep", *small, *extra, "--out", str(o)], folder=o), words=words
+            ),
+        )
     for cmd in ("sweep", "check", "connectivity"):
         o = ROOT / f"fdseed_{cmd}"
         argv = [cmd, "--seed=-1"] + (["--out", str(o), *small] if cmd == "sweep" else [])
-        spy = {"sweep": ENGINE, "check": ENGINE, "connectivity": ("invariant_jax.cli._connectivity", "connectivity")}[cmd]
-        guard("fd seed " + cmd, lambda cmd=cmd, argv=argv, spy=spy, o=o: front(
-            f"{cmd} --seed=-1", run_cli(argv, spy=spy, folder=o if cmd == "sweep" else None), words=("seed",)))
-    guard("fd rtol", lambda: front("SolverOptions(rtol=1.0) / SweepConfig(rtol=1.0)", run_api(
-        lambda: (ij.SolverOptions(rtol=1.0), SweepConfig(rtol=1.0)))))
-    toml = {"beside": "seed = 3\n[sweep]\nn_inits = 2\n", "unknown table": "n_inits = 2\n[solver]\nrtol = 1e-3\n",
-            "binary": b"\x89PNG\r\n\x1a\n\x00\xff", "syntax error": "n_inits = 2\nseed = = 3\n"}
+        spy = {"sweep": ENGINE, "check": ENGINE, "connectivity": ("invariant_jax.cli._connectivity", "connectivity")}[
+            cmd
+        ]
+        guard(
+            "fd seed " + cmd,
+            lambda cmd=cmd, argv=argv, spy=spy, o=o: front(
+                f"{cmd} --seed=-1", run_cli(argv, spy=spy, folder=o if cmd == "sweep" else None), words=("seed",)
+            ),
+        )
+    guard(
+        "fd rtol",
+        lambda: front(
+            "SolverOptions(rtol=1.0) / SweepConfig(rtol=1.0)",
+            run_api(lambda: (ij.SolverOptions(rtol=1.0), SweepConfig(rtol=1.0))),
+        ),
+    )
+    toml = {
+        "beside": "seed = 3\n[sweep]\nn_inits = 2\n",
+        "unknown table": "n_inits = 2\n[solver]\nrtol = 1e-3\n",
+        "binary": b"\x89PNG\r\n\x1a\n\x00\xff",
+        "syntax error": "n_inits = 2\nseed = = 3\n",
+    }
     for name, content in toml.items():
         f = ROOT / f"cfg_{name.replace(' ', '_')}.toml"
         f.write_bytes(content if isinstance(content, bytes) else content.encode())
         o = ROOT / f"fdcfg_{name.replace(' ', '_')}"
-        guard("fd toml " + name, lambda f=f, o=o, name=name: front(
-            f"sweep --config: TOML {name}", run_cli(["sweep", "--config", str(f), "--out", str(o), "--no-progress"],
-                                                    folder=o), words=(str(f),)))
-        guard("fd from_toml " + name, lambda f=f, name=name: front(
-            f"SweepConfig.from_toml: TOML {name}", run_api(lambda: SweepConfig.from_toml(f)), words=(str(f),)))
+        guard(
+            "fd toml " + name,
+            lambda f=f, o=o, name=name: front(
+                f"sweep --config: TOML {name}",
+                run_cli(["sweep", "--config", str(f), "--out", str(o), "--no-progress"], folder=o),
+                words=(str(f),),
+            ),
+        )
+        guard(
+            "fd from_toml " + name,
+            lambda f=f, name=name: front(
+                f"SweepConfig.from_toml: TOML {name}", run_api(lambda: SweepConfig.from_toml(f)), words=(str(f),)
+            ),
+        )
     bom = ROOT / "cfg_bom.toml"
     bom.write_bytes("\ufeffn_inits = 2\nseed = 3\n".encode())
-    guard("fd toml bom", lambda: front("SweepConfig.from_toml: TOML with a BOM", run_api(
-        lambda: SweepConfig.from_toml(bom) == SweepConfig(n_inits=2, seed=3) or 1 / 0), expect="result"))
-    guard("fd toml dir", lambda: front("sweep --config DIR", run_cli(
-        ["sweep", "--config", str(ROOT), "--out", str(ROOT / "fdcfgdir"), "--no-progress"], folder=ROOT / "fdcfgdir"),
-        words=("directory",)))
+    guard(
+        "fd toml bom",
+        lambda: front(
+            "SweepConfig.from_toml: TOML with a BOM",
+            run_api(lambda: SweepConfig.from_toml(bom) == SweepConfig(n_inits=2, seed=3) or 1 / 0),
+            expect="result",
+        ),
+    )
+    guard(
+        "fd toml dir",
+        lambda: front(
+            "sweep --config DIR",
+            run_cli(
+                ["sweep", "--config", str(ROOT), "--out", str(ROOT / "fdcfgdir"), "--no-progress"],
+                folder=ROOT / "fdcfgdir",
+            ),
+            words=("directory",),
+        ),
+    )
     csv_front_door()
     guard("fd kink", kink_non_finite)
 
@@ -702,19 +991,31 @@ def csv_front_door():
 
     def bom_record():
         rc, msg, exc, dropped = bom_case()
-        record("load_csv: UTF-8 BOM, numeric first row", exc is None and not dropped, 0,
-               dropped or (msg[-100:] if msg else "24 of 24 rows"), expect="result",
-               outcome=SILENT if dropped else None, rc=rc, exc=exc, issue=30)
+        record(
+            "load_csv: UTF-8 BOM, numeric first row",
+            exc is None and not dropped,
+            0,
+            dropped or (msg[-100:] if msg else "24 of 24 rows"),
+            expect="result",
+            outcome=SILENT if dropped else None,
+            rc=rc,
+            exc=exc,
+            issue=30,
+        )
 
     guard("fd csv bom", bom_record)
-    for name, content in {"binary (NUL)": b"a,b,y\n1,2,0\n3,\x00\x01,1\n",
-                          "not UTF-8": "a,b,y\n1,2,0\n3,\xe9,1\n".encode("latin-1"),
-                          "unterminated quote": ("a,b,y\n" + body + '1,"2,0\n').encode(),
-                          "stray quote": ('a,b,y\n1,2,0\n"1"x,2,0\n' + body).encode()}.items():
+    for name, content in {
+        "binary (NUL)": b"a,b,y\n1,2,0\n3,\x00\x01,1\n",
+        "not UTF-8": "a,b,y\n1,2,0\n3,\xe9,1\n".encode("latin-1"),
+        "unterminated quote": ("a,b,y\n" + body + '1,"2,0\n').encode(),
+        "stray quote": ('a,b,y\n1,2,0\n"1"x,2,0\n' + body).encode(),
+    }.items():
         f = ROOT / f"csv_{len(rows)}.csv"
         f.write_bytes(content)
-        guard("fd csv " + name, lambda f=f, name=name: front(
-            f"load_csv: {name}", run_api(lambda: ij.load_csv(f)), words=(str(f), "line")))
+        guard(
+            "fd csv " + name,
+            lambda f=f, name=name: front(f"load_csv: {name}", run_api(lambda: ij.load_csv(f)), words=(str(f), "line")),
+        )
     guard("fd csv dir", lambda: front("load_csv(DIR)", run_api(lambda: ij.load_csv(ROOT)), words=("directory",)))
 
 
@@ -731,8 +1032,11 @@ def kink_non_finite():
     X, Y = jnp.array([[1.0, 0.0], [1.0, 1.0]]), jnp.array([-1.0, 1.0])
     t0 = time.monotonic()
     rc, msg, exc, started = run_api(lambda: ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5"))()
-    front("kink_aware_flow with a NaN weight", lambda: (rc, msg + f" ({time.monotonic() - t0:.1f} s)", exc, started),
-          words=("not finite",))
+    front(
+        "kink_aware_flow with a NaN weight",
+        lambda: (rc, msg + f" ({time.monotonic() - t0:.1f} s)", exc, started),
+        words=("not finite",),
+    )
 
 
 def package_under_test() -> dict:
@@ -742,8 +1046,12 @@ def package_under_test() -> dict:
 
     where = Path(invariant_jax.__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=20).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=20
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"path": str(where), "commit": commit}
@@ -760,19 +1068,31 @@ guard("manifest deleted", lambda: manifest("manifest.json deleted + --resume", "
 guard("manifest garbage", lambda: manifest("manifest.json garbage + --resume", "garbage"))
 blocker = ROOT / "blocker"
 blocker.write_text("x")
-guard("channels dir", lambda: outpath("channels --out DIR", ["channels", "--out", str(ROOT)],
-                                      "invariant_jax.channels", "channel_frequency"))
-guard("prune dir", lambda: outpath("prune --json DIR", ["prune", "--json", str(ROOT)], "invariant_jax.cli._prune", "fit"))
-guard("prune unwritable", lambda: outpath("prune --json under a file", ["prune", "--json", str(blocker / "x.json")],
-                                          "invariant_jax.cli._prune", "fit"))
+guard(
+    "channels dir",
+    lambda: outpath(
+        "channels --out DIR", ["channels", "--out", str(ROOT)], "invariant_jax.channels", "channel_frequency"
+    ),
+)
+guard(
+    "prune dir", lambda: outpath("prune --json DIR", ["prune", "--json", str(ROOT)], "invariant_jax.cli._prune", "fit")
+)
+guard(
+    "prune unwritable",
+    lambda: outpath(
+        "prune --json under a file", ["prune", "--json", str(blocker / "x.json")], "invariant_jax.cli._prune", "fit"
+    ),
+)
 guard("strict", c13)
 guard("check", c14)
 guard("mode", c15)
 guard("graphs", graphs)
 guard("slots", c20)
 # issue 30: the reproduced losses, signals and full disks, the front door
-guard("user quarantine", lambda: user_file_case("user file quarantine/notes.txt: --resume, --overwrite",
-                                                "quarantine/notes.txt"))
+guard(
+    "user quarantine",
+    lambda: user_file_case("user file quarantine/notes.txt: --resume, --overwrite", "quarantine/notes.txt"),
+)
 guard("user claims", lambda: user_file_case("user file claims/notes.txt: --resume, --overwrite", "claims/notes.txt"))
 guard("user manifest", foreign_manifest)
 guard("user claim block", user_claim)
@@ -791,12 +1111,23 @@ front_door()
 lost = {u: sum(r["lost"] for r in rows if r["unit"] == u) for u in ("records", "user files")}
 counts = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
 by_issue = {i: {o: sum(r["outcome"] == o for r in rows if r["issue"] == i) for o in OUTCOMES} for i in (15, 30)}
-print(f"TOTAL cases {len(rows)} clean {sum(r['clean'] for r in rows)} records lost {lost['records']} "
-      f"user files lost {lost['user files']}")
+print(
+    f"TOTAL cases {len(rows)} clean {sum(r['clean'] for r in rows)} records lost {lost['records']} "
+    f"user files lost {lost['user files']}"
+)
 for o in OUTCOMES:
     print(f"  {o:32s} {counts[o]:3d}  (issue 15's cases {by_issue[15][o]}, issue 30's {by_issue[30][o]})")
-write_json(output_path(args.out, f"store_robustness_{args.label}.json"),
-           {"label": args.label, "cases": len(rows), "clean": sum(r["clean"] for r in rows),
-            "records_lost": lost["records"], "user_files_lost": lost["user files"], "outcomes": counts,
-            "outcomes_by_issue": {str(k): v for k, v in by_issue.items()}, "package": package_under_test(),
-            "rows": rows})
+write_json(
+    output_path(args.out, f"store_robustness_{args.label}.json"),
+    {
+        "label": args.label,
+        "cases": len(rows),
+        "clean": sum(r["clean"] for r in rows),
+        "records_lost": lost["records"],
+        "user_files_lost": lost["user files"],
+        "outcomes": counts,
+        "outcomes_by_issue": {str(k): v for k, v in by_issue.items()},
+        "package": package_under_test(),
+        "rows": rows,
+    },
+)

@@ -57,32 +57,58 @@ def main():
     rows = []
     for arm in args.arms:
         X, Y, batches = workload(args.sizes, "relu" if arm == "kink" else "softplus")
-        opts = dict(solver="tsit5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=11),
-                    batch=BatchOptions(slots=args.slots), kinks=arm == "kink")
+        opts = dict(
+            solver="tsit5",
+            rtol=1e-8,
+            atol=1e-8,
+            saveat=ij.SaveTimes(n_save=11),
+            batch=BatchOptions(slots=args.slots),
+            kinks=arm == "kink",
+        )
         seen = set()
         for call, n in enumerate(args.sizes):
             compiles.reset()
             t = time.perf_counter()
             res = ij.sweep_flows(batches[n], X, Y, 1.0, **opts)
             dt = time.perf_counter() - t
-            rows.append(dict(arm=arm, call=call + 1, n=n, repeat=n in seen, wall_seconds=dt,
-                             compilations=compiles.n, compile_seconds=compiles.seconds,
-                             engine_seconds=res.stats["seconds"], failed=int(np.sum(~res.success)),
-                             work_units=int(res.stats["useful_steps"])))
+            rows.append(
+                dict(
+                    arm=arm,
+                    call=call + 1,
+                    n=n,
+                    repeat=n in seen,
+                    wall_seconds=dt,
+                    compilations=compiles.n,
+                    compile_seconds=compiles.seconds,
+                    engine_seconds=res.stats["seconds"],
+                    failed=int(np.sum(~res.success)),
+                    work_units=int(res.stats["useful_steps"]),
+                )
+            )
             seen.add(n)
             r = rows[-1]
-            print(f"{arm:5s} call {r['call']:2d} n = {n:4d}{' (again)' if r['repeat'] else '        '}: "
-                  f"wall {dt:7.2f} s, {r['compilations']:3d} compilations ({r['compile_seconds']:.2f} s), "
-                  f"engine {r['engine_seconds']:.2f} s", flush=True)
+            print(
+                f"{arm:5s} call {r['call']:2d} n = {n:4d}{' (again)' if r['repeat'] else '        '}: "
+                f"wall {dt:7.2f} s, {r['compilations']:3d} compilations ({r['compile_seconds']:.2f} s), "
+                f"engine {r['engine_seconds']:.2f} s",
+                flush=True,
+            )
     load.append(list(os.getloadavg()))
     path = output_path(args.out, "sweep_batch_sizes.json")
-    write_json(path, dict(benchmark="sweep_batch_sizes", settings=vars(args), loadavg_before_after=load,
-                          workload="heavy: 5-20-1, no bias (kink arm relu, plain arm softplus), 20 teacher points "
-                                   "(PRNGKey(3)), inits PRNGKey(i), "
-                                   "t1 = 1, Tsit5 rtol = atol = 1e-8, n_save 11, exact mode",
-                          note="one process; call 1 of each arm compiles, the later calls should compile nothing. "
-                               "The machine is shared (2 cores): loadavg_before_after says how loaded it was.",
-                          rows=rows))
+    write_json(
+        path,
+        dict(
+            benchmark="sweep_batch_sizes",
+            settings=vars(args),
+            loadavg_before_after=load,
+            workload="heavy: 5-20-1, no bias (kink arm relu, plain arm softplus), 20 teacher points "
+            "(PRNGKey(3)), inits PRNGKey(i), "
+            "t1 = 1, Tsit5 rtol = atol = 1e-8, n_save 11, exact mode",
+            note="one process; call 1 of each arm compiles, the later calls should compile nothing. "
+            "The machine is shared (2 cores): loadavg_before_after says how loaded it was.",
+            rows=rows,
+        ),
+    )
     print(f"wrote {path}")
 
 

@@ -49,22 +49,47 @@ def main():
             clear_engines()
         compiles.reset()
         t = time.perf_counter()
-        res = ij.sweep_flows(nets, X, Y, 1e12, solver=ij.SolverOptions("kvaerno5", rtol=1e-3, atol=1e-6,
-                                                                        max_steps=args.steps),
-                             saveat=ij.SaveTimes(n_save=2), batch=BatchOptions(slots=args.inits))
+        res = ij.sweep_flows(
+            nets,
+            X,
+            Y,
+            1e12,
+            solver=ij.SolverOptions("kvaerno5", rtol=1e-3, atol=1e-6, max_steps=args.steps),
+            saveat=ij.SaveTimes(n_save=2),
+            batch=BatchOptions(slots=args.inits),
+        )
         jax.block_until_ready(res.theta_final)
         dt = time.perf_counter() - t
-        rows.append(dict(call=call + 1, teacher=teacher, engine="fresh (as before the fix)" if call != 1 else "reused",
-                         compilations=compiles.n, compile_seconds=compiles.seconds, wall_seconds=dt,
-                         solver_steps=int(np.sum(res.num_steps))))
+        rows.append(
+            dict(
+                call=call + 1,
+                teacher=teacher,
+                engine="fresh (as before the fix)" if call != 1 else "reused",
+                compilations=compiles.n,
+                compile_seconds=compiles.seconds,
+                wall_seconds=dt,
+                solver_steps=int(np.sum(res.num_steps)),
+            )
+        )
         r = rows[-1]
-        print(f"call {r['call']} (teacher {teacher}, {r['engine']}): {r['compilations']} compilations "
-              f"({r['compile_seconds']:.1f} s), wall {dt:.1f} s, {r['solver_steps']} solver steps", flush=True)
+        print(
+            f"call {r['call']} (teacher {teacher}, {r['engine']}): {r['compilations']} compilations "
+            f"({r['compile_seconds']:.1f} s), wall {dt:.1f} s, {r['solver_steps']} solver steps",
+            flush=True,
+        )
     path = output_path(args.out, "sweep_recompile.json")
-    write_json(path, dict(benchmark="sweep_recompile", platform=platform.platform(),
-                          devices=[str(d) for d in jax.devices()], jax=jax.__version__, settings=vars(args),
-                          note="measured on a shared 2-core machine; call 1 and 3 compile, call 2 reuses",
-                          rows=rows))
+    write_json(
+        path,
+        dict(
+            benchmark="sweep_recompile",
+            platform=platform.platform(),
+            devices=[str(d) for d in jax.devices()],
+            jax=jax.__version__,
+            settings=vars(args),
+            note="measured on a shared 2-core machine; call 1 and 3 compile, call 2 reuses",
+            rows=rows,
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -67,26 +67,47 @@ import time
 
 def _args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--inits", type=int, nargs="+", default=None,
-                   help="batch sizes (default: 64 256 on CPU, 4096 on GPU)")
+    p.add_argument(
+        "--inits", type=int, nargs="+", default=None, help="batch sizes (default: 64 256 on CPU, 4096 on GPU)"
+    )
     p.add_argument("--workloads", nargs="+", default=["heavy"], choices=["heavy", "light"])
-    p.add_argument("--arms", nargs="+", default=["engine", "naive", "kink"],
-                   choices=["engine", "engine-vmap", "engine-vmap-full", "naive", "kink"])
+    p.add_argument(
+        "--arms",
+        nargs="+",
+        default=["engine", "naive", "kink"],
+        choices=["engine", "engine-vmap", "engine-vmap-full", "naive", "kink"],
+    )
     p.add_argument("--slots", type=int, default=None, help="engine slots (default 64 CPU, 4096 GPU)")
     p.add_argument("--steps-per-call", type=int, default=128)
     p.add_argument("--vmap", action="store_true", help="engines: vmap over slots (default on GPU)")
     p.add_argument("--also-vmap-engine", action="store_true", help="CPU: also time the engines in vmap mode")
-    p.add_argument("--repeats", type=int, default=2,
-                   help="timed runs per arm after compiling (seconds = the fastest; all are recorded)")
-    p.add_argument("--kink-reference-segments", action="store_true",
-                   help="also time the kink-aware arm with its segments run by diffrax.diffeqsolve (the "
-                        "implementation before kinks/_segment.py), side by side")
-    p.add_argument("--no-error", action="store_true",
-                   help="skip the error column (a kink-aware reference at tolerance 1e-12)")
-    p.add_argument("--count-inits", type=int, default=64,
-                   help="kink arm: count evaluations on this many inits (scaled by steps to all)")
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/sweep_throughput.json, ignored by git; "
-                                               "pass benchmarks/results/sweep_throughput.json to replace the committed results)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="timed runs per arm after compiling (seconds = the fastest; all are recorded)",
+    )
+    p.add_argument(
+        "--kink-reference-segments",
+        action="store_true",
+        help="also time the kink-aware arm with its segments run by diffrax.diffeqsolve (the "
+        "implementation before kinks/_segment.py), side by side",
+    )
+    p.add_argument(
+        "--no-error", action="store_true", help="skip the error column (a kink-aware reference at tolerance 1e-12)"
+    )
+    p.add_argument(
+        "--count-inits",
+        type=int,
+        default=64,
+        help="kink arm: count evaluations on this many inits (scaled by steps to all)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/sweep_throughput.json, ignored by git; "
+        "pass benchmarks/results/sweep_throughput.json to replace the committed results)",
+    )
     return p.parse_args()
 
 
@@ -139,8 +160,11 @@ class BareCosts:
         for w in sorted(set(widths)):
             y = jnp.tile(theta[None], (w, 1)) * (1 + 1e-3 * jnp.arange(w)[:, None])
             g_loop = jax.jit(lambda y: jax.lax.fori_loop(0, reps, lambda i, y: y - 1e-6 * jax.vmap(gr)(y), y))
-            f_loop = jax.jit(lambda y: jax.lax.fori_loop(
-                0, reps, lambda i, y: y * (1 - 1e-9 * jnp.sum(jax.vmap(fwd)(y), axis=(1, 2))[:, None]), y))
+            f_loop = jax.jit(
+                lambda y: jax.lax.fori_loop(
+                    0, reps, lambda i, y: y * (1 - 1e-9 * jnp.sum(jax.vmap(fwd)(y), axis=(1, 2))[:, None]), y
+                )
+            )
             g_loop(y).block_until_ready()
             f_loop(y).block_until_ready()
             self.loops[w] = (y, g_loop, f_loop)
@@ -183,7 +207,9 @@ def run_engine(eng, n):
 
 def run_naive(template, X, Y, thetas):
     def one(th):
-        f = ij.gradient_flow(template.with_edge_weights(th), X, Y, T1, rtol=TOL, atol=TOL, saveat=ij.SaveTimes(n_save=N_SAVE))
+        f = ij.gradient_flow(
+            template.with_edge_weights(th), X, Y, T1, rtol=TOL, atol=TOL, saveat=ij.SaveTimes(n_save=N_SAVE)
+        )
         return f.theta_final, f.stats["num_steps"]
 
     t = time.perf_counter()
@@ -198,9 +224,17 @@ def run_naive(template, X, Y, thetas):
 
 
 def kink_engine(template, X, Y, thetas, *, slots, exact, tol=TOL, reference_segments=False):
-    eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=slots, exact=exact,
-                     options=ij.SolverOptions("tsit5", rtol=tol, atol=tol, max_steps=10_000),
-                     saveat=ij.SaveTimes(n_save=N_SAVE))
+    eng = KinkEngine(
+        template,
+        X,
+        Y,
+        T1,
+        lambda i: thetas[i],
+        slots=slots,
+        exact=exact,
+        options=ij.SolverOptions("tsit5", rtol=tol, atol=tol, max_steps=10_000),
+        saveat=ij.SaveTimes(n_save=N_SAVE),
+    )
     if reference_segments:  # before compiling: the engine's programs trace eng.integrator
         eng.integrator = dataclasses.replace(eng.integrator, reference_solve=True)
     return eng
@@ -220,8 +254,12 @@ def reference_weights(template, X, Y, thetas):
 def timing(secs):
     """`seconds` (fastest timed run: other jobs on a shared machine only slow a run down),
     the list of all timed runs, and the least process CPU time of a run."""
-    return dict(seconds=float(min(w for w, _ in secs)), seconds_all=[float(w) for w, _ in secs],
-                cpu_seconds=float(min(c for _, c in secs)), cpu_seconds_all=[float(c) for _, c in secs])
+    return dict(
+        seconds=float(min(w for w, _ in secs)),
+        seconds_all=[float(w) for w, _ in secs],
+        cpu_seconds=float(min(c for _, c in secs)),
+        cpu_seconds_all=[float(c) for _, c in secs],
+    )
 
 
 def count_kink_work(template, X, Y, thetas):
@@ -238,9 +276,17 @@ def count_kink_work(template, X, Y, thetas):
 
     KinkProblem.cond_value = counted
     try:
-        eng = KinkEngine(template, X, Y, T1, lambda i: thetas[i], slots=1, exact=True,
-                         options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
-                         saveat=ij.SaveTimes(n_save=N_SAVE))
+        eng = KinkEngine(
+            template,
+            X,
+            Y,
+            T1,
+            lambda i: thetas[i],
+            slots=1,
+            exact=True,
+            options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
+            saveat=ij.SaveTimes(n_save=N_SAVE),
+        )
         for i in range(thetas.shape[0]):
             counts.update(grad=0, cond=0)
             rec = []
@@ -268,11 +314,18 @@ def main():
             row = dict(workload=wl, network="mlp 5-20-1 (no bias)", n_inits=n, slots=slots, edges=len(g.edges))
             arms = []
             init = lambda i, th=thetas: th[i]  # noqa: E731
-            problem = make_problem(template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL),
-                                 saveat=ij.SaveTimes(n_save=N_SAVE))
-            plain_modes = ([("engine", vmap_mode, True)] if "engine" in args.arms else []) + \
-                ([("engine-vmap", True, True)] if ("engine-vmap" in args.arms or args.also_vmap_engine) and not vmap_mode else []) + \
-                ([("engine-vmap-full", True, False)] if "engine-vmap-full" in args.arms else [])
+            problem = make_problem(
+                template, X, Y, T1, options=ij.SolverOptions(rtol=TOL, atol=TOL), saveat=ij.SaveTimes(n_save=N_SAVE)
+            )
+            plain_modes = (
+                ([("engine", vmap_mode, True)] if "engine" in args.arms else [])
+                + (
+                    [("engine-vmap", True, True)]
+                    if ("engine-vmap" in args.arms or args.also_vmap_engine) and not vmap_mode
+                    else []
+                )
+                + ([("engine-vmap-full", True, False)] if "engine-vmap-full" in args.arms else [])
+            )
             steps = None
             for name, vm, compact in plain_modes:
                 eng = Engine(problem, init, slots=slots, steps_per_call=args.steps_per_call, exact=not vm)
@@ -283,13 +336,27 @@ def main():
                 steps = rec["num_steps"]
                 evals = 6 * int(steps.sum()) + 3 * n
                 bare = evals * costs[slots if vm else 1]["grad"]
-                arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c, **timing(secs), traj_per_s=n / s,
-                                 widths=eng.widths(n), slot_iterations=st.slot_iterations,
-                                 steps_total=int(steps.sum()), steps_median=float(np.median(steps)),
-                                 steps_max=int(steps.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
-                                 _width=slots if vm else 1,
-                                 work_efficiency=st.work_efficiency, failures=int(np.sum(~ij.sweep.status_is_success(rec["status"]))),
-                                 theta_final=rec["theta_final"]))
+                arms.append(
+                    dict(
+                        arm=name,
+                        mode="vmap" if vm else "exact",
+                        compile_s=c,
+                        **timing(secs),
+                        traj_per_s=n / s,
+                        widths=eng.widths(n),
+                        slot_iterations=st.slot_iterations,
+                        steps_total=int(steps.sum()),
+                        steps_median=float(np.median(steps)),
+                        steps_max=int(steps.max()),
+                        evaluations=evals,
+                        bare_s=bare,
+                        wall_over_bare=s / bare,
+                        _width=slots if vm else 1,
+                        work_efficiency=st.work_efficiency,
+                        failures=int(np.sum(~ij.sweep.status_is_success(rec["status"]))),
+                        theta_final=rec["theta_final"],
+                    )
+                )
                 _print(rows + [dict(row, arms=arms)])
             if "naive" in args.arms:
                 c, secs, th, sb = run_naive(template, X, Y, thetas)
@@ -297,31 +364,58 @@ def main():
                 costs.measure()
                 evals = 6 * int(sb.sum()) + 3 * n
                 bare = evals * costs[n]["grad"]
-                arms.append(dict(arm="naive jit(vmap(gradient_flow))", mode="vmap", compile_s=c, **timing(secs),
-                                 traj_per_s=n / s, steps_total=int(sb.sum()), steps_median=float(np.median(sb)),
-                                 steps_max=int(sb.max()), evaluations=evals, bare_s=bare, wall_over_bare=s / bare,
-                                 _width=n, work_efficiency=float(sb.mean() / sb.max()), theta_final=th))
+                arms.append(
+                    dict(
+                        arm="naive jit(vmap(gradient_flow))",
+                        mode="vmap",
+                        compile_s=c,
+                        **timing(secs),
+                        traj_per_s=n / s,
+                        steps_total=int(sb.sum()),
+                        steps_median=float(np.median(sb)),
+                        steps_max=int(sb.max()),
+                        evaluations=evals,
+                        bare_s=bare,
+                        wall_over_bare=s / bare,
+                        _width=n,
+                        work_efficiency=float(sb.mean() / sb.max()),
+                        theta_final=th,
+                    )
+                )
                 steps = sb if steps is None else steps
                 _print(rows + [dict(row, arms=arms)])
             if "kink" in args.arms:
-                kink_modes = [(vmap_mode, False)] + ([(True, False)] if args.also_vmap_engine and not vmap_mode else []) \
+                kink_modes = (
+                    [(vmap_mode, False)]
+                    + ([(True, False)] if args.also_vmap_engine and not vmap_mode else [])
                     + ([(vmap_mode, True)] if args.kink_reference_segments else [])
+                )
                 for vm, ref_seg in kink_modes:
                     eng = kink_engine(template, X, Y, thetas, slots=slots, exact=not vm, reference_segments=ref_seg)
                     c, secs, rec, st = run_engine(eng, n)
                     s = min(w for w, _ in secs)
                     costs.measure()
                     name = "kink-aware (tsit5 inside" + (", diffeqsolve segments)" if ref_seg else ")")
-                    arms.append(dict(arm=name, mode="vmap" if vm else "exact", compile_s=c,
-                                     **timing(secs), traj_per_s=n / s, steps_total=int(rec["num_steps"].sum()),
-                                     steps_median=float(np.median(rec["num_steps"])),
-                                     steps_max=int(rec["num_steps"].max()),
-                                     events_total=int(rec["num_events"].sum()),
-                                     segments_total=int((rec["num_events"] + 1).sum()),
-                                     ms_per_segment=1e3 * s / int((rec["num_events"] + 1).sum()),
-                                     sliding_trajectories=int(np.sum(rec["num_sliding_entries"] > 0)),
-                                     work_efficiency=st.work_efficiency, failures=int(np.sum(~ij.sweep.status_is_success(rec["status"]))),
-                                     theta_final=rec["theta_final"], _steps=rec["num_steps"]))
+                    arms.append(
+                        dict(
+                            arm=name,
+                            mode="vmap" if vm else "exact",
+                            compile_s=c,
+                            **timing(secs),
+                            traj_per_s=n / s,
+                            steps_total=int(rec["num_steps"].sum()),
+                            steps_median=float(np.median(rec["num_steps"])),
+                            steps_max=int(rec["num_steps"].max()),
+                            events_total=int(rec["num_events"].sum()),
+                            segments_total=int((rec["num_events"] + 1).sum()),
+                            ms_per_segment=1e3 * s / int((rec["num_events"] + 1).sum()),
+                            sliding_trajectories=int(np.sum(rec["num_sliding_entries"] > 0)),
+                            work_efficiency=st.work_efficiency,
+                            failures=int(np.sum(~ij.sweep.status_is_success(rec["status"]))),
+                            theta_final=rec["theta_final"],
+                            _steps=rec["num_steps"],
+                        )
+                    )
                     _print(rows + [dict(row, arms=arms)])
                 k = min(args.count_inits, n)
                 per = count_kink_work(template, X, Y, thetas[:k])
@@ -330,13 +424,20 @@ def main():
                         scale = a["steps_total"] / max(per[:, 2].sum(), 1)  # 1 when k == n
                         w = slots if a["mode"] == "vmap" else 1
                         n_grad, n_cond = per[:, 0].sum() * scale, per[:, 1].sum() * scale
-                        a.update(evaluations=float(n_grad), condition_evaluations=float(n_cond), _width=w,
-                                 counted_on=k, bare_s=n_grad * costs[w]["grad"] + n_cond * costs[w]["forward"])
+                        a.update(
+                            evaluations=float(n_grad),
+                            condition_evaluations=float(n_cond),
+                            _width=w,
+                            counted_on=k,
+                            bare_s=n_grad * costs[w]["grad"] + n_cond * costs[w]["forward"],
+                        )
                         a["wall_over_bare"] = a["seconds"] / a["bare_s"]
             if not args.no_error:
                 ref_theta, ref_status = reference_weights(template, X, Y, thetas)
-                row["reference"] = dict(method="kink-aware flow, Tsit5 inside, rtol = atol = 1e-12, exact engine",
-                                        failures=int(np.sum(~ij.sweep.status_is_success(ref_status))))
+                row["reference"] = dict(
+                    method="kink-aware flow, Tsit5 inside, rtol = atol = 1e-12, exact engine",
+                    failures=int(np.sum(~ij.sweep.status_is_success(ref_status))),
+                )
                 for a in arms:
                     err = np.max(np.abs(np.asarray(a["theta_final"]) - ref_theta), axis=1)
                     a.update(err_vs_ref_max=float(np.max(err)), err_vs_ref_median=float(np.median(err)))
@@ -344,15 +445,23 @@ def main():
             for a in arms:  # bare cost from the least-disturbed measurement of the whole run
                 if "_width" in a:
                     w = a.pop("_width")
-                    a["bare_s"] = a["evaluations"] * costs[w]["grad"] + a.get("condition_evaluations", 0) * costs[w]["forward"]
+                    a["bare_s"] = (
+                        a["evaluations"] * costs[w]["grad"] + a.get("condition_evaluations", 0) * costs[w]["forward"]
+                    )
                     a["wall_over_bare"] = a["seconds"] / a["bare_s"]
-                    a["bare_cpu_s"] = a["evaluations"] * costs[w]["grad_cpu"] + \
-                        a.get("condition_evaluations", 0) * costs[w]["forward_cpu"]
+                    a["bare_cpu_s"] = (
+                        a["evaluations"] * costs[w]["grad_cpu"]
+                        + a.get("condition_evaluations", 0) * costs[w]["forward_cpu"]
+                    )
                     a["cpu_over_bare"] = a["cpu_seconds"] / a["bare_cpu_s"]
-                    a["wall_over_bare_range"] = [x / a["bare_s"] for x in (min(a["seconds_all"]), max(a["seconds_all"]))]
-            row.update(grad_cost_us={str(w): costs[w]["grad"] * 1e6 for w in costs.best},
-                       grad_cpu_cost_us={str(w): costs[w]["grad_cpu"] * 1e6 for w in costs.best},
-                       forward_cost_us={str(w): costs[w]["forward"] * 1e6 for w in costs.best})
+                    a["wall_over_bare_range"] = [
+                        x / a["bare_s"] for x in (min(a["seconds_all"]), max(a["seconds_all"]))
+                    ]
+            row.update(
+                grad_cost_us={str(w): costs[w]["grad"] * 1e6 for w in costs.best},
+                grad_cpu_cost_us={str(w): costs[w]["grad_cpu"] * 1e6 for w in costs.best},
+                forward_cost_us={str(w): costs[w]["forward"] * 1e6 for w in costs.best},
+            )
             naive = next((a for a in arms if a["arm"].startswith("naive")), None)
             for a in arms:
                 if naive is not None:
@@ -364,26 +473,42 @@ def main():
             row["arms"] = arms
             rows.append(row)
             _print(rows)
-    meta = dict(benchmark="sweep_throughput", tol=TOL, t1=T1, n_samples=N_SAMPLES, n_save=N_SAVE, solver="Tsit5",
-                activation="relu", float64=True, backend=jax.default_backend(),
-                devices=[str(d) for d in jax.devices()], machine=platform.machine(), cpu_count=os.cpu_count(),
-                jax=jax.__version__, steps_per_call=args.steps_per_call, repeats=args.repeats,
-                command="PYTHONPATH=. python " + " ".join(sys.argv),
-                load_average_start=LOAD_START, load_average_end=list(os.getloadavg()),
-                note="wall/bare: wall seconds / (evaluation equivalents x measured seconds per gradient "
-                     "(per forward pass for kink event conditions) at the arm's batch width). Measured on a "
-                     "shared machine; ratios are side by side in one process; seconds = the fastest of the "
-                     "timed runs (all in seconds_all); cpu_seconds = the least process CPU time of a timed run "
-                     "(cpu_over_bare, cpu_vs_naive from it). err_vs_ref_*: max |theta_final - reference| per "
-                     "trajectory (max, median over trajectories), reference = the kink-aware flow at "
-                     "rtol = atol = 1e-12.")
+    meta = dict(
+        benchmark="sweep_throughput",
+        tol=TOL,
+        t1=T1,
+        n_samples=N_SAMPLES,
+        n_save=N_SAVE,
+        solver="Tsit5",
+        activation="relu",
+        float64=True,
+        backend=jax.default_backend(),
+        devices=[str(d) for d in jax.devices()],
+        machine=platform.machine(),
+        cpu_count=os.cpu_count(),
+        jax=jax.__version__,
+        steps_per_call=args.steps_per_call,
+        repeats=args.repeats,
+        command="PYTHONPATH=. python " + " ".join(sys.argv),
+        load_average_start=LOAD_START,
+        load_average_end=list(os.getloadavg()),
+        note="wall/bare: wall seconds / (evaluation equivalents x measured seconds per gradient "
+        "(per forward pass for kink event conditions) at the arm's batch width). Measured on a "
+        "shared machine; ratios are side by side in one process; seconds = the fastest of the "
+        "timed runs (all in seconds_all); cpu_seconds = the least process CPU time of a timed run "
+        "(cpu_over_bare, cpu_vs_naive from it). err_vs_ref_*: max |theta_final - reference| per "
+        "trajectory (max, median over trajectories), reference = the kink-aware flow at "
+        "rtol = atol = 1e-12.",
+    )
     write_json(output_path(args.out, "sweep_throughput.json"), dict(meta=meta, results=rows), default=float)
 
 
 def _print(rows):
-    head = (f"{'workload':>8} {'n':>5} {'slots':>5} {'arm':>30} {'mode':>5} {'compile s':>9} {'traj/s':>8} "
-            f"{'vs naive':>8} {'cpu vs':>6} {'steps med/max':>14} {'events':>6} {'wall/bare':>9} {'cpu/bare':>8} "
-            f"{'err vs ref':>10}")
+    head = (
+        f"{'workload':>8} {'n':>5} {'slots':>5} {'arm':>30} {'mode':>5} {'compile s':>9} {'traj/s':>8} "
+        f"{'vs naive':>8} {'cpu vs':>6} {'steps med/max':>14} {'events':>6} {'wall/bare':>9} {'cpu/bare':>8} "
+        f"{'err vs ref':>10}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -391,11 +516,13 @@ def _print(rows):
         for a in r["arms"]:
             vs = a["traj_per_s"] / naive["traj_per_s"] if naive else float("nan")
             cvs = naive["cpu_seconds"] / a["cpu_seconds"] if naive else float("nan")
-            print(f"{r['workload']:>8} {r['n_inits']:>5} {r['slots']:>5} {a['arm']:>30} {a['mode']:>5} "
-                  f"{a['compile_s']:>9.1f} {a['traj_per_s']:>8.2f} {vs:>8.2f} {cvs:>6.2f} "
-                  f"{a['steps_median']:>7.0f}/{a['steps_max']:<6} {a.get('events_total', ''):>6} "
-                  f"{a.get('wall_over_bare', float('nan')):>9.2f} {a.get('cpu_over_bare', float('nan')):>8.2f} "
-                  f"{a.get('err_vs_ref_max', float('nan')):>10.1e}")
+            print(
+                f"{r['workload']:>8} {r['n_inits']:>5} {r['slots']:>5} {a['arm']:>30} {a['mode']:>5} "
+                f"{a['compile_s']:>9.1f} {a['traj_per_s']:>8.2f} {vs:>8.2f} {cvs:>6.2f} "
+                f"{a['steps_median']:>7.0f}/{a['steps_max']:<6} {a.get('events_total', ''):>6} "
+                f"{a.get('wall_over_bare', float('nan')):>9.2f} {a.get('cpu_over_bare', float('nan')):>8.2f} "
+                f"{a.get('err_vs_ref_max', float('nan')):>10.1e}"
+            )
     print(flush=True)
 
 

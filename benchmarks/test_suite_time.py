@@ -27,8 +27,13 @@ SUMMARY = re.compile(r"(\d+) passed(?:, (\d+) skipped)?.* in ([\d.]+)s")
 
 def timed(cmd: list[str], cwd: Path, *, check: bool = True, **env) -> tuple[float, str, int]:
     t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "IJ_", "XLA_"))}, **env})
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "IJ_", "XLA_"))}, **env},
+    )
     if check and proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return time.perf_counter() - t, proc.stdout + proc.stderr, proc.returncode
@@ -56,8 +61,9 @@ def main(argv=None):
         subprocess.run(["git", "checkout", "--quiet", args.commit], cwd=repo, check=True)
         cloned = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
         install_s, _, _ = timed(["make", "install"], repo)
-        test_s, out, code = timed(["make", "test"], repo, check=False,
-                                  PYTEST_ADDOPTS="--durations=0 -p no:cacheprovider")
+        test_s, out, code = timed(
+            ["make", "test"], repo, check=False, PYTEST_ADDOPTS="--durations=0 -p no:cacheprovider"
+        )
     finally:
         if args.keep:
             print(f"clone kept at {tmp}")
@@ -70,14 +76,30 @@ def main(argv=None):
         runs += [("0", "0", "0")] * (2 - len(runs))
     (p1, s1, t1), (p2, _, t2) = runs
     halves = out.split("slowest durations")
-    summary = {"install_s": round(install_s, 1), "make_test_s": round(test_s, 1), "passed": int(p1),
-               "skipped": int(s1 or 0), "suite_s": float(t1), "exactness_passed": int(p2), "exactness_s": float(t2),
-               "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
-               "make_test_exit_code": code, "failed": failed}
+    summary = {
+        "install_s": round(install_s, 1),
+        "make_test_s": round(test_s, 1),
+        "passed": int(p1),
+        "skipped": int(s1 or 0),
+        "suite_s": float(t1),
+        "exactness_passed": int(p2),
+        "exactness_s": float(t2),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "make_test_exit_code": code,
+        "failed": failed,
+    }
     print(summary)
-    write_json(path, {"benchmark": "test_suite_time", "cloned_commit": cloned, "summary": summary,
-                      "seconds_per_file": per_file(halves[1] if len(halves) > 1 else out),
-                      "exactness_seconds_per_file": per_file(halves[2]) if len(halves) > 2 else {}})
+    write_json(
+        path,
+        {
+            "benchmark": "test_suite_time",
+            "cloned_commit": cloned,
+            "summary": summary,
+            "seconds_per_file": per_file(halves[1] if len(halves) > 1 else out),
+            "exactness_seconds_per_file": per_file(halves[2]) if len(halves) > 2 else {},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -67,26 +67,43 @@ def main():
         for a, bf, ds, s in inits:
             th0 = toy_init(g, ck, a, bf, ds, s)
             net = ij.DAGNetwork(g, "relu", edge_weights=th0)
-            f = ij.gradient_flow(net, X, Y, args.t1, saveat=ij.SaveTimes(n_save=200),
-                                 solver=ij.SolverOptions(rtol=1e-8, atol=1e-8, max_steps=100_000))
+            f = ij.gradient_flow(
+                net,
+                X,
+                Y,
+                args.t1,
+                saveat=ij.SaveTimes(n_save=200),
+                solver=ij.SolverOptions(rtol=1e-8, atol=1e-8, max_steps=100_000),
+            )
             th = np.asarray(f.thetas)
             th = th[np.all(np.isfinite(th), axis=1)]  # saves after a stop (max_steps at a kink) are not filled
             trajs.append(th)
             comp = ij.component_of(g, th[[0, -1]])
-            rows.append({"c_k": ck, "theta0": th0.tolist(), "theta_final": th[-1].tolist(),
-                         "label_start": comp.labels[0], "label_end": comp.labels[1],
-                         "loss_final": float(f.loss_final), "result": ij.result_name(f.result),
-                         "max_c_drift": float(np.max(np.abs((th**2) @ g.incidence().T - ck)))})
+            rows.append(
+                {
+                    "c_k": ck,
+                    "theta0": th0.tolist(),
+                    "theta_final": th[-1].tolist(),
+                    "label_start": comp.labels[0],
+                    "label_end": comp.labels[1],
+                    "loss_final": float(f.loss_final),
+                    "result": ij.result_name(f.result),
+                    "max_c_drift": float(np.max(np.abs((th**2) @ g.incidence().T - ck))),
+                }
+            )
         ax = fig.add_subplot(1, 2, j + 1, projection="3d")
         ij.plot_invariant_set(g, [ck], edges=axes_edges, trajectories=trajs, n=4000, seed=j, ax=ax)
     fig.tight_layout()
     Path(args.png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.png, dpi=110)
     for r in rows:
-        print(f"c_k = {r['c_k']:+.1f}: {r['label_start']:>10} -> {r['label_end']:>10}, final loss "
-              f"{r['loss_final']:.4f}, {r['result']}, max |c(t) - c| = {r['max_c_drift']:.1e}")
-    out = write_json(output_path(args.out, "topology_figure.json"), {"t1": args.t1, "png": args.png,
-                                                                    "trajectories": rows})
+        print(
+            f"c_k = {r['c_k']:+.1f}: {r['label_start']:>10} -> {r['label_end']:>10}, final loss "
+            f"{r['loss_final']:.4f}, {r['result']}, max |c(t) - c| = {r['max_c_drift']:.1e}"
+        )
+    out = write_json(
+        output_path(args.out, "topology_figure.json"), {"t1": args.t1, "png": args.png, "trajectories": rows}
+    )
     print(f"wrote {args.png} and {out}")
 
 

@@ -64,15 +64,28 @@ def _time(fn, repeats: int) -> dict:
     return {"first_s": first, "median_s": statistics.median(times) if times else first, "result": out}
 
 
-def one_graph(H: int, degree: float, repeats: int, lp_max_hidden: int, svd_max_hidden: int,
-              singular_max_hidden: int, singular_time_limit: float) -> dict:
+def one_graph(
+    H: int,
+    degree: float,
+    repeats: int,
+    lp_max_hidden: int,
+    svd_max_hidden: int,
+    singular_max_hidden: int,
+    singular_time_limit: float,
+) -> dict:
     p = min(1.0, 2.0 * degree / H)
     t0 = time.perf_counter()
     g = ij.random_dag(3, H, 2, p, key=H)
     build = time.perf_counter() - t0
     net = ij.DAGNetwork(g, "relu", key=jr.key(H))
-    row = {"n_hidden": H, "n_edges": len(g.edges), "edge_prob": p, "graph_build_s": build,
-           "n_out_bottlenecks": len(g.out_bottlenecks), "n_in_bottlenecks": len(g.in_bottlenecks)}
+    row = {
+        "n_hidden": H,
+        "n_edges": len(g.edges),
+        "edge_prob": p,
+        "graph_build_s": build,
+        "n_out_bottlenecks": len(g.out_bottlenecks),
+        "n_in_bottlenecks": len(g.in_bottlenecks),
+    }
     r = _time(lambda: ij.connectivity(net, lp="none"), repeats)
     row["connectivity_s"], row["connectivity_first_s"] = r["median_s"], r["first_s"]
     row["n_frozen"] = len(r["result"].frozen_edges)
@@ -132,9 +145,16 @@ def issue30_cases(n_graphs: int, time_limit: float) -> list[dict]:
         t0 = time.perf_counter()
         sp = ij.singular_point(g, c, time_limit=time_limit)
         wall = time.perf_counter() - t0
-        rows.append({"graph_seed": s, "n_edges": len(g.edges), "seconds": wall, "candidates": sp.candidates,
-                     "verdict": ij.result_name(sp.result) if not sp.success else ("found" if sp.found else "none"),
-                     "residual_over_tol": (sp.residual / sp.tol) if sp.found else None})
+        rows.append(
+            {
+                "graph_seed": s,
+                "n_edges": len(g.edges),
+                "seconds": wall,
+                "candidates": sp.candidates,
+                "verdict": ij.result_name(sp.result) if not sp.success else ("found" if sp.found else "none"),
+                "residual_over_tol": (sp.residual / sp.tol) if sp.found else None,
+            }
+        )
     return rows
 
 
@@ -160,16 +180,27 @@ def batched(n: int, n_lp: int, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     for i in sample:
         r = ij.connectivity(g, comp.c[i], lp="all")
-        agree += int(set(np.flatnonzero(comp.frozen[i])) == set(r.frozen_index)
-                     and set(r.frozen_index) == {g.edges.index(e) for e in r.lp_frozen_edges})
+        agree += int(
+            set(np.flatnonzero(comp.frozen[i])) == set(r.frozen_index)
+            and set(r.frozen_index) == {g.edges.index(e) for e in r.lp_frozen_edges}
+        )
     wall_lp = time.perf_counter() - t0
     values, counts = np.unique(labels, return_counts=True)
     top = sorted(zip(counts.tolist(), values.tolist()), reverse=True)[:8]
-    return {"graph": repr(g), "n": n, "component_of_s": wall, "frozen_mask_s": wall_mask,
-            "per_verdict_us": 1e6 * wall / n, "n_frozen_rows": int(comp.frozen.any(1).sum()),
-            "mask_equals_component_of": bool(np.array_equal(mask, comp.frozen)),
-            "n_labels": len(values), "top_labels": [{"label": lab, "count": c} for c, lab in top],
-            "lp_sample": int(len(sample)), "lp_agree": agree, "lp_sample_s": wall_lp}
+    return {
+        "graph": repr(g),
+        "n": n,
+        "component_of_s": wall,
+        "frozen_mask_s": wall_mask,
+        "per_verdict_us": 1e6 * wall / n,
+        "n_frozen_rows": int(comp.frozen.any(1).sum()),
+        "mask_equals_component_of": bool(np.array_equal(mask, comp.frozen)),
+        "n_labels": len(values),
+        "top_labels": [{"label": lab, "count": c} for c, lab in top],
+        "lp_sample": int(len(sample)),
+        "lp_agree": agree,
+        "lp_sample_s": wall_lp,
+    }
 
 
 def main():
@@ -179,41 +210,64 @@ def main():
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--lp-max-hidden", type=int, default=300, help="time connectivity with its LP up to this size")
     p.add_argument("--svd-max-hidden", type=int, default=1000, help="time jacobian_rank (SVD) up to this size")
-    p.add_argument("--singular-max-hidden", type=int, default=1000,
-                   help="decide ij.singular_point up to this size")
+    p.add_argument("--singular-max-hidden", type=int, default=1000, help="decide ij.singular_point up to this size")
     p.add_argument("--singular-time-limit", type=float, default=20.0, help="its MILP time limit (s)")
     p.add_argument("--n-issue30", type=int, default=5, help="graph seeds of issue 30's singular-point case")
     p.add_argument("--n-batch", type=int, default=100_000)
     p.add_argument("--n-lp", type=int, default=200, help="batched rows re-decided by the LP")
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/topology_scale.json; "
-                   "pass benchmarks/results/topology_scale.json to replace the committed results)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/topology_scale.json; "
+        "pass benchmarks/results/topology_scale.json to replace the committed results)",
+    )
     args = p.parse_args()
     sizes = [int(x) for x in args.hidden.split(",")]
     rows = []
-    print(f"{'H':>5} {'E':>6} {'bneck':>5} {'frozen':>6} {'conn ms':>9} {'conn+LP ms':>10} {'comp ms':>9} "
-          f"{'sing ms':>8} {'rank ms':>9} {'graph ms':>8} {'svd=graph=H-groups':>18} {'sing.point':>10} {'s':>6}")
+    print(
+        f"{'H':>5} {'E':>6} {'bneck':>5} {'frozen':>6} {'conn ms':>9} {'conn+LP ms':>10} {'comp ms':>9} "
+        f"{'sing ms':>8} {'rank ms':>9} {'graph ms':>8} {'svd=graph=H-groups':>18} {'sing.point':>10} {'s':>6}"
+    )
     for H in sizes:
-        r = one_graph(H, args.degree, args.repeats, args.lp_max_hidden, args.svd_max_hidden,
-                      args.singular_max_hidden, args.singular_time_limit)
+        r = one_graph(
+            H,
+            args.degree,
+            args.repeats,
+            args.lp_max_hidden,
+            args.svd_max_hidden,
+            args.singular_max_hidden,
+            args.singular_time_limit,
+        )
         rows.append(r)
         f = lambda k: f"{1e3 * r[k]:.1f}" if k in r else "-"  # noqa: E731
-        print(f"{H:>5} {r['n_edges']:>6} {r['n_out_bottlenecks'] + r['n_in_bottlenecks']:>5} {r['n_frozen']:>6} "
-              f"{f('connectivity_s'):>9} {f('connectivity_lp_s'):>10} {f('component_of_s'):>9} "
-              f"{f('singular_subnetworks_s'):>8} {f('jacobian_rank_s'):>9} {f('jacobian_rank_graph_s'):>8} "
-              f"{str(r.get('rank_identity_holds', '-') and r.get('rank_svd_equals_graph', '-')):>18} "
-              f"{r.get('singular_point', '-'):>10} {r.get('singular_point_s', float('nan')):>6.2f}",
-              flush=True)
+        print(
+            f"{H:>5} {r['n_edges']:>6} {r['n_out_bottlenecks'] + r['n_in_bottlenecks']:>5} {r['n_frozen']:>6} "
+            f"{f('connectivity_s'):>9} {f('connectivity_lp_s'):>10} {f('component_of_s'):>9} "
+            f"{f('singular_subnetworks_s'):>8} {f('jacobian_rank_s'):>9} {f('jacobian_rank_graph_s'):>8} "
+            f"{str(r.get('rank_identity_holds', '-') and r.get('rank_svd_equals_graph', '-')):>18} "
+            f"{r.get('singular_point', '-'):>10} {r.get('singular_point_s', float('nan')):>6.2f}",
+            flush=True,
+        )
     i30 = issue30_cases(args.n_issue30, args.singular_time_limit)
     for r in i30:
-        print(f"issue 30 case: random_dag(3, 30, 1, 0.2, key={r['graph_seed']}), E = {r['n_edges']}: singular_point "
-              f"{r['verdict']} in {r['seconds']:.2f} s ({r['candidates']} candidate groups checked by LP)")
+        print(
+            f"issue 30 case: random_dag(3, 30, 1, 0.2, key={r['graph_seed']}), E = {r['n_edges']}: singular_point "
+            f"{r['verdict']} in {r['seconds']:.2f} s ({r['candidates']} candidate groups checked by LP)"
+        )
     b = batched(args.n_batch, args.n_lp)
-    print(f"batched on the demo DAG: {b['n']} networks, component_of {b['component_of_s']:.2f} s "
-          f"({b['per_verdict_us']:.1f} us per verdict), frozen_mask {b['frozen_mask_s']:.2f} s; "
-          f"{b['n_frozen_rows']} rows with a frozen edge, {b['n_labels']} distinct labels; LP agrees on "
-          f"{b['lp_agree']} of {b['lp_sample']} sampled rows ({b['lp_sample_s']:.1f} s)")
-    res = {"settings": vars(args), "graphs": rows, "issue30_singular": i30, "batched": b,
-           "devices": [str(d) for d in jax.devices()]}
+    print(
+        f"batched on the demo DAG: {b['n']} networks, component_of {b['component_of_s']:.2f} s "
+        f"({b['per_verdict_us']:.1f} us per verdict), frozen_mask {b['frozen_mask_s']:.2f} s; "
+        f"{b['n_frozen_rows']} rows with a frozen edge, {b['n_labels']} distinct labels; LP agrees on "
+        f"{b['lp_agree']} of {b['lp_sample']} sampled rows ({b['lp_sample_s']:.1f} s)"
+    )
+    res = {
+        "settings": vars(args),
+        "graphs": rows,
+        "issue30_singular": i30,
+        "batched": b,
+        "devices": [str(d) for d in jax.devices()],
+    }
     out = write_json(output_path(args.out, "topology_scale.json"), res)
     print(f"wrote {out}")
 

@@ -53,8 +53,7 @@ RATIOS = {"frozen-wrong": (1.2, 3.0, 1.0), "balanced-wrong": (0.1, 0.9, 1.0), "r
 
 
 def toy_graph() -> ij.DAG:
-    return ij.DAG.from_edges([("x0", "k"), ("x1", "k"), ("k", "y"), ("x0", "y")],
-                             inputs=["x0", "x1"], outputs=["y"])
+    return ij.DAG.from_edges([("x0", "k"), ("x1", "k"), ("k", "y"), ("x0", "y")], inputs=["x0", "x1"], outputs=["y"])
 
 
 def toy_teacher() -> np.ndarray:
@@ -104,9 +103,15 @@ def natural_frozen_wrong(n: int = 100_000, seed: int = 1) -> dict:
     ky = g.edges.index(("k", "y"))
     wrong = comp.signs[:, ky] > 0
     p = float(wrong.mean())
-    return {"n_draws": n, "seed": seed, "init": "glorot", "frozen": float(comp.frozen[:, ky].mean()),
-            "frozen_wrong": p, "frozen_wrong_stderr": float(np.sqrt(p * (1 - p) / n)),
-            "frozen_right": float((comp.signs[:, ky] < 0).mean())}
+    return {
+        "n_draws": n,
+        "seed": seed,
+        "init": "glorot",
+        "frozen": float(comp.frozen[:, ky].mean()),
+        "frozen_wrong": p,
+        "frozen_wrong_stderr": float(np.sqrt(p * (1 - p) / n)),
+        "frozen_right": float((comp.signs[:, ky] < 0).mean()),
+    }
 
 
 def reachability_verdicts(th: np.ndarray) -> np.ndarray:
@@ -121,9 +126,18 @@ def _disagreements(th, kind, reach, success, loss_final) -> list[dict]:
     g = toy_graph()
     ky = g.edges.index(("k", "y"))
     c = (th**2) @ g.incidence().T
-    return [{"run": int(i), "kind": KINDS[kind[i]], "c_k": float(c[i, 0]), "theta_ky0": float(th[i, ky]),
-             "reachable": bool(reach[i]), "learnt": bool(success[i]), "loss_final": float(loss_final[i])}
-            for i in np.flatnonzero(reach != success)]
+    return [
+        {
+            "run": int(i),
+            "kind": KINDS[kind[i]],
+            "c_k": float(c[i, 0]),
+            "theta_ky0": float(th[i, ky]),
+            "reachable": bool(reach[i]),
+            "learnt": bool(success[i]),
+            "loss_final": float(loss_final[i]),
+        }
+        for i in np.flatnonzero(reach != success)
+    ]
 
 
 def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: int = 0, method: str = "plain") -> dict:
@@ -133,20 +147,31 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
     X, Y, L_nonneg = toy_data()
     th, kind = toy_inits(n_per_kind, seed)
     ky = g.edges.index(("k", "y"))
-    verdict = np.array([ky in ij.connectivity(g, (t**2) @ g.incidence().T, lp="none").frozen_index
-                        for t in th])
+    verdict = np.array([ky in ij.connectivity(g, (t**2) @ g.incidence().T, lp="none").frozen_index for t in th])
 
     saveat = ij.SaveTimes(n_save=n_save, spacing="log")
     options = ij.SolverOptions(rtol=1e-6, atol=1e-6, max_steps=20_000)
     maxsteps = ij.RESULTS.max_steps_reached
 
     if method == "plain":
+
         @eqx.filter_jit
         def run(th):
             def one(t):
                 f = ij.gradient_flow(ij.DAGNetwork(g, edge_weights=t), X, Y, t1, saveat=saveat, solver=options)
-                return (f.ts, f.losses, f.thetas[:, ky], f.loss_final, f.success, f.drift_relative,
-                        f.result == maxsteps, jnp.zeros((), int), f.stats["num_steps"], jnp.zeros((), bool))
+                return (
+                    f.ts,
+                    f.losses,
+                    f.thetas[:, ky],
+                    f.loss_final,
+                    f.success,
+                    f.drift_relative,
+                    f.result == maxsteps,
+                    jnp.zeros((), int),
+                    f.stats["num_steps"],
+                    jnp.zeros((), bool),
+                )
+
             return jax.vmap(one)(th)
     elif method == "kink":
         from invariant_jax.kinks import make_kink_integrator
@@ -160,32 +185,49 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
                 kf = integ.flow(net0, t, integ.run(t), "mse")
                 f = kf.flow
                 n = f.ts.shape[0] - 1 if f.ts.shape[0] > n_save else f.ts.shape[0]  # saves (+ the final state)
-                return (f.ts[:n], f.losses[:n], f.thetas[:n, ky], f.loss_final, kf.success, f.drift_relative,
-                        f.result == maxsteps, kf.num_events, f.stats["num_steps"],
-                        kf.result == ij.RESULTS.max_events_reached)
+                return (
+                    f.ts[:n],
+                    f.losses[:n],
+                    f.thetas[:n, ky],
+                    f.loss_final,
+                    kf.success,
+                    f.drift_relative,
+                    f.result == maxsteps,
+                    kf.num_events,
+                    f.stats["num_steps"],
+                    kf.result == ij.RESULTS.max_events_reached,
+                )
+
             return jax.lax.map(one, th)
     else:
         raise ValueError(f"method must be 'plain' or 'kink'; got {method!r}.")
 
     t0 = time.perf_counter()
     ts, losses, sign_w, loss_final, ok, drift, hit, events, steps, exhausted = (
-        np.asarray(a) for a in jax.block_until_ready(run(jnp.asarray(th))))
+        np.asarray(a) for a in jax.block_until_ready(run(jnp.asarray(th)))
+    )
     wall = time.perf_counter() - t0
     success = loss_final < 0.5 * L_nonneg
     predicted_fail = verdict & (th[:, ky] > 0)
     reach = reachability_verdicts(th)
     out = {
-        "graph_edges": [list(e) for e in g.edges], "n_per_kind": n_per_kind, "t1": t1,
-        "method": {"plain": "gradient flow, Tsit5, rtol = atol = 1e-6, max_steps 20,000",
-                   "kink": "kink-aware flow, Tsit5 inside, rtol = atol = 1e-6, max_steps 20,000 per segment"}[method],
+        "graph_edges": [list(e) for e in g.edges],
+        "n_per_kind": n_per_kind,
+        "t1": t1,
+        "method": {
+            "plain": "gradient flow, Tsit5, rtol = atol = 1e-6, max_steps 20,000",
+            "kink": "kink-aware flow, Tsit5 inside, rtol = atol = 1e-6, max_steps 20,000 per segment",
+        }[method],
         "time_convention": "gradient-flow time of L = (1/2N) sum (f - y)^2",
-        "loss_nonneg_bound": L_nonneg, "wall_s_including_compile": wall,
-        "ts": ij.log_times(0.0, t1, n_save).tolist(), "kinds": {},
+        "loss_nonneg_bound": L_nonneg,
+        "wall_s_including_compile": wall,
+        "ts": ij.log_times(0.0, t1, n_save).tolist(),
+        "kinds": {},
         "verdict_accuracy": float(np.mean(predicted_fail == ~success)),
         "frozen_wrong_all_fail": bool(np.all(~success[predicted_fail])),
         "reachability": {
             "verdict": "ij.reachability(init, teacher): a positively rescaled copy of the teacher lies in the "
-                       "init's component of H_G(c0) (no twin neurons in this graph)",
+            "init's component of H_G(c0) (no twin neurons in this graph)",
             "accuracy": float(np.mean(reach == success)),
             "same_as_t0_verdict": bool(np.all(reach == ~predicted_fail)),
             "n_disagreements": int(np.sum(reach != success)),
@@ -196,20 +238,33 @@ def run_toy(n_per_kind: int = 100, *, t1: float = 30.0, n_save: int = 25, seed: 
     for i, name in enumerate(KINDS):
         sl = kind == i
         out["kinds"][name] = {
-            "n": int(sl.sum()), "frozen_at_t0": float(verdict[sl].mean()),
-            "solver_success": float(ok[sl].mean()), "max_steps_hit": float(hit[sl].mean()),
+            "n": int(sl.sum()),
+            "frozen_at_t0": float(verdict[sl].mean()),
+            "solver_success": float(ok[sl].mean()),
+            "max_steps_hit": float(hit[sl].mean()),
             "max_events_hit": float(exhausted[sl].mean()),
-            "steps_median": float(np.median(steps[sl])), "events_median": float(np.median(events[sl])),
+            "steps_median": float(np.median(steps[sl])),
+            "events_median": float(np.median(events[sl])),
             "learnt": float(success[sl].mean()),
             "exact_fit": float((loss_final[sl] < 1e-6).mean()),
             "final_loss_quantiles": np.quantile(loss_final[sl], [0.05, 0.25, 0.5, 0.75, 0.95]).tolist(),
-            "frac_theta_ky_negative_over_time": np.nanmean(np.where(np.isfinite(sign_w[sl]), sign_w[sl] < 0, np.nan), axis=0).tolist(),
-            "frac_theta_ky_sign_changed": float(np.mean(np.any(
-                np.isfinite(sign_w[sl]) & (np.sign(sign_w[sl]) != np.sign(sign_w[sl][:, :1])), axis=1))),
+            "frac_theta_ky_negative_over_time": np.nanmean(
+                np.where(np.isfinite(sign_w[sl]), sign_w[sl] < 0, np.nan), axis=0
+            ).tolist(),
+            "frac_theta_ky_sign_changed": float(
+                np.mean(np.any(np.isfinite(sign_w[sl]) & (np.sign(sign_w[sl]) != np.sign(sign_w[sl][:, :1])), axis=1))
+            ),
             "final_losses": loss_final[sl].tolist(),
         }
-    out["_arrays"] = {"ts": ts, "losses": losses, "theta_ky": sign_w, "kind": kind, "verdict": verdict,
-                      "success": success, "loss_final": loss_final}
+    out["_arrays"] = {
+        "ts": ts,
+        "losses": losses,
+        "theta_ky": sign_w,
+        "kind": kind,
+        "verdict": verdict,
+        "success": success,
+        "loss_final": loss_final,
+    }
     return out
 
 
@@ -217,12 +272,21 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-per-kind", type=int, default=100)
     p.add_argument("--t1", type=float, default=30.0)
-    p.add_argument("--method", choices=["kink", "plain", "both"], default="both",
-                   help="kink-aware flow, plain gradient flow, or both (the top level is the kink-aware run)")
-    p.add_argument("--n-natural", type=int, default=100_000,
-                   help="plain Glorot draws for the natural frozen-wrong rate")
-    p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; "
-                                               "pass benchmarks/results/toy_bottleneck.json to replace the committed results)")
+    p.add_argument(
+        "--method",
+        choices=["kink", "plain", "both"],
+        default="both",
+        help="kink-aware flow, plain gradient flow, or both (the top level is the kink-aware run)",
+    )
+    p.add_argument(
+        "--n-natural", type=int, default=100_000, help="plain Glorot draws for the natural frozen-wrong rate"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/toy_bottleneck.json, ignored by git; "
+        "pass benchmarks/results/toy_bottleneck.json to replace the committed results)",
+    )
     args = p.parse_args()
     res = run_toy(args.n_per_kind, t1=args.t1, method="plain" if args.method == "plain" else "kink")
     res.pop("_arrays")
@@ -230,31 +294,54 @@ def main():
     if args.method == "both":
         plain = run_toy(args.n_per_kind, t1=args.t1, method="plain")
         plain.pop("_arrays")
-        res["plain"] = {k: plain[k] for k in ("method", "wall_s_including_compile", "verdict_accuracy",
-                                                 "frozen_wrong_all_fail", "max_drift_relative")}
-        res["plain"]["kinds"] = {name: {k: v for k, v in r.items() if k != "final_losses"}
-                                 for name, r in plain["kinds"].items()}
-    print(f"toy bottleneck: {args.n_per_kind} inits per kind, t1 = {args.t1:g} "
-          f"(best loss with theta_ky >= 0: {res['loss_nonneg_bound']:.4f}); {res['wall_s_including_compile']:.1f} s")
-    print(f"{'method':>6} {'kind':>15} {'frozen@0':>9} {'learnt':>7} {'fit<1e-6':>8} {'solver ok':>9} {'max_steps':>9} "
-          f"{'median loss':>12} {'theta_ky<0 at end':>17} {'sign changed':>12}")
+        res["plain"] = {
+            k: plain[k]
+            for k in (
+                "method",
+                "wall_s_including_compile",
+                "verdict_accuracy",
+                "frozen_wrong_all_fail",
+                "max_drift_relative",
+            )
+        }
+        res["plain"]["kinds"] = {
+            name: {k: v for k, v in r.items() if k != "final_losses"} for name, r in plain["kinds"].items()
+        }
+    print(
+        f"toy bottleneck: {args.n_per_kind} inits per kind, t1 = {args.t1:g} "
+        f"(best loss with theta_ky >= 0: {res['loss_nonneg_bound']:.4f}); {res['wall_s_including_compile']:.1f} s"
+    )
+    print(
+        f"{'method':>6} {'kind':>15} {'frozen@0':>9} {'learnt':>7} {'fit<1e-6':>8} {'solver ok':>9} {'max_steps':>9} "
+        f"{'median loss':>12} {'theta_ky<0 at end':>17} {'sign changed':>12}"
+    )
     for method, rr in (("kink" if args.method != "plain" else "plain", res), ("plain", res.get("plain"))):
         for name, r in (rr or {"kinds": {}})["kinds"].items():
-            print(f"{method:>6} {name:>15} {r['frozen_at_t0']:>9.2f} {r['learnt']:>7.2f} {r['exact_fit']:>8.2f} "
-                  f"{r['solver_success']:>9.2f} {r['max_steps_hit']:>9.2f} "
-                  f"{r['final_loss_quantiles'][2]:>12.3e} {r['frac_theta_ky_negative_over_time'][-1]:>17.2f} "
-                  f"{r['frac_theta_ky_sign_changed']:>12.2f}")
-    print(f"verdict at t=0 (frozen with wrong sign => fails) accuracy: {res['verdict_accuracy']:.3f}; "
-          f"every frozen-wrong init failed: {res['frozen_wrong_all_fail']}")
+            print(
+                f"{method:>6} {name:>15} {r['frozen_at_t0']:>9.2f} {r['learnt']:>7.2f} {r['exact_fit']:>8.2f} "
+                f"{r['solver_success']:>9.2f} {r['max_steps_hit']:>9.2f} "
+                f"{r['final_loss_quantiles'][2]:>12.3e} {r['frac_theta_ky_negative_over_time'][-1]:>17.2f} "
+                f"{r['frac_theta_ky_sign_changed']:>12.2f}"
+            )
+    print(
+        f"verdict at t=0 (frozen with wrong sign => fails) accuracy: {res['verdict_accuracy']:.3f}; "
+        f"every frozen-wrong init failed: {res['frozen_wrong_all_fail']}"
+    )
     rr = res["reachability"]
-    print(f"reachability verdict (rescaled teacher in the init's component) accuracy: {rr['accuracy']:.3f} "
-          f"({rr['n_disagreements']} disagreements; identical to the t=0 verdict: {rr['same_as_t0_verdict']})")
+    print(
+        f"reachability verdict (rescaled teacher in the init's component) accuracy: {rr['accuracy']:.3f} "
+        f"({rr['n_disagreements']} disagreements; identical to the t=0 verdict: {rr['same_as_t0_verdict']})"
+    )
     for d in rr["disagreements"]:
-        print(f"  run {d['run']:>3} {d['kind']:>15} c_k = {d['c_k']:+.3f} theta_ky(0) = {d['theta_ky0']:+.3f} "
-              f"reachable = {d['reachable']} learnt = {d['learnt']} final loss = {d['loss_final']:.4f}")
+        print(
+            f"  run {d['run']:>3} {d['kind']:>15} c_k = {d['c_k']:+.3f} theta_ky(0) = {d['theta_ky0']:+.3f} "
+            f"reachable = {d['reachable']} learnt = {d['learnt']} final loss = {d['loss_final']:.4f}"
+        )
     nat = res["natural_glorot"]
-    print(f"plain Glorot draws ({nat['n_draws']}): frozen {nat['frozen']:.3f}, frozen with the wrong sign "
-          f"(theta_ky > 0, c_k < 0) {nat['frozen_wrong']:.4f} +- {nat['frozen_wrong_stderr']:.4f}")
+    print(
+        f"plain Glorot draws ({nat['n_draws']}): frozen {nat['frozen']:.3f}, frozen with the wrong sign "
+        f"(theta_ky > 0, c_k < 0) {nat['frozen_wrong']:.4f} +- {nat['frozen_wrong_stderr']:.4f}"
+    )
     out = write_json(output_path(args.out, "toy_bottleneck.json"), res)
     print(f"wrote {out}")
 

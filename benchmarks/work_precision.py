@@ -70,9 +70,16 @@ def make_runner(name, field, t1, max_steps):
     @eqx.filter_jit
     def run(theta0, tol):
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), solver, 0.0, t1, None, theta0,
+            diffrax.ODETerm(field),
+            solver,
+            0.0,
+            t1,
+            None,
+            theta0,
             stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
-            saveat=diffrax.SaveAt(t1=True), max_steps=max_steps, throw=False,
+            saveat=diffrax.SaveAt(t1=True),
+            max_steps=max_steps,
+            throw=False,
         )
         return sol.ys[-1], sol.stats["num_steps"], ij.result_code(sol.result)
 
@@ -106,24 +113,60 @@ def sweep(label, net, X, Y, t1, methods, kink_methods, tols, ref, max_steps):
         for tol in tols:
             (th, steps, res), nfe, wall = timed(lambda: run(theta0, jnp.asarray(tol)))
             ok = int(res) == 0
-            rows.append(dict(case=label, method=m, tol=tol, ok=ok, steps=int(steps), max_steps=budget, nfe=nfe, wall_s=wall,
-                             error=float(jnp.max(jnp.abs(th - ref))) if ok else None,
-                             drift_rel=drift_rel(net, th) if ok else None))
+            rows.append(
+                dict(
+                    case=label,
+                    method=m,
+                    tol=tol,
+                    ok=ok,
+                    steps=int(steps),
+                    max_steps=budget,
+                    nfe=nfe,
+                    wall_s=wall,
+                    error=float(jnp.max(jnp.abs(th - ref))) if ok else None,
+                    drift_rel=drift_rel(net, th) if ok else None,
+                )
+            )
     for m in kink_methods:
         inner = m.split("+")[1]
-        kink_aware_flow(net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tols[0], atol=tols[0], max_steps=max_steps),
-                        saveat=ij.SaveTimes(n_save=2))
+        kink_aware_flow(
+            net,
+            X,
+            Y,
+            t1,
+            solver=ij.SolverOptions(inner, rtol=tols[0], atol=tols[0], max_steps=max_steps),
+            saveat=ij.SaveTimes(n_save=2),
+        )
         for tol in tols:
-            kf, nfe, wall = timed(lambda: kink_aware_flow(
-                net, X, Y, t1, solver=ij.SolverOptions(inner, rtol=tol, atol=tol, max_steps=max_steps),
-                saveat=ij.SaveTimes(n_save=2)))
+            kf, nfe, wall = timed(
+                lambda: kink_aware_flow(
+                    net,
+                    X,
+                    Y,
+                    t1,
+                    solver=ij.SolverOptions(inner, rtol=tol, atol=tol, max_steps=max_steps),
+                    saveat=ij.SaveTimes(n_save=2),
+                )
+            )
             ok = bool(kf.success)
             th = kf.flow.theta_final
-            rows.append(dict(case=label, method=m, tol=tol, ok=ok, steps=int(kf.flow.num_steps), nfe=nfe, wall_s=wall,
-                             error=float(jnp.max(jnp.abs(th - ref))) if ok else None,
-                             drift_rel=float(kf.flow.drift_relative), events=int(kf.num_events),
-                             sliding_entries=int(kf.num_sliding_entries), ambiguous=int(kf.num_ambiguous),
-                             max_sliding_pairs=int(kf.max_sliding_pairs)))
+            rows.append(
+                dict(
+                    case=label,
+                    method=m,
+                    tol=tol,
+                    ok=ok,
+                    steps=int(kf.flow.num_steps),
+                    nfe=nfe,
+                    wall_s=wall,
+                    error=float(jnp.max(jnp.abs(th - ref))) if ok else None,
+                    drift_rel=float(kf.flow.drift_relative),
+                    events=int(kf.num_events),
+                    sliding_entries=int(kf.num_sliding_entries),
+                    ambiguous=int(kf.num_ambiguous),
+                    max_sliding_pairs=int(kf.max_sliding_pairs),
+                )
+            )
     return rows
 
 
@@ -131,9 +174,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--inits", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="fewer tolerances and methods")
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/work_precision.json, ignored by git; "
-                                                "the PNG goes next to it; "
-                                                "pass benchmarks/results/work_precision.json to replace the committed results)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: benchmarks/results/local/work_precision.json, ignored by git; "
+        "the PNG goes next to it; "
+        "pass benchmarks/results/work_precision.json to replace the committed results)",
+    )
     args = ap.parse_args()
     t1 = 1.0
     tols = [1e-4, 1e-6, 1e-8, 1e-10] if args.quick else [1e-4, 1e-6, 1e-8, 1e-10, 1e-12]
@@ -161,27 +208,54 @@ def main():
     print("tsit5 steps at 1e-8 per init:", screen)
     print("slowest decile:", slow, "median:", median)
 
-    results = dict(workload="5-20-1 relu mlp, 20 teacher points, t1=1", tolerances=tols,
-                   screen_steps=screen, slow_inits=slow, median_init=median, rows=[], references={})
+    results = dict(
+        workload="5-20-1 relu mlp, 20 teacher points, t1=1",
+        tolerances=tols,
+        screen_steps=screen,
+        slow_inits=slow,
+        median_init=median,
+        rows=[],
+        references={},
+    )
     cases = [(f"relu_init{i}", nets[i]) for i in slow] + ([] if args.quick else [(f"relu_init{median}", nets[median])])
     cases.append(("softplus_init0", ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(0))))
     for label, net in tqdm(cases, desc="cases"):
         if net.is_positively_homogeneous:
-            rf = kink_aware_flow(net, X, Y, t1, solver=ij.SolverOptions("tsit5", rtol=1e-12, atol=1e-12, max_steps=max_steps),
-                                 saveat=ij.SaveTimes(n_save=2))
+            rf = kink_aware_flow(
+                net,
+                X,
+                Y,
+                t1,
+                solver=ij.SolverOptions("tsit5", rtol=1e-12, atol=1e-12, max_steps=max_steps),
+                saveat=ij.SaveTimes(n_save=2),
+            )
             ref = rf.flow.theta_final
-            bf = ij.gradient_flow(net, X, Y, t1, saveat=ij.SaveTimes(n_save=2),
-                                  solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=100_000))
+            bf = ij.gradient_flow(
+                net,
+                X,
+                Y,
+                t1,
+                saveat=ij.SaveTimes(n_save=2),
+                solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=100_000),
+            )
             results["references"][label] = dict(
-                kind="kink+tsit5 at 1e-12", events=int(rf.num_events), sliding_entries=int(rf.num_sliding_entries),
-                max_sliding_pairs=int(rf.max_sliding_pairs), ambiguous=int(rf.num_ambiguous),
-                sliding_time=float(rf.sliding_time), ok=bool(rf.success),
+                kind="kink+tsit5 at 1e-12",
+                events=int(rf.num_events),
+                sliding_entries=int(rf.num_sliding_entries),
+                max_sliding_pairs=int(rf.max_sliding_pairs),
+                ambiguous=int(rf.num_ambiguous),
+                sliding_time=float(rf.sliding_time),
+                ok=bool(rf.success),
                 smooth_limit_distance=smooth_limit(net, X, Y, t1, ref),
-                brute_force_ok=bool(bf.success), brute_force_steps=int(bf.num_steps),
-                brute_force_distance=float(jnp.max(jnp.abs(bf.theta_final - ref))))
+                brute_force_ok=bool(bf.success),
+                brute_force_steps=int(bf.num_steps),
+                brute_force_distance=float(jnp.max(jnp.abs(bf.theta_final - ref))),
+            )
             km, methods = kink_methods, relu_methods
         else:
-            ref = ij.gradient_flow(net, X, Y, t1, solver="dopri8", rtol=1e-13, atol=1e-13, saveat=ij.SaveTimes(n_save=2)).theta_final
+            ref = ij.gradient_flow(
+                net, X, Y, t1, solver="dopri8", rtol=1e-13, atol=1e-13, saveat=ij.SaveTimes(n_save=2)
+            ).theta_final
             results["references"][label] = dict(kind="dopri8 at 1e-13")
             km, methods = [], smooth_methods
         results["rows"] += sweep(label, net, X, Y, t1, methods, km, tols, ref, max_steps)
@@ -205,9 +279,17 @@ def goal(results):
             ks = [r for r in rows if r["case"] == label and r["method"] == km and r["ok"]]
             for r in ts:
                 good = [k["nfe"] for k in ks if k["error"] is not None and k["error"] <= r["error"]]
-                out.append(dict(case=label, method=km, tsit5_tol=r["tol"], tsit5_error=r["error"], tsit5_nfe=r["nfe"],
-                                kink_nfe=min(good) if good else None,
-                                ratio=(r["nfe"] / min(good)) if good else None))
+                out.append(
+                    dict(
+                        case=label,
+                        method=km,
+                        tsit5_tol=r["tol"],
+                        tsit5_error=r["error"],
+                        tsit5_nfe=r["nfe"],
+                        kink_nfe=min(good) if good else None,
+                        ratio=(r["nfe"] / min(good)) if good else None,
+                    )
+                )
     return out
 
 
@@ -216,12 +298,23 @@ def smooth_limit(net, X, Y, t1, ref, betas=(1e3, 1e4, 1e5)):
     an independent check of the ReLU reference, O(1/beta) if it is right."""
     out = {}
     for beta in betas:
-        act = Activation(f"softplus_beta{beta:g}", lambda z, b=beta: jax.nn.softplus(b * z) / b,
-                         lambda z, b=beta: jax.nn.sigmoid(b * z),
-                         positively_homogeneous=False, piecewise_linear=False, smooth=True)
+        act = Activation(
+            f"softplus_beta{beta:g}",
+            lambda z, b=beta: jax.nn.softplus(b * z) / b,
+            lambda z, b=beta: jax.nn.sigmoid(b * z),
+            positively_homogeneous=False,
+            piecewise_linear=False,
+            smooth=True,
+        )
         sm = ij.DAGNetwork(net.graph, act, edge_weights=net.edge_weights())
-        fl = ij.gradient_flow(sm, X, Y, t1, saveat=ij.SaveTimes(n_save=2),
-                              solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000))
+        fl = ij.gradient_flow(
+            sm,
+            X,
+            Y,
+            t1,
+            saveat=ij.SaveTimes(n_save=2),
+            solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000),
+        )
         out[f"{beta:g}"] = float(jnp.max(jnp.abs(fl.theta_final - ref))) if bool(fl.success) else None
     return out
 
@@ -248,17 +341,23 @@ def stiff_channel():
 
 
 def report(results):
-    print(f"\n{'case':<16} {'method':<12} {'tol':>7} {'ok':>3} {'steps':>7} {'nfe':>8} {'wall s':>8} {'error':>9} {'drift':>9}")
+    print(
+        f"\n{'case':<16} {'method':<12} {'tol':>7} {'ok':>3} {'steps':>7} {'nfe':>8} {'wall s':>8} {'error':>9} {'drift':>9}"
+    )
     for r in results["rows"]:
         e = "-" if r["error"] is None else f"{r['error']:.1e}"
         d = "-" if r["drift_rel"] is None else f"{r['drift_rel']:.1e}"
-        print(f"{r['case']:<16} {r['method']:<12} {r['tol']:>7.0e} {int(r['ok']):>3} {r['steps']:>7} {r['nfe']:>8} "
-              f"{r['wall_s']:>8.3f} {e:>9} {d:>9}")
+        print(
+            f"{r['case']:<16} {r['method']:<12} {r['tol']:>7.0e} {int(r['ok']):>3} {r['steps']:>7} {r['nfe']:>8} "
+            f"{r['wall_s']:>8.3f} {e:>9} {d:>9}"
+        )
     print("\nreferences:", json.dumps(results["references"], indent=1))
     print("\nGoal (slowest decile): evaluations to reach Tsit5's error")
     for g in results["goal"]:
         ratio = "-" if g["ratio"] is None else f"{g['ratio']:.1f}x"
-        print(f"  {g['case']:<14} {g['method']:<12} tsit5 tol {g['tsit5_tol']:.0e}: tsit5 {g['tsit5_nfe']} vs {g['kink_nfe']} -> {ratio}")
+        print(
+            f"  {g['case']:<14} {g['method']:<12} tsit5 tol {g['tsit5_tol']:.0e}: tsit5 {g['tsit5_nfe']} vs {g['kink_nfe']} -> {ratio}"
+        )
     sc = results["stiff_channel"]
     print("\nStiff channel (softplus, Hessian eigenvalues", sc["hessian_eigs"], ")")
     for r in sc["rows"]:

@@ -46,8 +46,9 @@ def _is_real(v) -> bool:
     return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
 
 
-def check_positive(name: str, v, *, allow_none: bool = False, allow_zero: bool = False,
-                   allow_inf: bool = False) -> None:
+def check_positive(
+    name: str, v, *, allow_none: bool = False, allow_zero: bool = False, allow_inf: bool = False
+) -> None:
     """Raise `ValueError`/`TypeError` unless `v` is a finite real number `> 0` (`>= 0`
     with `allow_zero`; `None` allowed with `allow_none`; `+inf`, "no limit", allowed with
     `allow_inf`). The one wording of this check."""

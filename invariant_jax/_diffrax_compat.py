@@ -45,8 +45,15 @@ from equinox.internal import prevbefore
 
 # the private names above stay module attributes (importable) but are not exported: the
 # package calls the functions
-__all__ = ["wrap_term", "t1_clip_floor", "with_controller_tols", "enumeration_table", "cacheable_checks",
-           "INTERNALS", "CHECKED_AGAINST"]
+__all__ = [
+    "wrap_term",
+    "t1_clip_floor",
+    "with_controller_tols",
+    "enumeration_table",
+    "cacheable_checks",
+    "INTERNALS",
+    "CHECKED_AGAINST",
+]
 
 CHECKED_AGAINST = {"diffrax": "0.7.2", "equinox": "0.13.8", "jax": "0.10.2"}
 """The versions whose internals were read for this module (constraints.txt pins them);
@@ -123,8 +130,9 @@ def with_controller_tols(solver, controller):
     attrs = [a for a in ("rtol", "atol", "norm") if getattr(solver.root_finder, a) is use_stepsize_tol]
     if not attrs:
         return solver
-    return eqx.tree_at(lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver,
-                       tuple(getattr(controller, a) for a in attrs))
+    return eqx.tree_at(
+        lambda s: tuple(getattr(s.root_finder, a) for a in attrs), solver, tuple(getattr(controller, a) for a in attrs)
+    )
 
 
 def wrap_term(term, direction):

@@ -32,8 +32,14 @@ from jaxtyping import Array, ArrayLike, Float
 from ._checks import check_positive
 from .network import DAGNetwork
 
-__all__ = ["weightnorm", "maxnorm_penalty", "MaxnormPenalty", "closest_pair_distance", "min_hessian_eigenvalue",
-           "TrajectoryRecord"]
+__all__ = [
+    "weightnorm",
+    "maxnorm_penalty",
+    "MaxnormPenalty",
+    "closest_pair_distance",
+    "min_hessian_eigenvalue",
+    "TrajectoryRecord",
+]
 
 
 def weightnorm(theta: Float[ArrayLike, "... E"]) -> Float[Array, "..."]:
@@ -128,8 +134,9 @@ class TrajectoryRecord(eqx.Module):
     pair_distance: Float[Array, "... K"]
 
     @staticmethod
-    def from_flow(net: DAGNetwork, ts: Float[Array, " K"], thetas: Float[Array, "K E"], losses: Float[Array, " K"],
-                  loss_fn) -> TrajectoryRecord:
+    def from_flow(
+        net: DAGNetwork, ts: Float[Array, " K"], thetas: Float[Array, "K E"], losses: Float[Array, " K"], loss_fn
+    ) -> TrajectoryRecord:
         """The record of one flow from its saved times `ts`, weights `thetas` and data
         losses (`Flow.ts`, `Flow.thetas`, `Flow.losses`); `loss_fn`: `theta -> L`.
         Traceable (use under `vmap`)."""
@@ -138,8 +145,13 @@ class TrajectoryRecord(eqx.Module):
         gmax = jnp.max(jnp.abs(jax.vmap(jax.grad(loss_fn))(safe)), axis=-1)
         nan = jnp.asarray(jnp.nan, thetas.dtype)
         keep = lambda v: jnp.where(done, v, nan)  # noqa: E731
-        return TrajectoryRecord(t=keep(ts), loss=keep(losses), weightnorm=keep(weightnorm(safe)),
-                                grad_norm=keep(gmax), pair_distance=keep(closest_pair_distance(net, safe)))
+        return TrajectoryRecord(
+            t=keep(ts),
+            loss=keep(losses),
+            weightnorm=keep(weightnorm(safe)),
+            grad_norm=keep(gmax),
+            pair_distance=keep(closest_pair_distance(net, safe)),
+        )
 
     @staticmethod
     def empty(batch: int, k: int, dtype=float) -> TrajectoryRecord:
@@ -149,5 +161,6 @@ class TrajectoryRecord(eqx.Module):
 
     def to_dict(self) -> dict:
         """Plain nested lists (NaN kept as NaN), for JSON."""
-        return {k: np.asarray(getattr(self, k)).tolist() for k in ("t", "loss", "weightnorm", "grad_norm",
-                                                                      "pair_distance")}
+        return {
+            k: np.asarray(getattr(self, k)).tolist() for k in ("t", "loss", "weightnorm", "grad_norm", "pair_distance")
+        }

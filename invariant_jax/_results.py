@@ -68,8 +68,7 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
         "initialization, or use float64."
     )
     max_events_reached = (
-        "The kink-aware flow located `max_events` events before reaching `t1`. Increase "
-        "`max_events`, or lower `t1`."
+        "The kink-aware flow located `max_events` events before reaching `t1`. Increase `max_events`, or lower `t1`."
     )
     training_diverged = (
         "The weights became non-finite during training (the step diverged). Lower "
@@ -210,18 +209,26 @@ STATUSES = ("ok", "stopped", "max_steps", "nonfinite", "failed")
 `nonfinite` has a non-finite weight, loss or gradient at its final state; `failed` is any
 other failure (the exact reason is the `RESULTS` code)."""
 
-_STOP_CODES = np.asarray([int(result_code(r)) for r in (RESULTS.event_occurred,) + STOP_RESULTS + NEWTON_STOP_RESULTS],
-                         np.int32)
-_MAX_CODES = np.asarray([int(result_code(r)) for r in (RESULTS.max_steps_reached, RESULTS.max_events_reached)],
-                        np.int32)
+_STOP_CODES = np.asarray(
+    [int(result_code(r)) for r in (RESULTS.event_occurred,) + STOP_RESULTS + NEWTON_STOP_RESULTS], np.int32
+)
+_MAX_CODES = np.asarray(
+    [int(result_code(r)) for r in (RESULTS.max_steps_reached, RESULTS.max_events_reached)], np.int32
+)
 
 
 def status_code(result) -> Int[Array, "..."]:
     """Index into `STATUSES` of each result. Works under `jit`."""
     code = result_code(result)
-    status = jnp.where(code == int(result_code(RESULTS.successful)), 0,
-                       jnp.where(jnp.any(code[..., None] == jnp.asarray(_STOP_CODES), axis=-1), 1,
-                                 jnp.where(jnp.any(code[..., None] == jnp.asarray(_MAX_CODES), axis=-1), 2, 4)))
+    status = jnp.where(
+        code == int(result_code(RESULTS.successful)),
+        0,
+        jnp.where(
+            jnp.any(code[..., None] == jnp.asarray(_STOP_CODES), axis=-1),
+            1,
+            jnp.where(jnp.any(code[..., None] == jnp.asarray(_MAX_CODES), axis=-1), 2, 4),
+        ),
+    )
     return jnp.where(code == int(result_code(RESULTS.nonfinite_state)), 3, status).astype(jnp.int32)
 
 

@@ -115,8 +115,7 @@ class Activation(eqx.Module):
         return self.piecewise_linear and self.negative_slope != 1.0
 
     def _key(self) -> tuple:
-        return (self.name, self.positively_homogeneous, self.piecewise_linear, self.smooth,
-                float(self.negative_slope))
+        return (self.name, self.positively_homogeneous, self.piecewise_linear, self.smooth, float(self.negative_slope))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Activation):
@@ -177,8 +176,15 @@ ACTIVATIONS: dict[str, Activation] = {
     for a in [
         Activation("relu", jax.nn.relu, _relu_d, positively_homogeneous=True, piecewise_linear=True, smooth=False),
         leaky_relu(0.01),
-        Activation("linear", lambda x: x, jnp.ones_like, positively_homogeneous=True, piecewise_linear=True,
-                   smooth=True, negative_slope=1.0),
+        Activation(
+            "linear",
+            lambda x: x,
+            jnp.ones_like,
+            positively_homogeneous=True,
+            piecewise_linear=True,
+            smooth=True,
+            negative_slope=1.0,
+        ),
         Activation("softplus", jax.nn.softplus, jax.nn.sigmoid, **_SMOOTH),
         Activation("erf", _erf, lambda x: (2 / jnp.sqrt(jnp.pi)) * jnp.exp(-(x**2)), **_SMOOTH),
         Activation("tanh", jnp.tanh, lambda x: 1 - jnp.tanh(x) ** 2, **_SMOOTH),
@@ -210,7 +216,4 @@ def get_activation(act: str | Activation) -> Activation:
             return leaky_relu(float(act.split(":", 1)[1]))
         except ValueError as e:
             raise ValueError(f"Bad leaky_relu slope in {act!r}: {e}") from None
-    raise ValueError(
-        f"Unknown activation {act!r}; choose one of {sorted(ACTIVATIONS)} "
-        "(or 'leaky_relu:<slope>')."
-    )
+    raise ValueError(f"Unknown activation {act!r}; choose one of {sorted(ACTIVATIONS)} (or 'leaky_relu:<slope>').")

@@ -73,10 +73,29 @@ from .options import Objective, SaveTimes, SolverOptions, StopRules, log_times
 from .solvers import SOLVERS
 from .sweep import BatchOptions, sweep_flows
 
-__all__ = ["NewtonOptions", "FlowPhaseOptions", "ConvergeResult", "FlowPhaseResult", "newton_phase", "flow_phase",
-           "flow_then_newton", "NEWTON_RESULTS", "newton_result", "newton_reason", "FLOW_STOPS",
-           "FLOW_ENGINES", "NEWTON_KEYWORDS", "FLOW_KEYWORDS", "with_fields", "weightnorm", "maxnorm_penalty",
-           "MaxnormPenalty", "closest_pair_distance", "min_hessian_eigenvalue", "TrajectoryRecord"]
+__all__ = [
+    "NewtonOptions",
+    "FlowPhaseOptions",
+    "ConvergeResult",
+    "FlowPhaseResult",
+    "newton_phase",
+    "flow_phase",
+    "flow_then_newton",
+    "NEWTON_RESULTS",
+    "newton_result",
+    "newton_reason",
+    "FLOW_STOPS",
+    "FLOW_ENGINES",
+    "NEWTON_KEYWORDS",
+    "FLOW_KEYWORDS",
+    "with_fields",
+    "weightnorm",
+    "maxnorm_penalty",
+    "MaxnormPenalty",
+    "closest_pair_distance",
+    "min_hessian_eigenvalue",
+    "TrajectoryRecord",
+]
 
 # The names study records (`ConvergenceStudy.records["stopped_by"]`) and older JSON files
 # store; `ConvergeResult.result` (an `ij.RESULTS` item per run) is the record of truth,
@@ -103,12 +122,14 @@ when read)."""
 _REASON_CODES = np.asarray([int(result_code(NEWTON_RESULTS[r])) for r in _STOP_NAMES], np.int32)
 
 
-
 def __getattr__(name: str):
     if name == "STOP_REASONS":
-        warnings.warn("invariant_jax.converge.STOP_REASONS is deprecated: a Newton run's outcome is its `result` "
-                      "(an ij.RESULTS member); the old names are the keys of NEWTON_RESULTS.", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(
+            "invariant_jax.converge.STOP_REASONS is deprecated: a Newton run's outcome is its `result` "
+            "(an ij.RESULTS member); the old names are the keys of NEWTON_RESULTS.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return _STOP_NAMES
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -190,9 +211,15 @@ class NewtonOptions(eqx.Module):
 
     def settings(self) -> dict:
         """The options as plain numbers (for `ConvergeResult.settings` and JSON)."""
-        return dict(maxnorm=float(self.maxnorm), g_tol=float(self.g_tol), patience=int(self.patience),
-                    rel_improve=float(self.rel_improve), max_steps=int(self.max_steps),
-                    max_time=float(self.max_time), chunk=int(self.chunk))
+        return dict(
+            maxnorm=float(self.maxnorm),
+            g_tol=float(self.g_tol),
+            patience=int(self.patience),
+            rel_improve=float(self.rel_improve),
+            max_steps=int(self.max_steps),
+            max_time=float(self.max_time),
+            chunk=int(self.chunk),
+        )
 
 
 class FlowPhaseOptions(eqx.Module):
@@ -254,8 +281,10 @@ class FlowPhaseOptions(eqx.Module):
         if self.engine is not None and self.engine not in FLOW_ENGINES:
             raise ValueError(f"engine must be one of {FLOW_ENGINES} or None; got {self.engine!r}.")
         if self.engine == "sweep" and self.flow_stop == "penalty":
-            raise ValueError("engine='sweep' cannot add the maxnorm penalty (ij.sweep_flows takes no regularizer); "
-                             "use engine='loop' or 'vmap', or flow_stop='stop'.")
+            raise ValueError(
+                "engine='sweep' cannot add the maxnorm penalty (ij.sweep_flows takes no regularizer); "
+                "use engine='loop' or 'vmap', or flow_stop='stop'."
+            )
 
     def resolved_engine(self) -> str:
         """`engine`, with `None` resolved for the default backend."""
@@ -341,15 +370,21 @@ class ConvergeResult(eqx.Module):
     @property
     def stopped_by(self) -> Int[Array, " B"]:
         """Deprecated: the index of each run's reason in the keys of `NEWTON_RESULTS`; use `result`."""
-        warnings.warn("ConvergeResult.stopped_by is deprecated; use .result (ij.RESULTS items, named by "
-                      "ij.result_name).", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ConvergeResult.stopped_by is deprecated; use .result (ij.RESULTS items, named by ij.result_name).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return jnp.asarray(_reason_index(self.result))
 
     @property
     def reason(self) -> tuple[str, ...]:
         """Deprecated: the old stop-reason names (the keys of `NEWTON_RESULTS`); use `result`."""
-        warnings.warn("ConvergeResult.reason is deprecated; use .result (ij.result_name(res.result) names it).",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ConvergeResult.reason is deprecated; use .result (ij.result_name(res.result) names it).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return newton_reason(self.result)
 
     @property
@@ -368,8 +403,10 @@ class ConvergeResult(eqx.Module):
         for r in dict.fromkeys(result_name(NEWTON_RESULTS[k]) for k in _STOP_NAMES):
             m = names == r
             if m.any():
-                rows.append(f"{r:>18} {int(m.sum()):>5} {np.median(np.asarray(self.loss)[m]):>12.4e} "
-                            f"{np.median(np.asarray(self.n_steps)[m]):>12.0f}")
+                rows.append(
+                    f"{r:>18} {int(m.sum()):>5} {np.median(np.asarray(self.loss)[m]):>12.4e} "
+                    f"{np.median(np.asarray(self.n_steps)[m]):>12.0f}"
+                )
         return "\n".join(rows)
 
 
@@ -401,7 +438,11 @@ class _ExactNewton(optx.AbstractQuasiNewton):
 
 def _solver(hess_fn):
     return _ExactNewton(
-        rtol=0.0, atol=0.0, norm=optx.max_norm, verbose=lambda **kw: None, hess_fn=hess_fn,
+        rtol=0.0,
+        atol=0.0,
+        norm=optx.max_norm,
+        verbose=lambda **kw: None,
+        hess_fn=hess_fn,
         descent=optx.DampedNewtonDescent(linear_solver=lx.AutoLinearSolver(well_posed=False)),
         search=optx.ClassicalTrustRegion(),
     )
@@ -430,8 +471,15 @@ def _start(net, X, Y, theta0, loss):
 
     def one(y0):
         state = solver.init(fn, y0, None, {}, f_struct, None, frozenset())
-        return _Run(y=y0, state=state, best_y=y0, best_f=jnp.asarray(jnp.inf, y0.dtype),
-                    best_k=jnp.array(0), k=jnp.array(0), reason=jnp.array(_RUNNING))
+        return _Run(
+            y=y0,
+            state=state,
+            best_y=y0,
+            best_f=jnp.asarray(jnp.inf, y0.dtype),
+            best_k=jnp.array(0),
+            k=jnp.array(0),
+            reason=jnp.array(_RUNNING),
+        )
 
     return jax.vmap(one)(theta0)
 
@@ -459,11 +507,19 @@ def _advance(net, X, Y, runs, n_iter, loss, g_tol, patience, maxnorm, max_steps,
             best_k = jnp.where(better, k, r.best_k)
             wn = jnp.sum(y**2) / (2 * y.size)
             gmax = jnp.max(jnp.abs(g))
-            reason = jnp.where(~finite, _NONFINITE,
-                     jnp.where(wn >= maxnorm, _MAXNORM,
-                     jnp.where((k > 1) & (gmax <= g_tol), _GRAD,
-                     jnp.where(k - best_k > patience, _PATIENCE,
-                     jnp.where(k >= max_steps, _MAXSTEPS, _RUNNING)))))
+            reason = jnp.where(
+                ~finite,
+                _NONFINITE,
+                jnp.where(
+                    wn >= maxnorm,
+                    _MAXNORM,
+                    jnp.where(
+                        (k > 1) & (gmax <= g_tol),
+                        _GRAD,
+                        jnp.where(k - best_k > patience, _PATIENCE, jnp.where(k >= max_steps, _MAXSTEPS, _RUNNING)),
+                    ),
+                ),
+            )
             # a run that leaves through maxnorm keeps its last point (it is past the norm)
             best_y = jnp.where(reason == _MAXNORM, y, best_y)
             best_f = jnp.where(reason == _MAXNORM, f, best_f)
@@ -507,14 +563,14 @@ def newton_phase(
 
     **Returns:** a `ConvergeResult` (its `theta_flow` is the start; no flow record).
     """
-    opts = with_fields(options, NewtonOptions, take_deprecated("newton_phase", deprecated, NEWTON_KEYWORDS),
-                       "options")
+    opts = with_fields(options, NewtonOptions, take_deprecated("newton_phase", deprecated, NEWTON_KEYWORDS), "options")
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     if nets.is_positively_homogeneous or any(a.kinked for a in nets.activations):
         names = sorted({a.name for a in nets.activations})
-        raise ValueError(f"newton_phase needs a smooth activation (exact Hessian); got {names}. "
-                         "Use softplus, erf, g, tanh or gelu.")
+        raise ValueError(
+            f"newton_phase needs a smooth activation (exact Hessian); got {names}. Use softplus, erf, g, tanh or gelu."
+        )
     X, Y = check_data(nets.graph, X, Y)
     theta0 = nets.edge_weights()
     theta0 = theta0[None] if theta0.ndim == 1 else theta0
@@ -536,14 +592,31 @@ def newton_phase(
     theta = jnp.concatenate(best)
     f, gmax, lam = _measure(net, X, Y, theta, loss)
     nan = jnp.full((B,), jnp.nan, theta.dtype)
-    settings = dict(opts.settings(), batch_size=bs,
-                    optimiser="optimistix ClassicalTrustRegion + DampedNewtonDescent, exact Hessian (ij.losses.hessian_fn)")
+    settings = dict(
+        opts.settings(),
+        batch_size=bs,
+        optimiser="optimistix ClassicalTrustRegion + DampedNewtonDescent, exact Hessian (ij.losses.hessian_fn)",
+    )
     result = result_from_code(jnp.asarray(_REASON_CODES)[jnp.concatenate(reasons)])
-    return ConvergeResult(theta=theta, loss=f, grad_norm=gmax, weightnorm=weightnorm(theta), n_steps=jnp.concatenate(steps),
-                          result=result, theta_flow=theta0, loss_flow=nan, t_flow=nan,
-                          flow_status=jnp.full((B,), -1), min_eig=lam, weightnorm_flow_max=nan,
-                          passed_maxnorm_ode=jnp.zeros((B,), bool), trajectory=TrajectoryRecord.empty(B, 1, theta.dtype),
-                          flow_steps=jnp.full((B,), -1), wall_time=wall, settings=settings)
+    return ConvergeResult(
+        theta=theta,
+        loss=f,
+        grad_norm=gmax,
+        weightnorm=weightnorm(theta),
+        n_steps=jnp.concatenate(steps),
+        result=result,
+        theta_flow=theta0,
+        loss_flow=nan,
+        t_flow=nan,
+        flow_status=jnp.full((B,), -1),
+        min_eig=lam,
+        weightnorm_flow_max=nan,
+        passed_maxnorm_ode=jnp.zeros((B,), bool),
+        trajectory=TrajectoryRecord.empty(B, 1, theta.dtype),
+        flow_steps=jnp.full((B,), -1),
+        wall_time=wall,
+        settings=settings,
+    )
 
 
 def _run_group(net, X, Y, theta0, s0, bs, loss, opts: NewtonOptions, t_start, progress):
@@ -553,14 +626,22 @@ def _run_group(net, X, Y, theta0, s0, bs, loss, opts: NewtonOptions, t_start, pr
     B = theta0.shape[0]
     idx = np.minimum(np.arange(s0, s0 + bs), B - 1)
     runs = _start(net, X, Y, theta0[idx], loss)
-    args = (loss, float(opts.g_tol), int(opts.patience), float(opts.maxnorm), int(opts.max_steps),
-            float(opts.rel_improve))
+    args = (
+        loss,
+        float(opts.g_tol),
+        int(opts.patience),
+        float(opts.maxnorm),
+        int(opts.max_steps),
+        float(opts.rel_improve),
+    )
     while time.monotonic() - t_start <= opts.max_time:
         runs = _advance(net, X, Y, runs, int(opts.chunk), *args)
         reason = np.asarray(runs.reason)
         if progress:
-            print(f"newton: runs {s0}..{min(s0 + bs, B) - 1} of {B}: {int((reason == _RUNNING).sum())} running, "
-                  f"{time.monotonic() - t_start:.1f} s")
+            print(
+                f"newton: runs {s0}..{min(s0 + bs, B) - 1} of {B}: {int((reason == _RUNNING).sum())} running, "
+                f"{time.monotonic() - t_start:.1f} s"
+            )
         if not (reason == _RUNNING).any():
             break
     return eqx.tree_at(lambda r: r.reason, runs, jnp.where(runs.reason == _RUNNING, _MAXTIME, runs.reason))
@@ -594,8 +675,9 @@ class FlowPhaseResult(eqx.Module):
 
 
 @eqx.filter_jit
-def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, *, maxnorm=None, n_record=0,
-                  wall_time=None):
+def _vmapped_flow(
+    nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, *, maxnorm=None, n_record=0, wall_time=None
+):
     """The flow phase of a batch, vmapped. `t1` is a Python float (static). `ceiling`: the
     hard stop on `||theta||` (None: none); `maxnorm`: add `MaxnormPenalty(maxnorm)` (None:
     none); `n_record`: rows of the log-spaced `TrajectoryRecord` (0: none); `wall_time`:
@@ -609,16 +691,27 @@ def _vmapped_flow(nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, 
 
     def one(n):
         f = gradient_flow(n, X, Y, t1, saveat=save, solver=opts, stop=stop, loss=objective)
-        rec = TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, edge_loss_fn(one_net, X, Y, loss)) \
-            if n_record else None
-        return FlowPhaseResult(theta_final=f.theta_final, loss_final=f.loss_final, t_final=f.t_final,
-                               result=f.result, status=status_code(f.result), record=rec, n_steps=f.stats["num_steps"])
+        rec = (
+            TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, edge_loss_fn(one_net, X, Y, loss))
+            if n_record
+            else None
+        )
+        return FlowPhaseResult(
+            theta_final=f.theta_final,
+            loss_final=f.loss_final,
+            t_final=f.t_final,
+            result=f.result,
+            status=status_code(f.result),
+            record=rec,
+            n_steps=f.stats["num_steps"],
+        )
 
     return eqx.filter_vmap(one)(nets)
 
 
-def flow_phase(nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, maxnorm: float = 1e3,
-               loss="mse") -> FlowPhaseResult:
+def flow_phase(
+    nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, maxnorm: float = 1e3, loss="mse"
+) -> FlowPhaseResult:
     """The gradient-flow ("ODE") phase of `flow_then_newton` alone, on a batch of networks.
 
     **Arguments:** `nets` (a batched `DAGNetwork`, or one network), data `X`, `Y`; `flow`: a
@@ -641,13 +734,26 @@ def flow_phase(nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, 
         exact = jax.default_backend() == "cpu" if flow.exact is None else flow.exact
         solver = SolverOptions(flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=flow.max_flow_steps)
         batch = BatchOptions(slots=flow.slots or min(theta.shape[0], 256), exact=exact)
-        res = sweep_flows(nets, X, Y, flow.t1, solver=solver, saveat=SaveTimes(n_save=2), loss=loss, batch=batch,
-                          stop=StopRules(max_param_norm=ceiling, max_wall_time=wall))
+        res = sweep_flows(
+            nets,
+            X,
+            Y,
+            flow.t1,
+            solver=solver,
+            saveat=SaveTimes(n_save=2),
+            loss=loss,
+            batch=batch,
+            stop=StopRules(max_param_norm=ceiling, max_wall_time=wall),
+        )
         order = np.argsort(np.asarray(res.index))
         pick = lambda v: jnp.asarray(np.asarray(v)[order])  # noqa: E731
-        return FlowPhaseResult(theta_final=pick(res.theta_final), loss_final=pick(res.loss_final),
-                               t_final=pick(res.t_final), result=result_from_code(pick(result_code(res.result))),
-                               status=pick(res.status))
+        return FlowPhaseResult(
+            theta_final=pick(res.theta_final),
+            loss_final=pick(res.loss_final),
+            t_final=pick(res.t_final),
+            result=result_from_code(pick(result_code(res.result))),
+            status=pick(res.status),
+        )
     X, Y = check_data(nets.graph, X, Y)
     one_net = _one_net(nets)
     kw = dict(maxnorm=pen, n_record=int(flow.n_record), wall_time=wall)
@@ -655,8 +761,10 @@ def flow_phase(nets: DAGNetwork, X, Y, flow: FlowPhaseOptions | None = None, *, 
     if engine == "vmap":
         return _vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta), X, Y, *args, **kw)
     # one run at a time through one compiled program of batch 1 (each run its own wall clock)
-    parts = [_vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta[n:n + 1]), X, Y, *args, **kw)
-             for n in range(theta.shape[0])]
+    parts = [
+        _vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta[n : n + 1]), X, Y, *args, **kw)
+        for n in range(theta.shape[0])
+    ]
     return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
 
 
@@ -696,16 +804,20 @@ def flow_then_newton(
     **Returns:** a `ConvergeResult` with the flow's state in `theta_flow`, `loss_flow`,
     `t_flow`, `flow_status`, `weightnorm_flow_max`, `passed_maxnorm_ode`, `trajectory`.
     """
-    old = take_deprecated("flow_then_newton", deprecated, {**FLOW_KEYWORDS, **{
-        k: f"pass newton=ij.NewtonOptions({k}=...) instead" for k in _NEWTON_FIELDS}})
+    old = take_deprecated(
+        "flow_then_newton",
+        deprecated,
+        {**FLOW_KEYWORDS, **{k: f"pass newton=ij.NewtonOptions({k}=...) instead" for k in _NEWTON_FIELDS}},
+    )
     flow = with_fields(flow, FlowPhaseOptions, {k: v for k, v in old.items() if k in _FLOW_FIELDS}, "flow")
     opts = with_fields(newton, NewtonOptions, {k: v for k, v in old.items() if k in _NEWTON_FIELDS}, "newton")
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")
     check_positive("maxnorm", opts.maxnorm)
     res = flow_phase(nets, X, Y, flow, maxnorm=opts.maxnorm, loss=loss)
-    out = newton_phase(eqx.filter_vmap(_one_net(nets).with_edge_weights)(res.theta_final), X, Y, loss=loss,
-                       options=opts)
+    out = newton_phase(
+        eqx.filter_vmap(_one_net(nets).with_edge_weights)(res.theta_final), X, Y, loss=loss, options=opts
+    )
     return _with_flow(out, res, flow, opts.maxnorm)
 
 
@@ -715,12 +827,32 @@ def _with_flow(out: ConvergeResult, res: FlowPhaseResult, flow: FlowPhaseOptions
     rec = res.record if res.record is not None else TrajectoryRecord.empty(B, 1, res.theta_final.dtype)
     wn_max = jnp.fmax(jnp.max(jnp.nan_to_num(rec.weightnorm, nan=-jnp.inf), axis=-1), weightnorm(res.theta_final))
     penalty = flow.flow_stop == "penalty"
-    settings = dict(out.settings, t1=float(flow.t1), solver=flow.solver, rtol=float(flow.rtol), atol=float(flow.atol),
-                    max_flow_steps=int(flow.max_flow_steps), flow_wall_time=float(flow.flow_wall_time),
-                    flow_stop=flow.flow_stop, engine=flow.resolved_engine(), n_record=int(flow.n_record),
-                    flow_maxnorm=("MLPGradientFlow penalty (weightnorm - maxnorm)^3/6 in L = (1/2N) sum (f-y)^2 units"
-                                  if penalty else "stop at weightnorm >= maxnorm (StopRules.max_param_norm)"))
-    return dataclasses.replace(out, theta_flow=res.theta_final, loss_flow=res.loss_final, t_flow=res.t_final,
-                               flow_status=res.status, weightnorm_flow_max=wn_max,
-                               passed_maxnorm_ode=wn_max >= maxnorm, trajectory=rec, settings=settings,
-                               flow_steps=res.n_steps if res.n_steps is not None else jnp.full((B,), -1))
+    settings = dict(
+        out.settings,
+        t1=float(flow.t1),
+        solver=flow.solver,
+        rtol=float(flow.rtol),
+        atol=float(flow.atol),
+        max_flow_steps=int(flow.max_flow_steps),
+        flow_wall_time=float(flow.flow_wall_time),
+        flow_stop=flow.flow_stop,
+        engine=flow.resolved_engine(),
+        n_record=int(flow.n_record),
+        flow_maxnorm=(
+            "MLPGradientFlow penalty (weightnorm - maxnorm)^3/6 in L = (1/2N) sum (f-y)^2 units"
+            if penalty
+            else "stop at weightnorm >= maxnorm (StopRules.max_param_norm)"
+        ),
+    )
+    return dataclasses.replace(
+        out,
+        theta_flow=res.theta_final,
+        loss_flow=res.loss_final,
+        t_flow=res.t_final,
+        flow_status=res.status,
+        weightnorm_flow_max=wn_max,
+        passed_maxnorm_ode=wn_max >= maxnorm,
+        trajectory=rec,
+        settings=settings,
+        flow_steps=res.n_steps if res.n_steps is not None else jnp.full((B,), -1),
+    )

@@ -121,8 +121,21 @@ class Flow(eqx.Module):
         return self.network.with_edge_weights(self.thetas[..., i, :])
 
     @classmethod
-    def from_solution(cls, net: DAGNetwork, X, Y, sol, *, theta0, t0: float = 0.0, loss="mse",
-                      weight_decay: float = 0.0, rtol: float, atol: float, result=None) -> Flow:
+    def from_solution(
+        cls,
+        net: DAGNetwork,
+        X,
+        Y,
+        sol,
+        *,
+        theta0,
+        t0: float = 0.0,
+        loss="mse",
+        weight_decay: float = 0.0,
+        rtol: float,
+        atol: float,
+        result=None,
+    ) -> Flow:
         """Build a `Flow` from a diffrax-like solution `sol` (fields `ts`, `ys`, `result`,
         `stats`) saved at the save times plus the final time (`SaveAt(ts=..., t1=True)`).
         `result` (a `RESULTS` item or code) replaces `sol.result` when given. The
@@ -139,10 +152,20 @@ class Flow(eqx.Module):
         conserved = conserved_quantities(net.with_edge_weights(safe))
         expected = c0[None, :] * _decay(weight_decay, jnp.where(valid, ts, t0), t0)[:, None]
         dev = jnp.where(valid[:, None], jnp.abs(conserved - expected), 0.0)
-        rec = trajectory_record(net, X, Y, theta0=theta0, t_final=t_final, theta_final=theta_final,
-                                result=sol.result if result is None else result, stats=sol.stats,
-                                saved_drift=jnp.max(dev, initial=0.0), t0=t0, loss=loss,
-                                weight_decay=weight_decay)
+        rec = trajectory_record(
+            net,
+            X,
+            Y,
+            theta0=theta0,
+            t_final=t_final,
+            theta_final=theta_final,
+            result=sol.result if result is None else result,
+            stats=sol.stats,
+            saved_drift=jnp.max(dev, initial=0.0),
+            t0=t0,
+            loss=loss,
+            weight_decay=weight_decay,
+        )
         return cls(
             ts=ts,
             thetas=thetas,
@@ -213,28 +236,44 @@ def trajectory_record(
     """
     net0 = net.with_edge_weights(theta0)
     c0 = conserved_quantities(net0)
-    dev_final = jnp.max(jnp.abs(conserved_quantities(net.with_edge_weights(theta_final))
-                                - c0 * _decay(weight_decay, t_final, t0)), initial=0.0)
+    dev_final = jnp.max(
+        jnp.abs(conserved_quantities(net.with_edge_weights(theta_final)) - c0 * _decay(weight_decay, t_final, t0)),
+        initial=0.0,
+    )
     drift = jnp.maximum(saved_drift, dev_final)
     scale = conservation_scale(net0)
     L = edge_loss_fn(net, X, Y, loss)
     loss_final = L(theta_final)
-    finite = (jnp.isfinite(loss_final) & jnp.all(jnp.isfinite(jax.grad(L)(theta_final)))
-              & jnp.all(jnp.isfinite(theta_final)))
+    finite = (
+        jnp.isfinite(loss_final) & jnp.all(jnp.isfinite(jax.grad(L)(theta_final))) & jnp.all(jnp.isfinite(theta_final))
+    )
     code = jnp.where(finite, result_code(result), result_code(RESULTS.nonfinite_state))
     return dict(
-        theta0=theta0, theta_final=theta_final, t_final=t_final, c0=c0,
-        loss_initial=L(theta0), loss_final=loss_final, drift=drift,
-        drift_relative=drift / jnp.where(scale > 0, scale, 1.0), scale=scale,
+        theta0=theta0,
+        theta_final=theta_final,
+        t_final=t_final,
+        c0=c0,
+        loss_initial=L(theta0),
+        loss_final=loss_final,
+        drift=drift,
+        drift_relative=drift / jnp.where(scale > 0, scale, 1.0),
+        scale=scale,
         num_steps=jnp.asarray(stats["num_steps"], jnp.int32),
         num_accepted_steps=jnp.asarray(stats["num_accepted_steps"], jnp.int32),
         num_rejected_steps=jnp.asarray(stats["num_rejected_steps"], jnp.int32),
-        result=code, status=status_code(code),
+        result=code,
+        status=status_code(code),
     )
 
 
-def flow_field(net: DAGNetwork, *, loss: str | Callable = "mse", weight_decay: float = 0.0,
-               regularizer: Callable | None = None, strength: float = 0.0) -> Callable:
+def flow_field(
+    net: DAGNetwork,
+    *,
+    loss: str | Callable = "mse",
+    weight_decay: float = 0.0,
+    regularizer: Callable | None = None,
+    strength: float = 0.0,
+) -> Callable:
     """The gradient-flow vector field `(t, theta, (X, Y)) -> -(grad L + strength grad R +
     weight_decay theta)` of `gradient_flow`, in diffrax's `ODETerm` signature. Its
     Jacobian (an implicit solver's Newton matrix) comes from `ij.losses.gradient_fn`: one
@@ -317,11 +356,27 @@ def gradient_flow(
     # t0, t1 and the tolerances enter the program as arrays, so a new horizon or tolerance
     # compiles nothing (a stepsize_controller given by the user is passed as it is)
     controller = opts.stepsize_controller or diffrax.PIDController(
-        rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype))
-    flow = _gradient_flow(net, X, Y, theta0, ts, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype),
-                          solver=opts.get_solver(), controller=controller, max_steps=opts.max_steps,
-                          dt0=opts.dt0, stop=stop, loss=obj.loss, weight_decay=obj.weight_decay, reg=reg,
-                          strength=obj.strength, throw=throw)
+        rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype)
+    )
+    flow = _gradient_flow(
+        net,
+        X,
+        Y,
+        theta0,
+        ts,
+        jnp.asarray(t0, dtype),
+        jnp.asarray(t1, dtype),
+        solver=opts.get_solver(),
+        controller=controller,
+        max_steps=opts.max_steps,
+        dt0=opts.dt0,
+        stop=stop,
+        loss=obj.loss,
+        weight_decay=obj.weight_decay,
+        reg=reg,
+        strength=obj.strength,
+        throw=throw,
+    )
     return dataclasses.replace(flow, rtol=float(opts.rtol), atol=float(opts.atol), conservation_law=law)
 
 
@@ -363,17 +418,40 @@ def warn_no_law(net: DAGNetwork, *, regularized: bool = False) -> None:
     if key in _WARNED_NO_LAW:
         return
     _WARNED_NO_LAW.add(key)
-    why = (f"activation(s) {list(names)} are not positively homogeneous" if names else
-           "a regularizer is added to the loss")
-    warnings.warn(f"No conservation law applies to this flow ({why}): flow.drift and flow.conserved measure "
-                  "c = B~ theta^2, but nothing conserves it, so they are not integration errors "
-                  "(flow.conservation_law is False). Use relu, leaky_relu or linear, without a regularizer, "
-                  "for a law. Shown once per activation.", NoConservationLaw, stacklevel=3)
+    why = (
+        f"activation(s) {list(names)} are not positively homogeneous" if names else "a regularizer is added to the loss"
+    )
+    warnings.warn(
+        f"No conservation law applies to this flow ({why}): flow.drift and flow.conserved measure "
+        "c = B~ theta^2, but nothing conserves it, so they are not integration errors "
+        "(flow.conservation_law is False). Use relu, leaky_relu or linear, without a regularizer, "
+        "for a law. Shown once per activation.",
+        NoConservationLaw,
+        stacklevel=3,
+    )
 
 
 @eqx.filter_jit
-def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, solver, controller, max_steps: int, dt0, stop: StopRules,
-                   loss, weight_decay, reg, strength, throw: bool) -> Flow:
+def _gradient_flow(
+    net,
+    X,
+    Y,
+    theta0,
+    ts,
+    t0,
+    t1,
+    *,
+    solver,
+    controller,
+    max_steps: int,
+    dt0,
+    stop: StopRules,
+    loss,
+    weight_decay,
+    reg,
+    strength,
+    throw: bool,
+) -> Flow:
     """`gradient_flow` after its checks: one compiled program per configuration (graph,
     shapes, solver, step budget, stopping rules, loss; Python numbers are part of the
     configuration, arrays are not: weights, data, `t0`, `t1`, `rtol`, `atol`), reused by
@@ -384,8 +462,13 @@ def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, solver, controller, max_ste
 
     def rule_hits(t, y, args, clock_start):
         X, Y = args
-        return stop.hits(t, y, gradient=lambda th: field(t, th, args) + weight_decay * th,
-                         loss=edge_loss_fn(net, X, Y, loss), clock_start=clock_start)
+        return stop.hits(
+            t,
+            y,
+            gradient=lambda th: field(t, th, args) + weight_decay * th,
+            loss=edge_loss_fn(net, X, Y, loss),
+            clock_start=clock_start,
+        )
 
     event = None
     if stop.enabled:
@@ -413,8 +496,19 @@ def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, solver, controller, max_ste
         hits = rule_hits(t_end, y_end, (X, Y), None).at[3].set(stop.max_wall_time is not None)
         event_code = result_code(RESULTS.event_occurred)
         code = jnp.where(code == event_code, StopRules.result_code(hits, event_code), code)
-    return Flow.from_solution(net, X, Y, sol, theta0=theta0, t0=t0, loss=loss, weight_decay=weight_decay,
-                              rtol=float("nan"), atol=float("nan"), result=code)
+    return Flow.from_solution(
+        net,
+        X,
+        Y,
+        sol,
+        theta0=theta0,
+        t0=t0,
+        loss=loss,
+        weight_decay=weight_decay,
+        rtol=float("nan"),
+        atol=float("nan"),
+        result=code,
+    )
 
 
 # ------------------------------------------------------------------ conservation check
@@ -423,11 +517,20 @@ def _gradient_flow(net, X, Y, theta0, ts, t0, t1, *, solver, controller, max_ste
 @eqx.filter_jit
 def _check_run(nets, X, Y, t1, opts, loss):
     """The flows of `check_conservation`, vmapped: one compiled program per configuration."""
+
     def one(n):
         f = gradient_flow(n, X, Y, t1, solver=opts, saveat=SaveTimes(n_save=21), loss=loss)
         res = identity_residual(n, X, Y, loss=loss, relative=True)
-        return f.drift, f.drift_relative, conservation_scale(n), jnp.max(jnp.abs(res)), \
-            f.stats["num_steps"], f.losses[0], f.loss_final, result_code(f.result)
+        return (
+            f.drift,
+            f.drift_relative,
+            conservation_scale(n),
+            jnp.max(jnp.abs(res)),
+            f.stats["num_steps"],
+            f.losses[0],
+            f.loss_final,
+            result_code(f.result),
+        )
 
     return eqx.filter_vmap(one)(nets)
 

@@ -125,12 +125,22 @@ class DAG:
         )
 
     def __getstate__(self):
-        return {"edges": self.edges, "inputs": self.inputs, "outputs": self.outputs,
-                "constants": self.constants, "hidden": self.hidden}
+        return {
+            "edges": self.edges,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "constants": self.constants,
+            "hidden": self.hidden,
+        }
 
     def __setstate__(self, state):
-        g = DAG.from_edges(state["edges"], inputs=state["inputs"], outputs=state["outputs"],
-                           constants=state["constants"], hidden=state["hidden"])
+        g = DAG.from_edges(
+            state["edges"],
+            inputs=state["inputs"],
+            outputs=state["outputs"],
+            constants=state["constants"],
+            hidden=state["hidden"],
+        )
         self.__dict__.update(g.__dict__)
 
     # --------------------------------------------------------------- structure
@@ -315,16 +325,23 @@ class DAG:
         if not roles["inputs"] or not roles["outputs"]:
             raise ValueError(f"{path}: add lines 'inputs: ...' and 'outputs: ...' naming the input and output nodes.")
         if not edges:
-            raise ValueError(f"{path}: no edges; add one 'u v' line per edge (e.g. '{roles['inputs'][0]} "
-                             f"{roles['outputs'][0]}').")
+            raise ValueError(
+                f"{path}: no edges; add one 'u v' line per edge (e.g. '{roles['inputs'][0]} {roles['outputs'][0]}')."
+            )
         used = {u for u, _ in edges} | {v for _, v in edges}
         for role in ("outputs", "hidden"):  # unused inputs are allowed, as in from_edges
             unused = [v for v in roles[role] if v not in used]
             if unused:
-                raise ValueError(f"{path}: {role} {unused} appear in no edge; add their edges or drop them from "
-                                 f"'{role}:'.")
-        return cls.from_edges(edges, inputs=roles["inputs"], outputs=roles["outputs"],
-                              constants=roles["constants"], hidden=roles["hidden"])
+                raise ValueError(
+                    f"{path}: {role} {unused} appear in no edge; add their edges or drop them from '{role}:'."
+                )
+        return cls.from_edges(
+            edges,
+            inputs=roles["inputs"],
+            outputs=roles["outputs"],
+            constants=roles["constants"],
+            hidden=roles["hidden"],
+        )
 
     def to_file(self, path: str | os.PathLike) -> Path:
         """Write this graph as an edge-list file that `DAG.from_file` reads back: the
@@ -342,12 +359,18 @@ class DAG:
         for v in self.nodes:
             s = str(v)
             if not s or any(ch.isspace() for ch in s) or "#" in s or ":" in s:
-                raise ValueError(f"Node label {v!r} cannot be written to an edge-list file (empty, or it holds "
-                                 "whitespace, '#' or ':'); relabel the graph (e.g. DAG.from_edges with "
-                                 "str labels) first.")
+                raise ValueError(
+                    f"Node label {v!r} cannot be written to an edge-list file (empty, or it holds "
+                    "whitespace, '#' or ':'); relabel the graph (e.g. DAG.from_edges with "
+                    "str labels) first."
+                )
         lines = [f"# {self!r}"]
-        for role, group in (("inputs", [v for v in self.inputs if v not in set(self.constants)]),
-                            ("constants", self.constants), ("hidden", self.hidden), ("outputs", self.outputs)):
+        for role, group in (
+            ("inputs", [v for v in self.inputs if v not in set(self.constants)]),
+            ("constants", self.constants),
+            ("hidden", self.hidden),
+            ("outputs", self.outputs),
+        ):
             if group:
                 lines.append(f"{role}: " + " ".join(map(str, group)))
         lines += [f"{u} {v}" for u, v in self.edges]
@@ -359,15 +382,19 @@ class DAG:
 def _read_text(path: Path) -> str:
     """The UTF-8 text of an edge-list file, or an error that names the file and the fix."""
     if path.is_dir():
-        raise ValueError(f"Edge-list file {str(path)!r} is a directory; give a text file of 'u v' lines "
-                         "with 'inputs: ...' and 'outputs: ...'.")
+        raise ValueError(
+            f"Edge-list file {str(path)!r} is a directory; give a text file of 'u v' lines "
+            "with 'inputs: ...' and 'outputs: ...'."
+        )
     if not path.is_file():
         raise FileNotFoundError(f"Edge-list file {str(path)!r} does not exist.")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"Edge-list file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
-                         "give a text file of 'u v' lines with 'inputs: ...' and 'outputs: ...'.") from None
+        raise ValueError(
+            f"Edge-list file {str(path)!r} is not a text file (byte {e.start} is not UTF-8); "
+            "give a text file of 'u v' lines with 'inputs: ...' and 'outputs: ...'."
+        ) from None
     if "\x00" in text:
         raise ValueError(f"Edge-list file {str(path)!r} is not a text file (it contains NUL bytes).")
     return text
@@ -386,15 +413,15 @@ def _edge_pairs(edges) -> list[tuple]:
     raw = list(edges)
     for e in raw:
         if isinstance(e, (str, bytes)) or not isinstance(e, Iterable):
-            raise TypeError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples, e.g. "
-                            f"{('x', 'a')!r}, not the string 'xa'.")
+            raise TypeError(
+                f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples, e.g. {('x', 'a')!r}, not the string 'xa'."
+            )
     edges = [tuple(e) for e in raw]
     for e in edges:
         if len(e) != 2:
             raise ValueError(f"Edge {e!r} is not a pair (u, v); give edges as 2-tuples.")
     if not edges:
-        raise ValueError("The graph has no edges, so a network on it has no weights; give at least one "
-                         "(u, v) edge.")
+        raise ValueError("The graph has no edges, so a network on it has no weights; give at least one (u, v) edge.")
     return edges
 
 
@@ -418,9 +445,7 @@ def _roles(inputs, outputs, constants, hidden) -> tuple[list, list, list]:
         raise ValueError("A DAG needs at least one output node; pass `outputs=[...]`.")
     both = set(inputs) & set(outputs)
     if both:
-        raise ValueError(
-            f"Node {next(iter(both))!r} is both an input and an output; a node has one role."
-        )
+        raise ValueError(f"Node {next(iter(both))!r} is both an input and an output; a node has one role.")
     return inputs, outputs, constants
 
 
@@ -451,9 +476,7 @@ def _check_edges(edges, inputs, outputs) -> None:
         if u == v:
             raise ValueError(f"Self-loop on node {u!r}; a DAG has no edge from a node to itself.")
         if (u, v) in seen:
-            raise ValueError(
-                f"Duplicate edge ({u!r}, {v!r}); each edge carries one weight, list it once."
-            )
+            raise ValueError(f"Duplicate edge ({u!r}, {v!r}); each edge carries one weight, list it once.")
         seen.add((u, v))
     in_set, out_set = set(inputs), set(outputs)
     used = {w for e in edges for w in e}
@@ -461,8 +484,9 @@ def _check_edges(edges, inputs, outputs) -> None:
     # magnitude pruning make them); an output that nothing feeds is a mistake
     unused = [v for v in outputs if v not in used]
     if unused:
-        raise ValueError(f"Output node(s) {unused} appear in no edge, so nothing feeds them; add their "
-                         "edges or drop them.")
+        raise ValueError(
+            f"Output node(s) {unused} appear in no edge, so nothing feeds them; add their edges or drop them."
+        )
     for u, v in edges:
         if v in in_set:
             raise ValueError(
@@ -493,14 +517,10 @@ def _hidden_on_paths(gx: nx.DiGraph, order, inputs, outputs) -> list:
     for v in hidden_nodes:
         if v not in reach_from_in:
             raise ValueError(
-                f"Hidden node {v!r} cannot be reached from any input; connect it to an "
-                "input path or remove it."
+                f"Hidden node {v!r} cannot be reached from any input; connect it to an input path or remove it."
             )
         if v not in reach_to_out:
-            raise ValueError(
-                f"Hidden node {v!r} cannot reach any output; connect it to an output "
-                "path or remove it."
-            )
+            raise ValueError(f"Hidden node {v!r} cannot reach any output; connect it to an output path or remove it.")
     return hidden_nodes
 
 
@@ -531,9 +551,7 @@ def mlp(widths: Sequence[int], *, bias: bool = False) -> DAG:
         constants = ["b"]
         edges += [("b", v) for layer in layers[1:] for v in layer]
     hidden = [v for layer in layers[1:-1] for v in layer]
-    return DAG.from_edges(
-        edges, inputs=layers[0], outputs=layers[-1], constants=constants, hidden=hidden
-    )
+    return DAG.from_edges(edges, inputs=layers[0], outputs=layers[-1], constants=constants, hidden=hidden)
 
 
 def _rng(key) -> np.random.Generator:
@@ -636,16 +654,15 @@ def from_networkx(
         raise TypeError(f"from_networkx needs a networkx.DiGraph; got {type(graph).__name__}.")
     role = nx.get_node_attributes(graph, "role")
     if inputs is None:
-        inputs = [v for v in graph if role.get(v) == "input"] if role else [
-            v for v in graph if graph.in_degree(v) == 0]
+        inputs = [v for v in graph if role.get(v) == "input"] if role else [v for v in graph if graph.in_degree(v) == 0]
     if outputs is None:
-        outputs = [v for v in graph if role.get(v) == "output"] if role else [
-            v for v in graph if graph.out_degree(v) == 0]
+        outputs = (
+            [v for v in graph if role.get(v) == "output"] if role else [v for v in graph if graph.out_degree(v) == 0]
+        )
     if constants is None:
         constants = [v for v, c in nx.get_node_attributes(graph, "constant").items() if c]
     hidden = [v for v in graph if v not in set(inputs) | set(outputs)]
-    return DAG.from_edges(list(graph.edges), inputs=inputs, outputs=outputs,
-                          constants=constants, hidden=hidden)
+    return DAG.from_edges(list(graph.edges), inputs=inputs, outputs=outputs, constants=constants, hidden=hidden)
 
 
 def to_networkx(g: DAG) -> nx.DiGraph:

@@ -140,8 +140,13 @@ def _jacobian_rank_graph(net: DAGNetwork, tol: float) -> np.ndarray:
             "not traced ones under jit or vmap; use method='svd', or ij.n_cut_off_groups for a "
             "jittable count of cut-off groups."
         )
-    theta = np.asarray(check_finite(np.asarray(weights), "is not finite; jacobian_rank(..., method='graph') needs "
-                                    "finite edge weights.", where="edge weight theta[{index}] "))
+    theta = np.asarray(
+        check_finite(
+            np.asarray(weights),
+            "is not finite; jacobian_rank(..., method='graph') needs finite edge weights.",
+            where="edge weight theta[{index}] ",
+        )
+    )
     g = net.graph
     H = len(g.hidden)
     rows, cols = (np.asarray(a) for a in g.edge_index)
@@ -223,7 +228,9 @@ def as_conserved(graph, c) -> np.ndarray:
     try:
         arr = np.asarray(c, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"c must be an array of numbers or a {{label: value}} mapping; got {type(c).__name__}.") from None
+        raise TypeError(
+            f"c must be an array of numbers or a {{label: value}} mapping; got {type(c).__name__}."
+        ) from None
     if arr.ndim != 1 or arr.shape[0] != H:
         raise ValueError(
             f"c has shape {arr.shape}; expected ({H},), one value per hidden node in graph.hidden "
@@ -301,8 +308,14 @@ def _cutoff_residual(g, c: np.ndarray, W) -> tuple[float, np.ndarray]:
     bounds: list[tuple[float, float | None]] = [(0.0, None) for _ in range(E + 1)]
     for k in _boundary_edges(g, W):
         bounds[k] = (0.0, 0.0)
-    res = linprog(obj, A_ub=A, b_ub=b, bounds=bounds, method="highs",
-                  options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+    res = linprog(
+        obj,
+        A_ub=A,
+        b_ub=b,
+        bounds=bounds,
+        method="highs",
+        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    )
     if res.status != 0:  # pragma: no cover - the LP is always feasible and bounded
         raise RuntimeError(f"HiGHS failed on the cut-off LP: {res.message}")
     q = np.maximum(res.x[:E], 0.0) * s
@@ -333,7 +346,7 @@ def _near_zero_subsets(x: np.ndarray, bound: float, limit: int) -> list[np.ndarr
         return None
     out = []
     for i in np.flatnonzero(hi > lo):
-        for j in order[lo[i]:hi[i]]:
+        for j in order[lo[i] : hi[i]]:
             if i == 0 and j == 0:
                 continue
             bits = np.concatenate([(i >> np.arange(h)) & 1, (int(j) >> np.arange(n - h)) & 1]).astype(bool)
@@ -364,8 +377,9 @@ def hidden_components(graph) -> list[list[int]]:
     return list(comps.values())
 
 
-def zero_sum_groups(graph, c: np.ndarray, tol: float, *, max_size: int = 40,
-                    limit: int = 256) -> list[frozenset] | None:
+def zero_sum_groups(
+    graph, c: np.ndarray, tol: float, *, max_size: int = 40, limit: int = 256
+) -> list[frozenset] | None:
     """Every set `W` of hidden nodes inside one hidden component with
     `|sum_W c| <= H tol`: the candidates for a cut-off group (whose flow cancels in the
     sum, so `|sum_W c| <= |W| tol`), smallest first; `None` when a component has more than
@@ -385,9 +399,16 @@ def zero_sum_groups(graph, c: np.ndarray, tol: float, *, max_size: int = 40,
     return sorted(out, key=len)
 
 
-def singular_point(graph, c, *, tol: float | None = None, max_candidates: int = 64,
-                   time_limit: float | None = None, max_subset_size: int = 40,
-                   progress: bool = False) -> SingularPoint:
+def singular_point(
+    graph,
+    c,
+    *,
+    tol: float | None = None,
+    max_candidates: int = 64,
+    time_limit: float | None = None,
+    max_subset_size: int = 40,
+    progress: bool = False,
+) -> SingularPoint:
     """Decide whether `H_G(c) = {theta : B~ theta^2 = c}` contains a singular point: a
     `theta` whose zero edges cut a group `W` of hidden nodes off every input and output.
 
@@ -474,8 +495,10 @@ def _milp_problem(g, c: np.ndarray, tol: float):
                 col.append(E + j)
                 val.append(M * sgn)
     Bs = sp.csr_matrix(B.astype(np.float64))
-    cons = [LinearConstraint(sp.hstack([Bs, sp.csr_matrix((H, H))]).tocsr(), cs - ts, cs + ts),
-            LinearConstraint(np.concatenate([np.zeros(E), np.ones(H)])[None], 1, np.inf)]
+    cons = [
+        LinearConstraint(sp.hstack([Bs, sp.csr_matrix((H, H))]).tocsr(), cs - ts, cs + ts),
+        LinearConstraint(np.concatenate([np.zeros(E), np.ones(H)])[None], 1, np.inf),
+    ]
     if r:
         rows = sp.csr_matrix((val, (r, col)), shape=(r[-1] + 1, E + H))
         cons.append(LinearConstraint(rows, -np.inf, M))
@@ -512,15 +535,31 @@ def _milp_search(g, c, tol, max_candidates, time_limit, progress) -> SingularPoi
             cut = np.concatenate([np.zeros(E), np.where(x, -1.0, 1.0)])
             cons.append(LinearConstraint(cut[None], 1 - x.sum(), np.inf))
         else:
-            return SingularPoint(False, None, None, float("nan"), max_candidates, tol, RESULTS.undecided,
-                                 f"Undecided: {max_candidates} MILP candidates were rejected by the exact LP; "
-                                 "pass a larger max_candidates or a larger tol.")
+            return SingularPoint(
+                False,
+                None,
+                None,
+                float("nan"),
+                max_candidates,
+                tol,
+                RESULTS.undecided,
+                f"Undecided: {max_candidates} MILP candidates were rejected by the exact LP; "
+                "pass a larger max_candidates or a larger tol.",
+            )
     finally:
         bar.close()
-    return SingularPoint(False, None, None, float("nan"), n - 1, tol, RESULTS.undecided,
-                         f"Undecided: the MILP search stopped at time_limit = {time_limit:g} s (some subset of "
-                         "hidden nodes has a near-zero sum of c, so the subset-sum pre-check could not decide); "
-                         "pass a larger time_limit.")
+    return SingularPoint(
+        False,
+        None,
+        None,
+        float("nan"),
+        n - 1,
+        tol,
+        RESULTS.undecided,
+        f"Undecided: the MILP search stopped at time_limit = {time_limit:g} s (some subset of "
+        "hidden nodes has a near-zero sum of c, so the subset-sum pre-check could not decide); "
+        "pass a larger time_limit.",
+    )
 
 
 def is_singular_value(graph, c, *, tol: float | None = None, time_limit: float | None = None) -> bool:

@@ -19,9 +19,22 @@ from scipy.special import roots_hermitenorm
 from ._checks import check_finite
 
 __all__ = [
-    "LOSSES", "mse", "bce", "get_loss", "network_loss", "loss_gradient", "hessian",
-    "hessian_spectrum", "gauss_hermite", "weighted_mse", "population_loss", "check_data",
-    "edge_loss_fn", "require_smooth", "hessian_fn", "gradient_fn",
+    "LOSSES",
+    "mse",
+    "bce",
+    "get_loss",
+    "network_loss",
+    "loss_gradient",
+    "hessian",
+    "hessian_spectrum",
+    "gauss_hermite",
+    "weighted_mse",
+    "population_loss",
+    "check_data",
+    "edge_loss_fn",
+    "require_smooth",
+    "hessian_fn",
+    "gradient_fn",
 ]
 
 
@@ -160,6 +173,7 @@ def hessian_spectrum(net, X, Y, *, loss="mse"):
 
 # ------------------------------------------------------------------ population losses
 
+
 def gauss_hermite(dim: int, n_points: int = 64) -> tuple[Float[Array, "M dim"], Float[Array, " M"]]:
     """Gauss-Hermite nodes and weights for `E[f(x)]`, `x ~ N(0, I_dim)`: a tensor grid
     of `n_points**dim` nodes whose weights sum to 1 (`sum_m w_m f(x_m)`).
@@ -224,7 +238,7 @@ def _one_hidden_layer(net, role: str):
             f"{role} uses {[a.name for a in acts]}. Use method='quadrature'."
         )
     Wfull = net.weights
-    return Wfull[:n_in, n_in:n_in + H].T, Wfull[n_in:n_in + H, n_in + H:], acts[0].name
+    return Wfull[:n_in, n_in : n_in + H].T, Wfull[n_in : n_in + H, n_in + H :], acts[0].name
 
 
 def _gauss_kernel(U, V, name):
@@ -327,9 +341,22 @@ def _layer_index(graph):
     data = {u: k for k, u in enumerate(graph.data_inputs)}
     cols = [data.get(u, -1) for u in inputs]  # -1: a constant (bias) node
     a = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-    return dict(e_in=a(e_in), p_in=a(p_in), j_in=a(j_in), e_out=a(e_out), j_out=a(j_out), e_skip=a(e_skip),
-                p_skip=a(p_skip), pair_m=a(m), pair_n=a(n), io_in=a([k for k, _ in io]),
-                io_out=a([e for _, e in io]), cols=cols, n_hidden=len(hidden), n_inputs=len(inputs))
+    return dict(
+        e_in=a(e_in),
+        p_in=a(p_in),
+        j_in=a(j_in),
+        e_out=a(e_out),
+        j_out=a(j_out),
+        e_skip=a(e_skip),
+        p_skip=a(p_skip),
+        pair_m=a(m),
+        pair_n=a(n),
+        io_in=a([k for k, _ in io]),
+        io_out=a([e for _, e in io]),
+        cols=cols,
+        n_hidden=len(hidden),
+        n_inputs=len(inputs),
+    )
 
 
 def _structured_parts(net, X, Y, s, theta):
@@ -384,7 +411,8 @@ def _structured_hessian(net, X, Y, s):
         T = jnp.einsum("ij,ip,iq->jpq", e[:, None] * S2, Xt, Xt)
         jm = s["j_in"][s["pair_m"]]
         R = R.at[s["e_in"][s["pair_m"]], s["e_in"][s["pair_n"]]].add(
-            a[jm] * T[jm, s["p_in"][s["pair_m"]], s["p_in"][s["pair_n"]]])
+            a[jm] * T[jm, s["p_in"][s["pair_m"]], s["p_in"][s["pair_n"]]]
+        )
         # (w_j, a_j): sum_i e_i sigma'(z_ij) x_ip, both triangles
         U = jnp.einsum("ij,ip->jp", e[:, None] * S1, Xt)
         ji, pi = s["j_in"][s["io_in"]], s["p_in"][s["io_in"]]

@@ -78,8 +78,9 @@ def random_dag(
     """
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jr.key_data(key)
-    return _graph.random_dag(n_inputs, n_hidden, n_outputs, edge_prob, key, bias=bias,
-                             allow_input_output=allow_input_output)
+    return _graph.random_dag(
+        n_inputs, n_hidden, n_outputs, edge_prob, key, bias=bias, allow_input_output=allow_input_output
+    )
 
 
 class _Plan(NamedTuple):
@@ -148,7 +149,9 @@ class DAGNetwork(eqx.Module):
         - `dtype`: floating dtype; default is JAX's default float.
         """
         if not isinstance(graph, DAG):
-            raise TypeError(f"graph must be a DAG; got {type(graph).__name__}. Build one with ij.mlp or ij.DAG.from_edges.")
+            raise TypeError(
+                f"graph must be a DAG; got {type(graph).__name__}. Build one with ij.mlp or ij.DAG.from_edges."
+            )
         if isinstance(activation, (str, Activation)):
             act: Activation | tuple = get_activation(activation)
         else:
@@ -171,8 +174,9 @@ class DAGNetwork(eqx.Module):
                     f"edge_weights has shape {theta.shape}; expected ({len(graph.edges)},), "
                     "one weight per edge in graph.edges order."
                 )
-            theta = check_finite(theta, "is not finite; pass finite weights (ordered as graph.edges).",
-                                 where="edge_weights[{index}] ")
+            theta = check_finite(
+                theta, "is not finite; pass finite weights (ordered as graph.edges).", where="edge_weights[{index}] "
+            )
         self.graph = graph
         self.activation = act
         self.weights = _scatter(graph, theta)
@@ -264,10 +268,7 @@ class DAGNetwork(eqx.Module):
         g = self.graph
         X = jnp.asarray(X)
         if X.ndim != 2 or X.shape[1] != g.n_in:
-            raise ValueError(
-                f"X has shape {X.shape}; expected (N, {g.n_in}) for a graph with {g.n_in} "
-                "data inputs."
-            )
+            raise ValueError(f"X has shape {X.shape}; expected (N, {g.n_in}) for a graph with {g.n_in} data inputs.")
         plan = _plan(g)
         W = self.weights * jnp.asarray(g.mask, dtype=self.weights.dtype)
         dtype = jnp.result_type(W.dtype, X.dtype)

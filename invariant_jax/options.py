@@ -73,21 +73,26 @@ class SolverOptions(eqx.Module):
     def __check_init__(self):
         if isinstance(self.solver, str):
             if self.solver.lower() not in SOLVERS:
-                raise ValueError(f"Unknown solver {self.solver!r}; choose one of {sorted(SOLVERS)} "
-                                 "or pass a diffrax solver.")
+                raise ValueError(
+                    f"Unknown solver {self.solver!r}; choose one of {sorted(SOLVERS)} or pass a diffrax solver."
+                )
         elif not isinstance(self.solver, diffrax.AbstractSolver):
             raise TypeError(f"solver must be a name in ij.SOLVERS or a diffrax solver; got {self.solver!r}.")
         check_positive("rtol", self.rtol)
         if self.rtol >= 1:
-            raise ValueError(f"rtol must be < 1 (a relative tolerance of 1 or more accepts any error, so every "
-                             f"step passes); got {self.rtol!r}. Use e.g. rtol=1e-8.")
+            raise ValueError(
+                f"rtol must be < 1 (a relative tolerance of 1 or more accepts any error, so every "
+                f"step passes); got {self.rtol!r}. Use e.g. rtol=1e-8."
+            )
         check_positive("atol", self.atol)
         check_integer("max_steps", self.max_steps, minimum=1)
         check_positive("dt0", self.dt0, allow_none=True)
         if self.stepsize_controller is not None and not isinstance(
-                self.stepsize_controller, diffrax.AbstractStepSizeController):
-            raise TypeError(f"stepsize_controller must be a diffrax step-size controller; got "
-                            f"{self.stepsize_controller!r}.")
+            self.stepsize_controller, diffrax.AbstractStepSizeController
+        ):
+            raise TypeError(
+                f"stepsize_controller must be a diffrax step-size controller; got {self.stepsize_controller!r}."
+            )
 
     def check_dtype(self, dtype) -> None:
         """Raise `ValueError` if `rtol` is tighter than `dtype` can honour (10 eps)."""
@@ -154,8 +159,7 @@ class SaveTimes(eqx.Module):
         """The save times of a flow over `[t0, t1]` (float64 NumPy)."""
         check_time_span(t0, t1)
         if self.ts is None:
-            return (np.linspace(t0, t1, self.n_save) if self.spacing == "linear"
-                    else log_times(t0, t1, self.n_save))
+            return np.linspace(t0, t1, self.n_save) if self.spacing == "linear" else log_times(t0, t1, self.n_save)
         if self.ts.min() < t0 or self.ts.max() > t1:
             raise ValueError(f"Save times must lie within [t0, t1] = [{t0}, {t1}].")
         return self.ts
@@ -210,8 +214,9 @@ class StopRules(eqx.Module):
         if self.max_wall_time is None:
             return None
         fdt = jnp.zeros(()).dtype  # float64 when x64 is on
-        return jax.pure_callback(lambda: np.asarray(_clock(), fdt), jax.ShapeDtypeStruct((), fdt),
-                                 vmap_method="broadcast_all")
+        return jax.pure_callback(
+            lambda: np.asarray(_clock(), fdt), jax.ShapeDtypeStruct((), fdt), vmap_method="broadcast_all"
+        )
 
     def hits(
         self,
@@ -249,8 +254,9 @@ class StopRules(eqx.Module):
                 return np.asarray(_clock() - np.asarray(s) > limit)
 
             # `t` is an operand so that the callback is not hoisted out of the step loop
-            hit[3] = jax.pure_callback(over, jax.ShapeDtypeStruct(jnp.shape(t), jnp.bool_), t, clock_start,
-                                       vmap_method="broadcast_all")
+            hit[3] = jax.pure_callback(
+                over, jax.ShapeDtypeStruct(jnp.shape(t), jnp.bool_), t, clock_start, vmap_method="broadcast_all"
+            )
         return jnp.stack([jnp.asarray(h, bool) for h in hit])
 
     @staticmethod
@@ -328,8 +334,10 @@ class Objective(eqx.Module):
         if self.regularizer is not None:
             get_regularizer(self.regularizer)
         elif self.strength != 0:
-            raise ValueError(f"Objective(strength={self.strength!r}) needs a regularizer; pass "
-                             "regularizer='nuclear' (or another name, or a callable), or strength=0.")
+            raise ValueError(
+                f"Objective(strength={self.strength!r}) needs a regularizer; pass "
+                "regularizer='nuclear' (or another name, or a callable), or strength=0."
+            )
 
     @property
     def regularized(self) -> bool:
@@ -353,26 +361,28 @@ def as_objective(loss: str | Callable | Objective, **deprecated) -> Objective:
 
 
 OBJECTIVE_KEYWORDS = {
-    name: f"pass loss=ij.Objective(loss, {name}=...) instead"
-    for name in ("weight_decay", "regularizer", "strength")
+    name: f"pass loss=ij.Objective(loss, {name}=...) instead" for name in ("weight_decay", "regularizer", "strength")
 }
 """The `take_deprecated` replacements of the objective's old thin keywords."""
 
 
-
-
-def as_solver_options(solver: str | diffrax.AbstractSolver | SolverOptions, *, rtol: float | None = None,
-                   atol: float | None = None, max_steps: int = MAX_STEPS) -> SolverOptions:
+def as_solver_options(
+    solver: str | diffrax.AbstractSolver | SolverOptions,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int = MAX_STEPS,
+) -> SolverOptions:
     """The `SolverOptions` of an entry point's `solver`, `rtol`, `atol` keywords: a
     `SolverOptions` is used as is (then `rtol`/`atol` must be `None`); a solver name or
     instance gets `rtol`/`atol` (default 1e-8) and `max_steps`."""
     if isinstance(solver, SolverOptions):
         if rtol is not None or atol is not None:
-            raise ValueError("Pass rtol/atol inside SolverOptions(...) or as keywords next to a solver name, "
-                             "not both.")
+            raise ValueError("Pass rtol/atol inside SolverOptions(...) or as keywords next to a solver name, not both.")
         return solver
-    return SolverOptions(solver, rtol=1e-8 if rtol is None else rtol, atol=1e-8 if atol is None else atol,
-                         max_steps=max_steps)
+    return SolverOptions(
+        solver, rtol=1e-8 if rtol is None else rtol, atol=1e-8 if atol is None else atol, max_steps=max_steps
+    )
 
 
 def as_save_times(saveat: SaveTimes | ArrayLike | None = None, n_save: int | None = None) -> SaveTimes:

@@ -108,8 +108,9 @@ class PruneReport(eqx.Module):
         for r, k in self.counts().items():
             lines.append(f"  {k:4d} removed: {r}")
         for W, s in list(zip(self.groups, self.group_sums))[:5]:
-            lines.append(f"  cut-off group of {len(W)}: {sorted(map(str, W))[:6]}{' ...' if len(W) > 6 else ''}"
-                         f"  sum c = {s:.2e}")
+            lines.append(
+                f"  cut-off group of {len(W)}: {sorted(map(str, W))[:6]}{' ...' if len(W) > 6 else ''}  sum c = {s:.2e}"
+            )
         if len(self.groups) > 5:
             sizes = [len(W) for W in self.groups[5:]]
             worst = max(abs(s) for s in self.group_sums[5:])
@@ -203,7 +204,9 @@ def _check_net(net):
     if not isinstance(net, DAGNetwork):
         raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
     if net.weights.ndim != 2:
-        raise ValueError("Pruning takes one network; index a batch of networks first (jax.tree.map(lambda a: a[i], nets)).")
+        raise ValueError(
+            "Pruning takes one network; index a batch of networks first (jax.tree.map(lambda a: a[i], nets))."
+        )
 
 
 def _data(net, X):
@@ -256,10 +259,19 @@ def prune(
     new, removed, folded = _rebuild(net, removed, float(tol), drop_small_edges=drop_small_edges)
     change, n = _max_change(net, new, Xc)
     rep = PruneReport(
-        removed=tuple(removed.items()), groups=tuple(groups), group_sums=sums, folded=folded,
-        n_hidden_before=len(net.graph.hidden), n_hidden_after=len(new.graph.hidden),
-        n_edges_before=len(net.graph.edges), n_edges_after=len(new.graph.edges),
-        max_abs_change=change, n_samples=n, tol=float(tol), method="singular", result=RESULTS.successful,
+        removed=tuple(removed.items()),
+        groups=tuple(groups),
+        group_sums=sums,
+        folded=folded,
+        n_hidden_before=len(net.graph.hidden),
+        n_hidden_after=len(new.graph.hidden),
+        n_edges_before=len(net.graph.edges),
+        n_edges_after=len(new.graph.edges),
+        max_abs_change=change,
+        n_samples=n,
+        tol=float(tol),
+        method="singular",
+        result=RESULTS.successful,
     )
     return new, rep
 
@@ -314,9 +326,18 @@ def magnitude_prune(
     new, removed, folded = _rebuild(net, removed, 0.0, drop_small_edges=False)
     change, n = _max_change(net, new, Xc)
     rep = PruneReport(
-        removed=tuple(removed.items()), groups=(), group_sums=(), folded=folded,
-        n_hidden_before=H, n_hidden_after=len(new.graph.hidden),
-        n_edges_before=len(net.graph.edges), n_edges_after=len(new.graph.edges),
-        max_abs_change=change, n_samples=n, tol=0.0, method="magnitude", result=RESULTS.successful,
+        removed=tuple(removed.items()),
+        groups=(),
+        group_sums=(),
+        folded=folded,
+        n_hidden_before=H,
+        n_hidden_after=len(new.graph.hidden),
+        n_edges_before=len(net.graph.edges),
+        n_edges_after=len(new.graph.edges),
+        max_abs_change=change,
+        n_samples=n,
+        tol=0.0,
+        method="magnitude",
+        result=RESULTS.successful,
     )
     return new, rep

@@ -190,19 +190,28 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
             ts = jnp.where(i == 2, t0 + h / 2, t0)
             ys = jnp.where(i == 2, y_half, y_flat)
             y, ok = gl_step(f_flat, J, ts, ys, jnp.where(i == 0, h, h / 2), self)
-            return (jnp.where(i == 0, y, y_full), jnp.where(i == 0, ok, ok_full), jnp.where(i == 1, y, y_half),
-                    jnp.where(i == 1, ok, ok_1), y, ok)
+            return (
+                jnp.where(i == 0, y, y_full),
+                jnp.where(i == 0, ok, ok_full),
+                jnp.where(i == 1, y, y_half),
+                jnp.where(i == 1, ok, ok_1),
+                y,
+                ok,
+            )
 
         false = jnp.asarray(False)
         y_full, ok_full, y_half, ok_1, y1, ok_2 = jax.lax.fori_loop(
-            0, 3, sub, (y_flat, false, y_flat, false, y_flat, false))
+            0, 3, sub, (y_flat, false, y_flat, false, y_flat, false)
+        )
         ok = ok_full & ok_1 & ok_2
         err = (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0)
         err = jnp.where(ok, err, jnp.inf)
         y1_tree = unravel(y1)
         f1 = terms.vf(t1, y1_tree, args)
         dense_info = dict(y0=y0, y1=y1_tree, k0=jax.tree.map(lambda a: h * a, f0), k1=jax.tree.map(lambda a: h * a, f1))
-        result = diffrax.RESULTS.where(ok, diffrax.RESULTS.successful, diffrax.RESULTS.promote(optx.RESULTS.nonlinear_divergence))
+        result = diffrax.RESULTS.where(
+            ok, diffrax.RESULTS.successful, diffrax.RESULTS.promote(optx.RESULTS.nonlinear_divergence)
+        )
         state = (f1, t0, y0, J) if self.keep_jacobian else (f1, t0, y0)
         return y1_tree, unravel(err), dense_info, state, result
 
@@ -234,14 +243,23 @@ def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
         done_new = nd <= tol
         # Diverging, or stagnating above the tolerance (rate >= 1 after two iterations).
         bad_new = ~jnp.isfinite(nd) | ((k >= 2) & (nd >= dz) & ~done_new)
-        return (k + jnp.where(go, 1, 0), jnp.where(go, Z + dZ, Z), K, jnp.where(go, nd, dz),
-                jnp.where(go, dz, dz_prev), jnp.where(go, done_new, done), jnp.where(go, bad_new, bad), ~go)
+        return (
+            k + jnp.where(go, 1, 0),
+            jnp.where(go, Z + dZ, Z),
+            K,
+            jnp.where(go, nd, dz),
+            jnp.where(go, dz, dz_prev),
+            jnp.where(go, done_new, done),
+            jnp.where(go, bad_new, bad),
+            ~go,
+        )
 
     Z0 = jnp.zeros((s, n), y0.dtype)
     inf = jnp.asarray(jnp.inf, y0.dtype)
     false = jnp.asarray(False)
     k, Z, K, dz, _, done, bad, _ = jax.lax.while_loop(
-        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, false))
+        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, false)
+    )
     y1 = y0 + h * (b @ K)
     return y1, done & ~bad & jnp.all(jnp.isfinite(y1))
 

@@ -94,8 +94,16 @@ from .regularizers import (
     nuclear_working_set,
 )
 
-__all__ = ["OPTIMIZERS", "TrainOptions", "TrainLog", "TrainResult", "fit", "cut_off_mask", "n_cut_off_groups",
-           "get_optimizer"]
+__all__ = [
+    "OPTIMIZERS",
+    "TrainOptions",
+    "TrainLog",
+    "TrainResult",
+    "fit",
+    "cut_off_mask",
+    "n_cut_off_groups",
+    "get_optimizer",
+]
 
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": optax.sgd,
@@ -169,9 +177,19 @@ class TrainOptions(eqx.Module):
 
 
 FIT_KEYWORDS = {
-    **{name: f"pass options=ij.TrainOptions({name}=...) instead"
-       for name in ("optimizer", "learning_rate", "epochs", "batch_size", "log_every", "proximal", "working_tol",
-                    "tol")},
+    **{
+        name: f"pass options=ij.TrainOptions({name}=...) instead"
+        for name in (
+            "optimizer",
+            "learning_rate",
+            "epochs",
+            "batch_size",
+            "log_every",
+            "proximal",
+            "working_tol",
+            "tol",
+        )
+    },
     "regularizer": OBJECTIVE_KEYWORDS["regularizer"],
     "strength": OBJECTIVE_KEYWORDS["strength"],
 }
@@ -292,8 +310,12 @@ class TrainResult(eqx.Module):
     @property
     def finite(self) -> Bool[Array, "..."]:
         """Deprecated: ask `success` (or `result == ij.RESULTS.training_diverged`)."""
-        warnings.warn("TrainResult.finite is deprecated; ask `res.success` (False where "
-                      "`res.result == ij.RESULTS.training_diverged`).", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "TrainResult.finite is deprecated; ask `res.success` (False where "
+            "`res.result == ij.RESULTS.training_diverged`).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return ~(self.result == RESULTS.training_diverged)
 
 
@@ -330,8 +352,9 @@ def _group_shrink(theta, norms, thresholds, edge_group, scale=None):
     With a per-edge metric `scale` (Adam's `1 / (sqrt(v_hat) + eps)`), group `k`'s threshold
     is multiplied by the smallest `scale` over its edges (see `_adam_scale`)."""
     if scale is not None:
-        smin = jax.ops.segment_min(jnp.where(edge_group >= 0, scale, jnp.inf), jnp.maximum(edge_group, 0),
-                                   num_segments=norms.shape[-1])
+        smin = jax.ops.segment_min(
+            jnp.where(edge_group >= 0, scale, jnp.inf), jnp.maximum(edge_group, 0), num_segments=norms.shape[-1]
+        )
         thresholds = thresholds * jnp.where(jnp.isfinite(smin), smin, 1.0)
     factor = jnp.where(norms > thresholds, 1.0 - thresholds / jnp.where(norms > 0, norms, 1.0), 0.0)
     f_e = jnp.where(edge_group >= 0, factor[jnp.maximum(edge_group, 0)], 1.0)
@@ -406,10 +429,16 @@ def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
     cut, groups = _cut_off_and_groups(cfg.graph, theta, cfg.tol)
     c = conserved_quantities(n)
     return dict(
-        loss=L, objective=L + strength * R, train_accuracy=tr.astype(theta.dtype),
-        test_accuracy=jnp.asarray(te, theta.dtype), rank=len(cfg.graph.hidden) - groups,
-        nuclear_norm=nuclear_norm(n), n_cut_off=jnp.sum(cut), conserved=c,
-        drift=jnp.max(jnp.abs(c - c0), initial=0.0), thetas=theta,
+        loss=L,
+        objective=L + strength * R,
+        train_accuracy=tr.astype(theta.dtype),
+        test_accuracy=jnp.asarray(te, theta.dtype),
+        rank=len(cfg.graph.hidden) - groups,
+        nuclear_norm=nuclear_norm(n),
+        n_cut_off=jnp.sum(cut),
+        conserved=c,
+        drift=jnp.max(jnp.abs(c - c0), initial=0.0),
+        thetas=theta,
     )
 
 
@@ -541,20 +570,33 @@ def fit(
     theta0 = net.edge_weights()
     dtype = jnp.result_type(theta0.dtype, X.dtype)
     theta0 = theta0.astype(dtype)
-    data = (X.astype(dtype), Y.astype(dtype),
-            None if X_test is None else X_test.astype(dtype), None if Y_test is None else Y_test.astype(dtype))
+    data = (
+        X.astype(dtype),
+        Y.astype(dtype),
+        None if X_test is None else X_test.astype(dtype),
+        None if Y_test is None else Y_test.astype(dtype),
+    )
     strength = jnp.asarray(obj.strength, dtype)
-    theta, log = _train(cfg, net, theta0, data, strength, epochs=opts.epochs,
-                        key=jr.key(0) if key is None else key, progress=progress)
+    theta, log = _train(
+        cfg, net, theta0, data, strength, epochs=opts.epochs, key=jr.key(0) if key is None else key, progress=progress
+    )
     finite = jnp.all(jnp.isfinite(theta), axis=-1)
-    result = result_from_code(jnp.where(finite, int(result_code(RESULTS.successful)),
-                                        int(result_code(RESULTS.training_diverged))))
+    result = result_from_code(
+        jnp.where(finite, int(result_code(RESULTS.successful)), int(result_code(RESULTS.training_diverged)))
+    )
     return TrainResult(
-        network=net.with_edge_weights(theta), initial=net.with_edge_weights(theta0), log=log, result=result,
+        network=net.with_edge_weights(theta),
+        initial=net.with_edge_weights(theta0),
+        log=log,
+        result=result,
         strength=strength,
         optimizer=opts.optimizer if isinstance(opts.optimizer, str) else type(opts.optimizer).__name__,
-        learning_rate=cfg.learning_rate, regularizer=cfg.regularizer_name, proximal=cfg.proximal, tol=cfg.tol,
-        batch_size=cfg.batch_size, epochs=int(opts.epochs),
+        learning_rate=cfg.learning_rate,
+        regularizer=cfg.regularizer_name,
+        proximal=cfg.proximal,
+        tol=cfg.tol,
+        batch_size=cfg.batch_size,
+        epochs=int(opts.epochs),
     )
 
 
@@ -585,13 +627,16 @@ def _fit_config(graph: DAG, N: int, obj: Objective, opts: TrainOptions, accuracy
     """The static configuration of the training loop (one compiled program per value),
     after the checks that need the objective and the options together, or the data."""
     if obj.weight_decay != 0:
-        raise ValueError(f"fit takes no weight_decay (got {obj.weight_decay!r}); pass regularizer='l2', "
-                         "strength=weight_decay in the Objective: the same penalty (lambda / 2) ||theta||^2.")
+        raise ValueError(
+            f"fit takes no weight_decay (got {obj.weight_decay!r}); pass regularizer='l2', "
+            "strength=weight_decay in the Objective: the same penalty (lambda / 2) ||theta||^2."
+        )
     reg, reg_name = None, "none"
     if obj.regularizer is not None:
         reg = get_regularizer(obj.regularizer)
-        reg_name = (obj.regularizer if isinstance(obj.regularizer, str)
-                    else getattr(obj.regularizer, "__name__", "custom"))
+        reg_name = (
+            obj.regularizer if isinstance(obj.regularizer, str) else getattr(obj.regularizer, "__name__", "custom")
+        )
     if opts.proximal and reg_name not in _PROXIMAL:
         raise ValueError(
             f"proximal=True needs regularizer {', '.join(map(repr, _PROXIMAL[:-1]))} or {_PROXIMAL[-1]!r}; "
@@ -604,9 +649,21 @@ def _fit_config(graph: DAG, N: int, obj: Objective, opts: TrainOptions, accuracy
     if working_tol is None:
         working_tol = _DEFAULT_WORKING_FACTOR * float(opts.learning_rate) * float(obj.strength)
     optimizer = opts.optimizer if isinstance(opts.optimizer, optax.GradientTransformation) else opts.optimizer.lower()
-    return _Config(graph, obj.loss, optimizer, float(opts.learning_rate), reg, reg_name, bool(opts.proximal),
-                   int(batch_size), N // int(batch_size), int(opts.log_every), float(opts.tol),
-                   bool(obj.loss == "bce" if accuracy is None else accuracy), float(working_tol))
+    return _Config(
+        graph,
+        obj.loss,
+        optimizer,
+        float(opts.learning_rate),
+        reg,
+        reg_name,
+        bool(opts.proximal),
+        int(batch_size),
+        N // int(batch_size),
+        int(opts.log_every),
+        float(opts.tol),
+        bool(obj.loss == "bce" if accuracy is None else accuracy),
+        float(working_tol),
+    )
 
 
 def _train(cfg: _Config, net: DAGNetwork, theta0, data, strength, *, epochs: int, key, progress: bool):

@@ -14,6 +14,7 @@ os.environ["INVARIANT_JAX_NO_CACHE"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
 # `make test` runs the files in parallel (pytest-xdist, `-n logical --dist loadfile
 # --no-loadscope-reorder`): each file runs whole on one worker (its module fixtures compile
 # once; a docs page's blocks share one namespace), and the workers take files in collection
@@ -78,8 +79,9 @@ def run_notebook(monkeypatch):
             if cell.cell_type == "code":
                 cell.outputs = []
         t = time.perf_counter()
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+        NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}
+        ).execute()
         print(f"{name} executed in {time.perf_counter() - t:.1f}s (small size)", file=sys.stderr)
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
         text = "\n".join(o.get("text", "") for o in outputs)

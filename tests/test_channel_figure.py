@@ -21,8 +21,16 @@ def flow():
     X, Y, loss = ch.toy_data(n_points=41)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ij.NoConservationLaw)  # erf: no law, expected
-        return ij.gradient_flow(ch.toy_network(0.55, 0.7, 3.0, -2.5, convention="erf"), X, Y, 50.0, loss=loss,
-                                saveat=ij.SaveTimes(n_save=25, spacing="log"), rtol=1e-8, atol=1e-8)
+        return ij.gradient_flow(
+            ch.toy_network(0.55, 0.7, 3.0, -2.5, convention="erf"),
+            X,
+            Y,
+            50.0,
+            loss=loss,
+            saveat=ij.SaveTimes(n_save=25, spacing="log"),
+            rtol=1e-8,
+            atol=1e-8,
+        )
 
 
 def test_channel_figure_lines_are_the_channel_coordinates(flow):

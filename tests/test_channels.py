@@ -88,7 +88,9 @@ def test_duplication_on_random_dag_keeps_function():
     X = jr.normal(jr.key(1), (10, 3))
     for i in (2,):
         n2 = duplicate_neuron(net, i, 0.37)
-        assert len(n2.graph.hidden) == 5 and n2.activation_of(n2.graph.hidden.index(g.hidden[i])) == net.activation_of(i)
+        assert len(n2.graph.hidden) == 5 and n2.activation_of(n2.graph.hidden.index(g.hidden[i])) == net.activation_of(
+            i
+        )
         assert np.allclose(n2.forward(X), net.forward(X), rtol=1e-13, atol=1e-13)
 
 
@@ -165,6 +167,7 @@ def test_pair_classification_is_a_readable_enumeration():
 def _reclassified(p, cls):
     """`p` built again with another classification (through `ChannelPair`'s own `__init__`)."""
     return type(p)(**{**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}, "classification": cls})
+
 
 def test_detector_flags_constructed_channel_not_finite_minimum(critical_net):
     net0 = ij.DAGNetwork(ij.mlp([2, 3, 1], bias=True), "softplus", key=jr.key(5))

@@ -19,7 +19,9 @@ def problem():
 
 def test_loss_floor_and_norm_ceiling_stop(problem):
     net, X, Y = problem
-    f = ij.gradient_flow(net, X, Y, 1e4, saveat=ij.SaveTimes(n_save=21, spacing="log"), stop=ij.StopRules(loss_floor=1e-3))
+    f = ij.gradient_flow(
+        net, X, Y, 1e4, saveat=ij.SaveTimes(n_save=21, spacing="log"), stop=ij.StopRules(loss_floor=1e-3)
+    )
     assert bool(f.result == ij.RESULTS.stopped_loss_floor) and float(f.t_final) < 1e4
     assert float(f.loss_final) < 1e-3 and float(f.losses[1]) > 1e-3
     net = ij.DAGNetwork(net.graph, "softplus", key=jr.key(2), scale=0.1)  # small init: the norm grows
@@ -28,13 +30,16 @@ def test_loss_floor_and_norm_ceiling_stop(problem):
     assert float(f2.t_final) < 1e2 and float(jnp.linalg.norm(f2.theta_final)) > ceiling
     assert float(jnp.linalg.norm(f2.thetas[1])) <= ceiling  # it did not stop at once
 
+
 def test_wall_time_stop_excludes_compilation(problem):
     import diffrax
 
     net, X, Y = problem
     t = time.monotonic()
     opts = ij.SolverOptions("euler", dt0=1e-3, stepsize_controller=diffrax.ConstantStepSize(), max_steps=10**9)
-    f = ij.gradient_flow(net, X, Y, 1e9, solver=opts, saveat=ij.SaveTimes(n_save=3), stop=ij.StopRules(max_wall_time=0.5))
+    f = ij.gradient_flow(
+        net, X, Y, 1e9, solver=opts, saveat=ij.SaveTimes(n_save=3), stop=ij.StopRules(max_wall_time=0.5)
+    )
     assert bool(f.result == ij.RESULTS.stopped_wall_time)
     assert float(f.t_final) > 0.01  # it integrated for a while: compilation was not counted
     assert time.monotonic() - t < 120
@@ -51,8 +56,15 @@ def test_stopping_rule_bad_values(problem):
 def test_kvaerno5_reaches_t_1e6_on_a_stiff_channel():
     X, Y, loss = toy_data(201)
     net = toy_network(0.55, 0.7, 3.0, -2.5, convention="erf")
-    f = ij.gradient_flow(net, X, Y, 1e6, loss=loss, saveat=ij.SaveTimes(n_save=31, spacing="log"),
-                         solver=ij.SolverOptions("kvaerno5", max_steps=20_000, rtol=1e-8, atol=1e-8))
+    f = ij.gradient_flow(
+        net,
+        X,
+        Y,
+        1e6,
+        loss=loss,
+        saveat=ij.SaveTimes(n_save=31, spacing="log"),
+        solver=ij.SolverOptions("kvaerno5", max_steps=20_000, rtol=1e-8, atol=1e-8),
+    )
     assert bool(f.success) and float(f.t_final) == 1e6
     assert bool(jnp.all(jnp.diff(f.losses) <= 1e-12))  # the loss never rises along the flow
     assert int(f.num_steps) < 20_000

@@ -33,8 +33,13 @@ def test_penalty_matches_mlpgradientflow_by_hand():
     assert np.allclose(H, H_ref, rtol=1e-13)
     # central finite differences of the penalty itself
     h = 1e-6
-    fd = np.array([(float(cv.maxnorm_penalty(theta.at[i].add(h), m)) - float(cv.maxnorm_penalty(theta.at[i].add(-h), m)))
-                   / (2 * h) for i in range(4)])
+    fd = np.array(
+        [
+            (float(cv.maxnorm_penalty(theta.at[i].add(h), m)) - float(cv.maxnorm_penalty(theta.at[i].add(-h), m)))
+            / (2 * h)
+            for i in range(4)
+        ]
+    )
     assert np.allclose(fd, g, rtol=1e-7)
     # C2 at the threshold: value, gradient and Hessian vanish as weightnorm -> maxnorm+
     edge = theta * np.sqrt(m / wn) * (1 + 1e-9)
@@ -47,22 +52,38 @@ def test_penalty_matches_mlpgradientflow_by_hand():
 def test_newton_options_and_results():
     o = cv.NewtonOptions(patience=7)
     assert o.patience == 7 and o.maxnorm == 1e3
-    for kw in (dict(patience=0), dict(max_steps=1.5), dict(g_tol=0.0), dict(batch_size=0), dict(maxnorm=-1.0),
-               dict(max_time=float("nan")), dict(patience=True)):
+    for kw in (
+        dict(patience=0),
+        dict(max_steps=1.5),
+        dict(g_tol=0.0),
+        dict(batch_size=0),
+        dict(maxnorm=-1.0),
+        dict(max_time=float("nan")),
+        dict(patience=True),
+    ):
         with pytest.raises((ValueError, TypeError), match=next(iter(kw))):
             cv.NewtonOptions(**kw)
     assert cv.NewtonOptions(maxnorm=float("inf"), max_time=float("inf")).maxnorm == float("inf")
     names = ij.result_name(cv.newton_result(list(cv.NEWTON_RESULTS)))
-    assert list(names) == ["newton_unfinished", "stopped_g_tol", "stopped_patience", "stopped_weightnorm",
-                           "max_steps_reached", "newton_max_time", "nonfinite_state"]
+    assert list(names) == [
+        "newton_unfinished",
+        "stopped_g_tol",
+        "stopped_patience",
+        "stopped_weightnorm",
+        "max_steps_reached",
+        "newton_max_time",
+        "nonfinite_state",
+    ]
     assert len(set(names)) == len(names)  # every reason its own member
     ok = np.asarray(ij.is_success(cv.newton_result(list(cv.NEWTON_RESULTS))))
     assert ok.tolist() == [False, True, True, True, False, False, False]  # budgets and failures are not successes
     assert ij.result_name(cv.newton_result("patience")) == "stopped_patience"  # old JSONs store the names
     assert cv.newton_reason(cv.newton_result(list(cv.NEWTON_RESULTS))) == tuple(cv.NEWTON_RESULTS)  # and back
     for name in names:  # each message says what to change
-        assert "NewtonOptions" in ij.result_message(getattr(ij.RESULTS, str(name))) or name in ("max_steps_reached",
-                                                                                   "nonfinite_state")
+        assert "NewtonOptions" in ij.result_message(getattr(ij.RESULTS, str(name))) or name in (
+            "max_steps_reached",
+            "nonfinite_state",
+        )
     with pytest.raises(ValueError, match="converged"):
         cv.newton_result(["converged"])
     with pytest.raises(ValueError, match="Newton-phase"):
@@ -72,11 +93,20 @@ def test_newton_options_and_results():
 def test_flow_phase_options():
     f = cv.FlowPhaseOptions()
     assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (1e12, "kvaerno5", 1e-3, 1e-6, "penalty", 41)
-    for kw, word in ((dict(flow_stop="hard"), "flow_stop"), (dict(engine="sweep"), "flow_stop='stop'"),
-                     (dict(engine="gpu"), "engine"), (dict(n_record=1), "n_record"), (dict(n_record=-1), "n_record"),
-                     (dict(flow_wall_time=0.0), "flow_wall_time"), (dict(t1=float("inf")), "t1"),
-                     (dict(max_flow_steps=0), "max_flow_steps"), (dict(solver="euler2"), "ij.SOLVERS"),
-                     (dict(slots=0), "slots"), (dict(exact=1), "exact"), (dict(rtol=-1.0), "rtol")):
+    for kw, word in (
+        (dict(flow_stop="hard"), "flow_stop"),
+        (dict(engine="sweep"), "flow_stop='stop'"),
+        (dict(engine="gpu"), "engine"),
+        (dict(n_record=1), "n_record"),
+        (dict(n_record=-1), "n_record"),
+        (dict(flow_wall_time=0.0), "flow_wall_time"),
+        (dict(t1=float("inf")), "t1"),
+        (dict(max_flow_steps=0), "max_flow_steps"),
+        (dict(solver="euler2"), "ij.SOLVERS"),
+        (dict(slots=0), "slots"),
+        (dict(exact=1), "exact"),
+        (dict(rtol=-1.0), "rtol"),
+    ):
         with pytest.raises((ValueError, TypeError), match=word):
             cv.FlowPhaseOptions(**kw)
     assert cv.FlowPhaseOptions(engine="sweep", flow_stop="stop").resolved_engine() == "sweep"
@@ -107,8 +137,14 @@ def toy_run():  # compiles a Kvaerno5 flow and the Newton phase: ~60 s here, so 
     X, Y, loss = ch.toy_data(61)
     net = ch.toy_network(0.8, 0.95, 2.0, -1.0)
     nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
-    res = cv.flow_then_newton(nets, X, Y, loss=loss, flow=cv.FlowPhaseOptions(t1=1e8, n_record=17, engine="loop"),
-                              newton=cv.NewtonOptions(maxnorm=20.0, max_steps=20))
+    res = cv.flow_then_newton(
+        nets,
+        X,
+        Y,
+        loss=loss,
+        flow=cv.FlowPhaseOptions(t1=1e8, n_record=17, engine="loop"),
+        newton=cv.NewtonOptions(maxnorm=20.0, max_steps=20),
+    )
     return X, Y, loss, net, res
 
 
@@ -150,8 +186,9 @@ def test_trajectory_record(toy_run):
     ratios = t[2:] / t[1:-1]  # geometric from 1e-2 to t1
     assert np.allclose(ratios, ratios[0], rtol=1e-10) and t[1] == pytest.approx(1e-2)
     assert np.all(np.isfinite(np.asarray(tr.loss[0])))
-    assert float(tr.loss[0, 0]) == pytest.approx(float(ij.losses.edge_loss_fn(net, *ij.losses.check_data(
-        net.graph, X, Y), loss)(net.edge_weights())), rel=1e-12)
+    assert float(tr.loss[0, 0]) == pytest.approx(
+        float(ij.losses.edge_loss_fn(net, *ij.losses.check_data(net.graph, X, Y), loss)(net.edge_weights())), rel=1e-12
+    )
     assert float(tr.pair_distance[0, 0]) == pytest.approx(0.15, rel=1e-12)  # |w1 - w2| at the start
     assert float(np.nanmax(np.asarray(tr.weightnorm))) == pytest.approx(float(r.weightnorm_flow_max[0]), rel=1e-6)
     # the end record's min eigenvalue is the data-loss Hessian's, against numpy
@@ -171,9 +208,13 @@ def test_flow_then_newton_old_keywords(toy_run):
     assert np.array_equal(np.asarray(old.theta), np.asarray(r.theta))
     assert np.array_equal(np.asarray(old.theta_flow), np.asarray(r.theta_flow))
     assert list(ij.result_name(old.result)) == list(ij.result_name(r.result)) and old.settings == r.settings
-    for kw, word in ((dict(flow_stop="hard"), "flow_stop"), (dict(engine="sweep"), "sweep"),
-                     (dict(n_record=1), "n_record"), (dict(flow_wall_time=0.0), "flow_wall_time"),
-                     (dict(patience=0), "patience")):
+    for kw, word in (
+        (dict(flow_stop="hard"), "flow_stop"),
+        (dict(engine="sweep"), "sweep"),
+        (dict(n_record=1), "n_record"),
+        (dict(flow_wall_time=0.0), "flow_wall_time"),
+        (dict(patience=0), "patience"),
+    ):
         with pytest.raises(ValueError, match=word):
             cv.flow_then_newton(net, X, Y, loss=loss, **kw)
 

@@ -63,13 +63,34 @@ def test_jump_procedure_solver_options_and_old_keywords():
     g = ij.mlp([1, 2, 1], bias=False)
     X = jnp.linspace(-1, 1, 9)[:, None]
     Y = jnp.sin(2 * X)
-    net = set_channel_coordinates(ij.DAGNetwork(g, "softplus", key=jr.key(3)),
-                                  channel_coordinates(ij.DAGNetwork(g, "softplus", key=jr.key(3)), 0, 1).with_eps(0.1))
-    new = jump_procedure(net, (0, 1), X, Y, n_jumps=2, t_flow=1.0, progress=False,
-                         solver=ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6, max_steps=500))
+    net = set_channel_coordinates(
+        ij.DAGNetwork(g, "softplus", key=jr.key(3)),
+        channel_coordinates(ij.DAGNetwork(g, "softplus", key=jr.key(3)), 0, 1).with_eps(0.1),
+    )
+    new = jump_procedure(
+        net,
+        (0, 1),
+        X,
+        Y,
+        n_jumps=2,
+        t_flow=1.0,
+        progress=False,
+        solver=ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6, max_steps=500),
+    )
     with pytest.warns(DeprecationWarning, match=r"solver=ij.SolverOptions\(name, rtol="):
-        old = jump_procedure(net, (0, 1), X, Y, n_jumps=2, t_flow=1.0, progress=False, solver="tsit5",
-                             rtol=1e-6, atol=1e-6, max_steps=500)
+        old = jump_procedure(
+            net,
+            (0, 1),
+            X,
+            Y,
+            n_jumps=2,
+            t_flow=1.0,
+            progress=False,
+            solver="tsit5",
+            rtol=1e-6,
+            atol=1e-6,
+            max_steps=500,
+        )
     np.testing.assert_array_equal(old.loss, new.loss)
     np.testing.assert_array_equal(old.eps, new.eps)
     assert new.success.all() and new.sharpness_fit is None
@@ -83,8 +104,8 @@ def test_jump_procedure_solver_options_and_old_keywords():
 
 def _dense_limit_loss(w):
     x = np.linspace(-10, 10, 100001)
-    q = np.exp(-x**2 / 2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
-    F = np.stack([np.asarray(erf(w * x)), x * 2 / np.sqrt(np.pi) * np.exp(-(w * x) ** 2)], 1)
+    q = np.exp(-(x**2) / 2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
+    F = np.stack([np.asarray(erf(w * x)), x * 2 / np.sqrt(np.pi) * np.exp(-((w * x) ** 2))], 1)
     y = np.asarray(erf((5 * x + 2.5) / np.sqrt(2)) + erf((5 * x - 2.5) / np.sqrt(2)))
     coef = np.linalg.lstsq(F.T @ (q[:, None] * F), F.T @ (q * y), rcond=1e-13)[0]
     r = F @ coef - y

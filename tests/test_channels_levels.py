@@ -22,13 +22,16 @@ def test_frequency_vmap_status_names_nonfinite_and_max_steps_apart():
     g = ij.mlp([1, 2, 1], bias=False)
     X = jnp.linspace(-1, 1, 8)[:, None]
     Y = jnp.sin(3 * X)
-    thetas = jnp.stack([jnp.array([0.5, -0.3, 1.0, 0.7]),            # reaches t1
-                        jnp.array([0.5, -0.3, 1.0, 0.7]) * 1e200,    # loss overflows to inf
-                        jnp.array([0.5, -0.3, 3e3, 2e3])])           # stiff (curvature ~ a^2): runs out of steps
+    thetas = jnp.stack(
+        [
+            jnp.array([0.5, -0.3, 1.0, 0.7]),  # reaches t1
+            jnp.array([0.5, -0.3, 1.0, 0.7]) * 1e200,  # loss overflows to inf
+            jnp.array([0.5, -0.3, 3e3, 2e3]),
+        ]
+    )  # stiff (curvature ~ a^2): runs out of steps
     nets = eqx.filter_vmap(ij.DAGNetwork(g, "erf", edge_weights=thetas[0]).with_edge_weights)(thetas)
     b = _vmapped_flows(nets, X, Y, 1.0, ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6, max_steps=200))
-    assert list(ij.result_name(ij.result_from_code(b.result))) == ["successful", "nonfinite_state",
-                                                                   "max_steps_reached"]
+    assert list(ij.result_name(ij.result_from_code(b.result))) == ["successful", "nonfinite_state", "max_steps_reached"]
     assert STATUSES[b.status[0]] == "ok"
     assert not np.isfinite(b.loss_final[1]) and STATUSES[b.status[1]] == "nonfinite"
     assert np.isfinite(b.loss_final[2]) and STATUSES[b.status[2]] == "max_steps"
@@ -36,8 +39,13 @@ def test_frequency_vmap_status_names_nonfinite_and_max_steps_apart():
 
 def test_frequency_grid_checks():
     assert ch.FrequencyGrid(widths=[2, 3]).widths == (2, 3) and ch.FrequencyGrid().shape == (2, 4, 2, 8)
-    for kw, word in ((dict(roughness=(0.5, 0.0)), "roughness"), (dict(roughness=()), "roughness"),
-                     (dict(widths=(1,)), "two neurons"), (dict(n_inits=0), "n_inits"), (dict(dim=1.0), "dim")):
+    for kw, word in (
+        (dict(roughness=(0.5, 0.0)), "roughness"),
+        (dict(roughness=()), "roughness"),
+        (dict(widths=(1,)), "two neurons"),
+        (dict(n_inits=0), "n_inits"),
+        (dict(dim=1.0), "dim"),
+    ):
         with pytest.raises((ValueError, TypeError), match=word):
             ch.FrequencyGrid(**kw)
     with pytest.raises(TypeError, match="FrequencyGrid"):
@@ -51,14 +59,24 @@ def test_frequency_grid_checks():
 @pytest.mark.slow
 def test_channel_frequency_old_keywords_give_the_same_study():
     grid = ch.FrequencyGrid(activations=("softplus",), roughness=(0.5,), widths=(2,), n_inits=2, n_samples=12)
-    new = ch.channel_frequency(grid=grid, t1=10.0, solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7,
-                                                                            max_steps=20_000), progress=False)
+    new = ch.channel_frequency(
+        grid=grid, t1=10.0, solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7, max_steps=20_000), progress=False
+    )
     with pytest.warns(DeprecationWarning, match="FrequencyGrid"):
-        old = ch.channel_frequency(activations=("softplus",), roughness=(0.5,), widths=(2,), n_inits=2, n_samples=12,
-                                   t1=10.0, rtol=1e-7, progress=False)
+        old = ch.channel_frequency(
+            activations=("softplus",),
+            roughness=(0.5,),
+            widths=(2,),
+            n_inits=2,
+            n_samples=12,
+            t1=10.0,
+            rtol=1e-7,
+            progress=False,
+        )
     assert old.settings == new.settings and old.to_dict() == new.to_dict()
     assert new.success.shape == (1, 1, 1, 2) and list(new.to_dict()["result"][0][0][0]) == list(
-        ij.result_name(ij.result_from_code(ij.result_code(new.result)[0, 0, 0])))
+        ij.result_name(ij.result_from_code(ij.result_code(new.result)[0, 0, 0]))
+    )
 
 
 def test_regular_grid_is_the_papers_101_by_101_grid():
@@ -110,17 +128,23 @@ def test_newton_phase_converges_like_scipy_trust_exact():
     from invariant_jax.losses import edge_loss_fn
 
     net, X, Y, teacher = _teacher_problem()
-    starts = jnp.stack([teacher + 0.05 * jnp.array([1, -1, 1, 1, -1, 1, -1.0]),
-                        teacher + 0.05 * jnp.array([-1, 1, 1, -1, 1, 1, 1.0])])
+    starts = jnp.stack(
+        [teacher + 0.05 * jnp.array([1, -1, 1, 1, -1, 1, -1.0]), teacher + 0.05 * jnp.array([-1, 1, 1, -1, 1, 1, 1.0])]
+    )
     nets = eqx.filter_vmap(net.with_edge_weights)(starts)
     r = ij.newton_phase(nets, X, Y, options=ij.NewtonOptions(g_tol=1e-11, max_steps=200))
     assert list(ij.result_name(r.result)) == ["stopped_g_tol"] * 2 and bool(jnp.all(r.success))
     L = edge_loss_fn(net, X, Y)
     dL, d2L, L = jax.jit(jax.grad(L)), jax.jit(jax.hessian(L)), jax.jit(L)
     for k in range(2):  # independent reference: SciPy's exact trust-region Newton
-        ref = minimize(lambda t: float(L(jnp.asarray(t))), np.asarray(starts[k]), method="trust-exact",
-                       jac=lambda t: np.asarray(dL(jnp.asarray(t))), hess=lambda t: np.asarray(d2L(jnp.asarray(t))),
-                       options=dict(gtol=1e-11))
+        ref = minimize(
+            lambda t: float(L(jnp.asarray(t))),
+            np.asarray(starts[k]),
+            method="trust-exact",
+            jac=lambda t: np.asarray(dL(jnp.asarray(t))),
+            hess=lambda t: np.asarray(d2L(jnp.asarray(t))),
+            options=dict(gtol=1e-11),
+        )
         assert np.allclose(np.asarray(r.theta[k]), ref.x, atol=1e-6)
     assert float(jnp.max(r.grad_norm)) <= 1e-11 and float(jnp.max(r.loss)) < 1e-18
 
@@ -163,16 +187,29 @@ def test_newton_phase_bad_input():
 @pytest.mark.slow
 def test_convergence_study_tiny_records_follow_the_criteria():
     X, Y = ij.rosenbrock_grid(16)
-    st = ch.convergence_study(X, Y, grid=ch.StudyGrid(widths=(2,), activations=("g",), biases=(True,), n_seeds=3),
-                              flow=ij.FlowPhaseOptions(max_flow_steps=200, flow_stop="stop", n_record=0,
-                                                                slots=None, engine="sweep"),
-                              newton=ij.NewtonOptions(max_steps=200), progress=False)
+    st = ch.convergence_study(
+        X,
+        Y,
+        grid=ch.StudyGrid(widths=(2,), activations=("g",), biases=(True,), n_seeds=3),
+        flow=ij.FlowPhaseOptions(max_flow_steps=200, flow_stop="stop", n_record=0, slots=None, engine="sweep"),
+        newton=ij.NewtonOptions(max_steps=200),
+        progress=False,
+    )
     rec = st.records
     assert np.array_equal(st.success, np.isin(rec["stopped_by"], ["gradient", "patience", "maxnorm"]))
     assert list(ij.result_name(st.result)) == list(ij.result_name(cv.newton_result(list(rec["stopped_by"]))))
     with pytest.warns(DeprecationWarning, match="StudyGrid"):  # the old spelling: the same study
-        old = ch.convergence_study(X, Y, widths=(2,), activations=("g",), biases=(True,), n_seeds=3,
-                                   max_flow_steps=200, max_steps=200, progress=False)
+        old = ch.convergence_study(
+            X,
+            Y,
+            widths=(2,),
+            activations=("g",),
+            biases=(True,),
+            n_seeds=3,
+            max_flow_steps=200,
+            max_steps=200,
+            progress=False,
+        )
     assert old.settings == st.settings and list(old.records) == list(rec)
     for k in ("loss", "weightnorm", "stopped_by", "min_cos", "t_flow"):
         np.testing.assert_array_equal(old.records[k], rec[k])
@@ -225,11 +262,19 @@ def test_sharpened_neuron_against_the_softplus_relu_gap():
 def _synthetic_study(seeds, **settings):
     rng = np.random.default_rng(seeds[0])
     n = 2 * len(seeds)
-    rec = dict(activation=np.array(["g"] * n), bias=np.array([True] * n), r=np.repeat([2, 3], len(seeds)),
-               seed=np.tile(seeds, 2), label=np.array(["rosenbrock"] * n), loss=rng.uniform(0.1, 1, n),
-               infinite=rng.uniform(size=n) < 0.4, duplicate=rng.uniform(size=n) < 0.1,
-               confirmed=np.zeros(n, bool), channel_paper=np.zeros(n, bool),
-               stopped_by=np.array(["gradient"] * n))
+    rec = dict(
+        activation=np.array(["g"] * n),
+        bias=np.array([True] * n),
+        r=np.repeat([2, 3], len(seeds)),
+        seed=np.tile(seeds, 2),
+        label=np.array(["rosenbrock"] * n),
+        loss=rng.uniform(0.1, 1, n),
+        infinite=rng.uniform(size=n) < 0.4,
+        duplicate=rng.uniform(size=n) < 0.1,
+        confirmed=np.zeros(n, bool),
+        channel_paper=np.zeros(n, bool),
+        stopped_by=np.array(["gradient"] * n),
+    )
     rec["mse"] = 2 * rec["loss"]
     rec["theta"] = ch._levels._column([rng.normal(size=3) for _ in range(n)])
     base = dict(seed=0, maxnorm=1e3, rtol=1e-3, max_steps=2000, n_inputs=2, widths=[2, 3], n_seeds=len(seeds))
@@ -238,8 +283,13 @@ def _synthetic_study(seeds, **settings):
 
 def test_study_grid_checks():
     assert ch.StudyGrid(widths=[2, 3]).widths == (2, 3)
-    for kw, word in ((dict(widths=()), "widths"), (dict(widths=(0,)), "width"), (dict(n_seeds=0), "n_seeds"),
-                     (dict(first_seed=-1), "first_seed"), (dict(activations=[]), "activations")):
+    for kw, word in (
+        (dict(widths=()), "widths"),
+        (dict(widths=(0,)), "width"),
+        (dict(n_seeds=0), "n_seeds"),
+        (dict(first_seed=-1), "first_seed"),
+        (dict(activations=[]), "activations"),
+    ):
         with pytest.raises((ValueError, TypeError), match=word):
             ch.StudyGrid(**kw)
     with pytest.raises(TypeError, match="unexpected keyword"):

@@ -16,20 +16,27 @@ RESULT = ROOT / "benchmarks" / "results" / "channels_paper_data.json"
 def render(d: dict) -> str:
     """The markdown table of docs/channels.md's "Checked against the authors' data"."""
     lai = d["loss_at_infinity"]
-    lines = ["| quantity | theirs | ours | difference |", "|---|---|---|---|",
-             f"| loss at infinity, all {lai['n_rows']} rows w = {lai['w_range'][0]:g}..{lai['w_range'][1]:g} | "
-             f"`loss_at_infinity.csv` | `2 L0(w)` | max {lai['max_abs_diff']:.1e} (relative {lai['max_rel_diff']:.1e}) |"]
+    lines = [
+        "| quantity | theirs | ours | difference |",
+        "|---|---|---|---|",
+        f"| loss at infinity, all {lai['n_rows']} rows w = {lai['w_range'][0]:g}..{lai['w_range'][1]:g} | "
+        f"`loss_at_infinity.csv` | `2 L0(w)` | max {lai['max_abs_diff']:.1e} (relative {lai['max_rel_diff']:.1e}) |",
+    ]
     for r in d["optima"]:
-        lines.append(f"| {r['point']}: w, loss | {r['w_theirs']:.6f}, {r['loss_theirs']:.6e} | "
-                     f"{r['w_ours']:.6f}, {r['loss_ours']:.6e} ({r['kind_ours']}) | "
-                     f"{abs(r['w_ours'] - r['w_theirs']):.1e}, {abs(r['loss_ours'] - r['loss_theirs']):.1e} |")
+        lines.append(
+            f"| {r['point']}: w, loss | {r['w_theirs']:.6f}, {r['loss_theirs']:.6e} | "
+            f"{r['w_ours']:.6f}, {r['loss_ours']:.6e} ({r['kind_ours']}) | "
+            f"{abs(r['w_ours'] - r['w_theirs']):.1e}, {abs(r['loss_ours'] - r['loss_theirs']):.1e} |"
+        )
     for name, c in d["channel_curves"].items():
         if c["predicted_slope"] == 0:
             got = f"relative change {c['relative_change_total']:.1e} over the curve, {c['relative_change_last_two']:.1e} in its last step"
         else:
             got = f"log-log slope {c['fitted_slope']:.3f} (last segment {c['last_segment_slope']:.3f})"
-        lines.append(f"| `{name}.csv` vs 1/eps | {got} | predicted slope {c['predicted_slope']:+.0f} | "
-                     f"{'-' if c['predicted_slope'] == 0 else format(c['fitted_slope'] - c['predicted_slope'], '+.3f')} |")
+        lines.append(
+            f"| `{name}.csv` vs 1/eps | {got} | predicted slope {c['predicted_slope']:+.0f} | "
+            f"{'-' if c['predicted_slope'] == 0 else format(c['fitted_slope'] - c['predicted_slope'], '+.3f')} |"
+        )
     return "\n".join(lines)
 
 

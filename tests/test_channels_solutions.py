@@ -123,22 +123,35 @@ def test_study_summary_applies_the_authors_filter_and_unique_count():
         return np.array([w[(ren.get(u, u), ren.get(v, v))] for u, v in g.edges])
 
     theta = [a, swap(a), a, b, swap(b)]
-    theta_flow = [t * 1.01 for t in theta]           # moved along itself: cosine distance 0
-    theta_flow[4] = rng.normal(size=E)               # jumped: cosine distance ~ 1
+    theta_flow = [t * 1.01 for t in theta]  # moved along itself: cosine distance 0
+    theta_flow[4] = rng.normal(size=E)  # jumped: cosine distance ~ 1
     wn_flow = np.array([2e3, 2e3, 10.0, 2e3, 2e3])
     min_cos = np.array([1e-3, 1e-3, 1e-3, 0.5, 1e-3])
     n = 5
-    rec = dict(activation=np.array(["g"] * n), bias=np.zeros(n, bool), r=np.full(n, 2), label=np.array(["d"] * n),
-               loss=np.ones(n), mse=2 * np.ones(n), infinite=np.array([1, 1, 0, 1, 1], bool),
-               duplicate=np.zeros(n, bool), confirmed=np.zeros(n, bool), channel_paper=np.zeros(n, bool),
-               min_cos=min_cos, weightnorm_flow=wn_flow, stopped_by=np.array(["maxnorm"] * n),
-               jump_cos=ch.jump_distance(theta_flow, theta), theta=_column(theta), theta_flow=_column(theta_flow))
+    rec = dict(
+        activation=np.array(["g"] * n),
+        bias=np.zeros(n, bool),
+        r=np.full(n, 2),
+        label=np.array(["d"] * n),
+        loss=np.ones(n),
+        mse=2 * np.ones(n),
+        infinite=np.array([1, 1, 0, 1, 1], bool),
+        duplicate=np.zeros(n, bool),
+        confirmed=np.zeros(n, bool),
+        channel_paper=np.zeros(n, bool),
+        min_cos=min_cos,
+        weightnorm_flow=wn_flow,
+        stopped_by=np.array(["maxnorm"] * n),
+        jump_cos=ch.jump_distance(theta_flow, theta),
+        theta=_column(theta),
+        theta_flow=_column(theta_flow),
+    )
     st = ch.ConvergenceStudy(records=rec, settings=dict(maxnorm=1e3, channel_cos=1e-2, n_inputs=2), seconds=0.0)
     row = st.summary()[0]
-    assert row["kept"] == 4                          # run 4 jumped
-    assert row["authors_channel"] == 2               # kept, flow-end weightnorm > 1e3, closest pair < 1e-2
+    assert row["kept"] == 4  # run 4 jumped
+    assert row["authors_channel"] == 2  # kept, flow-end weightnorm > 1e3, closest pair < 1e-2
     assert row["authors_channel_fraction"] == pytest.approx(2 / 4)
     assert row["infinite_kept"] == 3
     assert row["n_unique"] == 2
     d = st.to_dict()["records"]
-    assert np.allclose(d["theta"][1], theta[1])      # JSON-ready lists
+    assert np.allclose(d["theta"][1], theta[1])  # JSON-ready lists

@@ -81,10 +81,10 @@ def test_readme_check_command_passes(capsys):
     argv = _readme_command("check")
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "drift/tol" in out and "conserved to solver tolerance" in out   # the table and the verdict
+    assert "drift/tol" in out and "conserved to solver tolerance" in out  # the table and the verdict
     n = int(argv[argv.index("--n-inits") + 1])
     rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
-    assert len(rows) == n, out   # one row per initialization
+    assert len(rows) == n, out  # one row per initialization
 
 
 @pytest.mark.slow  # ~50 s here (compiles the kink-aware engine); tests/test_sweep_cli.py runs the sweep CLI by default
@@ -118,11 +118,11 @@ def test_help_shows_defaults(sub, capsys):
     for action in subparser._actions:
         if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
             shown = f"(default: {action.default})" in text
-            named = "default" in (action.help or "").lower()   # a help that says it in words
+            named = "default" in (action.help or "").lower()  # a help that says it in words
             assert shown or named, (sub, action.option_strings, action.default)
             n += shown
     assert n >= 1 or sub in ("demo", "sweep"), f"{sub} --help shows no default"
-    if sub == "sweep":   # flags left at None for the TOML file show SweepConfig's defaults
+    if sub == "sweep":  # flags left at None for the TOML file show SweepConfig's defaults
         assert "--n-inputs N_INPUTS (default: 3)" in text and "--data-seed DATA_SEED (default: 1)" in text
     if sub == "prune":
         assert "--epochs EPOCHS (default: 2000)" in text
@@ -143,12 +143,13 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     path = _output.write_json(tmp_path / "z.json", {"a": 1})
     rec = json.loads(path.read_text())
     assert rec["a"] == 1 and rec["command"].endswith("python benchmarks/flow_vs_scipy.py --n-inits 2")
-    prov = rec["provenance"]   # how it was made: the code, the packages, the machine, the times
+    prov = rec["provenance"]  # how it was made: the code, the packages, the machine, the times
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if head.returncode == 0:   # in a git checkout: the commit and whether tracked files differ from it
+    if head.returncode == 0:  # in a git checkout: the commit and whether tracked files differ from it
         assert prov["commit"] == head.stdout.strip() and isinstance(prov["dirty"], bool)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         assert prov["dirty"] == bool(dirty)
     from importlib.metadata import version
 
@@ -156,12 +157,14 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     assert prov["python"] == platform.python_version() and prov["cpu_count"] == os.cpu_count()
     assert prov["started"] <= prov["finished"] and prov["finished"].endswith("+00:00")
     assert not list(tmp_path.glob(".*.tmp")), "write_json leaves no temporary file"
-    ignore = (ROOT / ".gitignore").read_text().split()   # works without a git checkout too
+    ignore = (ROOT / ".gitignore").read_text().split()  # works without a git checkout too
     assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")
-                                          if p.name not in ("_output.py", "docs_tables.py")))
+@pytest.mark.parametrize(
+    "script",
+    sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("_output.py", "docs_tables.py")),
+)
 def test_every_benchmark_writes_through_output(script):
     """No script writes its results JSON by itself (that is how committed results got
     overwritten and commands went unrecorded): each takes `--out` and goes through
@@ -169,8 +172,9 @@ def test_every_benchmark_writes_through_output(script):
     import re
 
     src = (ROOT / "benchmarks" / script).read_text()
-    assert "output_path(" in src and ("write_json(" in src or "command()" in src), \
+    assert "output_path(" in src and ("write_json(" in src or "command()" in src), (
         f"{script}: write results via benchmarks/_output.py (output_path, and write_json or command())"
+    )
     assert '"--out"' in src, f"{script}: no --out option"
     assert not re.search(r'"results"\s*/', src), f"{script}: builds a path into benchmarks/results/ itself"
 

@@ -43,8 +43,9 @@ def test_every_generated_block_is_used():
 @pytest.mark.parametrize("page", docs_tables.PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_cited_results_files_exist(page):
     # a path after --out is where a command writes, not a citation
-    cited = set(re.findall(r"(?<!--out )(?<!--out=)benchmarks/results/((?:parts/)?\w+\.(?:json|png))",
-                           page.read_text()))
+    cited = set(
+        re.findall(r"(?<!--out )(?<!--out=)benchmarks/results/((?:parts/)?\w+\.(?:json|png))", page.read_text())
+    )
     cited.discard("NAME.json")
     missing = sorted(c for c in cited if not (ROOT / "benchmarks" / "results" / c).exists())
     assert not missing, f"{page.name} cites results files that are not committed: {missing}"
@@ -74,11 +75,17 @@ def _pc(frac):
 
 def _channels_loss_levels_claims():
     """The prose under docs/channels.md's loss-levels table, rebuilt from the four files."""
-    cells = {(c["activation"], c["bias"], c["r"]): c for _, name in docs_tables.LOSS_LEVEL_STUDIES
-             for c in _load(name)["summary"]}
+    cells = {
+        (c["activation"], c["bias"], c["r"]): c
+        for _, name in docs_tables.LOSS_LEVEL_STUDIES
+        for c in _load(name)["summary"]
+    }
     rng = lambda xs: f"{min(xs)}-{max(xs)}"  # noqa: E731
-    conf_nobias = [round(100 * cells[k]["confirmed_fraction"]) for k in cells
-                   if not k[1] and ((k[0] == "g" and k[2] >= 3) or (k[0] == "softplus" and 2 <= k[2] <= 4))]
+    conf_nobias = [
+        round(100 * cells[k]["confirmed_fraction"])
+        for k in cells
+        if not k[1] and ((k[0] == "g" and k[2] >= 3) or (k[0] == "softplus" and 2 <= k[2] <= 4))
+    ]
     sp5 = cells["softplus", False, 5]
     rec = _load("channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json")["records"]
     r5 = [i for i, r in enumerate(rec["r"]) if r == 5]
@@ -158,7 +165,11 @@ def _sweep_claims():
     """Numbers in docs/sweep.md's prose around its generated tables, rebuilt from the files."""
     tp = {w["workload"]: {a["arm"]: a for a in w["arms"]} for w in _load("sweep_throughput.json")["results"]}
     h, li = tp["heavy"], tp["light"]
-    k, kd, naive = "kink-aware (tsit5 inside)", "kink-aware (tsit5 inside, diffeqsolve segments)", "naive jit(vmap(gradient_flow))"
+    k, kd, naive = (
+        "kink-aware (tsit5 inside)",
+        "kink-aware (tsit5 inside, diffeqsolve segments)",
+        "naive jit(vmap(gradient_flow))",
+    )
     ks = {r["arm"]: r for r in _load("kink_sweep.json")["rows"]}
     x = docs_tables._times
     claims = [
@@ -185,31 +196,54 @@ def _sweep_claims():
         f"{docs_tables._rate(li['engine-vmap']['traj_per_s'])} against {docs_tables._rate(li['engine']['traj_per_s'])} on `light`",
     ]
     assert h[naive]["vs_naive"] == 1.0
-    for name, lead in [("kink_compile.json", "Compile, old and new code at the same time on this shared 2-core machine "
-                        "(load average {load:.1f}; `benchmarks/results/kink_compile.json`): "),
-                       ("kink_compile_sequential.json", "Sequentially at load average {load:.1f} "
-                        "(`benchmarks/results/kink_compile_sequential.json`, before Tsit5 went back to two loops): ")]:
+    for name, lead in [
+        (
+            "kink_compile.json",
+            "Compile, old and new code at the same time on this shared 2-core machine "
+            "(load average {load:.1f}; `benchmarks/results/kink_compile.json`): ",
+        ),
+        (
+            "kink_compile_sequential.json",
+            "Sequentially at load average {load:.1f} "
+            "(`benchmarks/results/kink_compile_sequential.json`, before Tsit5 went back to two loops): ",
+        ),
+    ]:
         rows = _load(name)["rows"]
         r = {(x["code"], x["solver"]): x for x in rows}
         ba = lambda s, key, f="{:.1f}": f"{f.format(r['before', s][key])} -> {f.format(r['after', s][key])}"  # noqa: E731
         if name == "kink_compile.json":
-            claims.append(lead.format(load=rows[0]["load_average_before"][0])
-                          + f"Tsit5 {ba('tsit5', 'compile_cpu_s')} CPU seconds ({ba('tsit5', 'compile_s')} s wall), "
-                          f"Gauss4 {ba('gauss4', 'compile_cpu_s')} CPU seconds ({ba('gauss4', 'compile_s')} s wall).")
+            claims.append(
+                lead.format(load=rows[0]["load_average_before"][0])
+                + f"Tsit5 {ba('tsit5', 'compile_cpu_s')} CPU seconds ({ba('tsit5', 'compile_s')} s wall), "
+                f"Gauss4 {ba('gauss4', 'compile_cpu_s')} CPU seconds ({ba('gauss4', 'compile_s')} s wall)."
+            )
         else:
             ms = lambda v: f"{1e3 * v:.0f}" if v >= 0.01 else f"{1e3 * v:.1f}"  # noqa: E731
             run = lambda s: " -> ".join(ms(r[c, s]["run_median_s"]) for c in ("before", "after"))  # noqa: E731
-            claims.append(lead.format(load=rows[0]["load_average_before"][0])
-                          + f"Gauss4 {ba('gauss4', 'compile_s')} s wall ({ba('gauss4', 'compile_cpu_s')} CPU s), run "
-                          f"{run('gauss4')} ms; Tsit5 with one loop {ba('tsit5', 'compile_s')} s wall "
-                          f"({ba('tsit5', 'compile_cpu_s')} CPU s), run {run('tsit5')} ms.")
+            claims.append(
+                lead.format(load=rows[0]["load_average_before"][0])
+                + f"Gauss4 {ba('gauss4', 'compile_s')} s wall ({ba('gauss4', 'compile_cpu_s')} CPU s), run "
+                f"{run('gauss4')} ms; Tsit5 with one loop {ba('tsit5', 'compile_s')} s wall "
+                f"({ba('tsit5', 'compile_cpu_s')} CPU s), run {run('tsit5')} ms."
+            )
     small = _load("sweep_throughput_small_n.json")["results"]
-    faster = all(a["vs_naive"] > 1 for w in small if w["n_inits"] >= 4 for a in w["arms"] if not a["arm"].startswith("naive"))
-    slower = all(a["vs_naive"] < 1 for w in small if w["n_inits"] == 1 for a in w["arms"] if not a["arm"].startswith("naive"))
-    claims.append(f"From {min(w['n_inits'] for w in small if w['n_inits'] > 1)} trajectories on the engine is faster than "
-                  "naive vmap in both modes" if faster else "NOT faster from 4 trajectories on")
-    claims.append("a one-trajectory sweep is a little slower than one compiled `gradient_flow`" if slower
-                  else "NOT slower at one trajectory")
+    faster = all(
+        a["vs_naive"] > 1 for w in small if w["n_inits"] >= 4 for a in w["arms"] if not a["arm"].startswith("naive")
+    )
+    slower = all(
+        a["vs_naive"] < 1 for w in small if w["n_inits"] == 1 for a in w["arms"] if not a["arm"].startswith("naive")
+    )
+    claims.append(
+        f"From {min(w['n_inits'] for w in small if w['n_inits'] > 1)} trajectories on the engine is faster than "
+        "naive vmap in both modes"
+        if faster
+        else "NOT faster from 4 trajectories on"
+    )
+    claims.append(
+        "a one-trajectory sweep is a little slower than one compiled `gradient_flow`"
+        if slower
+        else "NOT slower at one trajectory"
+    )
     gpu = _load("sweep_throughput_gpu.json")
     ka = gpu["results"][0]["arms"][0]
     eng = [a for a in gpu["engine_naive_printed"] if a["arm"] == "engine"][0]
@@ -242,7 +276,9 @@ def _channels_cost_optimizers_eos_claims():
         f"1000 steps x 15 x {cc[5]['bare_ms']['grad_autodiff']:.1f} ms = {15 * round(cc[5]['bare_ms']['grad_autodiff'], 1):.1f} s at r = 5",
         f"need {', '.join(map(str, n6))} Newton steps, {len(n6) * max(n6)} lane-steps in one batch against {sum(n6)} one at a time",
         f"(the benchmark's {st['newton_steps']} steps) a batch is as fast or faster (r = 2: {sec(2, 'vmap_structured'):.2f} s "
-        f"batched vs {sec(2, 'after'):.1f} s one at a time)" if sec(2, "vmap_structured") <= sec(2, "after") else "NOT faster batched",
+        f"batched vs {sec(2, 'after'):.1f} s one at a time)"
+        if sec(2, "vmap_structured") <= sec(2, "after")
+        else "NOT faster batched",
     ]
     opt = {o: _load(f"channels_optimizers_softplus_nobias_r4_{o}.json") for o in ("sgd", "adam")}
     nw = opt["sgd"]["newton"]
@@ -284,8 +320,11 @@ def _channels_cost_optimizers_eos_claims():
     claims += [
         f"to `t = {s0['t']:g}` enters the channel (`eps = {s0['eps']:.3f}`, `w = {s0['w']:.3f}`, sharpness {s0['sharpness']:.2f})",
         f"(late median within {100 * max(abs(r['late_ratio_to_2_over_lr'] - 1) for r in edge):.1f}% of `2/lr`)",
-        "(" + ", ".join(f"{r['lr']:g}" for r in edge) + f": {edge[0]['loss_start']:.6f} -> "
-        + ", ".join(f"{r['loss_end']:.6f}" for r in edge) + f"; lr {below[0]['lr']:g} ends below, at {below[0]['loss_end']:.6f})",
+        "("
+        + ", ".join(f"{r['lr']:g}" for r in edge)
+        + f": {edge[0]['loss_start']:.6f} -> "
+        + ", ".join(f"{r['loss_end']:.6f}" for r in edge)
+        + f"; lr {below[0]['lr']:g} ends below, at {below[0]['loss_end']:.6f})",
         f"({fi['grad_norm_vs_eps']['exponent']:.2f} pooled; {min(gr):.2f}-{max(gr):.2f} per learning rate)",
         f"({min(ld):.2f}-{max(ld):.2f} before the edge)",
         f"`eps^{pooled['exponent']:.2f} +- {pooled['stderr']:.2f}` with R^2 = {pooled['r2']:.2f} ({pooled['n']} points",
@@ -330,8 +369,10 @@ def _recipe_seed_claims():
     rec = _load("channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json")["records"]
     (k,) = [k for k in range(len(rec["r"])) if rec["r"][k] == 2 and rec["seed"][k] == 0 and not rec["bias"][k]]
     assert rec["confirmed"][k] and rec["stopped_by"][k] == "maxnorm"
-    return [f"a GLU error of {rec['glu_error'][k]:.0e}".replace("e-06", "e-6"),
-            "`weightnorm` just above 1e3" if 1e3 <= rec["weightnorm"][k] < 1.1e3 else "weightnorm not near 1e3"]
+    return [
+        f"a GLU error of {rec['glu_error'][k]:.0e}".replace("e-06", "e-6"),
+        "`weightnorm` just above 1e3" if 1e3 <= rec["weightnorm"][k] < 1.1e3 else "weightnorm not near 1e3",
+    ]
 
 
 def test_getting_started_channel_setting_matches_its_file():

@@ -20,9 +20,12 @@ def _skip_graph():
     return ij.DAG.from_edges(edges, inputs=["x0", "x1", "b"], outputs=["y"], constants=["b"])
 
 
-CASES = [(ij.mlp([2, 3, 1], bias=True), "g"), (_skip_graph(), "erf"),
-         pytest.param(ij.mlp([2, 2, 1], bias=False), "softplus", marks=pytest.mark.slow),
-         pytest.param(ij.mlp([3, 4, 1], bias=True), "tanh", marks=pytest.mark.slow)]
+CASES = [
+    (ij.mlp([2, 3, 1], bias=True), "g"),
+    (_skip_graph(), "erf"),
+    pytest.param(ij.mlp([2, 2, 1], bias=False), "softplus", marks=pytest.mark.slow),
+    pytest.param(ij.mlp([3, 4, 1], bias=True), "tanh", marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("graph, act", CASES)
@@ -39,11 +42,19 @@ def test_structured_hessian_and_gradient_equal_autodiff(graph, act):
     def both(theta, X, Y, dX):
         L = edge_loss_fn(net, X, Y)
         grad = gradient_fn(net, X, Y)
-        ref = (jax.hessian(L)(theta), jax.grad(L)(theta),
-               jax.jvp(lambda X: jax.grad(edge_loss_fn(net, X, Y))(theta), (X,), (dX,))[1])
+        ref = (
+            jax.hessian(L)(theta),
+            jax.grad(L)(theta),
+            jax.jvp(lambda X: jax.grad(edge_loss_fn(net, X, Y))(theta), (X,), (dX,))[1],
+        )
         # the Hessian, the gradient, its Jacobians (an implicit solver's matrix), a derivative in the data
-        got = (hessian_fn(net, X, Y)(theta), grad(theta), jax.jvp(lambda X: gradient_fn(net, X, Y)(theta), (X,), (dX,))[1],
-               jax.jacfwd(grad)(theta), jax.jacrev(grad)(theta))
+        got = (
+            hessian_fn(net, X, Y)(theta),
+            grad(theta),
+            jax.jvp(lambda X: gradient_fn(net, X, Y)(theta), (X,), (dX,))[1],
+            jax.jacfwd(grad)(theta),
+            jax.jacrev(grad)(theta),
+        )
         return ref, got
 
     (H_ref, g_ref, dg_ref), (H, g, dg, Jf, Jr) = both(theta, X, Y, dX)
@@ -62,7 +73,9 @@ def test_hessian_fn_falls_back_to_autodiff():
         Y = jnp.cos(X[:, : graph.n_out])
         assert _structure(net, loss) is None
         theta = net.edge_weights()
-        H, ref = jax.jit(lambda t: (hessian_fn(net, X, Y, loss)(t), jax.hessian(edge_loss_fn(net, X, Y, loss))(t)))(theta)
+        H, ref = jax.jit(lambda t: (hessian_fn(net, X, Y, loss)(t), jax.hessian(edge_loss_fn(net, X, Y, loss))(t)))(
+            theta
+        )
         assert np.allclose(H, ref, rtol=1e-12, atol=1e-14)
 
 
@@ -84,8 +97,7 @@ def test_newton_phase_groups_agree_with_one_batch():
     opts = ij.NewtonOptions(max_steps=150, maxnorm=50.0, g_tol=1e-9, batch_size=1)
     one = ij.newton_phase(nets, X, Y, options=opts)
     # a group of 3 and a padded group of 1
-    three = ij.newton_phase(nets, X, Y, options=ij.NewtonOptions(max_steps=150, maxnorm=50.0, g_tol=1e-9,
-                                                                          batch_size=3))
+    three = ij.newton_phase(nets, X, Y, options=ij.NewtonOptions(max_steps=150, maxnorm=50.0, g_tol=1e-9, batch_size=3))
     assert list(ij.result_name(one.result)) == ["stopped_g_tol"] * 4
     assert len(set(np.asarray(one.n_steps).tolist())) == 4  # unequal lengths
     for r in (three,):
@@ -111,10 +123,8 @@ def test_flow_then_newton_loop_engine_matches_vmap():
     g = ij.mlp([2, 2, 1], bias=True)
     net0, nets = _glorot_nets(g, seed=1, n=3)
     newton = ij.NewtonOptions(max_steps=300, maxnorm=100.0)
-    a = ij.flow_then_newton(nets, X, Y, flow=ij.FlowPhaseOptions(max_flow_steps=300, engine="loop"),
-                            newton=newton)
-    b = ij.flow_then_newton(nets, X, Y, flow=ij.FlowPhaseOptions(max_flow_steps=300, engine="vmap"),
-                            newton=newton)
+    a = ij.flow_then_newton(nets, X, Y, flow=ij.FlowPhaseOptions(max_flow_steps=300, engine="loop"), newton=newton)
+    b = ij.flow_then_newton(nets, X, Y, flow=ij.FlowPhaseOptions(max_flow_steps=300, engine="vmap"), newton=newton)
     assert list(ij.result_name(a.result)) == list(ij.result_name(b.result))
     assert np.array_equal(np.asarray(a.flow_status), np.asarray(b.flow_status))
     assert np.allclose(a.theta_flow, b.theta_flow, rtol=1e-6, atol=1e-8)

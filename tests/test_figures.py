@@ -35,12 +35,21 @@ def _rows(n=40, *, degenerate=False, kink=True, seed=0):
     rank1 = rank0.copy()
     if not degenerate:
         rank1[:3] = 4
-    rows = dict(index=np.arange(n), status=np.zeros(n, np.int64) if degenerate else np.r_[np.zeros(n - 2), [2, 3]].astype(int),
-                steps=rng.integers(10, 500, n), drift=rng.uniform(1e-10, 1e-8, n),
-                drift_in_tol=rng.uniform(1e-2, 10, n), rank_start=rank0, rank_end=rank1,
-                connected=~frozen.any(1), n_components=2 ** frozen.sum(1), frozen=frozen,
-                bottleneck_sign_changes=np.zeros(n, np.int64), loss_initial=rng.uniform(0.1, 1, n),
-                loss_final=10 ** rng.uniform(-6, -1, n))
+    rows = dict(
+        index=np.arange(n),
+        status=np.zeros(n, np.int64) if degenerate else np.r_[np.zeros(n - 2), [2, 3]].astype(int),
+        steps=rng.integers(10, 500, n),
+        drift=rng.uniform(1e-10, 1e-8, n),
+        drift_in_tol=rng.uniform(1e-2, 10, n),
+        rank_start=rank0,
+        rank_end=rank1,
+        connected=~frozen.any(1),
+        n_components=2 ** frozen.sum(1),
+        frozen=frozen,
+        bottleneck_sign_changes=np.zeros(n, np.int64),
+        loss_initial=rng.uniform(0.1, 1, n),
+        loss_final=10 ** rng.uniform(-6, -1, n),
+    )
     if kink:
         ev = rng.integers(0, 30, n)
         rows["events"], rows["sliding_time"] = ev, np.where(np.arange(n) < 2, 0.5, 0.0)  # 2 sliding runs of 40
@@ -115,8 +124,14 @@ def tiny():
     for i in range(cfg.n_inits):  # the reference verdict, per row
         frozen[i, list(ij.connectivity(g, B @ theta0[i] ** 2).frozen_index)] = True
     n = cfg.n_inits
-    rows = dict(index=np.arange(n), status=np.zeros(n, np.int64), connected=~frozen.any(1), frozen=frozen,
-                bottleneck_sign_changes=np.zeros(n, np.int64), drift_in_tol=np.arange(n, dtype=float))
+    rows = dict(
+        index=np.arange(n),
+        status=np.zeros(n, np.int64),
+        connected=~frozen.any(1),
+        frozen=frozen,
+        bottleneck_sign_changes=np.zeros(n, np.int64),
+        drift_in_tol=np.arange(n, dtype=float),
+    )
     return cfg, g, theta0, rows
 
 
@@ -176,8 +191,13 @@ def test_prune_figure_plots_the_log():
 
     ep = np.arange(0, 110, 10)
     cut = np.minimum(ep // 20, 4)
-    log = SimpleNamespace(epochs=ep, loss=np.exp(-ep / 50), test_accuracy=np.linspace(0.5, 0.9, len(ep)),
-                          n_cut_off=cut, rank=6 - np.minimum(ep // 30, 3))
+    log = SimpleNamespace(
+        epochs=ep,
+        loss=np.exp(-ep / 50),
+        test_accuracy=np.linspace(0.5, 0.9, len(ep)),
+        n_cut_off=cut,
+        rank=6 - np.minimum(ep // 30, 3),
+    )
     fig = prune_figure(log, n_hidden=6, title="breast cancer")
     loss_ax, cut_ax, rank_ax = fig.axes[:3]
     np.testing.assert_array_equal(cut_ax.lines[0].get_ydata(), cut)

@@ -47,8 +47,15 @@ def test_flow_matches_scipy_dop853_for_softplus():
     ts = np.linspace(0, 3.0, 7)
     f = ij.gradient_flow(net, X, Y, 3.0, rtol=1e-12, atol=1e-12, saveat=ts, solver="dopri8")
     grad = jax.jit(jax.grad(ij.edge_loss_fn(net, X, Y)))
-    ref = solve_ivp(lambda t, y: -np.asarray(grad(jnp.asarray(y))), (0, 3.0), np.asarray(net.edge_weights()),
-                    method="DOP853", rtol=1e-12, atol=1e-12, t_eval=ts)
+    ref = solve_ivp(
+        lambda t, y: -np.asarray(grad(jnp.asarray(y))),
+        (0, 3.0),
+        np.asarray(net.edge_weights()),
+        method="DOP853",
+        rtol=1e-12,
+        atol=1e-12,
+        t_eval=ts,
+    )
     np.testing.assert_allclose(np.asarray(f.thetas), ref.y.T, atol=1e-8)
 
 
@@ -114,8 +121,9 @@ def test_grad_norm_stopping_rule():
     g = ij.mlp([2, 3, 1])
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
     net = ij.DAGNetwork(g, "tanh", key=jax.random.key(1))
-    f = ij.gradient_flow(net, X, Y, 1e4, rtol=1e-8, atol=1e-8, stop=ij.StopRules(grad_norm_tol=1e-3),
-                         saveat=ij.SaveTimes(spacing="log"))
+    f = ij.gradient_flow(
+        net, X, Y, 1e4, rtol=1e-8, atol=1e-8, stop=ij.StopRules(grad_norm_tol=1e-3), saveat=ij.SaveTimes(spacing="log")
+    )
     gn = jnp.linalg.norm(jax.grad(ij.edge_loss_fn(net, X, Y))(f.theta_final))
     assert bool(f.success) and float(f.t_final) < 1e4
     assert float(gn) < 1e-3
@@ -161,11 +169,14 @@ def test_bad_flow_input(relu_setup):
         ij.gradient_flow(net, X, Y, 1.0, loss=ij.Objective(), weight_decay=0.1)
 
 
-@pytest.mark.parametrize("old,new", [
-    (dict(n_save=5), dict(saveat=ij.SaveTimes(n_save=5))),
-    (dict(weight_decay=0.2), dict(loss=ij.Objective(weight_decay=0.2))),
-    (dict(regularizer="l1", strength=0.1), dict(loss=ij.Objective(regularizer="l1", strength=0.1))),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (dict(n_save=5), dict(saveat=ij.SaveTimes(n_save=5))),
+        (dict(weight_decay=0.2), dict(loss=ij.Objective(weight_decay=0.2))),
+        (dict(regularizer="l1", strength=0.1), dict(loss=ij.Objective(regularizer="l1", strength=0.1))),
+    ],
+)
 def test_old_flow_keywords_warn_and_give_the_same_flow(relu_setup, old, new):
     g, X, Y, net = relu_setup
     with pytest.warns(DeprecationWarning) as rec:
@@ -182,8 +193,9 @@ def test_gradient_flow_and_kink_aware_flow_answer_the_same_names():
     g = ij.mlp([2, 3, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 6, key=jax.random.key(0))
     net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
-    common = dict(solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9), saveat=ij.SaveTimes(n_save=3),
-                  loss=ij.Objective("mse"))
+    common = dict(
+        solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9), saveat=ij.SaveTimes(n_save=3), loss=ij.Objective("mse")
+    )
     flow = ij.gradient_flow(net, X, Y, 0.2, **common)
     kflow = ij.kink_aware_flow(net, X, Y, 0.2, **common)
     for name in ("final", "theta_final", "loss_final", "result", "success"):

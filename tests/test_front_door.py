@@ -90,8 +90,9 @@ TOML_CASES = {  # file content -> words the refusal must contain
 }
 
 
-@pytest.mark.parametrize("content", list(TOML_CASES), ids=["beside", "unknown", "unknown+sweep", "nul", "latin",
-                                                           "syntax"])
+@pytest.mark.parametrize(
+    "content", list(TOML_CASES), ids=["beside", "unknown", "unknown+sweep", "nul", "latin", "syntax"]
+)
 def test_toml_is_refused_by_name_by_one_reader(tmp_path, content):
     path = tmp_path / "bad.toml"
     path.write_bytes(content)
@@ -144,7 +145,7 @@ def test_csv_byte_order_mark_is_skipped(tmp_path, header):
 CSV_CASES = {  # content -> (the line named, words)
     "nul": (b"a,b,y\n1,2,0\n3,\x00\x01,1\n", 3, "NUL byte: this is not a text file"),
     "latin": ("a,b,y\n1,2,0\n3,\xe9,1\n".encode("latin-1"), 3, "is not UTF-8"),
-    "unterminated": (('a,b,y\n' + BODY + '1,"2,0\n').encode(), 26, "CSV syntax error .*unexpected end of data"),
+    "unterminated": (("a,b,y\n" + BODY + '1,"2,0\n').encode(), 26, "CSV syntax error .*unexpected end of data"),
     "stray": (('a,b,y\n1,2,0\n"1"x,2,0\n' + BODY).encode(), 3, "CSV syntax error .*expected after"),
 }
 

@@ -15,8 +15,22 @@ import pytest
 
 import invariant_jax as ij
 
-SWEEP_ARGS = ["--graph", "example", "--n-inits", "12", "--t1", "0.5", "--n-samples", "8", "--slots", "4",
-              "--no-figures", "--no-progress", "--rows", "0"]
+SWEEP_ARGS = [
+    "--graph",
+    "example",
+    "--n-inits",
+    "12",
+    "--t1",
+    "0.5",
+    "--n-samples",
+    "8",
+    "--slots",
+    "4",
+    "--no-figures",
+    "--no-progress",
+    "--rows",
+    "0",
+]
 
 EDGES = [("x1", "h2"), ("x2", "h1"), ("b", "h1"), ("h1", "y"), ("h2", "y"), ("x1", "y")]
 
@@ -35,8 +49,9 @@ def test_to_file_from_file_round_trip(tmp_path):
     np.testing.assert_array_equal(back.incidence(), g.incidence())
     # a file written by hand, without a hidden: line, reads as DAG.from_edges does
     (tmp_path / "h.txt").write_text("inputs: a\noutputs: o  # the output\na h\nh o\n")
-    assert ij.DAG.from_file(tmp_path / "h.txt") == ij.DAG.from_edges([("a", "h"), ("h", "o")], inputs=["a"],
-                                                                       outputs=["o"])
+    assert ij.DAG.from_file(tmp_path / "h.txt") == ij.DAG.from_edges(
+        [("a", "h"), ("h", "o")], inputs=["a"], outputs=["o"]
+    )
 
 
 def test_file_errors_name_the_file_and_fix(tmp_path):
@@ -106,14 +121,22 @@ def test_sweep_network_is_the_engine_start_bit_for_bit(swept):
         np.testing.assert_array_equal(from_config, res.theta0[row])
         np.testing.assert_array_equal(from_folder, res.theta0[row])
         # the same network as DAGNetwork with the documented key
-        direct = ij.DAGNetwork(cfg.build_graph(), cfg.activation, init=cfg.init, scale=cfg.scale,
-                               key=jax.random.fold_in(jax.random.key(cfg.seed), i))
+        direct = ij.DAGNetwork(
+            cfg.build_graph(),
+            cfg.activation,
+            init=cfg.init,
+            scale=cfg.scale,
+            key=jax.random.fold_in(jax.random.key(cfg.seed), i),
+        )
         np.testing.assert_array_equal(np.asarray(direct.edge_weights()), res.theta0[row])
     net1 = ij.sweep_network(out, 4, final=True)
-    np.testing.assert_array_equal(np.asarray(net1.edge_weights()), res.theta_final[int(np.flatnonzero(res.index == 4)[0])])
+    np.testing.assert_array_equal(
+        np.asarray(net1.edge_weights()), res.theta_final[int(np.flatnonzero(res.index == 4)[0])]
+    )
     # the row's c0 is the network's conserved quantities
-    np.testing.assert_allclose(ij.conserved_quantities(ij.sweep_network(out, 2)), res.c0[res.index == 2][0],
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        ij.conserved_quantities(ij.sweep_network(out, 2)), res.c0[res.index == 2][0], rtol=0, atol=1e-15
+    )
 
 
 def test_sweep_network_errors(swept):
@@ -146,9 +169,17 @@ def test_flow_says_whether_a_law_applies():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ij.NoConservationLaw)  # once per activation
         jax.eval_shape(lambda: ij.gradient_flow(tanh, X, Y, 0.2, saveat=ij.SaveTimes(n_save=5)))
-        assert jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, saveat=ij.SaveTimes(n_save=5))).conservation_law is True
+        assert (
+            jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, saveat=ij.SaveTimes(n_save=5))).conservation_law
+            is True
+        )
         # weight decay keeps a law: c(t) = c(0) exp(-2 lambda t)
-        assert jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, loss=ij.Objective(weight_decay=0.1))).conservation_law is True
+        assert (
+            jax.eval_shape(
+                lambda: ij.gradient_flow(relu, X, Y, 0.2, loss=ij.Objective(weight_decay=0.1))
+            ).conservation_law
+            is True
+        )
     with pytest.warns(ij.NoConservationLaw, match="regularizer"):
         f = jax.eval_shape(lambda: ij.gradient_flow(relu, X, Y, 0.2, loss=ij.Objective(regularizer="l2", strength=0.1)))
     assert f.conservation_law is False
@@ -197,8 +228,20 @@ def test_chunks_carry_every_per_trajectory_column(swept):
     # the chunks add only the store's config_hash column
     assert set(chunks.columns) - set(frame.columns) == {"config_hash"}
     assert set(frame.columns) - set(chunks.columns) == set()
-    for name in ("connected", "n_components", "component", "rank_start", "rank_end", "num_events", "sliding_time",
-                 "status_name", "result_name", "bottleneck_sign_changes", "frozen_sign_changes", "drift_in_tol"):
+    for name in (
+        "connected",
+        "n_components",
+        "component",
+        "rank_start",
+        "rank_end",
+        "num_events",
+        "sliding_time",
+        "status_name",
+        "result_name",
+        "bottleneck_sign_changes",
+        "frozen_sign_changes",
+        "drift_in_tol",
+    ):
         np.testing.assert_array_equal(chunks[name].to_numpy(), frame[name].to_numpy(), err_msg=name)
     np.testing.assert_array_equal(np.stack(chunks["frozen"]), np.stack(frame["frozen"]))
     np.testing.assert_array_equal(np.stack(chunks["theta0"]), np.stack(frame["theta0"]))
@@ -223,8 +266,9 @@ def test_columns_against_independent_references(swept):
         assert row["frozen_sign_changes"] == int(np.sum((np.sign(th0) != np.sign(th1)) & row["frozen"]))
         assert row["status_name"] == ij.sweep.STATUSES[row["status"]]
         assert row["result_name"] == ij.result_name(row["result"])
-    np.testing.assert_allclose(frame["drift_in_tol"], frame["drift"] / (cfg.atol + cfg.rtol * frame["scale"]),
-                               rtol=1e-15)
+    np.testing.assert_allclose(
+        frame["drift_in_tol"], frame["drift"] / (cfg.atol + cfg.rtol * frame["scale"]), rtol=1e-15
+    )
 
 
 def test_table_csv_is_a_view_and_summary_agrees(swept):
@@ -261,8 +305,10 @@ def test_duckdb_reads_the_chunks_directly(swept):
     _, folder, res = swept
     frame = res.to_pandas()
     duckdb = pytest.importorskip("duckdb")
-    q = (f"SELECT connected, count(DISTINCT index) AS n, max(rank_start) AS r FROM '{folder}/chunks/*.parquet' "
-         "GROUP BY connected ORDER BY connected")
+    q = (
+        f"SELECT connected, count(DISTINCT index) AS n, max(rank_start) AS r FROM '{folder}/chunks/*.parquet' "
+        "GROUP BY connected ORDER BY connected"
+    )
     got = duckdb.sql(q).df()
     want = frame.groupby("connected").agg(n=("index", "nunique"), r=("rank_start", "max")).reset_index()
     np.testing.assert_array_equal(got[["n", "r"]].to_numpy(), want[["n", "r"]].to_numpy())
@@ -274,8 +320,7 @@ def test_old_folders_get_the_columns_on_load(swept):
     from invariant_jax.sweep._columns import DERIVED
 
     cfg, _, res = swept
-    base = {k: getattr(res, k) for k in ("index", "theta0", "theta_final", "c0", "drift", "scale", "result",
-                                         "status")}
+    base = {k: getattr(res, k) for k in ("index", "theta0", "theta_final", "c0", "drift", "scale", "result", "status")}
     again = with_columns(cfg, cfg.build_graph(), base)
     for k in DERIVED:
         want = res.drift_in_tol if k == "drift_in_tol" else res.columns[k]

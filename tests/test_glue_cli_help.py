@@ -16,17 +16,24 @@ def _loaded_after(code: str) -> str:
 
 def test_import_and_parsing_import_no_jax():
     assert _loaded_after("import invariant_jax") == "[]"
-    assert _loaded_after("from invariant_jax.cli import build_parser\n"
-                         "for argv in (['sweep', '--n-inits', '3'], ['check', '--force'], ['channels', '--method', 'flow'],"
-                         " ['connectivity', '--from-sweep', 'x'], ['prune'], ['demo']):\n"
-                         "    build_parser().parse_args(argv)") == "[]"
+    assert (
+        _loaded_after(
+            "from invariant_jax.cli import build_parser\n"
+            "for argv in (['sweep', '--n-inits', '3'], ['check', '--force'], ['channels', '--method', 'flow'],"
+            " ['connectivity', '--from-sweep', 'x'], ['prune'], ['demo']):\n"
+            "    build_parser().parse_args(argv)"
+        )
+        == "[]"
+    )
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["sweep", "--help"], ["check", "--help"], ["sweep", "--n-inits", "x"]])
 def test_help_and_flag_errors_exit_before_jax(argv):
-    code = ("import sys\nfrom invariant_jax.cli import main\n"
-            f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    print('exit', e.code)\n"
-            "print('jax' in sys.modules)")
+    code = (
+        "import sys\nfrom invariant_jax.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    print('exit', e.code)\n"
+        "print('jax' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False"), out
     assert ("exit 0" if "--help" in argv else "exit 2") in out
@@ -47,6 +54,9 @@ def test_help_shows_sweep_config_defaults():
     sub = build_parser()._subparsers._group_actions[0].choices
     helps = {a.dest: a.help for a in sub["check"]._actions}
     # the option tables' defaults are their objects' (rtol: SolverOptions'), the rest SweepConfig's
-    assert f"(default: {SweepConfig().rtol})" in helps["rtol"] and f"(default: {SweepConfig.activation})" in helps["activation"]
+    assert (
+        f"(default: {SweepConfig().rtol})" in helps["rtol"]
+        and f"(default: {SweepConfig.activation})" in helps["activation"]
+    )
     sweep_helps = {a.dest: a.help for a in sub["sweep"]._actions}
     assert "default" in sweep_helps["n_inits"] and str(SweepConfig.n_inits) in sweep_helps["n_inits"]

@@ -32,14 +32,17 @@ def test_the_rules_catch_what_they_look_for(tmp_path):
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "_inner.py").write_text("def _helper():\n    pass\n")
     body = "\n".join(f"    x{i} = {i}" for i in range(gm.MAX_LINES))
-    (pkg / "other.py").write_text(textwrap.dedent("""\
+    (pkg / "other.py").write_text(
+        textwrap.dedent("""\
         from .sub._inner import _helper
         import numpy as np
 
         def check(v):
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(v)
-        """) + f"def long():\n{body}\n")
+        """)
+        + f"def long():\n{body}\n"
+    )
     (tmp_path / "benchmarks" / "bench.py").write_text("from invariant_jax.sub._inner import thing\n")
     gm._MODS.clear()
     gm._MODS.update(gm._module(tmp_path, p) for p in pkg.rglob("*.py"))

@@ -28,8 +28,10 @@ def test_canonical_orders_and_mask():
 def test_incidence_hand_computed():
     g = small()
     #            x0h x1h x1k hk  hy  ky
-    expected = [[1, 1, 0, -1, -1, 0],   # h
-                [0, 0, 1, 1, 0, -1]]    # k
+    expected = [
+        [1, 1, 0, -1, -1, 0],  # h
+        [0, 0, 1, 1, 0, -1],
+    ]  # k
     np.testing.assert_array_equal(g.incidence(), expected)
 
 

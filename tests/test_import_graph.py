@@ -17,9 +17,32 @@ ROOT = Path(invariant_jax.__file__).parent
 # enumeration's members through it), `solvers` before `options` (`SolverOptions` checks
 # solver names against the registry) and `converge` after `sweep` (its flow phase runs
 # through `sweep_flows`).
-LAYOUT = ["_version", "_defaults", "_diffrax_compat", "_results", "_checks", "graph", "activations", "network", "losses",
-          "datasets", "invariants", "topology", "regularizers", "solvers", "options", "flow", "kinks", "training",
-          "pruning", "sweep", "_flow_phase", "converge", "channels", "cli"]
+LAYOUT = [
+    "_version",
+    "_defaults",
+    "_diffrax_compat",
+    "_results",
+    "_checks",
+    "graph",
+    "activations",
+    "network",
+    "losses",
+    "datasets",
+    "invariants",
+    "topology",
+    "regularizers",
+    "solvers",
+    "options",
+    "flow",
+    "kinks",
+    "training",
+    "pruning",
+    "sweep",
+    "_flow_phase",
+    "converge",
+    "channels",
+    "cli",
+]
 
 # Imported inside functions only: heavy to import and needed by few code paths.
 LAZY = ("matplotlib", "pyarrow", "sklearn", "scipy.stats", "pandas")
@@ -85,7 +108,7 @@ def test_no_import_cycle():
     def visit(m, path):
         state[m] = 1
         for t in sorted(graph[m]):
-            assert state.get(t) != 1, f"import cycle: {' -> '.join(path[path.index(t):] + [t]) if t in path else t}"
+            assert state.get(t) != 1, f"import cycle: {' -> '.join(path[path.index(t) :] + [t]) if t in path else t}"
             if t not in state:
                 visit(t, path + [t])
         state[m] = 2
@@ -98,9 +121,15 @@ def test_no_import_cycle():
 def test_imports_point_up_the_layout():
     tops = {_top(m) for m in MODULES} - {"", "__main__"}
     assert tops <= set(LAYOUT), f"modules missing from LAYOUT: {sorted(tops - set(LAYOUT))}"
-    bad = [f"{m}:{line} imports {t}" for m, t, _, line, _ in IMPORTS
-           if t is not None and _top(m) in LAYOUT and _top(t) in LAYOUT and _top(m) != _top(t)
-           and LAYOUT.index(_top(t)) > LAYOUT.index(_top(m))]
+    bad = [
+        f"{m}:{line} imports {t}"
+        for m, t, _, line, _ in IMPORTS
+        if t is not None
+        and _top(m) in LAYOUT
+        and _top(t) in LAYOUT
+        and _top(m) != _top(t)
+        and LAYOUT.index(_top(t)) > LAYOUT.index(_top(m))
+    ]
     assert not bad, "imports against the layout order:\n" + "\n".join(bad)
     # graph stays NumPy-only
     assert not [n for m, _, _, _, n in IMPORTS if _top(m) == "graph" and "jax" in ast.unparse(n)]
@@ -109,19 +138,26 @@ def test_imports_point_up_the_layout():
 def _reaches_for_jax(node) -> str | None:
     """Why an AST node of graph.py names JAX or a back door to it, or None."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module
-                                                 else [])
-        if any(n.split(".")[0] in ("jax", "jaxlib", "jaxtyping", "equinox", "sys", "importlib", "builtins")
-               for n in names):
+        names = [a.name for a in node.names] + (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        )
+        if any(
+            n.split(".")[0] in ("jax", "jaxlib", "jaxtyping", "equinox", "sys", "importlib", "builtins") for n in names
+        ):
             return "imports " + ", ".join(names)
-    if isinstance(node, ast.Name) and ("jax" in node.id.lower() or node.id in ("__import__", "sys", "importlib",
-                                                                              "builtins")):
+    if isinstance(node, ast.Name) and (
+        "jax" in node.id.lower() or node.id in ("__import__", "sys", "importlib", "builtins")
+    ):
         return f"names {node.id}"
-    if isinstance(node, ast.Attribute) and ("jax" in node.attr.lower() or node.attr in ("modules", "import_module",
-                                                                                        "__import__")):
+    if isinstance(node, ast.Attribute) and (
+        "jax" in node.attr.lower() or node.attr in ("modules", "import_module", "__import__")
+    ):
         return f"reads .{node.attr}"
-    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(".")[0] in (
-            "jax", "jaxlib", "equinox"):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.split(".")[0] in ("jax", "jaxlib", "equinox")
+    ):
         return f"spells the module name {node.value!r}"
     return None
 
@@ -131,19 +167,27 @@ def test_graph_never_reaches_jax():
     through which it once found `jax.random` in `sys.modules`), names nothing JAX and spells no
     JAX module name; a typed key is converted by `network.random_dag`. Importing it and building
     a random graph loads no JAX module."""
-    for door in ('import sys\nr = sys.modules.get("jax.random")', 'from sys import modules\nr = modules["jax.random"]',
-                 'import importlib\nr = importlib.import_module("jax.random")', 'r = __import__("jax")',
-                 'import builtins\nr = builtins.__import__("numpy").random', 'from jax import random'):
+    for door in (
+        'import sys\nr = sys.modules.get("jax.random")',
+        'from sys import modules\nr = modules["jax.random"]',
+        'import importlib\nr = importlib.import_module("jax.random")',
+        'r = __import__("jax")',
+        'import builtins\nr = builtins.__import__("numpy").random',
+        "from jax import random",
+    ):
         assert any(_reaches_for_jax(n) for n in ast.walk(ast.parse(door))), f"the scan misses: {door}"
     path = MODULES["invariant_jax.graph"]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     bad = [f"graph.py:{n.lineno} {why}" for n in ast.walk(tree) if (why := _reaches_for_jax(n))]
     assert not bad, "graph.py reaches for JAX:\n" + "\n".join(bad)
-    code = ("import sys, numpy as np, invariant_jax.graph as g; g.random_dag(2, 4, 1, 0.5, 3); "
-            "g.random_dag(2, 4, 1, 0.5, np.array([0, 3], np.uint32)); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'equinox')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT.parent).stdout
+    code = (
+        "import sys, numpy as np, invariant_jax.graph as g; g.random_dag(2, 4, 1, 0.5, 3); "
+        "g.random_dag(2, 4, 1, 0.5, np.array([0, 3], np.uint32)); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'equinox')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT.parent
+    ).stdout
     assert out.strip() == "[]", out
 
 
@@ -153,16 +197,20 @@ def test_function_level_imports_only_for_heavy_optional_dependencies():
         if not inside or id(node) in seen:
             continue
         seen.add(id(node))
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else ["." * node.level + (node.module or "")])
+        names = (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else ["." * node.level + (node.module or "")]
+        )
         if not all(any(n == p or n.startswith(p + ".") for p in LAZY) for n in names):
             bad.append(f"{m}:{line} {ast.unparse(node)}")
     assert not bad, "move these imports to the top of their module:\n" + "\n".join(bad)
 
 
 def test_import_loads_no_heavy_optional_dependency():
-    code = ("import sys, invariant_jax, invariant_jax.cli; "
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LAZY!r} or m in {LAZY!r}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT.parent).stdout
+    code = (
+        "import sys, invariant_jax, invariant_jax.cli; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LAZY!r} or m in {LAZY!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT.parent
+    ).stdout
     assert out.strip() == "[]", out

@@ -45,8 +45,11 @@ from test_sweep_recompile import _data, _relu_batches
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27: all surfaces of one node meet at the origin of its incoming "
-                                       "weights; ambiguous-event cascade (see the module docstring)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 27: all surfaces of one node meet at the origin of its incoming "
+    "weights; ambiguous-event cascade (see the module docstring)",
+)
 @pytest.mark.parametrize("index", [325, 714])
 def test_node_at_its_origin_follows_the_smooth_limit(index):
     jax.config.update("jax_enable_x64", True)
@@ -58,8 +61,9 @@ def test_node_at_its_origin_follows_the_smooth_limit(index):
     kf = ij.kink_aware_flow(net, X, Y, 1.5, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
     assert bool(kf.success) and int(kf.num_ambiguous) == 0
     sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=table[index])
-    fl = ij.gradient_flow(sm, X, Y, 1.5, saveat=ts,
-                          solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000))
+    fl = ij.gradient_flow(
+        sm, X, Y, 1.5, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
+    )
     assert bool(fl.success)
     # first order in 1/beta: the smooth flow at beta = 1e4 is within ~1e-3 of the limit
     assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 2e-3

@@ -51,6 +51,7 @@ def test_max_events_is_told_by_result_alone():
         assert not bool(done.events_exhausted) and bool(done.success)
     assert "events_exhausted" not in {f.name for f in dataclasses.fields(kf)}
 
+
 def test_bad_options():
     net, X, Y = sliding_case()
     with pytest.raises(ValueError, match="max_sliding"):
@@ -132,8 +133,14 @@ def test_agrees_with_brute_force_on_crossings():
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ij.SaveTimes(n_save=11))
-    ref = ij.gradient_flow(net, X, Y, 2.0, saveat=ij.SaveTimes(n_save=11),
-                           solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=500_000))
+    ref = ij.gradient_flow(
+        net,
+        X,
+        Y,
+        2.0,
+        saveat=ij.SaveTimes(n_save=11),
+        solver=ij.SolverOptions(rtol=1e-13, atol=1e-13, max_steps=500_000),
+    )
     assert bool(ref.success) and bool(kf.success)
     assert int(kf.num_crossings) >= 2 and int(kf.num_sliding_entries) == 0
     np.testing.assert_allclose(kf.flow.thetas, ref.thetas, atol=1e-7)
@@ -144,8 +151,9 @@ def test_event_time_located_to_root_finder_tolerance():
     g = ij.mlp([3, 6, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.PRNGKey(1))
     net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
-    kf = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-12, atol=1e-12,
-                         kinks=ij.KinkOptions(max_events=1, event_tol=1e-13))
+    kf = kink_aware_flow(
+        net, X, Y, 2.0, solver="tsit5", rtol=1e-12, atol=1e-12, kinks=ij.KinkOptions(max_events=1, event_tol=1e-13)
+    )
     assert bool(kf.result == ij.RESULTS.max_events_reached) and not bool(kf.success)
     with pytest.warns(DeprecationWarning, match="events_exhausted is deprecated"):
         assert bool(kf.events_exhausted)
@@ -155,14 +163,28 @@ def test_event_time_located_to_root_finder_tolerance():
     k = int(jnp.argmin(jnp.abs(Z)))
     # the located state is on the surface to (slope of z) * event_tol
     Z0 = net.preactivations(X).reshape(-1)
-    dz = float(jnp.abs(jax.jvp(lambda t: net.with_edge_weights(t).preactivations(X).reshape(-1)[k], (th,),
-                               (-jax.grad(ij.edge_loss_fn(net, X, Y))(th),))[1]))
+    dz = float(
+        jnp.abs(
+            jax.jvp(
+                lambda t: net.with_edge_weights(t).preactivations(X).reshape(-1)[k],
+                (th,),
+                (-jax.grad(ij.edge_loss_fn(net, X, Y))(th),),
+            )[1]
+        )
+    )
     assert abs(float(Z.reshape(-1)[k])) <= dz * 1e-13 + 1e-14
     # independent reference: brute-force flow with dense output, Brent on z_k(t)
-    sol = diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, a: -jax.grad(ij.edge_loss_fn(net, X, Y))(y)),
-                              diffrax.Tsit5(), 0.0, 2.0 * t_ev, None, net.edge_weights(),
-                              stepsize_controller=diffrax.PIDController(rtol=1e-13, atol=1e-13),
-                              saveat=diffrax.SaveAt(dense=True), max_steps=200_000)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, a: -jax.grad(ij.edge_loss_fn(net, X, Y))(y)),
+        diffrax.Tsit5(),
+        0.0,
+        2.0 * t_ev,
+        None,
+        net.edge_weights(),
+        stepsize_controller=diffrax.PIDController(rtol=1e-13, atol=1e-13),
+        saveat=diffrax.SaveAt(dense=True),
+        max_steps=200_000,
+    )
     zk = lambda t: float(net.with_edge_weights(sol.evaluate(t)).preactivations(X).reshape(-1)[k])  # noqa: E731
     assert np.sign(zk(0.0)) == np.sign(float(Z0[k]))
     t_ref = scipy.optimize.brentq(zk, 0.5 * t_ev, min(1.5 * t_ev, 2.0 * t_ev), xtol=1e-15)
@@ -186,9 +208,14 @@ def test_vmap_keeps_pattern_state_per_trajectory():
 
 def smoothed_relu(beta):
     """softplus(beta z) / beta: smooth, and relu as beta -> inf (sigma' = sigmoid(beta z))."""
-    return Activation(f"softplus_beta{beta:g}", lambda z: jax.nn.softplus(beta * z) / beta,
-                      lambda z: jax.nn.sigmoid(beta * z),
-                      positively_homogeneous=False, piecewise_linear=False, smooth=True)
+    return Activation(
+        f"softplus_beta{beta:g}",
+        lambda z: jax.nn.softplus(beta * z) / beta,
+        lambda z: jax.nn.sigmoid(beta * z),
+        positively_homogeneous=False,
+        piecewise_linear=False,
+        smooth=True,
+    )
 
 
 @pytest.mark.slow
@@ -206,8 +233,9 @@ def test_multi_surface_sliding_matches_the_smooth_limit():
     errs = []
     for beta in (1e3, 1e4):
         sm = ij.DAGNetwork(g, smoothed_relu(beta), edge_weights=net.edge_weights())
-        fl = ij.gradient_flow(sm, X, Y, 2.0, saveat=ts,
-                              solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=100_000))
+        fl = ij.gradient_flow(
+            sm, X, Y, 2.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=100_000)
+        )
         assert bool(fl.success)
         errs.append(float(jnp.max(jnp.abs(fl.thetas - kf.flow.thetas))))
     assert errs[1] < 5e-4
@@ -228,9 +256,14 @@ def test_lean_segments_take_diffeqsolves_steps_and_events(solver):
     g = ij.mlp([3, 6, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(3))
     tol = 1e-8
-    integ = make_kink_integrator(ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0)), X, Y, 1.0,
-                                 options=ij.SolverOptions(solver, rtol=tol, atol=tol, max_steps=10_000),
-                                 saveat=ij.SaveTimes(n_save=5))
+    integ = make_kink_integrator(
+        ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0)),
+        X,
+        Y,
+        1.0,
+        options=ij.SolverOptions(solver, rtol=tol, atol=tol, max_steps=10_000),
+        saveat=ij.SaveTimes(n_save=5),
+    )
     ref = dataclasses.replace(integ, reference_solve=True)
     thetas = jnp.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(4)])
     # one_site=True: the condition in one loop (unbatched default); False: a step loop

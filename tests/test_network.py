@@ -89,8 +89,11 @@ def test_initializer_standard_deviations(init):
     thetas = jax.vmap(lambda k: ij.init_edge_weights(g, k, init, scale=0.5))(jax.random.split(jax.random.key(0), 200))
     first = np.asarray(thetas[:, :600]).ravel()  # 30x20 layer
     second = np.asarray(thetas[:, 600:]).ravel()  # 20x10 layer
-    expect = {"glorot": (np.sqrt(2 / 50), np.sqrt(2 / 30)), "kaiming": (np.sqrt(2 / 30), np.sqrt(2 / 20)),
-              "normal": (1.0, 1.0)}[init]
+    expect = {
+        "glorot": (np.sqrt(2 / 50), np.sqrt(2 / 30)),
+        "kaiming": (np.sqrt(2 / 30), np.sqrt(2 / 20)),
+        "normal": (1.0, 1.0),
+    }[init]
     np.testing.assert_allclose(first.std(), 0.5 * expect[0], rtol=0.02)
     np.testing.assert_allclose(second.std(), 0.5 * expect[1], rtol=0.02)
 
@@ -102,7 +105,6 @@ def test_homogeneity_flags_are_true():
         assert homog == act.positively_homogeneous, name
         d = jax.vmap(jax.grad(act.fn))(x + 1e-3)  # avoid the kink at 0
         np.testing.assert_allclose(act.derivative(x + 1e-3), d, atol=1e-10, err_msg=name)
-
 
 
 def _numeric_flags(act):
@@ -119,8 +121,12 @@ def _numeric_flags(act):
     h = 1e-6  # one-sided slopes differ by O(h) where f is smooth, by the jump where it has a kink
     left, right = (f(0.0) - f(-h)) / h, (f(h) - f(0.0)) / h
     kinked = bool(abs(right - left) > 1e-3)
-    return dict(positively_homogeneous=homogeneous, piecewise_linear=piecewise_linear, kinked=kinked,
-                negative_slope=float(left) if piecewise_linear else None)
+    return dict(
+        positively_homogeneous=homogeneous,
+        piecewise_linear=piecewise_linear,
+        kinked=kinked,
+        negative_slope=float(left) if piecewise_linear else None,
+    )
 
 
 @pytest.mark.parametrize("act", [*ij.ACTIVATIONS.values(), ij.leaky_relu(0.2), ij.leaky_relu(0.0)], ids=repr)
@@ -138,12 +144,19 @@ def test_numerical_flag_check_can_fail():
     relu = ij.get_activation("relu")
     assert _numeric_flags(ij.get_activation("softplus"))["positively_homogeneous"] is False
     assert _numeric_flags(ij.get_activation("linear"))["kinked"] is False
-    shifted = ij.Activation("shifted_relu", lambda z: jax.nn.relu(z - 0.5), lambda z: (z > 0.5) * 1.0,
-                            positively_homogeneous=True, piecewise_linear=True, smooth=False)
+    shifted = ij.Activation(
+        "shifted_relu",
+        lambda z: jax.nn.relu(z - 0.5),
+        lambda z: (z > 0.5) * 1.0,
+        positively_homogeneous=True,
+        piecewise_linear=True,
+        smooth=False,
+    )
     got = _numeric_flags(shifted)  # kink away from 0: neither homogeneous nor "piecewise linear" here
     assert not got["positively_homogeneous"] and not got["piecewise_linear"]
-    assert _numeric_flags(relu) == dict(positively_homogeneous=True, piecewise_linear=True, kinked=True,
-                                        negative_slope=0.0)
+    assert _numeric_flags(relu) == dict(
+        positively_homogeneous=True, piecewise_linear=True, kinked=True, negative_slope=0.0
+    )
 
 
 def test_activation_is_a_keyword_module():
@@ -156,8 +169,7 @@ def test_activation_is_a_keyword_module():
     with pytest.raises(ValueError, match="positively_homogeneous=True"):
         ij.Activation(**softsign, positively_homogeneous=False, piecewise_linear=True, smooth=False)
     with pytest.raises(ValueError, match="0 <= s <= 1"):
-        ij.Activation(**softsign, positively_homogeneous=True, piecewise_linear=True, smooth=False,
-                      negative_slope=2.0)
+        ij.Activation(**softsign, positively_homogeneous=True, piecewise_linear=True, smooth=False, negative_slope=2.0)
     with pytest.raises(ValueError, match="smooth=False"):
         ij.Activation(**softsign, positively_homogeneous=True, piecewise_linear=True, smooth=True)
     with pytest.raises(TypeError, match="True or False"):
@@ -169,10 +181,16 @@ def test_activation_is_a_keyword_module():
 def test_equal_activations_share_compiled_programs():
     """Equality and hashing ignore the identity of `fn`: two separately built copies of one
     activation are equal, and networks made from them hit one jit cache entry."""
+
     def smoothed(beta):
-        return ij.Activation(f"softplus_beta{beta:g}", lambda z: jax.nn.softplus(beta * z) / beta,
-                             lambda z: jax.nn.sigmoid(beta * z),
-                             positively_homogeneous=False, piecewise_linear=False, smooth=True)
+        return ij.Activation(
+            f"softplus_beta{beta:g}",
+            lambda z: jax.nn.softplus(beta * z) / beta,
+            lambda z: jax.nn.sigmoid(beta * z),
+            positively_homogeneous=False,
+            piecewise_linear=False,
+            smooth=True,
+        )
 
     a, b = smoothed(10.0), smoothed(10.0)
     assert a.fn is not b.fn and a == b and hash(a) == hash(b) and a != smoothed(20.0)
@@ -191,6 +209,7 @@ def test_equal_activations_share_compiled_programs():
     assert len(traces) == 1
     out(ij.DAGNetwork(g, smoothed(20.0), key=jax.random.key(0)), x)
     assert len(traces) == 2
+
 
 def test_bad_network_input():
     g = ij.mlp([2, 3, 1])

@@ -19,8 +19,11 @@ def test_pruning_notebook_runs_small(run_notebook):
     assert nuc and none
     assert all(int(r[3].split("/")[0]) >= 5 and float(r[-1]) <= 1e-12 for r in nuc)
     assert all(int(r[3].split("/")[0]) == 0 for r in none)
-    checks = re.findall(r"DAG, seed \d+: jacobian_rank (\d+) = H - groups (\d+); max \|sum_W c\| (\S+);"
-                        r" singular_point found (\w+); frozen boundary edges (\d+)", text)
+    checks = re.findall(
+        r"DAG, seed \d+: jacobian_rank (\d+) = H - groups (\d+); max \|sum_W c\| (\S+);"
+        r" singular_point found (\w+); frozen boundary edges (\d+)",
+        text,
+    )
     assert checks
     for rank, h_minus_groups, gsum, found, frozen in checks:
         assert rank == h_minus_groups and int(rank) < 40

@@ -42,8 +42,9 @@ PINS = _pins((ROOT / "constraints.txt").read_text())
 def test_every_declared_dependency_is_pinned_within_its_range(req):
     name = canonicalize_name(req.name)
     assert name in PINS, f"constraints.txt does not pin {req.name}: run `make constraints` after `make test-latest`"
-    assert req.specifier.contains(PINS[name], prereleases=True), \
+    assert req.specifier.contains(PINS[name], prereleases=True), (
         f"constraints.txt pins {req.name}=={PINS[name]}, outside pyproject.toml's {req.specifier}"
+    )
 
 
 def test_pin_parser_can_fail():
@@ -89,8 +90,9 @@ def test_private_names_are_all_listed():
 
     listed = {n.rsplit(".", 1)[0] for n in compat.INTERNALS} | set(compat.INTERNALS)
     for path in (ROOT / "invariant_jax").rglob("*.py"):
-        for mod, names in re.findall(r"^\s*from ((?:diffrax|equinox)\.(?:_\w+|internal)[\w.]*) import ([\w, ]+)",
-                                     path.read_text(), re.M):
+        for mod, names in re.findall(
+            r"^\s*from ((?:diffrax|equinox)\.(?:_\w+|internal)[\w.]*) import ([\w, ]+)", path.read_text(), re.M
+        ):
             for n in names.replace(" ", "").split(","):
                 assert f"{mod}.{n}" in listed or mod in listed, f"{path.name}: {mod}.{n} not in INTERNALS"
 
@@ -115,13 +117,20 @@ def _private_uses(source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("diffrax", "equinox"):
             if _PRIVATE_MODULE.match(node.module):
                 out.append(f"{node.lineno}: from {node.module} import ...")
-            out += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
-                    if a.name.startswith("_") or a.name == "internal"]
+            out += [
+                f"{node.lineno}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") or a.name == "internal"
+            ]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _PRIVATE_MODULE.match(node.value):
             out.append(f"{node.lineno}: {node.value!r}")
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and (node.attr.startswith("_") or node.attr == "internal")):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and (node.attr.startswith("_") or node.attr == "internal")
+        ):
             out.append(f"{node.lineno}: {aliases[node.value.id]}.{node.attr}")
         elif isinstance(node, ast.Attribute) and node.attr in _PRIVATE_ATTRIBUTES:
             out.append(f"{node.lineno}: .{node.attr}")
@@ -138,10 +147,15 @@ def test_private_names_of_diffrax_and_equinox_only_in_diffrax_compat():
     (`equinox.internal`, `diffrax._term.WrapTerm`, ...); the package and the benchmarks reach
     them through its public wrappers, so a new diffrax or equinox means reading one file."""
     files = sorted((ROOT / "invariant_jax").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
-    bad = [f"{path.relative_to(ROOT)}:{use}" for path in files if path.name != "_diffrax_compat.py"
-           for use in _private_uses(path.read_text(encoding="utf-8"))]
-    assert not bad, "route these through invariant_jax/_diffrax_compat.py (and list them in INTERNALS):\n" + \
-        "\n".join(bad)
+    bad = [
+        f"{path.relative_to(ROOT)}:{use}"
+        for path in files
+        if path.name != "_diffrax_compat.py"
+        for use in _private_uses(path.read_text(encoding="utf-8"))
+    ]
+    assert not bad, "route these through invariant_jax/_diffrax_compat.py (and list them in INTERNALS):\n" + "\n".join(
+        bad
+    )
     from invariant_jax._diffrax_compat import INTERNALS
 
     assert {n.rsplit(".", 1)[1] for n in INTERNALS if n.rsplit(".", 1)[1].startswith("_")} <= _PRIVATE_ATTRIBUTES
@@ -150,10 +164,12 @@ def test_private_names_of_diffrax_and_equinox_only_in_diffrax_compat():
 
 
 def test_private_use_scan_can_fail():
-    src = ("import equinox.internal as eqxi\nimport equinox as eqx\nimport diffrax as dfx\n"
-           "from diffrax._term import WrapTerm\nfrom equinox import _errors\n"
-           "x = eqx._enum\ny = dfx._integrate\nz = eqx.internal\nimportlib.import_module('diffrax._solution')\n"
-           "ok = eqx.Module, dfx.ODETerm\nc = RESULTS.successful._value\n")
+    src = (
+        "import equinox.internal as eqxi\nimport equinox as eqx\nimport diffrax as dfx\n"
+        "from diffrax._term import WrapTerm\nfrom equinox import _errors\n"
+        "x = eqx._enum\ny = dfx._integrate\nz = eqx.internal\nimportlib.import_module('diffrax._solution')\n"
+        "ok = eqx.Module, dfx.ODETerm\nc = RESULTS.successful._value\n"
+    )
     assert [u.split(":")[0] for u in _private_uses(src)] == ["1", "4", "5", "9", "6", "7", "8", "11"]
 
 
@@ -167,8 +183,9 @@ def test_notebooks_are_committed_without_outputs(path):
     nb = json.loads(path.read_text())
     cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert cells, f"{path.name} has no code"
-    assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells), \
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells), (
         f"{path.name} carries outputs: write it again with notebooks/make_*.py (without --execute)"
+    )
     assert path.stat().st_size < 100_000
 
 
@@ -190,7 +207,11 @@ def test_step_budget_defaults_written_once():
                 defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
                 pairs += [(a.arg, d) for a, d in zip(args, defaults + node.args.kw_defaults) if d is not None]
             for name, value in pairs:
-                if (name in ("max_steps", "max_flow_steps") and isinstance(value, ast.Constant)
-                        and value.value in (_defaults.MAX_STEPS, _defaults.KINK_MAX_STEPS) and path.name != "_defaults.py"):
+                if (
+                    name in ("max_steps", "max_flow_steps")
+                    and isinstance(value, ast.Constant)
+                    and value.value in (_defaults.MAX_STEPS, _defaults.KINK_MAX_STEPS)
+                    and path.name != "_defaults.py"
+                ):
                     literal.append(f"{path.relative_to(pkg)}:{value.lineno} {name} = {value.value}")
     assert not literal, literal

@@ -72,8 +72,13 @@ def test_random_dags_cut_off_groups_removed_exactly():
 def test_magnitude_pruning_l2_trained_net_to_same_size_changes_outputs(deep):
     g, net, X = deep
     Y = jnp.sin(X[:, :2])
-    res = ij.fit(net, X, Y, loss=ij.Objective("mse", regularizer="l2", strength=1e-3),
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=0.05, epochs=100, log_every=100))
+    res = ij.fit(
+        net,
+        X,
+        Y,
+        loss=ij.Objective("mse", regularizer="l2", strength=1e-3),
+        options=ij.TrainOptions(optimizer="sgd", learning_rate=0.05, epochs=100, log_every=100),
+    )
     trained = res.network
     assert int(res.log.n_cut_off[-1]) == 0
     n_keep = len(g.hidden) - 2
@@ -227,8 +232,23 @@ def test_cli_prune_on_csv(tmp_path, capsys):
     p = tmp_path / "d.csv"
     p.write_text("\n".join(["f0,f1,f2,f3,y"] + [",".join(map(str, r)) + f",{t}" for r, t in zip(X, y)]))
     out = tmp_path / "r.json"
-    rc = main(["prune", "--data", str(p), "--hidden", "6", "--epochs", "200", "--regularizer", "nuclear",
-               "--strength", "0.05", "--json", str(out)])
+    rc = main(
+        [
+            "prune",
+            "--data",
+            str(p),
+            "--hidden",
+            "6",
+            "--epochs",
+            "200",
+            "--regularizer",
+            "nuclear",
+            "--strength",
+            "0.05",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     rep = json.loads(out.read_text())
     text = capsys.readouterr().out
@@ -249,8 +269,25 @@ def test_cli_prune_nuclear_deep_mlp(tmp_path, capsys):
     p = tmp_path / "d.csv"
     p.write_text("\n".join(["f0,f1,f2,y"] + [",".join(map(str, r)) + f",{t}" for r, t in zip(X, y)]))
     out = tmp_path / "r.json"
-    rc = main(["prune", "--data", str(p), "--hidden", "5,4", "--epochs", "150", "--regularizer", "nuclear",
-               "--strength", "0.05", "--baseline", "off", "--json", str(out)])
+    rc = main(
+        [
+            "prune",
+            "--data",
+            str(p),
+            "--hidden",
+            "5,4",
+            "--epochs",
+            "150",
+            "--regularizer",
+            "nuclear",
+            "--strength",
+            "0.05",
+            "--baseline",
+            "off",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     rep = json.loads(out.read_text())
     assert rep["proximal"] and rep["widths"] == [3, 5, 4, 1]

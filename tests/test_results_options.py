@@ -26,8 +26,9 @@ def test_diffrax_codes_are_kept_and_decoded():
         assert ij.result_message(item) == diffrax.RESULTS[item]
         assert bool(ij.RESULTS.promote(item) == ij.result_from_code(code))
     # a batch (as vmap returns) decodes element-wise
-    codes = np.array([int(ij.result_code(ij.RESULTS.stopped_loss_floor)), 0,
-                      int(ij.result_code(ij.RESULTS.max_steps_reached))])
+    codes = np.array(
+        [int(ij.result_code(ij.RESULTS.stopped_loss_floor)), 0, int(ij.result_code(ij.RESULTS.max_steps_reached))]
+    )
     batch = ij.result_from_code(codes)
     assert list(ij.result_name(batch)) == ["stopped_loss_floor", "successful", "max_steps_reached"]
     assert list(np.asarray(ij.is_success(batch))) == [True, True, False]
@@ -53,13 +54,28 @@ def test_every_diffrax_member_is_ours_and_compares_after_promotion():
 
 
 def test_every_new_member_says_a_fix_and_maps_to_a_status():
-    for name in ("stopped_grad_norm", "stopped_loss_floor", "stopped_param_norm", "stopped_wall_time",
-                 "nonfinite_state", "max_events_reached", "training_diverged", "drift_exceeded",
-                 "lp_disagrees", "undecided"):
+    for name in (
+        "stopped_grad_norm",
+        "stopped_loss_floor",
+        "stopped_param_norm",
+        "stopped_wall_time",
+        "nonfinite_state",
+        "max_events_reached",
+        "training_diverged",
+        "drift_exceeded",
+        "lp_disagrees",
+        "undecided",
+    ):
         msg = ij.result_message(getattr(ij.RESULTS, name))
         assert len(msg) > 40 and "`" in msg  # names the option to change
-    expect = {"successful": "ok", "stopped_grad_norm": "stopped", "event_occurred": "stopped",
-              "max_steps_reached": "max_steps", "nonfinite_state": "nonfinite", "dt_min_reached": "failed"}
+    expect = {
+        "successful": "ok",
+        "stopped_grad_norm": "stopped",
+        "event_occurred": "stopped",
+        "max_steps_reached": "max_steps",
+        "nonfinite_state": "nonfinite",
+        "dt_min_reached": "failed",
+    }
     for name, status in expect.items():
         code = ij.result_code(getattr(ij.RESULTS, name))
         assert STATUSES[int(jax.jit(ij.sweep.status_code)(code))] == status
@@ -70,8 +86,7 @@ def test_status_is_success_agrees_with_is_success_on_every_member():
     status = np.asarray(ij.sweep.status_code(codes))
     expect = np.asarray(ij.is_success(codes))
     np.testing.assert_array_equal(ij.sweep.status_is_success(status), expect)  # NumPy in, NumPy out
-    np.testing.assert_array_equal(jax.jit(lambda c: ij.sweep.status_is_success(ij.sweep.status_code(c)))(codes),
-                                  expect)
+    np.testing.assert_array_equal(jax.jit(lambda c: ij.sweep.status_is_success(ij.sweep.status_code(c)))(codes), expect)
     assert expect.any() and not expect.all()  # both kinds are exercised
     for name in STATUSES:  # status_is names one status; the names partition the statuses
         np.testing.assert_array_equal(ij.sweep.status_is(status, name), status == STATUSES.index(name))
@@ -94,17 +109,25 @@ def _status_int_comparisons(tree: ast.AST) -> list[int]:
             return node.attr == "status" and not (isinstance(node.value, ast.Name) and node.value.id == "res")
         if isinstance(node, ast.Subscript):
             return isinstance(node.slice, ast.Constant) and node.slice.value == "status"
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("asarray", "int"):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+            "asarray",
+            "int",
+        ):
             return any(is_status(a) for a in node.args)
         return False
 
     def is_int(node):
         return (isinstance(node, ast.Constant) and type(node.value) is int) or (
-            isinstance(node, ast.Name) and node.id == "k")
+            isinstance(node, ast.Name) and node.id == "k"
+        )
 
-    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
-            and any(is_status(x) for x in (node.left, *node.comparators))
-            and any(is_int(x) for x in (node.left, *node.comparators))]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(is_status(x) for x in (node.left, *node.comparators))
+        and any(is_int(x) for x in (node.left, *node.comparators))
+    ]
 
 
 def test_no_status_integer_comparisons_in_the_package_or_benchmarks():
@@ -120,15 +143,19 @@ def test_no_status_integer_comparisons_in_the_package_or_benchmarks():
             found[str(path.relative_to(ROOT))] = lines
     assert not found, f"ask ij.sweep.status_is_success / status_is instead of comparing integers: {found}"
 
-@pytest.mark.parametrize("bad, err, match", [
-    (dict(rtol=0.0), ValueError, "rtol must be a positive finite number"),
-    (dict(atol=float("nan")), ValueError, "atol must be a positive finite number"),
-    (dict(max_steps=1.5), TypeError, "max_steps must be a positive integer"),
-    (dict(max_steps=True), TypeError, "max_steps must be a positive integer"),
-    (dict(max_steps=0), ValueError, "max_steps must be a positive integer"),
-    (dict(solver="rk99"), ValueError, "Unknown solver 'rk99'"),
-    (dict(dt0=-1.0), ValueError, "dt0 must be a positive finite number"),
-])
+
+@pytest.mark.parametrize(
+    "bad, err, match",
+    [
+        (dict(rtol=0.0), ValueError, "rtol must be a positive finite number"),
+        (dict(atol=float("nan")), ValueError, "atol must be a positive finite number"),
+        (dict(max_steps=1.5), TypeError, "max_steps must be a positive integer"),
+        (dict(max_steps=True), TypeError, "max_steps must be a positive integer"),
+        (dict(max_steps=0), ValueError, "max_steps must be a positive integer"),
+        (dict(solver="rk99"), ValueError, "Unknown solver 'rk99'"),
+        (dict(dt0=-1.0), ValueError, "dt0 must be a positive finite number"),
+    ],
+)
 def test_solver_options_one_validator_everywhere(bad, err, match):
     with pytest.raises(err, match=match):
         ij.SolverOptions(**bad)
@@ -160,8 +187,9 @@ def test_thin_keywords_and_objects_give_the_same_flow():
     X, Y, _ = ij.teacher_student(g, 8, key=jax.random.key(0))
     net = ij.DAGNetwork(g, "relu", key=jax.random.key(1))
     a = ij.gradient_flow(net, X, Y, 0.5, rtol=1e-9, atol=1e-9, saveat=ij.SaveTimes(n_save=5))
-    b = ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9),
-                         saveat=ij.SaveTimes(n_save=5))
+    b = ij.gradient_flow(
+        net, X, Y, 0.5, solver=ij.SolverOptions("tsit5", rtol=1e-9, atol=1e-9), saveat=ij.SaveTimes(n_save=5)
+    )
     assert bool(jnp.array_equal(a.thetas, b.thetas))  # the same compiled program, run twice
     with pytest.raises(ValueError, match="not both"):
         ij.gradient_flow(net, X, Y, 0.5, solver=ij.SolverOptions(), rtol=1e-9)
@@ -178,8 +206,17 @@ def test_each_stop_rule_reports_its_member_and_the_record_agrees():
     # the independent check: the gradient norm at the stop is below the tolerance
     assert float(jnp.linalg.norm(jax.grad(ij.edge_loss_fn(net, X, Y))(f.theta_final))) < 1e-3
     # the per-trajectory record of the same flow, built by the one public builder
-    rec = ij.trajectory_record(net, X, Y, theta0=net.edge_weights(), t_final=f.t_final, theta_final=f.theta_final,
-                               result=f.result, stats=f.stats, saved_drift=f.drift)
+    rec = ij.trajectory_record(
+        net,
+        X,
+        Y,
+        theta0=net.edge_weights(),
+        t_final=f.t_final,
+        theta_final=f.theta_final,
+        result=f.result,
+        stats=f.stats,
+        saved_drift=f.drift,
+    )
     assert int(rec["result"]) == int(ij.result_code(f.result))
     # the record is computed eagerly here and inside the flow's compiled program: the same
     # formulas, two programs, so they agree to round-off
@@ -216,15 +253,18 @@ def test_results_of_topology_and_training_are_results():
     assert sp.success and ij.result_name(sp.result) == "successful"
 
 
-@pytest.mark.parametrize("bad, err, match", [
-    (dict(bias=1), TypeError, "bias must be true or false"),
-    (dict(kink_aware="yes"), TypeError, "kink_aware must be true or false"),
-    (dict(widths=(3, 2.5, 1)), TypeError, "each of widths must be a positive integer"),
-    (dict(max_steps=1e5), TypeError, "max_steps must be a positive integer"),
-    (dict(n_inits=True), TypeError, "n_inits must be a positive integer"),
-    (dict(edge_prob=1.5), ValueError, r"edge_prob must be a probability in \[0, 1\]"),
-    (dict(rtol=1e-17), ValueError, "tighter than float64 can honour"),
-])
+@pytest.mark.parametrize(
+    "bad, err, match",
+    [
+        (dict(bias=1), TypeError, "bias must be true or false"),
+        (dict(kink_aware="yes"), TypeError, "kink_aware must be true or false"),
+        (dict(widths=(3, 2.5, 1)), TypeError, "each of widths must be a positive integer"),
+        (dict(max_steps=1e5), TypeError, "max_steps must be a positive integer"),
+        (dict(n_inits=True), TypeError, "n_inits must be a positive integer"),
+        (dict(edge_prob=1.5), ValueError, r"edge_prob must be a probability in \[0, 1\]"),
+        (dict(rtol=1e-17), ValueError, "tighter than float64 can honour"),
+    ],
+)
 def test_sweep_config_is_strict_about_types_and_ranges(bad, err, match):
     with pytest.raises(err, match=match):
         SweepConfig(**bad)

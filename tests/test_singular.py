@@ -21,8 +21,13 @@ _cut_off = ri.cut_off
 
 
 def _graphs():
-    return [ij.mlp([2, 4, 3, 1]), ij.mlp([3, 3, 3, 2], bias=True), ij.example_dag(),
-            ij.random_dag(2, 7, 2, 0.4, 5), ij.random_dag(3, 6, 1, 0.5, 9, bias=True)]
+    return [
+        ij.mlp([2, 4, 3, 1]),
+        ij.mlp([3, 3, 3, 2], bias=True),
+        ij.example_dag(),
+        ij.random_dag(2, 7, 2, 0.4, 5),
+        ij.random_dag(3, 6, 1, 0.5, 9, bias=True),
+    ]
 
 
 @pytest.mark.parametrize("gi", range(5))
@@ -53,10 +58,17 @@ def test_rank_equals_hidden_minus_groups(gi):
 
 
 def _tiny_graphs():
-    return [ij.mlp([2, 2, 1]), ij.mlp([1, 2, 2, 1]), ij.mlp([1, 2, 1], bias=True),
-            ij.random_dag(2, 3, 1, 0.7, 4), ij.DAG.from_edges(
-                [("x", "a"), ("a", "b"), ("b", "y"), ("x", "c"), ("c", "y"), ("a", "c"), ("b", "c")],
-                inputs=["x"], outputs=["y"])]
+    return [
+        ij.mlp([2, 2, 1]),
+        ij.mlp([1, 2, 2, 1]),
+        ij.mlp([1, 2, 1], bias=True),
+        ij.random_dag(2, 3, 1, 0.7, 4),
+        ij.DAG.from_edges(
+            [("x", "a"), ("a", "b"), ("b", "y"), ("x", "c"), ("c", "y"), ("a", "c"), ("b", "c")],
+            inputs=["x"],
+            outputs=["y"],
+        ),
+    ]
 
 
 @pytest.mark.parametrize("gi", range(5))
@@ -78,8 +90,7 @@ def test_rank_graph_method_brute_force_zero_patterns(gi):
     np.testing.assert_array_equal(np.asarray(ij.jacobian_rank(nets)), ref)
     for k in rng.choice(len(thetas), size=8, replace=False):  # one network at a time
         net = ij.DAGNetwork(g, edge_weights=thetas[k])
-        assert int(ij.jacobian_rank(net, method="graph")) == ref[k] == len(g.hidden) - len(
-            ij.singular_subnetworks(net))
+        assert int(ij.jacobian_rank(net, method="graph")) == ref[k] == len(g.hidden) - len(ij.singular_subnetworks(net))
     assert len(set(ref)) > 1  # the patterns reach several ranks
 
 
@@ -91,8 +102,9 @@ def test_rank_graph_method_random_dags():
     n_deficient = 0
     for i in range(12):
         H = int(rng.integers(3, 61))
-        g = ij.random_dag(int(rng.integers(1, 4)), H, int(rng.integers(1, 3)), min(1.0, 3.0 / H), 500 + i,
-                          bias=bool(i % 2))
+        g = ij.random_dag(
+            int(rng.integers(1, 4)), H, int(rng.integers(1, 3)), min(1.0, 3.0 / H), 500 + i, bias=bool(i % 2)
+        )
         theta = rng.normal(size=len(g.edges))
         theta[rng.random(len(theta)) < rng.uniform(0.0, 0.6)] = 0.0
         # the SVD reference in NumPy (J_G = 2 B~ diag(theta), checked against ij.jacobian
@@ -154,8 +166,7 @@ def test_is_singular_value_brute_force():
     rng = np.random.default_rng(0)
     n_true = n_false = 0
     for i in range(30):
-        g = ij.random_dag(int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 3)),
-                          0.45, 300 + i)
+        g = ij.random_dag(int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 3)), 0.45, 300 + i)
         kind = i % 3
         if kind == 0:  # generic: never singular
             c = (rng.normal(size=len(g.edges)) ** 2) @ g.incidence().T
@@ -183,8 +194,7 @@ def test_zero_sum_not_sufficient():
     assert not ij.is_singular_value(g, {"a": 1.0, "b": -1.0})
     assert ij.is_singular_value(g, {"a": 0.0, "b": -1.0})
     # with an edge a -> b the pair can cut itself off (a sends its surplus to b)
-    g2 = ij.DAG.from_edges([("x", "a"), ("a", "y"), ("x", "b"), ("b", "y"), ("a", "b")],
-                           inputs=["x"], outputs=["y"])
+    g2 = ij.DAG.from_edges([("x", "a"), ("a", "y"), ("x", "b"), ("b", "y"), ("a", "b")], inputs=["x"], outputs=["y"])
     sp = ij.singular_point(g2, {"a": -1.0, "b": 1.0})
     assert sp.found and sp.group == {"a", "b"}
     assert not ij.is_singular_value(g2, {"a": 1.0, "b": -1.0})  # wrong direction
@@ -207,7 +217,6 @@ def test_singular_bad_input():
 # ------------------------------------------------------------------ along the flow
 # The study lives in benchmarks/rank_invariance.py (which writes its numbers to
 # benchmarks/results/rank_invariance.json); these tests run it and assert what is exact.
-
 
 
 def _check(out, require_success=True):
@@ -254,8 +263,10 @@ def test_rank_invariant_along_flow(solver, rtol):
 @pytest.mark.parametrize("solver,rtol", [("dopri5", 1e-10), ("tsit5", 1e-10), ("kvaerno5", 1e-8)])
 def test_rank_invariant_along_flow_tight(solver, rtol):
     _, s = _check(ri.flow_batch(12, solver, rtol), require_success=False)
-    print(f"{solver} rtol={rtol:g}: solver success {s['fraction_solver_success']:.2f}, all saved times reached "
-          f"{s['fraction_all_saved_times_reached']:.2f}, min s_min/node norm {s['min_s_min_over_node_norm']:.3g}")
+    print(
+        f"{solver} rtol={rtol:g}: solver success {s['fraction_solver_success']:.2f}, all saved times reached "
+        f"{s['fraction_all_saved_times_reached']:.2f}, min s_min/node norm {s['min_s_min_over_node_norm']:.3g}"
+    )
 
 
 @pytest.mark.slow
@@ -268,6 +279,8 @@ def test_generic_inits_keep_full_rank_1000():
     budget, not of the theorem); the fraction is printed."""
     _, s = _check(ri.flow_batch(1000, "tsit5", 1e-6, max_steps=20_000), require_success=False)
     assert s["n_generic"] == 1000 and s["rank_end_not_equal_start"] == 0
-    print(f"1000 inits: solver success {s['fraction_solver_success']:.3f}, all saved times reached "
-          f"{s['fraction_all_saved_times_reached']:.3f}, min s_min(J_G) = {s['min_s_min']:.3g}, "
-          f"min s_min / min node norm = {s['min_s_min_over_node_norm']:.3g}")
+    print(
+        f"1000 inits: solver success {s['fraction_solver_success']:.3f}, all saved times reached "
+        f"{s['fraction_all_saved_times_reached']:.3f}, min s_min(J_G) = {s['min_s_min']:.3g}, "
+        f"min s_min / min node norm = {s['min_s_min_over_node_norm']:.3g}"
+    )

@@ -37,8 +37,13 @@ def test_site_in_headless_chromium(tmp_path):
     if not check_site.have_mkdocs():
         pytest.skip("the docs tools are not installed (pip install -e '.[docs]' -c constraints.txt)")
     out = tmp_path / "report.json"
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "check_site.py"), "--out", str(out)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=900)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "check_site.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     import json
 

@@ -35,8 +35,9 @@ def test_classical_order_on_linear_problem(s):
     hs = np.array([0.2, 0.1, 0.05])
     errs = []
     for h in hs:
-        sol = diffrax.diffeqsolve(term, GaussLegendre(stages=s), 0.0, 2.0, jnp.asarray(h), y0,
-                                  stepsize_controller=diffrax.ConstantStepSize())
+        sol = diffrax.diffeqsolve(
+            term, GaussLegendre(stages=s), 0.0, 2.0, jnp.asarray(h), y0, stepsize_controller=diffrax.ConstantStepSize()
+        )
         errs.append(np.max(np.abs(np.asarray(sol.ys[-1]) - exact)))
     slope = np.polyfit(np.log(hs), np.log(errs), 1)[0]
     assert abs(slope - 2 * s) < 0.25, (slope, errs)
@@ -46,8 +47,15 @@ def test_adaptive_reaches_tolerance():
     M = jnp.array([[-1.0, 2.0], [-2.0, -0.5]])
     y0 = jnp.array([1.0, 0.5])
     exact = scipy.linalg.expm(np.asarray(M) * 2.0) @ np.asarray(y0)
-    sol = diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, a: M @ y), ij.get_solver("gauss6"), 0.0, 2.0, None, y0,
-                              stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-10))
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, a: M @ y),
+        ij.get_solver("gauss6"),
+        0.0,
+        2.0,
+        None,
+        y0,
+        stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-10),
+    )
     assert np.max(np.abs(np.asarray(sol.ys[-1]) - exact)) < 1e-8
     assert int(sol.stats["num_steps"]) < 60
 
@@ -60,7 +68,10 @@ def test_kept_jacobian_is_the_fields_jacobian_at_the_last_steps_start():
         return jnp.stack([y[1], -jnp.sin(y[0]) - 0.1 * y[1] * y[0] ** 2])
 
     y0 = jnp.array([1.2, 0.3])
-    kw = dict(stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8), saveat=diffrax.SaveAt(t1=True, solver_state=True))
+    kw = dict(
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+    )
     a = diffrax.diffeqsolve(diffrax.ODETerm(f), GaussLegendre(keep_jacobian=True), 0.0, 3.0, None, y0, **kw)
     b = diffrax.diffeqsolve(diffrax.ODETerm(f), GaussLegendre(), 0.0, 3.0, None, y0, **kw)
     assert int(a.stats["num_steps"]) == int(b.stats["num_steps"]) > 5
@@ -75,14 +86,23 @@ def test_nonconverged_stage_solve_is_never_accepted():
     term = diffrax.ODETerm(lambda t, y, a: -(y**3))
     y0 = jnp.array([1.0])
     bad = GaussLegendre(stages=2, max_newton=1)
-    sol = diffrax.diffeqsolve(term, bad, 0.0, 1.0, jnp.asarray(0.1), y0,
-                              stepsize_controller=diffrax.ConstantStepSize(), throw=False)
+    sol = diffrax.diffeqsolve(
+        term, bad, 0.0, 1.0, jnp.asarray(0.1), y0, stepsize_controller=diffrax.ConstantStepSize(), throw=False
+    )
     assert ij.result_message(sol.result) != ""  # recorded failure, not a silent step
     # Adaptive: a discontinuous field makes the stage solve fail across the jump;
     # those steps are rejected and the step size shrinks.
     term = diffrax.ODETerm(lambda t, y, a: jnp.where(t < 0.5, 1.0, -1.0) * jnp.ones_like(y) + 0 * y)
-    sol = diffrax.diffeqsolve(term, GaussLegendre(stages=2), 0.0, 1.0, jnp.asarray(0.3), y0,
-                              stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6), throw=False)
+    sol = diffrax.diffeqsolve(
+        term,
+        GaussLegendre(stages=2),
+        0.0,
+        1.0,
+        jnp.asarray(0.3),
+        y0,
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6),
+        throw=False,
+    )
     assert int(sol.stats["num_rejected_steps"]) > 0
 
 
@@ -101,8 +121,9 @@ def test_gauss_conserves_on_homogeneous_dag_where_tsit5_drifts():
     X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(1), activation="tanh")
     ts = np.linspace(0.0, 3.0, 7)
     ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)
-    fg = ij.gradient_flow(net, X, Y, 3.0, saveat=ts,
-                          solver=ij.SolverOptions("gauss4", rtol=1e-4, atol=1e-4, stepsize_controller=ctrl))
+    fg = ij.gradient_flow(
+        net, X, Y, 3.0, saveat=ts, solver=ij.SolverOptions("gauss4", rtol=1e-4, atol=1e-4, stepsize_controller=ctrl)
+    )
     ft = ij.gradient_flow(net, X, Y, 3.0, solver="tsit5", saveat=ts, rtol=1e-4, atol=1e-4)
     assert bool(fg.success) and bool(ft.success)
     assert float(fg.drift_relative) < 1e-13
@@ -130,8 +151,9 @@ def test_projected_tsit5_has_zero_drift():
     solver = Projected(diffrax.Tsit5(), c0=ij.conserved_quantities(net), graph=g)
     ts = np.linspace(0.0, 1.0, 5)
     ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)  # saves on projected step ends
-    f = ij.gradient_flow(net, X, Y, 1.0, saveat=ts,
-                         solver=ij.SolverOptions(solver, stepsize_controller=ctrl, rtol=1e-4, atol=1e-4))
+    f = ij.gradient_flow(
+        net, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions(solver, stepsize_controller=ctrl, rtol=1e-4, atol=1e-4)
+    )
     ref = ij.gradient_flow(net, X, Y, 1.0, rtol=1e-10, atol=1e-10, saveat=ts)
     assert float(f.drift_relative) < 1e-12
     assert float(jnp.max(jnp.abs(f.network_at(-1).forward(X) - ref.network_at(-1).forward(X)))) < 1e-3
@@ -141,7 +163,9 @@ def test_hessian_kvaerno5_matches_tsit5():
     g = ij.mlp([2, 3, 1], bias=False)
     net = ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(0))
     X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(1), activation="softplus")
-    fk = ij.gradient_flow(net, X, Y, 2.0, solver="kvaerno5_hessian", rtol=1e-9, atol=1e-9, saveat=ij.SaveTimes(n_save=3))
+    fk = ij.gradient_flow(
+        net, X, Y, 2.0, solver="kvaerno5_hessian", rtol=1e-9, atol=1e-9, saveat=ij.SaveTimes(n_save=3)
+    )
     ft = ij.gradient_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-11, atol=1e-11, saveat=ij.SaveTimes(n_save=3))
     assert bool(fk.success)
     assert float(jnp.max(jnp.abs(fk.theta_final - ft.theta_final))) < 1e-6

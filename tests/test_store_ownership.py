@@ -32,8 +32,23 @@ from invariant_jax.sweep._store import ResultsStore, config_hash
 
 CFG = dict(n_inits=6, t1=0.5, n_samples=10, n_save=11, kink_aware=False)  # as test_sweep_store: one compile
 KW = dict(batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
-FLAGS = ["--n-inits", "6", "--t1", "0.5", "--n-samples", "10", "--n-save", "11", "--no-kink-aware", "--slots", "2",
-         "--steps-per-call", "8", "--no-progress", "--no-figures"]
+FLAGS = [
+    "--n-inits",
+    "6",
+    "--t1",
+    "0.5",
+    "--n-samples",
+    "10",
+    "--n-save",
+    "11",
+    "--no-kink-aware",
+    "--slots",
+    "2",
+    "--steps-per-call",
+    "8",
+    "--no-progress",
+    "--no-figures",
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +89,17 @@ def _same(res, ref, rows=None):
 # ------------------------------------------------------------ 1. ownership
 
 
-@pytest.mark.parametrize("where", ["quarantine/notes.txt", "claims/notes.txt", "claims/block-0000000.json",
-                                   "chunks/mine.parquet", "quarantine/manifest.json", "figures/plot.png"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "quarantine/notes.txt",
+        "claims/notes.txt",
+        "claims/block-0000000.json",
+        "chunks/mine.parquet",
+        "quarantine/manifest.json",
+        "figures/plot.png",
+    ],
+)
 @pytest.mark.parametrize("flag", ["--overwrite", "--resume"])
 def test_user_file_anywhere_is_refused_by_name_and_kept(folder, capsys, where, flag):
     """Repro 1-2: files in quarantine/ or claims/ were accepted, then deleted by --overwrite."""
@@ -85,8 +109,11 @@ def test_user_file_anywhere_is_refused_by_name_and_kept(folder, capsys, where, f
     before = _snapshot(folder)
     assert main(["sweep", *FLAGS, flag, "--out", str(folder)]) == 2
     err = capsys.readouterr().err
-    named = where if "/" not in where or where.split("/")[0] in ("chunks", "claims", "quarantine") else \
-        where.split("/")[0] + "/"  # a folder the store does not use is named as a whole
+    named = (
+        where
+        if "/" not in where or where.split("/")[0] in ("chunks", "claims", "quarantine")
+        else where.split("/")[0] + "/"
+    )  # a folder the store does not use is named as a whole
     assert named in err and "did not write" in err and "nothing was changed" in err
     assert _snapshot(folder) == before
 
@@ -239,8 +266,11 @@ def test_status_and_load_sweep_report_other_sweeps_and_missing(folder, reference
     gone = sorted((folder / "chunks").glob("*.parquet"))[0]
     lost_rows = pd.read_parquet(gone)["index"].tolist()
     gone.unlink()
-    with pytest.warns(UserWarning, match=rf"{len(reference) - len(lost_rows)} of 6 initializations .*missing: "
-                                         rf".*{gone.name}"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"{len(reference) - len(lost_rows)} of 6 initializations .*missing: "
+        rf".*{gone.name}",
+    ):
         _, part = load_sweep(folder)
     assert len(part) == len(reference) - len(lost_rows)
     assert main(["sweep", "--status", str(folder)]) == 0
@@ -273,8 +303,18 @@ def test_hand_edited_manifest_is_rebuilt_from_the_chunks(folder, reference):
 # ------------------------------------------------------ 4. signals and full disks
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow(
-    reason="failed once in a full make test on an xdist worker (passes alone and with -n 1); same handler as SIGTERM"))])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGTERM,
+        pytest.param(
+            signal.SIGINT,
+            marks=pytest.mark.slow(
+                reason="failed once in a full make test on an xdist worker (passes alone and with -n 1); same handler as SIGTERM"
+            ),
+        ),
+    ],
+)
 def test_signal_flushes_records_and_releases_claims(tmp_path, reference, sig):
     out = tmp_path / "run"
     seen = []
@@ -285,8 +325,13 @@ def test_signal_flushes_records_and_releases_claims(tmp_path, reference, sig):
             os.kill(os.getpid(), sig)
 
     with pytest.raises(SweepInterrupted, match="progress saved.*rerun with --resume"):
-        run_sweep(SweepConfig.from_dict(CFG), out, on_chunk=on_chunk, store=StoreOptions(flush_seconds=0.0, chunk_size=1),
-                  **KW)
+        run_sweep(
+            SweepConfig.from_dict(CFG),
+            out,
+            on_chunk=on_chunk,
+            store=StoreOptions(flush_seconds=0.0, chunk_size=1),
+            **KW,
+        )
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handler restored
     claims = [json.loads(p.read_text()) for p in (out / "claims").glob("*.json")]
     assert all(c.get("done") for c in claims)  # no claim left held, no heartbeat left
@@ -307,7 +352,9 @@ def test_interrupt_raised_again_while_flushing_still_releases(tmp_path, referenc
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(SweepConfig.from_dict(CFG), out, on_chunk=stop, store=StoreOptions(flush_seconds=0.0, chunk_size=1), **KW)
+        run_sweep(
+            SweepConfig.from_dict(CFG), out, on_chunk=stop, store=StoreOptions(flush_seconds=0.0, chunk_size=1), **KW
+        )
     assert not [t for t in threading.enumerate() if t.name == "invariant_jax-heartbeat" and t.is_alive()]
     assert not list((out / "claims").glob("writer-*.json"))
     claims = [json.loads(p.read_text()) for p in (out / "claims").glob("block-*.json")]
@@ -337,6 +384,7 @@ def test_full_disk_is_one_line_and_leaves_no_empty_temporaries(tmp_path, monkeyp
         def partial(f):
             f.write(b"PAR1")
             raise OSError(errno.ENOSPC, "No space left on device")
+
         real(path, partial)
 
     monkeypatch.setattr(chunks_mod, "atomic_write_bytes", full)
@@ -359,8 +407,14 @@ def test_random_sequences_never_touch_user_files_or_lose_records(tmp_path, refer
     out = tmp_path / "run"
     (tmp_path / "beside.txt").write_text("next to the folder")
     user: dict = {}
-    places = ["notes.txt", "chunks/mine.parquet", "claims/x.json", "quarantine/keep.bin", "figures/plot.png",
-              "manifest.json"]
+    places = [
+        "notes.txt",
+        "chunks/mine.parquet",
+        "claims/x.json",
+        "quarantine/keep.bin",
+        "figures/plot.png",
+        "manifest.json",
+    ]
     ops = ["sweep", "resume", "overwrite", "demo", "kill", "add_user", "remove_user"]
     cfg = SweepConfig.from_dict(CFG)
     kept: set = set()
@@ -379,11 +433,13 @@ def test_random_sequences_never_touch_user_files_or_lose_records(tmp_path, refer
                 (out / rel).unlink()
                 del user[rel]
             elif op in ("sweep", "resume", "overwrite", "demo"):
-                kw = dict(resume=op == "resume", overwrite=op in ("overwrite", "demo"),
-                          tag="demo" if op == "demo" else None)
+                kw = dict(
+                    resume=op == "resume", overwrite=op in ("overwrite", "demo"), tag="demo" if op == "demo" else None
+                )
                 _quiet(run_sweep, cfg, out, **kw, **KW)
                 ok = True
             elif op == "kill":
+
                 def stop(path):
                     raise KeyboardInterrupt
 

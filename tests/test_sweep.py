@@ -51,8 +51,9 @@ def _flows(nets, X, Y, t1, **kw):
 @pytest.fixture(scope="module")
 def exact(problem):
     g, X, Y, nets = problem
-    return ij.sweep_flows(nets, X, Y, 0.5, kinks=False, saveat=ij.SaveTimes(n_save=11),
-                          batch=BatchOptions(slots=4, steps_per_call=8))
+    return ij.sweep_flows(
+        nets, X, Y, 0.5, kinks=False, saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=4, steps_per_call=8)
+    )
 
 
 def _bound(f):
@@ -93,8 +94,15 @@ def test_vmap_mode_agrees_to_tolerance(problem, exact):
     # 6 trajectories in 16 slots: the batch starts at width 8 (the narrowest slots / 2^j
     # that holds them: a vmapped step costs every slot, and no width depends on n) and
     # narrows to width 1 once one trajectory is left
-    vm = ij.sweep_flows(nets, X, Y, 0.5, kinks=False, saveat=ij.SaveTimes(n_save=11),
-                        batch=BatchOptions(slots=16, steps_per_call=8, exact=False))
+    vm = ij.sweep_flows(
+        nets,
+        X,
+        Y,
+        0.5,
+        kinks=False,
+        saveat=ij.SaveTimes(n_save=11),
+        batch=BatchOptions(slots=16, steps_per_call=8, exact=False),
+    )
     np.testing.assert_array_equal(vm.index, np.arange(6))
     np.testing.assert_allclose(vm.theta_final, ex.theta_final, rtol=0, atol=1e-5)
     np.testing.assert_allclose(vm.num_steps, ex.num_steps, rtol=0.05)
@@ -111,8 +119,16 @@ def test_failures_are_data(problem):
     theta = np.array(nets.edge_weights())
     theta[2] = 1e160  # the forward pass overflows: non-finite loss
     nets = nets.with_edge_weights(theta)
-    res = ij.sweep_flows(nets, X, Y, 0.5, kinks=False, solver=ij.SolverOptions(max_steps=12),
-                         saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=3, steps_per_call=4))
+    res = ij.sweep_flows(
+        nets,
+        X,
+        Y,
+        0.5,
+        kinks=False,
+        solver=ij.SolverOptions(max_steps=12),
+        saveat=ij.SaveTimes(n_save=11),
+        batch=BatchOptions(slots=3, steps_per_call=4),
+    )
     names = res.status_names
     assert names[2] == "nonfinite"
     for i, f in enumerate(_flows(nets, X, Y, 0.5, solver=ij.SolverOptions(max_steps=12))):
@@ -133,8 +149,16 @@ def test_failures_are_data(problem):
 @pytest.mark.slow
 def test_stopping_rule_matches_gradient_flow(problem):
     g, X, Y, nets = problem
-    res = ij.sweep_flows(nets, X, Y, 0.5, kinks=False, stop=ij.StopRules(loss_floor=0.05),
-                         saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=2, steps_per_call=16))
+    res = ij.sweep_flows(
+        nets,
+        X,
+        Y,
+        0.5,
+        kinks=False,
+        stop=ij.StopRules(loss_floor=0.05),
+        saveat=ij.SaveTimes(n_save=11),
+        batch=BatchOptions(slots=2, steps_per_call=16),
+    )
     for i, f in enumerate(_flows(nets, X, Y, 0.5, stop=ij.StopRules(loss_floor=0.05))):
         stopped = bool(f.result == ij.RESULTS.stopped_loss_floor)
         assert res.status_names[i] == ("stopped" if stopped else "ok")
@@ -159,8 +183,14 @@ def test_run_sweep_equals_gradient_flow_and_fold_in_keys():
         np.testing.assert_array_equal(init_theta(cfg, g, i), net.edge_weights())
         f = flow(net)
         # two compiled programs: within the tolerance bound, not bit for bit
-        assert_within_tolerance(a.theta_final[i], f.theta_final, rtol=cfg.rtol, atol=cfg.atol,
-                                scale=np.abs(f.theta_final).max(), num_steps=f.stats["num_steps"])
+        assert_within_tolerance(
+            a.theta_final[i],
+            f.theta_final,
+            rtol=cfg.rtol,
+            atol=cfg.atol,
+            scale=np.abs(f.theta_final).max(),
+            num_steps=f.stats["num_steps"],
+        )
         assert_step_counts_close(a.num_steps[i], f.stats["num_steps"])
 
 
@@ -179,8 +209,9 @@ def test_results_independent_of_slots_and_chunking():
 def test_persistence_manifest_and_resume(tmp_path):
     cfg = SweepConfig.from_dict(SMALL)
     out = tmp_path / "run"
-    full = run_sweep(cfg, out, batch=BatchOptions(slots=2, steps_per_call=8, progress=False),
-                     store=StoreOptions(flush_seconds=0.0))
+    full = run_sweep(
+        cfg, out, batch=BatchOptions(slots=2, steps_per_call=8, progress=False), store=StoreOptions(flush_seconds=0.0)
+    )
     man = json.loads((out / "manifest.json").read_text())
     assert man["config"] == cfg.to_dict() and man["version"] == ij.__version__
     chunks = sorted((out / "chunks").glob("*.parquet"))
@@ -280,14 +311,33 @@ def test_implicit_solver_matches_gradient_flow():
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
     keys = jax.random.split(jax.random.key(1), 3)
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "softplus", key=k))(keys)
-    r = ij.sweep_flows(nets, X, Y, 5.0, kinks=False, solver="kvaerno5", rtol=1e-8, atol=1e-8,
-                       saveat=ij.SaveTimes(n_save=11), batch=BatchOptions(slots=2))
-    alone = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, 5.0, solver="kvaerno5", rtol=1e-8, atol=1e-8,
-                                                     saveat=ij.SaveTimes(n_save=11)))  # traced and compiled once for the 3 inits
+    r = ij.sweep_flows(
+        nets,
+        X,
+        Y,
+        5.0,
+        kinks=False,
+        solver="kvaerno5",
+        rtol=1e-8,
+        atol=1e-8,
+        saveat=ij.SaveTimes(n_save=11),
+        batch=BatchOptions(slots=2),
+    )
+    alone = eqx.filter_jit(
+        lambda n: ij.gradient_flow(
+            n, X, Y, 5.0, solver="kvaerno5", rtol=1e-8, atol=1e-8, saveat=ij.SaveTimes(n_save=11)
+        )
+    )  # traced and compiled once for the 3 inits
     for i, k in enumerate(keys):
         f = alone(ij.DAGNetwork(g, "softplus", key=k))
         assert_step_counts_close(r.num_steps[i], f.stats["num_steps"])
         # two compiled programs; the Newton solves stop at their own tolerance, which
         # the controller's tolerance bounds as well
-        assert_within_tolerance(r.theta_final[i], f.theta_final, rtol=1e-8, atol=1e-8,
-                                scale=np.abs(f.theta_final).max(), num_steps=f.stats["num_steps"])
+        assert_within_tolerance(
+            r.theta_final[i],
+            f.theta_final,
+            rtol=1e-8,
+            atol=1e-8,
+            scale=np.abs(f.theta_final).max(),
+            num_steps=f.stats["num_steps"],
+        )

@@ -8,8 +8,20 @@ import pytest
 from invariant_jax.cli import main
 from invariant_jax.sweep import load_sweep
 
-FLAGS = ["--t1", "0.5", "--n-samples", "10", "--n-save", "11", "--slots", "2", "--steps-per-call", "8",
-         "--no-progress", "--no-kink-aware"]
+FLAGS = [
+    "--t1",
+    "0.5",
+    "--n-samples",
+    "10",
+    "--n-save",
+    "11",
+    "--slots",
+    "2",
+    "--steps-per-call",
+    "8",
+    "--no-progress",
+    "--no-kink-aware",
+]
 
 
 def test_sweep_flags_write_results_folder(tmp_path, capsys):
@@ -22,7 +34,7 @@ def test_sweep_flags_write_results_folder(tmp_path, capsys):
     assert len((out / "table.csv").read_text().splitlines()) == 5
     summary = json.loads((out / "summary.json").read_text())
     assert summary["initializations"] == 4 and summary["status_ok"] + summary["status_max_steps"] <= 4
-    assert all(k.isidentifier() for k in summary), list(summary)   # keys are identifiers, not display text
+    assert all(k.isidentifier() for k in summary), list(summary)  # keys are identifiers, not display text
     assert (out / "figures" / "overview.png").stat().st_size > 1000
     cfg, res = load_sweep(out)
     assert list(res.index) == [0, 1, 2, 3]
@@ -31,11 +43,28 @@ def test_sweep_flags_write_results_folder(tmp_path, capsys):
 @pytest.mark.slow
 def test_toml_config_and_flag_override(tmp_path):
     toml = tmp_path / "sweep.toml"
-    toml.write_text('[sweep]\ngraph = "mlp"\nwidths = [3, 4, 1]\nn_inits = 7\nt1 = 0.25\n'
-                    'n_samples = 10\nn_save = 11\nseed = 5\n')
+    toml.write_text(
+        '[sweep]\ngraph = "mlp"\nwidths = [3, 4, 1]\nn_inits = 7\nt1 = 0.25\nn_samples = 10\nn_save = 11\nseed = 5\n'
+    )
     out = tmp_path / "run"
-    assert main(["sweep", "--config", str(toml), "--n-inits", "3", "--out", str(out), "--no-progress",
-                 "--no-figures", "--slots", "2"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--config",
+                str(toml),
+                "--n-inits",
+                "3",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--no-figures",
+                "--slots",
+                "2",
+            ]
+        )
+        == 0
+    )
     cfg, res = load_sweep(out)
     assert (cfg.graph, cfg.widths, cfg.t1, cfg.seed, cfg.n_inits) == ("mlp", (3, 4, 1), 0.25, 5, 3)
     assert len(res) == 3 and not (out / "figures").exists()
@@ -51,13 +80,16 @@ def test_edge_list_file(tmp_path):
     assert cfg.graph == "edges" and len(cfg.edges) == 4 and res.theta0.shape == (2, 4)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--graph", "ladder"], "Unknown graph builder 'ladder'"),
-    (["--activation", "relux"], "Unknown activation 'relux'"),
-    (["--n-inits", "0"], "--n-inits must be an integer in [1, 2147483647]; got 0"),
-    (["--n-inits", "-2"], "--n-inits must be an integer in [1, 2147483647]; got -2"),
-    (["--graph", "missing.txt"], "Edge-list file 'missing.txt' does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--graph", "ladder"], "Unknown graph builder 'ladder'"),
+        (["--activation", "relux"], "Unknown activation 'relux'"),
+        (["--n-inits", "0"], "--n-inits must be an integer in [1, 2147483647]; got 0"),
+        (["--n-inits", "-2"], "--n-inits must be an integer in [1, 2147483647]; got -2"),
+        (["--graph", "missing.txt"], "Edge-list file 'missing.txt' does not exist"),
+    ],
+)
 def test_bad_flags_are_clean_errors(tmp_path, capsys, argv, message):
     out = tmp_path / "run"
     assert main(["sweep", *argv, "--out", str(out), "--no-progress"]) == 2
@@ -120,9 +152,9 @@ def test_compilation_cache_folder_and_opt_out(tmp_path, monkeypatch):
         assert enable_compilation_cache() == tmp_path / "mine"
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine") and (tmp_path / "mine").is_dir()
         on = compilation_cache_settings()
-        assert enable_compilation_cache() == tmp_path / "mine"      # idempotent: a second call changes nothing
+        assert enable_compilation_cache() == tmp_path / "mine"  # idempotent: a second call changes nothing
         assert compilation_cache_settings() == on != before
-        restore_compilation_cache(before)                            # restorable: every option as it was
+        restore_compilation_cache(before)  # restorable: every option as it was
         assert compilation_cache_settings() == before
     finally:
         restore_compilation_cache(saved)
@@ -138,6 +170,6 @@ def test_cli_in_process_leaves_the_compilation_cache_as_it_was(tmp_path, monkeyp
     monkeypatch.setenv("INVARIANT_JAX_CACHE_DIR", str(tmp_path / "cache"))
     before = compilation_cache_settings()
     assert main(["connectivity", "--graph", "mlp", "--widths", "2,3,3,1", "--seed", "0"]) == 0
-    assert (tmp_path / "cache").is_dir() or before["jax_compilation_cache_dir"]   # a user's own JAX cache wins
+    assert (tmp_path / "cache").is_dir() or before["jax_compilation_cache_dir"]  # a user's own JAX cache wins
     assert compilation_cache_settings() == before
     assert "H_G(c)" in capsys.readouterr().out

@@ -45,8 +45,7 @@ def test_flags_reach_the_choice():
 
 def test_forced_cpu_devices():
     """Two forced CPU devices (a fresh process): exact mode, 64 slots, both devices counted."""
-    code = ("import jax; from invariant_jax.cli._sweep import choose_device_mode as c; "
-            "print(len(jax.devices()), c())")
+    code = "import jax; from invariant_jax.cli._sweep import choose_device_mode as c; print(len(jax.devices()), c())"
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -18,8 +18,7 @@ print(n, len(jax.devices("cpu")), len(os.sched_getaffinity(0)))
 
 def _run(env):
     base = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    r = subprocess.run([sys.executable, "-c", _CHILD], env={**base, **env}, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run([sys.executable, "-c", _CHILD], env={**base, **env}, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.split()
 

@@ -76,8 +76,16 @@ def test_vmapped_sweep_keeps_pattern_state_per_trajectory(problem):
 
 @pytest.mark.slow
 def test_run_sweep_persists_event_counts(tmp_path):
-    cfg = SweepConfig(graph="mlp", widths=(3, 6, 1), n_inits=3, t1=0.5, n_samples=10, saveat=ij.SaveTimes(n_save=5),
-                      kinks=True, solver=ij.SolverOptions(rtol=1e-7, atol=1e-7))
+    cfg = SweepConfig(
+        graph="mlp",
+        widths=(3, 6, 1),
+        n_inits=3,
+        t1=0.5,
+        n_samples=10,
+        saveat=ij.SaveTimes(n_save=5),
+        kinks=True,
+        solver=ij.SolverOptions(rtol=1e-7, atol=1e-7),
+    )
     r = run_sweep(cfg, tmp_path / "k", batch=BatchOptions(slots=2, progress=False))
     _, back = load_sweep(tmp_path / "k")
     for k, v in r.kink.items():
@@ -137,15 +145,28 @@ def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
     X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
     thetas = jax.numpy.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(40)])
     template = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
-    eng = KinkEngine(template, X, Y, 1.0, lambda i: thetas[i], slots=8,
-                     options=ij.SolverOptions(solver, rtol=ref["tol"], atol=ref["tol"], max_steps=10_000),
-                     saveat=ij.SaveTimes(n_save=11))
+    eng = KinkEngine(
+        template,
+        X,
+        Y,
+        1.0,
+        lambda i: thetas[i],
+        slots=8,
+        options=ij.SolverOptions(solver, rtol=ref["tol"], atol=ref["tol"], max_steps=10_000),
+        saveat=ij.SaveTimes(n_save=11),
+    )
     parts = []
     eng.run(np.arange(40), on_results=parts.append)
     rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.argsort(rec["index"])
-    for k in ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits", "num_ambiguous",
-              "max_sliding_pairs"):
+    for k in (
+        "num_events",
+        "num_crossings",
+        "num_sliding_entries",
+        "num_sliding_exits",
+        "num_ambiguous",
+        "max_sliding_pairs",
+    ):
         assert rec[k][order].tolist() == ref[k], k
     # steps: equal up to an accept/reject flip per segment
     assert abs(int(rec["num_steps"].sum()) - sum(ref["num_steps"])) <= 2 * int(rec["num_events"].sum())

@@ -55,8 +55,12 @@ def reference():
 
 
 def _child(mode, out, env=None, cfg=CFG):
-    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg), mode, str(out)],
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(cfg), mode, str(out)],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.mark.slow
@@ -78,8 +82,9 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, reference):
 
     done = ResultsStore(out).done_indices()
     assert 0 < len(done) < CFG["n_inits"], "the kill must interrupt the sweep"
-    resumed = run_sweep(SweepConfig.from_dict(CFG), out, resume=True,
-                        batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
+    resumed = run_sweep(
+        SweepConfig.from_dict(CFG), out, resume=True, batch=BatchOptions(slots=2, steps_per_call=8, progress=False)
+    )
     todo = np.setdiff1d(np.arange(CFG["n_inits"]), done)
     # finished trajectories are loaded, not recomputed: only the rest cost steps
     assert resumed.stats["useful_steps"] == int(reference.num_steps[todo].sum())

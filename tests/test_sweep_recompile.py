@@ -67,11 +67,25 @@ def test_second_data_set_reuses_the_compiled_sweep():
     theta2 = nets2.edge_weights()
     one = ij.DAGNetwork(nets2.graph, "softplus", edge_weights=theta2[0])
     for i in range(3):
-        f = ij.gradient_flow(one.with_edge_weights(theta2[i]), X2, Y2, 0.7, solver="tsit5", rtol=1e-7, atol=1e-7,
-                             saveat=ij.SaveTimes(n_save=4))
+        f = ij.gradient_flow(
+            one.with_edge_weights(theta2[i]),
+            X2,
+            Y2,
+            0.7,
+            solver="tsit5",
+            rtol=1e-7,
+            atol=1e-7,
+            saveat=ij.SaveTimes(n_save=4),
+        )
         assert float(r2.t_final[i]) == 0.7
-        assert_within_tolerance(r2.theta_final[i], f.theta_final, rtol=1e-7, atol=1e-7,
-                                scale=float(np.abs(f.theta_final).max()), num_steps=f.stats["num_steps"])
+        assert_within_tolerance(
+            r2.theta_final[i],
+            f.theta_final,
+            rtol=1e-7,
+            atol=1e-7,
+            scale=float(np.abs(f.theta_final).max()),
+            num_steps=f.stats["num_steps"],
+        )
     # the first problem again: the same compiled program run again, bit for bit
     with counter:
         r1b = ij.sweep_flows(nets1, X1, Y1, 0.5, **opts)
@@ -149,8 +163,14 @@ def test_no_batch_size_compiles_again(kink_aware):
     X, Y = _data(0)
     # the kink-aware configuration of the test above (its engine, if compiled, is reused)
     # (plain: 8 slots, fewer host round trips for the 1000)
-    opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=3),
-                batch=BatchOptions(slots=2 if kink_aware else 8), kinks=kink_aware)
+    opts = dict(
+        solver="tsit5",
+        rtol=1e-7,
+        atol=1e-7,
+        saveat=ij.SaveTimes(n_save=3),
+        batch=BatchOptions(slots=2 if kink_aware else 8),
+        kinks=kink_aware,
+    )
     # the first call compiles; it fills fewer slots than there are (no refill from the
     # queue), and still compiles every program a larger batch needs
     ij.sweep_flows(batches[1], X, Y, 0.5, **opts)
@@ -175,8 +195,7 @@ def test_no_batch_size_compiles_again(kink_aware):
         assert big.loss_final[i] <= big.loss_initial[i]
 
 
-@pytest.mark.parametrize("kink_aware", [False, pytest.param(True, marks=pytest.mark.slow)],
-                         ids=["plain", "kink"])
+@pytest.mark.parametrize("kink_aware", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["plain", "kink"])
 def test_resume_compiles_nothing(tmp_path, kink_aware):
     """`run_sweep` resuming a folder with a lost chunk (fewer trajectories to run than the
     first call) reuses the compiled engine and recomputes the same records bit for bit."""
@@ -185,9 +204,16 @@ def test_resume_compiles_nothing(tmp_path, kink_aware):
     from invariant_jax.sweep import StoreOptions, SweepConfig, run_sweep
 
     counter = _CountCompiles()
-    cfg = SweepConfig(graph="mlp", widths=(2, 3, 1), n_samples=8, n_inits=13, t1=0.3,
-                      solver=ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6), saveat=ij.SaveTimes(n_save=3),
-                      kinks=kink_aware)
+    cfg = SweepConfig(
+        graph="mlp",
+        widths=(2, 3, 1),
+        n_samples=8,
+        n_inits=13,
+        t1=0.3,
+        solver=ij.SolverOptions("tsit5", rtol=1e-6, atol=1e-6),
+        saveat=ij.SaveTimes(n_save=3),
+        kinks=kink_aware,
+    )
     out = tmp_path / "run"
     kw = dict(batch=BatchOptions(slots=4, progress=False), store=StoreOptions(flush_seconds=0.0, chunk_size=4))
     with counter:
@@ -237,6 +263,12 @@ def test_init_table_rows_sharded_over_two_devices():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-c", _TWO_DEVICES], cwd=root, capture_output=True, text=True,
-                       env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICES],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
+        timeout=900,
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

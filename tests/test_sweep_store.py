@@ -97,8 +97,10 @@ def test_pandas_and_duckdb_read_the_folder(folder, reference):
     np.testing.assert_array_equal(df["loss_final"].to_numpy(), reference.loss_final)
     rows = duckdb.sql(f"SELECT status, count(*), max(drift) FROM '{folder}/chunks/*.parquet' GROUP BY status")
     got = {s: (n, worst) for s, n, worst in rows.fetchall()}
-    assert got == {int(s): (int(np.sum(reference.status == s)), float(reference.drift[reference.status == s].max()))
-                   for s in np.unique(reference.status)}
+    assert got == {
+        int(s): (int(np.sum(reference.status == s)), float(reference.drift[reference.status == s].max()))
+        for s in np.unique(reference.status)
+    }
     from invariant_jax import result_name
 
     np.testing.assert_array_equal(df["result_name"].to_numpy(dtype=str), result_name(reference.result))
@@ -233,8 +235,7 @@ def test_foreign_chunk_is_refused_by_name(folder, reference):
     """Repro: a chunk of a t1 = 0.2 sweep copied into a t1 = 0.5 folder was merged silently."""
     other = {**SweepConfig.from_dict(CFG).to_dict(), "t1": 0.2}
     alien = folder / "chunks" / "chunk-elsewhere-1-abcd-000000.parquet"
-    write_chunk(alien, _records(reference, [0]), config_hash=config_hash(other), config=other,
-                writer=new_writer())
+    write_chunk(alien, _records(reference, [0]), config_hash=config_hash(other), config=other, writer=new_writer())
     for call in (lambda: load_sweep(folder), lambda: run_sweep(SweepConfig.from_dict(CFG), folder, resume=True, **KW)):
         with pytest.raises(ValueError, match=rf"{alien.name}.*another sweep.*differs in \['t1'\]"):
             call()
@@ -287,9 +288,19 @@ def test_empty_or_current_directory_out_is_refused(tmp_path, monkeypatch, capsys
 
 
 def test_overwrite_deletes_only_what_the_store_wrote(folder, capsys):
-    base = ["sweep", *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in CFG.items() if k != "kink_aware"), []),
-            "--no-kink-aware",
-            "--slots", "2", "--steps-per-call", "8", "--no-progress", "--no-figures", "--out", str(folder)]
+    base = [
+        "sweep",
+        *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in CFG.items() if k != "kink_aware"), []),
+        "--no-kink-aware",
+        "--slots",
+        "2",
+        "--steps-per-call",
+        "8",
+        "--no-progress",
+        "--no-figures",
+        "--out",
+        str(folder),
+    ]
     (folder / "chunks" / "mine.parquet").write_text("user file in chunks/")
     (folder / "README").write_text("user notes")
     assert main([*base, "--n-inits", "3", "--overwrite"]) == 2
@@ -323,12 +334,15 @@ def test_overwrite_is_refused_while_a_writer_works(folder):
 # ---------------------------------------- validate before any work (item 6)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--slots", "0"], "--slots must be an integer in [1, 2147483647]; got 0"),
-    (["--steps-per-call", "0"], "--steps-per-call must be an integer in [1, 2147483647]; got 0"),
-    (["--scale", "-1"], "--scale must be a finite number in (0, inf); got -1.0"),
-    (["--graph", "random", "--n-hidden", "-1"], "--n-hidden must be an integer in [0, 2147483647]"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--slots", "0"], "--slots must be an integer in [1, 2147483647]; got 0"),
+        (["--steps-per-call", "0"], "--steps-per-call must be an integer in [1, 2147483647]; got 0"),
+        (["--scale", "-1"], "--scale must be a finite number in (0, inf); got -1.0"),
+        (["--graph", "random", "--n-hidden", "-1"], "--n-hidden must be an integer in [0, 2147483647]"),
+    ],
+)
 def test_bad_flags_are_refused_before_the_folder_exists(tmp_path, capsys, argv, message):
     out = tmp_path / "run"
     assert main(["sweep", "--n-inits", "2", *argv, "--out", str(out), "--no-progress"]) == 2
@@ -367,8 +381,30 @@ def test_json_outputs_are_strict(tmp_path):
 def test_summary_json_is_strict_json(tmp_path):
     """Repro: summary.json held bare NaN (every trajectory failed: no final-loss median)."""
     out = tmp_path / "run"
-    assert main(["sweep", "--n-inits", "2", "--max-steps", "2", "--t1", "0.5", "--n-samples", "10", "--n-save",
-                 "11", "--slots", "2", "--no-progress", "--no-figures", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--n-inits",
+                "2",
+                "--max-steps",
+                "2",
+                "--t1",
+                "0.5",
+                "--n-samples",
+                "10",
+                "--n-save",
+                "11",
+                "--slots",
+                "2",
+                "--no-progress",
+                "--no-figures",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = (out / "summary.json").read_text()
 
     def refuse(name):
@@ -386,12 +422,15 @@ def test_check_names_the_step_budget(capsys):
     assert "step budget (--max-steps 10)" in verdict and "NOT" not in verdict
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe garbage", "is not a text file"),
-    (b"inputs: a\noutputs: b\n", "no edges; add one 'u v' line per edge"),
-    (b"inputs: a\noutputs: b z\na b\n", "outputs ['z'] appear in no edge"),
-    (None, "is a directory"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe garbage", "is not a text file"),
+        (b"inputs: a\noutputs: b\n", "no edges; add one 'u v' line per edge"),
+        (b"inputs: a\noutputs: b z\na b\n", "outputs ['z'] appear in no edge"),
+        (None, "is a directory"),
+    ],
+)
 def test_graph_file_errors(tmp_path, capsys, content, message):
     g = tmp_path / "g.txt"
     if content is None:
@@ -407,10 +446,12 @@ def test_graph_file_errors(tmp_path, capsys, content, message):
 
 
 def test_job_array_variables():
-    assert job_array_share({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "3",
-                            "SLURM_ARRAY_TASK_COUNT": "4"}) == (2, 4)
-    assert job_array_share({"SGE_TASK_ID": "5", "SGE_TASK_FIRST": "1", "SGE_TASK_LAST": "7",
-                            "SGE_TASK_STEPSIZE": "2"}) == (2, 4)
+    assert job_array_share(
+        {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_COUNT": "4"}
+    ) == (2, 4)
+    assert job_array_share(
+        {"SGE_TASK_ID": "5", "SGE_TASK_FIRST": "1", "SGE_TASK_LAST": "7", "SGE_TASK_STEPSIZE": "2"}
+    ) == (2, 4)
     assert job_array_share({"SGE_TASK_ID": "undefined"}) is None and job_array_share({}) is None
 
 

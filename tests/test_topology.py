@@ -35,8 +35,11 @@ def test_init_np_matches_library():
         th = np.asarray(init_edge_weights(g, jr.key(0), init))
         z = np.asarray(init_edge_weights(g, jr.key(0), "normal"))
         ratio = th / z
-        np.testing.assert_allclose(ratio, _init_np(g, init, np.random.default_rng(0)) /
-                                   _init_np(g, "normal", np.random.default_rng(0)), rtol=1e-12)
+        np.testing.assert_allclose(
+            ratio,
+            _init_np(g, init, np.random.default_rng(0)) / _init_np(g, "normal", np.random.default_rng(0)),
+            rtol=1e-12,
+        )
 
 
 def _adversarial_c(g, rng):
@@ -89,8 +92,13 @@ def _reference_lp(problems):
         scales.append(s)
         offs.append(off + k)
         off += B.shape[1]
-    res = linprog(np.concatenate(obj), A_eq=sp.block_diag(blocks, format="csr"),
-                  b_eq=np.concatenate(rhs), bounds=(0, None), method="highs")
+    res = linprog(
+        np.concatenate(obj),
+        A_eq=sp.block_diag(blocks, format="csr"),
+        b_eq=np.concatenate(rhs),
+        bounds=(0, None),
+        method="highs",
+    )
     assert res.status == 0
     return res.x[np.array(offs)] * np.array(scales)
 
@@ -113,9 +121,14 @@ def test_agreement_2000_random_dags():
         batch.clear()
 
     for i in range(2000):
-        g = ij.random_dag(int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 3)),
-                          float(rng.uniform(0.15, 0.7)), int(rng.integers(2**31)),
-                          bias=bool(rng.random() < 0.2))
+        g = ij.random_dag(
+            int(rng.integers(1, 4)),
+            int(rng.integers(1, 6)),
+            int(rng.integers(1, 3)),
+            float(rng.uniform(0.15, 0.7)),
+            int(rng.integers(2**31)),
+            bias=bool(rng.random() < 0.2),
+        )
         kind = i % 3
         if kind == 0:  # from an initialization
             c = _c_from_theta(g, _init_np(g, ("glorot", "kaiming", "normal")[i % 9 // 3], rng))
@@ -145,8 +158,9 @@ def test_lp_all_edges_and_brute_force_small():
     min-cut closure equals the brute-force enumeration of all subsets."""
     rng = np.random.default_rng(7)
     for i in range(150):
-        g = ij.random_dag(int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 3)),
-                          float(rng.uniform(0.2, 0.6)), i)
+        g = ij.random_dag(
+            int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 3)), float(rng.uniform(0.2, 0.6)), i
+        )
         c = _adversarial_c(g, rng) if i % 2 else rng.integers(-2, 3, size=len(g.hidden)).astype(float)
         r = connectivity(g, c, lp="all")
         assert r.lp_agrees

@@ -15,8 +15,7 @@ import invariant_jax as ij
 
 
 def _toy():
-    return ij.DAG.from_edges([("x0", "k"), ("x1", "k"), ("k", "y"), ("x0", "y")], inputs=["x0", "x1"],
-                             outputs=["y"])
+    return ij.DAG.from_edges([("x0", "k"), ("x1", "k"), ("k", "y"), ("x0", "y")], inputs=["x0", "x1"], outputs=["y"])
 
 
 def _net(g, d, act="relu"):
@@ -77,8 +76,9 @@ def test_component_of_toy_matches_orthant_brute_force(seed):
     rng = np.random.default_rng(seed)
     mag = np.abs(rng.normal(size=4)) + 0.1
     if seed % 2:  # make k's out-weight dominate: frozen
-        mag[g.edges.index(("k", "y"))] = 2.0 * np.linalg.norm(mag[[g.edges.index(("x0", "k")),
-                                                                    g.edges.index(("x1", "k"))]])
+        mag[g.edges.index(("k", "y"))] = 2.0 * np.linalg.norm(
+            mag[[g.edges.index(("x0", "k")), g.edges.index(("x1", "k"))]]
+        )
     B = g.incidence().astype(float)
     c = B @ mag**2
     comp = _orthant_components(B, c, 4)
@@ -96,7 +96,8 @@ def test_component_of_toy_matches_orthant_brute_force(seed):
 def test_component_of_batch_matches_connectivity():
     g = ij.example_dag()
     nets = ij.DAGNetwork(g, "relu", key=jr.key(0)).with_edge_weights(
-        np.asarray(jax.vmap(lambda k: ij.init_edge_weights(g, k, "glorot"))(jr.split(jr.key(1), 12))) * 1.0)
+        np.asarray(jax.vmap(lambda k: ij.init_edge_weights(g, k, "glorot"))(jr.split(jr.key(1), 12))) * 1.0
+    )
     th = np.array(nets.edge_weights())
     th[::3, g.edges.index(("k", "y0"))] *= 4.0  # some rows with k -> y0 frozen
     th[1::4, g.edges.index(("a0", "k"))] *= 5.0  # some with a0 -> k frozen
@@ -284,8 +285,12 @@ def test_zero_sum_groups_match_enumeration():
     tol = 1e-9
     got = set(zero_sum_groups(g, c, tol, limit=10_000))
     (comp,) = hidden_components(g)
-    want = {frozenset(g.hidden[i] for i in S) for r in range(1, 8) for S in itertools.combinations(comp, r)
-            if abs(sum(c[i] for i in S)) <= 7 * tol}
+    want = {
+        frozenset(g.hidden[i] for i in S)
+        for r in range(1, 8)
+        for S in itertools.combinations(comp, r)
+        if abs(sum(c[i] for i in S)) <= 7 * tol
+    }
     assert got == want and len(want) > 5
     assert zero_sum_groups(g, c, tol, limit=3) is None  # too many: the MILP decides
 
@@ -332,8 +337,15 @@ def test_component_labels_equal_the_sweep_store_column():
     th0[:, [g.edges.index((f"h1_{j}", "y0")) for j in range(3)]] *= 3.0  # many frozen rows
     c0 = th0**2 @ g.incidence().T
     n = len(th0)
-    rec = {"theta0": th0, "theta_final": th0, "c0": c0, "drift": np.zeros(n), "scale": np.ones(n),
-           "result": np.zeros(n, np.int32), "status": np.zeros(n, np.int64)}
+    rec = {
+        "theta0": th0,
+        "theta_final": th0,
+        "c0": c0,
+        "drift": np.zeros(n),
+        "scale": np.ones(n),
+        "result": np.zeros(n, np.int32),
+        "status": np.zeros(n, np.int64),
+    }
     col = trajectory_columns(g, rec, rtol=1e-6, atol=1e-6)["component"]
     labels = ij.component_of(g, th0, tol=1e-10 * np.abs(c0).sum(1)).labels
     assert list(col) == list(labels) and len(set(labels)) > 3

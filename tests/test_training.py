@@ -45,8 +45,13 @@ def test_l2_gradient_flow_decays_c_like_exp_minus_2_lambda_t(small, how):
 def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
     g, X, _, Yb, net = small
     lr, lam = 0.1, 0.01
-    res = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l2", strength=lam),
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=6, log_every=3))
+    res = ij.fit(
+        net,
+        X,
+        Yb,
+        loss=ij.Objective("bce", regularizer="l2", strength=lam),
+        options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=6, log_every=3),
+    )
     L = ij.edge_loss_fn(net, X, Yb, "bce")
     grad = jax.jit(jax.grad(L))
     theta = net.edge_weights()
@@ -62,8 +67,13 @@ def test_full_batch_sgd_matches_hand_written_gradient_descent(small):
 def test_minibatch_epoch_matches_hand_written_permutation(small):
     g, X, _, Yb, net = small
     lr, bs, key = 0.05, 10, jr.key(7)
-    res = ij.fit(net, X, Yb, key=key,
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=2, batch_size=bs, log_every=1))
+    res = ij.fit(
+        net,
+        X,
+        Yb,
+        key=key,
+        options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=2, batch_size=bs, log_every=1),
+    )
     theta, k = net.edge_weights(), key
     grad = jax.jit(lambda th, Xb, Yb: jax.grad(ij.edge_loss_fn(net, Xb, Yb, "bce"))(th))
     for _ in range(2):
@@ -81,8 +91,9 @@ def test_sgd_step_changes_c_by_exactly_lr_squared_B_g_squared(small):
     res = ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1))
     grad = jax.grad(ij.edge_loss_fn(net, X, Yb, "bce"))(net.edge_weights())
     B = g.incidence()
-    np.testing.assert_allclose(res.log.conserved[1] - res.log.conserved[0], lr**2 * B @ np.asarray(grad) ** 2,
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        res.log.conserved[1] - res.log.conserved[0], lr**2 * B @ np.asarray(grad) ** 2, atol=1e-15
+    )
 
 
 def test_adam_drifts_c_at_first_order_and_the_log_shows_it(small):
@@ -108,12 +119,23 @@ def test_proximal_steps_match_their_formulas(small):
     L = ij.edge_loss_fn(net, X, Yb, "bce")
     theta = net.edge_weights()
     step = np.asarray(theta - lr * jax.grad(L)(theta))
-    l1 = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l1", strength=lam),
-                options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True))
-    np.testing.assert_allclose(l1.network.edge_weights(),
-                               np.sign(step) * np.maximum(np.abs(step) - lr * lam, 0), atol=1e-14)
-    nuc = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True))
+    l1 = ij.fit(
+        net,
+        X,
+        Yb,
+        loss=ij.Objective("bce", regularizer="l1", strength=lam),
+        options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True),
+    )
+    np.testing.assert_allclose(
+        l1.network.edge_weights(), np.sign(step) * np.maximum(np.abs(step) - lr * lam, 0), atol=1e-14
+    )
+    nuc = ij.fit(
+        net,
+        X,
+        Yb,
+        loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
+        options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True),
+    )
     expected = step.copy()
     for v in g.hidden:
         ks = list(g.in_edges(v)) + list(g.out_edges(v))
@@ -140,10 +162,16 @@ def test_adam_proximal_step_is_taken_in_adams_metric(small):
     step = np.asarray(theta + upd)
     v_hat = np.asarray(st[0].nu) / (1 - 0.999)
     thr = lr * lam / (np.sqrt(v_hat) + 1e-8)
-    res = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l1", strength=lam),
-                 options=ij.TrainOptions(optimizer="adam", learning_rate=lr, epochs=1, log_every=1, proximal=True))
-    np.testing.assert_allclose(res.network.edge_weights(), np.sign(step) * np.maximum(np.abs(step) - thr, 0),
-                               atol=1e-14)
+    res = ij.fit(
+        net,
+        X,
+        Yb,
+        loss=ij.Objective("bce", regularizer="l1", strength=lam),
+        options=ij.TrainOptions(optimizer="adam", learning_rate=lr, epochs=1, log_every=1, proximal=True),
+    )
+    np.testing.assert_allclose(
+        res.network.edge_weights(), np.sign(step) * np.maximum(np.abs(step) - thr, 0), atol=1e-14
+    )
     assert np.sum(np.asarray(res.network.edge_weights()) == 0) > 0
 
 
@@ -168,8 +196,14 @@ def test_nuclear_disconnects_more_neurons_than_unregularized():
     train = ij.TrainOptions(optimizer="sgd", learning_rate=0.2, epochs=200, log_every=200)
     kw = dict(X_test=d.X_test, Y_test=d.Y_test)
     none = ij.fit(nets, d.X_train, d.Y_train, options=train, **kw)
-    nuc = ij.fit(nets, d.X_train, d.Y_train, loss=ij.Objective("bce", regularizer="nuclear", strength=0.02),
-                 options=dataclasses.replace(train, proximal=True), **kw)
+    nuc = ij.fit(
+        nets,
+        d.X_train,
+        d.Y_train,
+        loss=ij.Objective("bce", regularizer="nuclear", strength=0.02),
+        options=dataclasses.replace(train, proximal=True),
+        **kw,
+    )
     assert np.all(np.asarray(none.log.n_cut_off[:, -1]) == 0)
     assert np.all(np.asarray(nuc.log.n_cut_off[:, -1]) >= 4)
     # rank J_G = H - (cut-off groups), and each cut-off neuron is its own group here
@@ -195,10 +229,12 @@ def test_train_result_carries_result_and_success(small):
     it (and the deprecated `finite`, with a warning). A step that diverges is
     `training_diverged`, element-wise on a batch."""
     g, X, Y, _, net = small
-    ok = ij.fit(net, X, Y, loss="mse",
-                options=ij.TrainOptions(optimizer="sgd", learning_rate=0.01, epochs=3, log_every=3))
-    bad = ij.fit(net, X, Y, loss="mse",
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=1e6, epochs=9, log_every=3))
+    ok = ij.fit(
+        net, X, Y, loss="mse", options=ij.TrainOptions(optimizer="sgd", learning_rate=0.01, epochs=3, log_every=3)
+    )
+    bad = ij.fit(
+        net, X, Y, loss="mse", options=ij.TrainOptions(optimizer="sgd", learning_rate=1e6, epochs=9, log_every=3)
+    )
     assert not np.all(np.isfinite(np.asarray(bad.network.edge_weights())))  # it did diverge
     assert "result" in {f.name for f in dataclasses.fields(ok)}
     assert ij.result_name(ok.result) == "successful" and bool(ok.success)
@@ -211,19 +247,22 @@ def test_train_result_carries_result_and_success(small):
         np.testing.assert_array_equal(batch.finite, [True, False])
 
 
-@pytest.mark.parametrize("kw,error,match", [
-    (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number; got 0.0"),
-    (dict(learning_rate="fast"), TypeError, "learning_rate must be a real number"),
-    (dict(optimizer="adamax"), ValueError, r"Unknown optimizer 'adamax'; choose one of"),
-    (dict(epochs=0), ValueError, "epochs must be a positive integer; got 0"),
-    (dict(epochs=2.5), TypeError, "epochs must be a positive integer; got 2.5"),
-    (dict(log_every=0), ValueError, "log_every must be a positive integer; got 0"),
-    (dict(epochs=15, log_every=10), ValueError, r"epochs \(15\) must be a multiple of log_every \(10\)"),
-    (dict(batch_size=0), ValueError, "batch_size must be a positive integer; got 0"),
-    (dict(proximal="yes"), TypeError, "proximal must be True or False"),
-    (dict(working_tol=-1.0), ValueError, r"working_tol must be a finite number >= 0 \(or None\); got -1.0"),
-    (dict(tol=float("nan")), ValueError, "tol must be a finite number >= 0; got nan"),
-])
+@pytest.mark.parametrize(
+    "kw,error,match",
+    [
+        (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number; got 0.0"),
+        (dict(learning_rate="fast"), TypeError, "learning_rate must be a real number"),
+        (dict(optimizer="adamax"), ValueError, r"Unknown optimizer 'adamax'; choose one of"),
+        (dict(epochs=0), ValueError, "epochs must be a positive integer; got 0"),
+        (dict(epochs=2.5), TypeError, "epochs must be a positive integer; got 2.5"),
+        (dict(log_every=0), ValueError, "log_every must be a positive integer; got 0"),
+        (dict(epochs=15, log_every=10), ValueError, r"epochs \(15\) must be a multiple of log_every \(10\)"),
+        (dict(batch_size=0), ValueError, "batch_size must be a positive integer; got 0"),
+        (dict(proximal="yes"), TypeError, "proximal must be True or False"),
+        (dict(working_tol=-1.0), ValueError, r"working_tol must be a finite number >= 0 \(or None\); got -1.0"),
+        (dict(tol=float("nan")), ValueError, "tol must be a finite number >= 0; got nan"),
+    ],
+)
 def test_train_options_refuse_bad_values_by_name(kw, error, match):
     with pytest.raises(error, match=match):
         ij.TrainOptions(**kw)
@@ -246,14 +285,40 @@ def test_fit_refuses_what_the_objective_and_options_do_not_allow_together(small)
 def test_old_fit_keywords_warn_and_train_identically(small):
     g, X, _, Yb, net = small
     with pytest.warns(DeprecationWarning) as rec:
-        old = ij.fit(net, X, Yb, optimizer="sgd", learning_rate=0.1, epochs=4, log_every=2, batch_size=8,
-                     regularizer="l1", strength=0.05, proximal=True, tol=0.0, working_tol=0.0)
+        old = ij.fit(
+            net,
+            X,
+            Yb,
+            optimizer="sgd",
+            learning_rate=0.1,
+            epochs=4,
+            log_every=2,
+            batch_size=8,
+            regularizer="l1",
+            strength=0.05,
+            proximal=True,
+            tol=0.0,
+            working_tol=0.0,
+        )
     said = " ".join(str(w.message) for w in rec)
     assert "fit(learning_rate=...) is deprecated; pass options=ij.TrainOptions(learning_rate=...) instead" in said
     assert "fit(strength=...) is deprecated; pass loss=ij.Objective(loss, strength=...) instead" in said
-    new = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="l1", strength=0.05),
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=0.1, epochs=4, log_every=2, batch_size=8,
-                                         proximal=True, tol=0.0, working_tol=0.0))
+    new = ij.fit(
+        net,
+        X,
+        Yb,
+        loss=ij.Objective("bce", regularizer="l1", strength=0.05),
+        options=ij.TrainOptions(
+            optimizer="sgd",
+            learning_rate=0.1,
+            epochs=4,
+            log_every=2,
+            batch_size=8,
+            proximal=True,
+            tol=0.0,
+            working_tol=0.0,
+        ),
+    )
     for a, b in zip(jax.tree.leaves((old.network, old.log)), jax.tree.leaves((new.network, new.log)), strict=True):
         np.testing.assert_array_equal(a, b)
     # the old spelling of "no regularizer" (its strength had no effect) still trains as before
@@ -262,6 +327,7 @@ def test_old_fit_keywords_warn_and_train_identically(small):
     plain = ij.fit(net, X, Yb, options=ij.TrainOptions(epochs=2, log_every=1))
     np.testing.assert_array_equal(none.network.edge_weights(), plain.network.edge_weights())
     assert none.regularizer == "none"
+
 
 def test_bad_training_input(small):
     g, X, _, Yb, net = small
@@ -280,11 +346,21 @@ def test_bad_training_input(small):
     with pytest.raises(ValueError, match="strength must be a finite number >= 0"):
         ij.gradient_flow(net, X, Yb, 1.0, loss=ij.Objective(regularizer="l2", strength=-1.0))
     with pytest.raises(ValueError, match="proximal=True needs regularizer 'l1', 'l2', 'nuclear' or 'group_lasso'"):
-        ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer=lambda n: ij.l1(n), strength=0.1),
-               options=ij.TrainOptions(proximal=True))
+        ij.fit(
+            net,
+            X,
+            Yb,
+            loss=ij.Objective("bce", regularizer=lambda n: ij.l1(n), strength=0.1),
+            options=ij.TrainOptions(proximal=True),
+        )
     with pytest.raises(ValueError, match="working_tol must be a finite number >= 0"):
-        ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=0.1),
-               options=ij.TrainOptions(proximal=True, working_tol=-1.0))
+        ij.fit(
+            net,
+            X,
+            Yb,
+            loss=ij.Objective("bce", regularizer="nuclear", strength=0.1),
+            options=ij.TrainOptions(proximal=True, working_tol=-1.0),
+        )
     with pytest.raises(ValueError, match="tol must be a finite number >= 0; got -1.0"):
         ij.cut_off_mask(net, -1.0)
     with pytest.raises(ValueError, match="tol must be a finite number >= 0; got -1.0"):
@@ -294,8 +370,11 @@ def test_bad_training_input(small):
 def test_one_optimizer_name_per_optimizer(small):
     g, X, _, Yb, net = small
     assert sorted(ij.OPTIMIZERS) == ["adam", "momentum", "sgd"]  # no aliases
-    with pytest.raises(ValueError, match=r"Unknown optimizer 'gd' \(plain gradient descent is 'sgd'\); "
-                                         r"choose one of \['adam', 'momentum', 'sgd'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown optimizer 'gd' \(plain gradient descent is 'sgd'\); "
+        r"choose one of \['adam', 'momentum', 'sgd'\]",
+    ):
         ij.fit(net, X, Yb, options=ij.TrainOptions(optimizer="gd"))
 
 
@@ -312,8 +391,9 @@ def test_fit_tol_is_the_zero_threshold_of_cut_off_mask(small):
     net = net.with_edge_weights(theta)
     counts = {}
     for tol in (0.0, 1e-6):
-        res = ij.fit(net, X, Yb,
-                     options=ij.TrainOptions(optimizer="sgd", learning_rate=1e-3, epochs=1, log_every=1, tol=tol))
+        res = ij.fit(
+            net, X, Yb, options=ij.TrainOptions(optimizer="sgd", learning_rate=1e-3, epochs=1, log_every=1, tol=tol)
+        )
         assert res.tol == tol
         counts[tol] = int(res.log.n_cut_off[0])
         assert counts[tol] == int(np.sum(ij.cut_off_mask(net, tol)))
@@ -352,14 +432,21 @@ def test_working_set_step_matches_its_formula():
     P[i, i] = 1.0
     B = g.incidence()
     smooth = jax.jit(jax.grad(lambda t: ij.matrix_nuclear_norm(2 * (B - P @ B) * t)))(jnp.asarray(theta))  # SVD
-    step = theta - lr * (np.asarray(jax.jit(jax.grad(ij.edge_loss_fn(net, X, Yb, "bce")))(theta))
-                         + lam * np.asarray(smooth))
+    step = theta - lr * (
+        np.asarray(jax.jit(jax.grad(ij.edge_loss_fn(net, X, Yb, "bce")))(theta)) + lam * np.asarray(smooth)
+    )
     expected = step.copy()
     nrm = np.linalg.norm(step[boundary])
     expected[boundary] *= max(0.0, 1 - 2 * lr * lam / np.sqrt(len(W)) / nrm)
-    res = ij.fit(net, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
-                 options=ij.TrainOptions(optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True,
-                                         working_tol=tol))
+    res = ij.fit(
+        net,
+        X,
+        Yb,
+        loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
+        options=ij.TrainOptions(
+            optimizer="sgd", learning_rate=lr, epochs=1, log_every=1, proximal=True, working_tol=tol
+        ),
+    )
     np.testing.assert_allclose(res.network.edge_weights(), expected, atol=1e-13)
     assert np.all(np.asarray(res.network.edge_weights())[boundary] == 0.0)  # exact zeros in one step
     assert res.log.rank[-1] == len(g.hidden) - 1 and res.log.n_cut_off[-1] == 1
@@ -368,15 +455,34 @@ def test_working_set_step_matches_its_formula():
 def _train_deep(optimizer, lr, batch_size, lam):
     g, X, Yb = _deep_problem()
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, key=k))(jr.split(jr.key(0), 2))
-    return g, X, ij.fit(nets, X, Yb, loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
-                        options=ij.TrainOptions(optimizer=optimizer, learning_rate=lr, epochs=150,
-                                                batch_size=batch_size, log_every=150, proximal=True, tol=0.0))
+    return (
+        g,
+        X,
+        ij.fit(
+            nets,
+            X,
+            Yb,
+            loss=ij.Objective("bce", regularizer="nuclear", strength=lam),
+            options=ij.TrainOptions(
+                optimizer=optimizer,
+                learning_rate=lr,
+                epochs=150,
+                batch_size=batch_size,
+                log_every=150,
+                proximal=True,
+                tol=0.0,
+            ),
+        ),
+    )
 
 
-@pytest.mark.parametrize("optimizer,lr,batch_size,lam", [
-    ("sgd", 0.2, None, 0.05),
-    pytest.param("adam", 0.02, 8, 0.02, marks=pytest.mark.slow),  # minibatch Adam, proximal step in Adam's metric
-])
+@pytest.mark.parametrize(
+    "optimizer,lr,batch_size,lam",
+    [
+        ("sgd", 0.2, None, 0.05),
+        pytest.param("adam", 0.02, 8, 0.02, marks=pytest.mark.slow),  # minibatch Adam, proximal step in Adam's metric
+    ],
+)
 def test_working_set_reaches_a_true_singular_point_that_prunes_losslessly(optimizer, lr, batch_size, lam):
     g, X, res = _train_deep(optimizer, lr, batch_size, lam)
     H = len(g.hidden)

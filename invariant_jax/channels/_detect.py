@@ -82,11 +82,17 @@ class ChannelReport(eqx.Module):
 
     def table(self) -> str:
         head = f"{'pair':>14} {'class':>10} {'cos dist':>9} {'eps':>9} {'|c|':>9} {'|a|':>9} {'late':>6}"
-        lines = [f"||theta|| = {self.param_norm:.3e}, weightnorm = {self.weightnorm:.3e} (channel: >= "
-                 f"{self.thresholds['maxnorm']:g})", head, "-" * len(head)]
+        lines = [
+            f"||theta|| = {self.param_norm:.3e}, weightnorm = {self.weightnorm:.3e} (channel: >= "
+            f"{self.thresholds['maxnorm']:g})",
+            head,
+            "-" * len(head),
+        ]
         for p, cd, lf in zip(self.pairs, self.cosine_distances, self.late_fractions):
-            lines.append(f"{str(p.nodes):>14} {p.classification:>10} {cd:>9.1e} {float(p.eps):>9.2e} "
-                         f"{float(np.linalg.norm(p.c)):>9.3f} {float(np.linalg.norm(p.a)):>9.3f} {lf:>6.2f}")
+            lines.append(
+                f"{str(p.nodes):>14} {p.classification:>10} {cd:>9.1e} {float(p.eps):>9.2e} "
+                f"{float(np.linalg.norm(p.c)):>9.3f} {float(np.linalg.norm(p.a)):>9.3f} {lf:>6.2f}"
+            )
         return "\n".join(lines)
 
 
@@ -161,7 +167,9 @@ def detect_channels(
     for name, v in (("maxnorm", maxnorm), ("pair_tol", pair_tol), ("group_tol", group_tol)):
         check_positive(name, v)
     if not 0 < late_fraction <= 1 or not 0 < late_window < 1:
-        raise ValueError(f"Need 0 < late_fraction <= 1 and 0 < late_window < 1; got {late_fraction!r}, {late_window!r}.")
+        raise ValueError(
+            f"Need 0 < late_fraction <= 1 and 0 < late_window < 1; got {late_fraction!r}, {late_window!r}."
+        )
     net, update, earlier = _end_state(net_or_flow, X, Y, loss=loss, late_window=late_window)
     theta = np.asarray(net.edge_weights())
     norm = float(np.linalg.norm(theta))
@@ -173,8 +181,10 @@ def detect_channels(
     close_pairs, groups = _close_pairs(net, info, pair_tol=pair_tol, group_tol=group_tol)
     W_early = None if earlier is None else np.asarray(net.with_edge_weights(earlier).weights)
     pairs, cds, opp, div, tangents = _pair_criteria(net, info, close_pairs, W_early, np.sqrt(norm_threshold))
-    lfs = [np.nan if update is None or not np.any(update) else float(np.dot(update, t) ** 2 / np.dot(update, update))
-           for t in tangents]
+    lfs = [
+        np.nan if update is None or not np.any(update) else float(np.dot(update, t) ** 2 / np.dot(update, update))
+        for t in tangents
+    ]
     out = _classified(pairs, div, lfs, update, late_fraction=late_fraction, far=norm > norm_threshold)
     return ChannelReport(
         pairs=tuple(out),
@@ -186,8 +196,13 @@ def detect_channels(
         param_norm=norm,
         weightnorm=float(weightnorm(theta)),
         in_channel=any(p.classification is PairClass.channel for p in out),
-        thresholds=dict(maxnorm=maxnorm, pair_tol=pair_tol, group_tol=group_tol,
-                        late_fraction=late_fraction, late_window=late_window),
+        thresholds=dict(
+            maxnorm=maxnorm,
+            pair_tol=pair_tol,
+            group_tol=group_tol,
+            late_fraction=late_fraction,
+            late_window=late_window,
+        ),
     )
 
 
@@ -223,8 +238,9 @@ def _end_state(net_or_flow, X, Y, *, loss, late_window):
     if isinstance(net_or_flow, Flow):
         flow = net_or_flow
         if flow.thetas.ndim != 2:
-            raise ValueError("detect_channels takes one trajectory; index a batched Flow first "
-                             "(jax.tree.map(lambda x: x[k], flow)).")
+            raise ValueError(
+                "detect_channels takes one trajectory; index a batched Flow first (jax.tree.map(lambda x: x[k], flow))."
+            )
         thetas = np.asarray(flow.thetas)
         ok = np.flatnonzero(np.isfinite(np.asarray(flow.ts)) & np.all(np.isfinite(thetas), axis=1))
         if ok.size < 2:
@@ -288,6 +304,8 @@ def _classified(pairs, div, lfs, update, *, late_fraction, far) -> list[ChannelP
 
 
 def _with_class(p: ChannelPair, cls: PairClass) -> ChannelPair:
-    fields = {f: getattr(p, f) for f in ("w", "eps", "Delta", "c", "a", "i", "j", "graph", "activation",
-                                         "predecessors", "successors")}
+    fields = {
+        f: getattr(p, f)
+        for f in ("w", "eps", "Delta", "c", "a", "i", "j", "graph", "activation", "predecessors", "successors")
+    }
     return ChannelPair(**fields, classification=cls)

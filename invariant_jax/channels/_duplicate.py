@@ -44,8 +44,9 @@ def _duplicate_graph(g: DAG, i: int):
     edges = list(g.edges)
     edges += [(u, new) for u in g.predecessors(v)] + [(new, s) for s in g.successors(v)]
     hidden = list(g.hidden) + [new]
-    g2 = DAG.from_edges(edges, inputs=list(g.inputs), outputs=list(g.outputs),
-                        constants=list(g.constants), hidden=hidden)
+    g2 = DAG.from_edges(
+        edges, inputs=list(g.inputs), outputs=list(g.outputs), constants=list(g.constants), hidden=hidden
+    )
     # where each new edge takes its weight from, and which ones scale by gamma / 1 - gamma
     old = {e: k for k, e in enumerate(g.edges)}
     src = np.array([old[e] if e in old else old[(v, e[1]) if e[0] == new else (e[0], v)] for e in g2.edges])
@@ -59,8 +60,11 @@ def _check_gamma(gamma):
         gf = float(gamma)
     except (TypeError, ValueError):
         raise TypeError(f"gamma must be a real number; got {gamma!r}.") from None
-    check_finite(np.asarray(gf), f"gamma must be finite; got {gamma!r}. The copies get output weights gamma a and "
-                 "(1 - gamma) a, so any finite real gamma gives a point on the saddle line.")
+    check_finite(
+        np.asarray(gf),
+        f"gamma must be finite; got {gamma!r}. The copies get output weights gamma a and "
+        "(1 - gamma) a, so any finite real gamma gives a point on the saddle line.",
+    )
 
 
 def duplicate_neuron(net: DAGNetwork, i, gamma: Float[ArrayLike, ""]) -> DAGNetwork:
@@ -142,8 +146,15 @@ def saddle_line(net: DAGNetwork, i, X, Y, gammas: ArrayLike, *, loss="mse", tol:
         return L, jnp.linalg.norm(gr), jnp.linalg.eigvalsh(hessian(n2, X, Y, loss=loss))
 
     Ls, gn, ev = jax.vmap(at)(gammas)
-    return SaddleLine(gammas=gammas, losses=Ls, grad_norms=gn, eigenvalues=ev,
-                      min_eigenvalue=ev[:, 0], is_saddle=ev[:, 0] < -tol, tol=float(tol))
+    return SaddleLine(
+        gammas=gammas,
+        losses=Ls,
+        grad_norms=gn,
+        eigenvalues=ev,
+        min_eigenvalue=ev[:, 0],
+        is_saddle=ev[:, 0] < -tol,
+        tol=float(tol),
+    )
 
 
 class Escape(eqx.Module):
@@ -183,12 +194,19 @@ def escape_saddle(net: DAGNetwork, X, Y, *, size: float = 1e-3, t1: float = 1e3,
     d = vecs[:, 0]
     start = net.with_edge_weights(net.edge_weights() + size * d)
     flow = gradient_flow(start, X, Y, t1, loss=loss, **flow_kwargs)
-    return Escape(min_eigenvalue=ev[0], direction=d, start=start, flow=flow,
-                  loss_saddle=edge_loss_fn(net, X, Y, loss)(net.edge_weights()), loss_final=flow.loss_final)
+    return Escape(
+        min_eigenvalue=ev[0],
+        direction=d,
+        start=start,
+        flow=flow,
+        loss_saddle=edge_loss_fn(net, X, Y, loss)(net.edge_weights()),
+        loss_final=flow.loss_final,
+    )
 
 
-def refine_critical_point(net: DAGNetwork, X, Y, *, loss="mse", max_iter: int = 50, tol: float = 1e-13,
-                          rcond: float = 1e-10) -> DAGNetwork:
+def refine_critical_point(
+    net: DAGNetwork, X, Y, *, loss="mse", max_iter: int = 50, tol: float = 1e-13, rcond: float = 1e-10
+) -> DAGNetwork:
     """Newton's method on `grad L = 0` with a pseudo-inverse Hessian (eigenvalues below
     `rcond * max|eigenvalue|` are dropped, so symmetry directions are left alone). Start
     it near a critical point, e.g. at the end of a gradient flow.

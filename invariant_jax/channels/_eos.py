@@ -44,8 +44,9 @@ class ChannelGDTrace(eqx.Module):
 
     @property
     def result(self) -> RESULTS:
-        ok = np.all(np.isfinite(np.asarray(self.loss)), axis=-1) & np.all(np.isfinite(np.asarray(self.theta_final)),
-                                                                            axis=-1)
+        ok = np.all(np.isfinite(np.asarray(self.loss)), axis=-1) & np.all(
+            np.isfinite(np.asarray(self.theta_final)), axis=-1
+        )
         return result_where(ok, RESULTS.successful, RESULTS.training_diverged)
 
     @property
@@ -53,8 +54,9 @@ class ChannelGDTrace(eqx.Module):
         return np.asarray(is_success(self.result))
 
 
-def gd_channel_trace(net: DAGNetwork, pair, X, Y, lrs, *, n_steps: int, record_every: int = 100,
-                     loss="mse") -> ChannelGDTrace:
+def gd_channel_trace(
+    net: DAGNetwork, pair, X, Y, lrs, *, n_steps: int, record_every: int = 100, loss="mse"
+) -> ChannelGDTrace:
     """Full-batch GD `theta <- theta - lr grad L` from `net` for every `lr` in `lrs`
     (vmapped), recording loss, the channel pair's `eps = ||w_i - w_j|| / 2`, the top
     Hessian eigenvalue (`jnp.linalg.eigvalsh` of the exact Hessian) and `||grad L||`

@@ -27,8 +27,10 @@ def pair_trajectory(flow: Flow, pair) -> dict:
     if not isinstance(flow, Flow):
         raise TypeError(f"channel_figure needs a Flow from ij.gradient_flow; got {type(flow).__name__}.")
     if np.ndim(flow.ts) != 1:
-        raise ValueError(f"channel_figure draws one flow; this one is a batch of shape {np.shape(flow.ts)[:-1]}: "
-                         "pick one with jax.tree.map(lambda x: x[k], flow) or run gradient_flow on one network.")
+        raise ValueError(
+            f"channel_figure draws one flow; this one is a batch of shape {np.shape(flow.ts)[:-1]}: "
+            "pick one with jax.tree.map(lambda x: x[k], flow) or run gradient_flow on one network."
+        )
     g = flow.network.graph
     i, j = (pair.i, pair.j) if isinstance(pair, ChannelPair) else pair
     i, j = hidden_position(g, i), hidden_position(g, j)
@@ -36,8 +38,9 @@ def pair_trajectory(flow: Flow, pair) -> dict:
     thetas = np.asarray(flow.thetas)
     keep = np.isfinite(ts) & (ts > 0) & np.all(np.isfinite(thetas), axis=1)
     if not keep.any():
-        raise ValueError("The flow has no finite saved state at t > 0 to draw; save more times "
-                         "(saveat=ij.SaveTimes(spacing='log')).")
+        raise ValueError(
+            "The flow has no finite saved state at t > 0 to draw; save more times (saveat=ij.SaveTimes(spacing='log'))."
+        )
     net = flow.network
 
     def coords(theta):
@@ -45,9 +48,15 @@ def pair_trajectory(flow: Flow, pair) -> dict:
         return p.eps, p.c, p.a
 
     eps, c, a = jax.vmap(coords)(thetas[keep])
-    return dict(ts=ts[keep], eps=np.asarray(eps), c=np.asarray(c), a=np.asarray(a),
-                loss=np.asarray(flow.losses)[keep], nodes=(g.hidden[i], g.hidden[j]),
-                successors=channel_coordinates(net, i, j).successors)
+    return dict(
+        ts=ts[keep],
+        eps=np.asarray(eps),
+        c=np.asarray(c),
+        a=np.asarray(a),
+        loss=np.asarray(flow.losses)[keep],
+        nodes=(g.hidden[i], g.hidden[j]),
+        successors=channel_coordinates(net, i, j).successors,
+    )
 
 
 def channel_title(flow: Flow, nodes) -> str:
@@ -55,8 +64,10 @@ def channel_title(flow: Flow, nodes) -> str:
     time and the tolerances."""
     g = flow.network.graph
     acts = "/".join(a.name for a in flow.network.activations)
-    return (f"pair {nodes[0]}, {nodes[1]} | {len(g.hidden)} hidden, {len(g.edges)} edges | {acts} | "
-            f"t_final={float(flow.t_final):.3g} | rtol={flow.rtol:g}, atol={flow.atol:g}")
+    return (
+        f"pair {nodes[0]}, {nodes[1]} | {len(g.hidden)} hidden, {len(g.edges)} edges | {acts} | "
+        f"t_final={float(flow.t_final):.3g} | rtol={flow.rtol:g}, atol={flow.atol:g}"
+    )
 
 
 def channel_figure(flow: Flow, pair, *, title: str | None = None):

@@ -102,20 +102,33 @@ class FrequencyStudy(eqx.Module):
         return (self.channel | self.candidate).mean(axis=-1)
 
     def table(self) -> str:
-        head = f"{'activation':>10} {'s':>6} {'width':>5} {'channel':>8} {'+cand.':>7} {'median loss':>12} {'max norm':>9}"
+        head = (
+            f"{'activation':>10} {'s':>6} {'width':>5} {'channel':>8} {'+cand.':>7} {'median loss':>12} {'max norm':>9}"
+        )
         rows = [head, "-" * len(head)]
-        for (a, act), (k, s), (m, w) in itertools.product(*(enumerate(v) for v in (self.activations, self.roughness, self.widths))):
-            rows.append(f"{act:>10} {s:>6g} {w:>5d} {self.channel_fraction[a, k, m]:>8.2f} "
-                        f"{self.candidate_fraction[a, k, m]:>7.2f} {np.median(self.loss_final[a, k, m]):>12.3e} "
-                        f"{np.max(self.param_norm[a, k, m]):>9.2e}")
+        for (a, act), (k, s), (m, w) in itertools.product(
+            *(enumerate(v) for v in (self.activations, self.roughness, self.widths))
+        ):
+            rows.append(
+                f"{act:>10} {s:>6g} {w:>5d} {self.channel_fraction[a, k, m]:>8.2f} "
+                f"{self.candidate_fraction[a, k, m]:>7.2f} {np.median(self.loss_final[a, k, m]):>12.3e} "
+                f"{np.max(self.param_norm[a, k, m]):>9.2e}"
+            )
         return "\n".join(rows)
 
     def to_dict(self) -> dict:
-        return dict(activations=list(self.activations), roughness=list(self.roughness), widths=list(self.widths),
-                    channel_fraction=self.channel_fraction.tolist(), candidate_fraction=self.candidate_fraction.tolist(),
-                    loss_final=self.loss_final.tolist(), param_norm=self.param_norm.tolist(),
-                    status=self.status.tolist(), result=np.asarray(result_name(self.result)).tolist(),
-                    settings=self.settings)
+        return dict(
+            activations=list(self.activations),
+            roughness=list(self.roughness),
+            widths=list(self.widths),
+            channel_fraction=self.channel_fraction.tolist(),
+            candidate_fraction=self.candidate_fraction.tolist(),
+            loss_final=self.loss_final.tolist(),
+            param_norm=self.param_norm.tolist(),
+            status=self.status.tolist(),
+            result=np.asarray(result_name(self.result)).tolist(),
+            settings=self.settings,
+        )
 
 
 _IMPLICIT = ("kvaerno3", "kvaerno4", "kvaerno5")
@@ -144,8 +157,10 @@ def _vmapped_flows(nets, X, Y, t1, solver: SolverOptions) -> _Batch:
 FREQUENCY_SOLVER = SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7, max_steps=20_000)
 """`channel_frequency`'s default solver: Kvaerno5 (channels are stiff) at tight tolerances."""
 
-_GRID_KEYWORDS = {k: f"pass grid=ij.channels.FrequencyGrid({k}=...) instead" for k in
-                  ("activations", "roughness", "widths", "n_inits", "n_samples", "dim", "bias", "seed", "data_seed")}
+_GRID_KEYWORDS = {
+    k: f"pass grid=ij.channels.FrequencyGrid({k}=...) instead"
+    for k in ("activations", "roughness", "widths", "n_inits", "n_samples", "dim", "bias", "seed", "data_seed")
+}
 _SOLVER_KEYWORDS = {k: f"pass solver=ij.SolverOptions(name, {k}=...) instead" for k in ("rtol", "atol", "max_steps")}
 
 
@@ -162,8 +177,10 @@ def _frequency_options(grid, solver, deprecated: dict) -> tuple[FrequencyGrid, S
             raise ValueError(f"Pass {', '.join(sorted(thin))} inside SolverOptions(...), not as keywords as well.")
     else:
         base = FREQUENCY_SOLVER
-        solver = SolverOptions(base.solver if solver is None else solver, **{
-            k: thin.get(k, getattr(base, k)) for k in ("rtol", "atol", "max_steps")})
+        solver = SolverOptions(
+            base.solver if solver is None else solver,
+            **{k: thin.get(k, getattr(base, k)) for k in ("rtol", "atol", "max_steps")},
+        )
     return grid, solver
 
 
@@ -214,11 +231,22 @@ def channel_frequency(
     if engine == "auto":  # implicit solvers are not sharded by the sweep engine: vmap them on >1 device
         implicit = isinstance(solver.solver, str) and solver.solver.lower() in _IMPLICIT
         engine = "vmap" if (implicit and jax.device_count() > 1) else "sweep"
-    out = {k: np.zeros(grid.shape, dt) for k, dt in (("channel", bool), ("candidate", bool), ("loss_final", float),
-                                                      ("param_norm", float), ("t_final", float), ("status", int),
-                                                      ("result", np.int32))}
-    data = {s: gp_data(grid.n_samples, grid.dim, roughness=float(s), key=jr.fold_in(jr.key(grid.data_seed), k))
-            for k, s in enumerate(grid.roughness)}
+    out = {
+        k: np.zeros(grid.shape, dt)
+        for k, dt in (
+            ("channel", bool),
+            ("candidate", bool),
+            ("loss_final", float),
+            ("param_norm", float),
+            ("t_final", float),
+            ("status", int),
+            ("result", np.int32),
+        )
+    }
+    data = {
+        s: gp_data(grid.n_samples, grid.dim, roughness=float(s), key=jr.fold_in(jr.key(grid.data_seed), k))
+        for k, s in enumerate(grid.roughness)
+    }
     cells = list(itertools.product(*(enumerate(v) for v in (grid.activations, grid.roughness, grid.widths))))
     for (a, act), (k, s), (m, w) in tqdm(cells, desc="channel frequency", disable=not progress):
         X, Y = data[s]
@@ -227,7 +255,9 @@ def channel_frequency(
         nets = eqx.filter_vmap(lambda key: DAGNetwork(g, act, key=key, init="glorot"))(keys)
         res: SweepResult | _Batch
         if engine == "sweep":
-            res = sweep_flows(nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), batch=BatchOptions(slots=slots))
+            res = sweep_flows(
+                nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), batch=BatchOptions(slots=slots)
+            )
         else:
             res = _vmapped_flows(nets, X, Y, t1, solver)
         cell = (a, k, m)
@@ -235,13 +265,31 @@ def channel_frequency(
         for name in ("loss_final", "t_final", "status"):
             out[name][cell] = np.asarray(getattr(res, name))
         out["result"][cell] = np.asarray(result_code(res.result))  # codes, or a RESULTS item (a sweep's)
-    settings = dict(n_inits=grid.n_inits, n_samples=grid.n_samples, dim=grid.dim, bias=grid.bias, t1=t1,
-                    solver=solver.solver, rtol=solver.rtol, atol=solver.atol, max_steps=solver.max_steps,
-                    maxnorm=maxnorm, pair_tol=pair_tol, seed=grid.seed, data_seed=grid.data_seed,
-                    init="glorot (normal)")
+    settings = dict(
+        n_inits=grid.n_inits,
+        n_samples=grid.n_samples,
+        dim=grid.dim,
+        bias=grid.bias,
+        t1=t1,
+        solver=solver.solver,
+        rtol=solver.rtol,
+        atol=solver.atol,
+        max_steps=solver.max_steps,
+        maxnorm=maxnorm,
+        pair_tol=pair_tol,
+        seed=grid.seed,
+        data_seed=grid.data_seed,
+        init="glorot (normal)",
+    )
     result = result_from_code(out.pop("result"))
-    return FrequencyStudy(activations=tuple(grid.activations), roughness=tuple(float(s) for s in grid.roughness),
-                          widths=tuple(int(w) for w in grid.widths), result=result, settings=settings, **out)
+    return FrequencyStudy(
+        activations=tuple(grid.activations),
+        roughness=tuple(float(s) for s in grid.roughness),
+        widths=tuple(int(w) for w in grid.widths),
+        result=result,
+        settings=settings,
+        **out,
+    )
 
 
 def _classify(out: dict, cell: tuple, g, act, thetas, X, Y, *, maxnorm, pair_tol) -> None:

@@ -157,8 +157,17 @@ def channel_coordinates(net: DAGNetwork, i, j) -> ChannelPair:
     eps = 0.5 * jnp.linalg.norm(diff)
     Delta = diff / jnp.where(eps > 0, 2 * eps, 1.0)
     return ChannelPair(
-        w=0.5 * (wi + wj), eps=eps, Delta=Delta, c=ai + aj, a=eps * (ai - aj),
-        i=i, j=j, graph=g, activation=act, predecessors=P, successors=S,
+        w=0.5 * (wi + wj),
+        eps=eps,
+        Delta=Delta,
+        c=ai + aj,
+        a=eps * (ai - aj),
+        i=i,
+        j=j,
+        graph=g,
+        activation=act,
+        predecessors=P,
+        successors=S,
     )
 
 
@@ -210,8 +219,9 @@ def predecessor_values(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | Non
                 "The pair's predecessors include hidden neurons; pass net= so their values can be computed."
             )
         data = [v for v in g.inputs if v not in g.constants]
-        cols = [jnp.ones((X.shape[0],), X.dtype) if u in g.constants else X[:, data.index(u)]
-                for u in pair.predecessors]
+        cols = [
+            jnp.ones((X.shape[0],), X.dtype) if u in g.constants else X[:, data.index(u)] for u in pair.predecessors
+        ]
         return jnp.stack(cols, axis=1)
     V = _node_values(net, X)
     return V[:, np.array([g.index[u] for u in pair.predecessors])]
@@ -238,7 +248,10 @@ def glu_limit(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None)
         )
     U = predecessor_values(pair, X, net=net)
     z = U @ pair.w
-    return pair.activation(z)[:, None] * pair.c[None, :] + ((U @ pair.Delta) * _sigma_prime(pair.activation)(z))[:, None] * pair.a[None, :]
+    return (
+        pair.activation(z)[:, None] * pair.c[None, :]
+        + ((U @ pair.Delta) * _sigma_prime(pair.activation)(z))[:, None] * pair.a[None, :]
+    )
 
 
 def pair_output(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N k"]:

@@ -76,7 +76,9 @@ class GLUConvergence(eqx.Module):
         return np.asarray(is_success(self.result))
 
 
-def glu_convergence(pair: ChannelPair, X: ArrayLike, eps_values: ArrayLike, *, net: DAGNetwork | None = None) -> GLUConvergence:
+def glu_convergence(
+    pair: ChannelPair, X: ArrayLike, eps_values: ArrayLike, *, net: DAGNetwork | None = None
+) -> GLUConvergence:
     """Measure `max |pair_output - glu_limit|` for each `eps` in `eps_values`, holding
     `(w, Delta, c, a)`, and fit the rate. With `w` the midpoint of the two input weights
     the leading error terms are even in `eps`, so the rate is `eps^2` (at least the
@@ -121,11 +123,15 @@ class JumpResult(eqx.Module):
         return np.asarray(is_success(self.result))
 
     def table(self) -> str:
-        head = f"{'jump':>4} {'eps':>10} {'1/eps':>10} {'loss':>12} {'loss - L0':>11} {'sharpness':>11} {'||theta||':>10}"
+        head = (
+            f"{'jump':>4} {'eps':>10} {'1/eps':>10} {'loss':>12} {'loss - L0':>11} {'sharpness':>11} {'||theta||':>10}"
+        )
         rows = [head, "-" * len(head)]
         for k in range(len(self.eps)):
-            rows.append(f"{k:>4} {self.eps[k]:>10.3e} {1 / self.eps[k]:>10.3e} {self.loss[k]:>12.6e} "
-                        f"{self.gap[k]:>11.3e} {self.sharpness[k]:>11.3e} {self.param_norm[k]:>10.3e}")
+            rows.append(
+                f"{k:>4} {self.eps[k]:>10.3e} {1 / self.eps[k]:>10.3e} {self.loss[k]:>12.6e} "
+                f"{self.gap[k]:>11.3e} {self.sharpness[k]:>11.3e} {self.param_norm[k]:>10.3e}"
+            )
         if self.sharpness_fit is not None:
             rows.append(f"sharpness ~ (1/eps)^p, p = {self.sharpness_fit}   (expected 2)")
             rows.append(f"loss gap  ~ eps^q,     q = {self.gap_fit}   (expected 2)")
@@ -216,6 +222,16 @@ def jump_procedure(
     fits = (power_law_fit(1 / eps, sharp), power_law_fit(eps, gap)) if n_jumps >= 3 else (None, None)
     finite = np.isfinite(np.array(rec["loss"])) & np.isfinite(sharp)
     result = result_where(finite, result_from_code(np.array(rec["result"], np.int32)), RESULTS.nonfinite_state)
-    return JumpResult(eps=eps, loss=np.array(rec["loss"]), limit_loss=np.array(rec["limit"]), gap=gap,
-                      sharpness=sharp, param_norm=np.array(rec["norm"]), sharpness_fit=fits[0], gap_fit=fits[1],
-                      pairs=tuple(pairs), network=net, result=result)
+    return JumpResult(
+        eps=eps,
+        loss=np.array(rec["loss"]),
+        limit_loss=np.array(rec["limit"]),
+        gap=gap,
+        sharpness=sharp,
+        param_norm=np.array(rec["norm"]),
+        sharpness_fit=fits[0],
+        gap_fit=fits[1],
+        pairs=tuple(pairs),
+        network=net,
+        result=result,
+    )

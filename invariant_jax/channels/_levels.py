@@ -48,9 +48,19 @@ from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import glu_limit, pair_output
 from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances
 
-__all__ = ["StudyGrid", "STUDY_FLOW", "ConvergenceStudy", "convergence_study", "mlpgf_glorot", "study_inits",
-           "wilson_interval", "cluster_loss_levels",
-           "confirm_channel", "first_layer_distances", "sharpened_neuron"]
+__all__ = [
+    "StudyGrid",
+    "STUDY_FLOW",
+    "ConvergenceStudy",
+    "convergence_study",
+    "mlpgf_glorot",
+    "study_inits",
+    "wilson_interval",
+    "cluster_loss_levels",
+    "confirm_channel",
+    "first_layer_distances",
+    "sharpened_neuron",
+]
 
 
 def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -163,8 +173,9 @@ class Confirmation(NamedTuple):
         return bool(is_success(self.result))
 
 
-def confirm_channel(net: DAGNetwork, X, Y, *, maxnorm: float = MAXNORM, pair_tol: float = PAIR_TOL,
-                    glu_tol: float = 1e-2, loss="mse") -> Confirmation:
+def confirm_channel(
+    net: DAGNetwork, X, Y, *, maxnorm: float = MAXNORM, pair_tol: float = PAIR_TOL, glu_tol: float = 1e-2, loss="mse"
+) -> Confirmation:
     """Confirm that a run counted infinite sits in a flat channel: `detect_channels(net,
     maxnorm=maxnorm, pair_tol=pair_tol)` finds a `"channel"` pair (the one definition of
     a channel: `weightnorm >= maxnorm` as `flow_then_newton` counts a run infinite,
@@ -252,8 +263,24 @@ class ConvergenceStudy(eqx.Module):
         rec = {k: np.concatenate([s.records[k] for s in studies]) for k in studies[0].records}
         return ConvergenceStudy(records=rec, settings=studies[0].settings, seconds=sum(s.seconds for s in studies))
 
-    METHOD_SETTINGS = ("seed", "maxnorm", "t1", "rtol", "atol", "max_flow_steps", "max_steps", "patience",
-                       "g_tol", "max_time", "dup_tol", "channel_cos", "n_samples", "n_inputs", "jump_max_cos", "init")
+    METHOD_SETTINGS = (
+        "seed",
+        "maxnorm",
+        "t1",
+        "rtol",
+        "atol",
+        "max_flow_steps",
+        "max_steps",
+        "patience",
+        "g_tol",
+        "max_time",
+        "dup_tol",
+        "channel_cos",
+        "n_samples",
+        "n_inputs",
+        "jump_max_cos",
+        "init",
+    )
     """Settings that define the method: studies merge only when these agree (the others say
     which cells and seeds ran, and how they were scheduled)."""
 
@@ -270,8 +297,10 @@ class ConvergenceStudy(eqx.Module):
         for i, st in enumerate(studies[1:], 1):
             bad = [k for k in ConvergenceStudy.METHOD_SETTINGS if str(st.settings.get(k)) != str(ref.get(k))]
             if bad:
-                raise ValueError(f"study {i} ran another method than study 0: settings {bad} differ "
-                                 f"({[(st.settings.get(k), ref.get(k)) for k in bad]}); merge only parts of one study.")
+                raise ValueError(
+                    f"study {i} ran another method than study 0: settings {bad} differ "
+                    f"({[(st.settings.get(k), ref.get(k)) for k in bad]}); merge only parts of one study."
+                )
         out = ConvergenceStudy.concatenate(studies)
         rec = out.records
         # a run is (activation, bias, r, label[, teacher], seed): `teacher` numbers the data
@@ -280,14 +309,19 @@ class ConvergenceStudy(eqx.Module):
         keys = list(zip(*(rec[k].tolist() for k in names)))
         twice = [k for k, c in collections.Counter(keys).items() if c > 1]
         if twice:
-            raise ValueError(f"{len(twice)} runs appear in more than one part (study) of the merge, e.g. "
-                             f"({', '.join(names)}) = {twice[0]}; merge studies of disjoint seeds (--first-seed).")
+            raise ValueError(
+                f"{len(twice)} runs appear in more than one part (study) of the merge, e.g. "
+                f"({', '.join(names)}) = {twice[0]}; merge studies of disjoint seeds (--first-seed)."
+            )
         cells = collections.Counter(k[:4] for k in keys)
-        settings = dict(ref, widths=sorted({int(r) for r in rec["r"].tolist()}),
-                        activations=list(dict.fromkeys(rec["activation"].tolist())),
-                        biases=sorted({bool(b) for b in rec["bias"].tolist()}),
-                        n_seeds=sorted(set(cells.values())) if len(set(cells.values())) > 1 else next(iter(cells.values())),
-                        first_seed=int(min(rec["seed"].tolist())))
+        settings = dict(
+            ref,
+            widths=sorted({int(r) for r in rec["r"].tolist()}),
+            activations=list(dict.fromkeys(rec["activation"].tolist())),
+            biases=sorted({bool(b) for b in rec["bias"].tolist()}),
+            n_seeds=sorted(set(cells.values())) if len(set(cells.values())) > 1 else next(iter(cells.values())),
+            first_seed=int(min(rec["seed"].tolist())),
+        )
         return ConvergenceStudy(records=rec, settings=settings, seconds=out.seconds)
 
     @staticmethod
@@ -338,10 +372,15 @@ class ConvergenceStudy(eqx.Module):
                 row["kept_ci"] = wilson_interval(nk, n)
                 # the authors' Fig. 4 criterion reads the ODE phase's end: `passed_maxnorm_ode`
                 # where recorded, else the flow's final weightnorm (older studies)
-                ode = rec["passed_maxnorm_ode"].astype(bool) if "passed_maxnorm_ode" in rec else \
-                    rec["weightnorm_flow"] > self.settings["maxnorm"]
-                for name, hit in (("infinite_kept", rec["infinite"]),
-                                  ("authors_channel", ode & (rec["min_cos"] < self.settings["channel_cos"]))):
+                ode = (
+                    rec["passed_maxnorm_ode"].astype(bool)
+                    if "passed_maxnorm_ode" in rec
+                    else rec["weightnorm_flow"] > self.settings["maxnorm"]
+                )
+                for name, hit in (
+                    ("infinite_kept", rec["infinite"]),
+                    ("authors_channel", ode & (rec["min_cos"] < self.settings["channel_cos"])),
+                ):
                     k = int((hit & kept).sum())
                     row[name] = k
                     row[f"{name}_fraction"] = k / nk if nk else float("nan")
@@ -350,34 +389,45 @@ class ConvergenceStudy(eqx.Module):
                 idx = np.flatnonzero(m)
                 th = np.stack([np.asarray(t, float) for t in rec["theta"][idx]])
                 fin = np.all(np.isfinite(th), axis=1)
-                net = DAGNetwork(mlp([self.settings.get("n_inputs", 2), int(row["r"]), 1], bias=bool(row["bias"])),
-                                 "softplus", edge_weights=th[0])
+                net = DAGNetwork(
+                    mlp([self.settings.get("n_inputs", 2), int(row["r"]), 1], bias=bool(row["bias"])),
+                    "softplus",
+                    edge_weights=th[0],
+                )
                 row["n_unique"] = count_unique_solutions(solution_distances(net, th[fin]))
             mse = self.records["mse"][m]
             row["n_levels"] = len(cluster_loss_levels(np.sort(mse)[::-1], 1e-3)[0])
             row["median_mse"] = float(np.median(mse))
-            row["stopped_by"] = {str(r): int((self.records["stopped_by"][m] == r).sum())
-                                 for r in sorted(set(self.records["stopped_by"][m]))}
+            row["stopped_by"] = {
+                str(r): int((self.records["stopped_by"][m] == r).sum())
+                for r in sorted(set(self.records["stopped_by"][m]))
+            }
             out.append(row)
         return out
 
     def table(self, by=("activation", "bias", "r")) -> str:
-        head = (" ".join(f"{b:>10}" for b in by) + f" {'n':>4} {'% inf':>6} {'95% CI':>13} {'confirmed':>9} "
-                f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'sharp':>5} {'stopped by'}")
+        head = (
+            " ".join(f"{b:>10}" for b in by) + f" {'n':>4} {'% inf':>6} {'95% CI':>13} {'confirmed':>9} "
+            f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'sharp':>5} {'stopped by'}"
+        )
         rows = [head, "-" * len(head)]
         for s in self.summary(by):
             ci, cd = s["infinite_ci"], s["duplicate_ci"]
-            rows.append(" ".join(f"{str(s[b]):>10}" for b in by)
-                        + f" {s['n']:>4} {100 * s['infinite_fraction']:>6.1f} [{100 * ci[0]:>4.1f}, {100 * ci[1]:>5.1f}]"
-                        f" {s['confirmed']:>4}/{s['infinite']:<4} {100 * s['duplicate_fraction']:>6.1f}"
-                        f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s.get('n_unique', '-'):>6}"
-                        f" {s.get('kept', '-'):>4} {s.get('authors_channel', '-'):>4} {s.get('sharpened', '-'):>5}"
-                        f" {s['stopped_by']}")
+            rows.append(
+                " ".join(f"{str(s[b]):>10}" for b in by)
+                + f" {s['n']:>4} {100 * s['infinite_fraction']:>6.1f} [{100 * ci[0]:>4.1f}, {100 * ci[1]:>5.1f}]"
+                f" {s['confirmed']:>4}/{s['infinite']:<4} {100 * s['duplicate_fraction']:>6.1f}"
+                f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s.get('n_unique', '-'):>6}"
+                f" {s.get('kept', '-'):>4} {s.get('authors_channel', '-'):>4} {s.get('sharpened', '-'):>5}"
+                f" {s['stopped_by']}"
+            )
         return "\n".join(rows)
 
     def to_dict(self) -> dict:
-        rec = {k: ([np.asarray(t).tolist() for t in v] if np.asarray(v).dtype == object else np.asarray(v).tolist())
-               for k, v in self.records.items()}
+        rec = {
+            k: ([np.asarray(t).tolist() for t in v] if np.asarray(v).dtype == object else np.asarray(v).tolist())
+            for k, v in self.records.items()
+        }
         return dict(records=rec, settings=self.settings, seconds=self.seconds)
 
 
@@ -419,27 +469,36 @@ STUDY_FLOW = FlowPhaseOptions(max_flow_steps=2000, flow_stop="stop", n_record=0,
 engine, a stop at `maxnorm`, 2000 steps, no trajectory record (`slots=None`: one slot per
 run, at most 256)."""
 
-_GRID_KEYWORDS = {k: f"pass grid=ij.channels.StudyGrid({k}=...) instead"
-                  for k in ("widths", "activations", "biases", "n_seeds", "seed", "first_seed")}
-_NEWTON_KEYWORDS = {k: f"pass newton=ij.NewtonOptions({k}=...) instead"
-                    for k in ("maxnorm", "max_steps", "patience", "g_tol", "max_time")}
+_GRID_KEYWORDS = {
+    k: f"pass grid=ij.channels.StudyGrid({k}=...) instead"
+    for k in ("widths", "activations", "biases", "n_seeds", "seed", "first_seed")
+}
+_NEWTON_KEYWORDS = {
+    k: f"pass newton=ij.NewtonOptions({k}=...) instead"
+    for k in ("maxnorm", "max_steps", "patience", "g_tol", "max_time")
+}
 _NEWTON_KEYWORDS["newton_batch"] = "pass newton=ij.NewtonOptions(batch_size=...) instead"
-_STUDY_FLOW_KEYWORDS = {k: FLOW_KEYWORDS[k] for k in ("t1", "rtol", "atol", "max_flow_steps", "slots", "engine",
-                                                      "flow_stop", "flow_wall_time", "n_record")}
+_STUDY_FLOW_KEYWORDS = {
+    k: FLOW_KEYWORDS[k]
+    for k in ("t1", "rtol", "atol", "max_flow_steps", "slots", "engine", "flow_stop", "flow_wall_time", "n_record")
+}
 
 
 def _study_options(grid, flow, newton, deprecated: dict):
     """`(StudyGrid, FlowPhaseOptions, NewtonOptions)` with the old keywords (warned about)
     folded in."""
-    old = take_deprecated("convergence_study", deprecated,
-                          {**_GRID_KEYWORDS, **_STUDY_FLOW_KEYWORDS, **_NEWTON_KEYWORDS})
+    old = take_deprecated(
+        "convergence_study", deprecated, {**_GRID_KEYWORDS, **_STUDY_FLOW_KEYWORDS, **_NEWTON_KEYWORDS}
+    )
     pick = lambda names: {k: old[k] for k in names if k in old}  # noqa: E731
     nw = pick(_NEWTON_KEYWORDS)
     if "newton_batch" in nw:
         nw["batch_size"] = nw.pop("newton_batch")
-    return (with_fields(grid, StudyGrid, pick(_GRID_KEYWORDS), "grid"),
-            with_fields(flow if flow is not None else STUDY_FLOW, FlowPhaseOptions, pick(_STUDY_FLOW_KEYWORDS), "flow"),
-            with_fields(newton, NewtonOptions, nw, "newton"))
+    return (
+        with_fields(grid, StudyGrid, pick(_GRID_KEYWORDS), "grid"),
+        with_fields(flow if flow is not None else STUDY_FLOW, FlowPhaseOptions, pick(_STUDY_FLOW_KEYWORDS), "flow"),
+        with_fields(newton, NewtonOptions, nw, "newton"),
+    )
 
 
 def convergence_study(
@@ -503,14 +562,46 @@ def convergence_study(
         _criteria_columns(cols, res, net0, X, Y, int(r), **crit)
         _run_columns(cols, res, act, bias, r, grid, label, record)
     records = {k: _column(v) for k, v in cols.items()}
-    return ConvergenceStudy(records=records, settings=_study_settings(grid, flow, newton, X, dup_tol, channel_cos),
-                            seconds=time.perf_counter() - t0)
+    return ConvergenceStudy(
+        records=records,
+        settings=_study_settings(grid, flow, newton, X, dup_tol, channel_cos),
+        seconds=time.perf_counter() - t0,
+    )
 
 
-_COLUMNS = ("activation", "bias", "r", "seed", "label", "loss", "mse", "weightnorm", "infinite", "min_l2", "min_cos",
-            "duplicate", "channel_paper", "confirmed", "glu_error", "sharpened", "stopped_by", "n_steps", "flow_status",
-            "t_flow", "loss_flow", "weightnorm_flow", "jump_cos", "theta", "theta_flow", "grad_norm", "min_eig",
-            "weightnorm_flow_max", "passed_maxnorm_ode", "flow_steps", "trajectory")
+_COLUMNS = (
+    "activation",
+    "bias",
+    "r",
+    "seed",
+    "label",
+    "loss",
+    "mse",
+    "weightnorm",
+    "infinite",
+    "min_l2",
+    "min_cos",
+    "duplicate",
+    "channel_paper",
+    "confirmed",
+    "glu_error",
+    "sharpened",
+    "stopped_by",
+    "n_steps",
+    "flow_status",
+    "t_flow",
+    "loss_flow",
+    "weightnorm_flow",
+    "jump_cos",
+    "theta",
+    "theta_flow",
+    "grad_norm",
+    "min_eig",
+    "weightnorm_flow_max",
+    "passed_maxnorm_ode",
+    "flow_steps",
+    "trajectory",
+)
 """The records of a study, in the order they are written."""
 
 
@@ -521,8 +612,11 @@ def _criteria_columns(cols, res, net0, X, Y, r, *, dup_tol, channel_cos, confirm
     for n in range(theta.shape[0]):
         net = net0.with_edge_weights(theta[n])
         l2, cos = first_layer_distances(net)
-        ok, err, _ = (confirm_channel(net, X, Y, maxnorm=maxnorm, pair_tol=channel_cos)
-                      if (confirm and inf[n] and r >= 2) else (False, float("nan"), 0))
+        ok, err, _ = (
+            confirm_channel(net, X, Y, maxnorm=maxnorm, pair_tol=channel_cos)
+            if (confirm and inf[n] and r >= 2)
+            else (False, float("nan"), 0)
+        )
         cols["min_l2"].append(l2)
         cols["min_cos"].append(cos)
         cols["duplicate"].append(l2 < dup_tol)
@@ -563,16 +657,36 @@ def _run_columns(cols, res, act, bias, r, grid: StudyGrid, label, record):
 
 def _study_settings(grid: StudyGrid, flow: FlowPhaseOptions, newton: NewtonOptions, X, dup_tol, channel_cos) -> dict:
     """Everything needed to rerun a study (the keys of the committed study files)."""
-    return dict(widths=[int(r) for r in grid.widths], activations=list(grid.activations),
-                biases=[bool(b) for b in grid.biases], n_seeds=grid.n_seeds, seed=grid.seed,
-                first_seed=grid.first_seed, maxnorm=newton.maxnorm, t1=flow.t1, rtol=flow.rtol, atol=flow.atol,
-                max_flow_steps=flow.max_flow_steps, max_steps=newton.max_steps, patience=newton.patience,
-                g_tol=newton.g_tol, max_time=newton.max_time, dup_tol=dup_tol, channel_cos=channel_cos,
-                n_samples=int(X.shape[0]), n_inputs=int(X.shape[1]), jump_max_cos=JUMP_MAX_COS,
-                init="MLPGradientFlow glorot_normal, zero biases", stop_reasons=list(NEWTON_RESULTS),
-                flow=f"Kvaerno5 via {flow.resolved_engine()}", newton_batch=newton.batch_size,
-                flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time, n_record=flow.n_record,
-                newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)")
+    return dict(
+        widths=[int(r) for r in grid.widths],
+        activations=list(grid.activations),
+        biases=[bool(b) for b in grid.biases],
+        n_seeds=grid.n_seeds,
+        seed=grid.seed,
+        first_seed=grid.first_seed,
+        maxnorm=newton.maxnorm,
+        t1=flow.t1,
+        rtol=flow.rtol,
+        atol=flow.atol,
+        max_flow_steps=flow.max_flow_steps,
+        max_steps=newton.max_steps,
+        patience=newton.patience,
+        g_tol=newton.g_tol,
+        max_time=newton.max_time,
+        dup_tol=dup_tol,
+        channel_cos=channel_cos,
+        n_samples=int(X.shape[0]),
+        n_inputs=int(X.shape[1]),
+        jump_max_cos=JUMP_MAX_COS,
+        init="MLPGradientFlow glorot_normal, zero biases",
+        stop_reasons=list(NEWTON_RESULTS),
+        flow=f"Kvaerno5 via {flow.resolved_engine()}",
+        newton_batch=newton.batch_size,
+        flow_stop=flow.flow_stop,
+        flow_wall_time=flow.flow_wall_time,
+        n_record=flow.n_record,
+        newton="ij.newton_phase (optimistix trust region, exact |H| from ij.losses.hessian_fn)",
+    )
 
 
 def _column(v: list) -> np.ndarray:

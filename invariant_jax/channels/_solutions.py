@@ -29,8 +29,14 @@ from scipy.spatial.distance import squareform
 
 from ..network import DAGNetwork
 
-__all__ = ["neuron_vectors", "solution_distance", "solution_distances", "count_unique_solutions",
-           "jump_distance", "JUMP_MAX_COS"]
+__all__ = [
+    "neuron_vectors",
+    "solution_distance",
+    "solution_distances",
+    "count_unique_solutions",
+    "jump_distance",
+    "JUMP_MAX_COS",
+]
 
 JUMP_MAX_COS = 1e-2
 """The authors' jump filter: keep a run when `cos_dist(final, ODE end) < 1e-2`."""
@@ -50,13 +56,15 @@ def neuron_vectors(net: DAGNetwork, theta=None) -> np.ndarray:
     g = net.graph
     W = np.asarray(net.weights)
     if W.ndim != 2:
-        raise ValueError(f"neuron_vectors takes one network, not a batch (weights of shape {W.shape}); "
-                         "pass theta= for each member.")
+        raise ValueError(
+            f"neuron_vectors takes one network, not a batch (weights of shape {W.shape}); pass theta= for each member."
+        )
     P = [g.index[u] for u in g.inputs]
     O = [g.index[u] for u in g.outputs]
     H = [g.index[v] for v in g.hidden]
-    if any(not set(g.predecessors(v)) <= set(g.inputs) for v in g.hidden) or \
-            any(set(g.predecessors(o)) - set(g.hidden) - set(g.inputs) for o in g.outputs):
+    if any(not set(g.predecessors(v)) <= set(g.inputs) for v in g.hidden) or any(
+        set(g.predecessors(o)) - set(g.hidden) - set(g.inputs) for o in g.outputs
+    ):
         raise ValueError("neuron_vectors needs a one-hidden-layer network (e.g. ij.mlp([d, r, 1])).")
     return np.stack([np.concatenate([W[P, h], W[h, O]]) for h in H])
 

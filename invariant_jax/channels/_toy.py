@@ -24,8 +24,17 @@ from ..graph import mlp
 from ..losses import gauss_hermite, weighted_mse
 from ..network import DAGNetwork
 
-__all__ = ["toy_target", "toy_data", "toy_network", "toy_limit_loss", "ToyCriticalPoints", "toy_critical_points",
-           "toy_activation", "SIGMOID2", "CONVENTIONS"]
+__all__ = [
+    "toy_target",
+    "toy_data",
+    "toy_network",
+    "toy_limit_loss",
+    "ToyCriticalPoints",
+    "toy_critical_points",
+    "toy_activation",
+    "SIGMOID2",
+    "CONVENTIONS",
+]
 
 _SQRT2 = float(np.sqrt(2.0))
 
@@ -69,8 +78,9 @@ def toy_network(w1: float, w2: float, a1: float, a2: float, *, convention: str =
     """`f(x) = a1 s(w1 x) + a2 s(w2 x)` as a `DAGNetwork` on `mlp([1, 2, 1])`, with
     `s(z) = erf(z / sqrt2)` (`convention="paper"`) or `erf(z)` (`"erf"`)."""
     # edge order: (x0, h1_0), (x0, h1_1), (h1_0, y0), (h1_1, y0)
-    return DAGNetwork(mlp([1, 2, 1]), toy_activation(convention),
-                      edge_weights=jnp.asarray([w1, w2, a1, a2], dtype=float))
+    return DAGNetwork(
+        mlp([1, 2, 1]), toy_activation(convention), edge_weights=jnp.asarray([w1, w2, a1, a2], dtype=float)
+    )
 
 
 def _features(w, X, convention):
@@ -140,13 +150,16 @@ class ToyCriticalPoints(eqx.Module):
         head = f"{'w':>8} {'L0(w)':>11} {'L0pp(w)':>10} {'h(w)':>10}  {'kind':<20} {'sign h after':>12}"
         rows = [head, "-" * len(head)]
         for k in range(len(self.w)):
-            rows.append(f"{self.w[k]:>8.4f} {self.loss[k]:>11.6f} {self.curvature[k]:>10.3e} {self.h[k]:>10.3e}  "
-                        f"{self.kind[k]:<20} {self.h_sign_after[k]:>12}")
+            rows.append(
+                f"{self.w[k]:>8.4f} {self.loss[k]:>11.6f} {self.curvature[k]:>10.3e} {self.h[k]:>10.3e}  "
+                f"{self.kind[k]:<20} {self.h_sign_after[k]:>12}"
+            )
         return "\n".join(rows)
 
 
-def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int = 401,
-                        w_min: float = 0.05, convention: str = "paper") -> ToyCriticalPoints:
+def toy_critical_points(
+    *, w_max: float = 6.0, n_grid: int = 1201, n_points: int = 401, w_min: float = 0.05, convention: str = "paper"
+) -> ToyCriticalPoints:
     """Locate the critical points of the limit loss `L0(w)` on `[0, w_max]`: sign changes
     of `dL0/dw` on a grid, refined by `scipy.optimize.brentq`; the zeros of `h(w)` are
     listed too, so the sign of h between consecutive rows is constant. `w = 0` (critical
@@ -170,8 +183,11 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
             found.append(brentq(lambda t: float(dL(t)), ws[k], ws[k + 1], xtol=1e-12))
     roots = np.array(sorted(set(np.round(found, 12))))
     hfun = lambda t: float(f(t)[3])  # noqa: E731
-    h_zeros = [brentq(hfun, ws[k], ws[k + 1], xtol=1e-12)
-               for k in range(start, n_grid - 1) if np.sign(hs[k]) * np.sign(hs[k + 1]) < 0]
+    h_zeros = [
+        brentq(hfun, ws[k], ws[k + 1], xtol=1e-12)
+        for k in range(start, n_grid - 1)
+        if np.sign(hs[k]) * np.sign(hs[k + 1]) < 0
+    ]
     is_h_zero = np.array([False] * len(roots) + [True] * len(h_zeros))
     order = np.argsort(np.concatenate([roots, h_zeros]))
     roots, is_h_zero = np.concatenate([roots, h_zeros])[order], is_h_zero[order]
@@ -196,5 +212,6 @@ def toy_critical_points(*, w_max: float = 6.0, n_grid: int = 1201, n_points: int
         mid = (ws > max(r, w_min)) & (ws < hi)
         s = np.sign(hs[mid]) if mid.any() else np.array([0.0])
         after.append("+" if np.all(s > 0) else "-" if np.all(s < 0) else "mixed")
-    return ToyCriticalPoints(w=roots, loss=L, curvature=curv, h=h, kind=tuple(kinds), h_sign_after=tuple(after),
-                             ws=ws, losses=losses, hs=hs)
+    return ToyCriticalPoints(
+        w=roots, loss=L, curvature=curv, h=h, kind=tuple(kinds), h_sign_after=tuple(after), ws=ws, losses=losses, hs=hs
+    )

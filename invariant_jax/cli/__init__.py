@@ -47,8 +47,13 @@ def show_defaults(parser: argparse.ArgumentParser, fallback: dict | None = None)
             if "default" not in text.lower() and not isinstance(default, bool):
                 action.help = (text + " " if text else "") + f"(default: {str(default).replace('%', '%%')})"
             continue
-        if (not action.option_strings or default is None or default is argparse.SUPPRESS
-                or isinstance(default, bool) or action.help is argparse.SUPPRESS):
+        if (
+            not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or action.help is argparse.SUPPRESS
+        ):
             continue
         text = action.help or ""
         if "default" not in text.lower():  # some helps name their default in words

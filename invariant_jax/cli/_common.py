@@ -35,8 +35,7 @@ def graph_from_args(args) -> DAG:
             raise ValueError(f"--widths must be comma-separated integers; got {args.widths!r}.") from None
         return mlp(widths, bias=args.bias)
     if name == "random":
-        return random_dag(args.n_inputs, args.n_hidden, args.n_outputs, args.edge_prob,
-                          args.graph_seed, bias=args.bias)
+        return random_dag(args.n_inputs, args.n_hidden, args.n_outputs, args.edge_prob, args.graph_seed, bias=args.bias)
     if Path(name).suffix or Path(name).exists():
         return read_edge_list(name)
     raise ValueError(f"Unknown graph builder {name!r}; choose one of {list(BUILDERS)} or give an edge-list file.")
@@ -61,22 +60,46 @@ INT32_MAX = 2**31 - 1
 SEED_MAX = 2**63 - 1  # jax.random.key takes a signed 64-bit seed
 # option (argparse dest / TOML key) -> (smallest, largest) integer
 INTEGER_OPTIONS = {
-    "seed": (0, SEED_MAX), "data_seed": (0, SEED_MAX), "graph_seed": (0, SEED_MAX), "split_seed": (0, SEED_MAX),
-    "n_inits": (1, INT32_MAX), "n_samples": (1, INT32_MAX), "n_inputs": (1, INT32_MAX), "n_hidden": (0, INT32_MAX),
-    "n_outputs": (1, INT32_MAX), "slots": (1, INT32_MAX), "steps_per_call": (1, INT32_MAX),
-    "max_steps": (1, INT32_MAX), "n_save": (1, INT32_MAX), "rows": (0, INT32_MAX), "epochs": (1, INT32_MAX),
-    "batch_size": (1, INT32_MAX), "max_events": (1, INT32_MAX), "max_sliding": (0, INT32_MAX),
-    "process_index": (0, INT32_MAX), "process_count": (1, INT32_MAX), "dim": (1, INT32_MAX),
+    "seed": (0, SEED_MAX),
+    "data_seed": (0, SEED_MAX),
+    "graph_seed": (0, SEED_MAX),
+    "split_seed": (0, SEED_MAX),
+    "n_inits": (1, INT32_MAX),
+    "n_samples": (1, INT32_MAX),
+    "n_inputs": (1, INT32_MAX),
+    "n_hidden": (0, INT32_MAX),
+    "n_outputs": (1, INT32_MAX),
+    "slots": (1, INT32_MAX),
+    "steps_per_call": (1, INT32_MAX),
+    "max_steps": (1, INT32_MAX),
+    "n_save": (1, INT32_MAX),
+    "rows": (0, INT32_MAX),
+    "epochs": (1, INT32_MAX),
+    "batch_size": (1, INT32_MAX),
+    "max_events": (1, INT32_MAX),
+    "max_sliding": (0, INT32_MAX),
+    "process_index": (0, INT32_MAX),
+    "process_count": (1, INT32_MAX),
+    "dim": (1, INT32_MAX),
     "trajectories": (0, 64),
 }
 # option -> (lower bound, lower bound included, upper bound, upper bound included)
 FLOAT_OPTIONS = {
-    "t1": (0.0, False, None, False), "rtol": (0.0, False, 1.0, False), "atol": (0.0, False, None, False),
-    "scale": (0.0, False, None, False), "edge_prob": (0.0, True, 1.0, True), "weight_decay": (0.0, True, None, False),
-    "grad_norm_tol": (0.0, False, None, False), "loss_floor": (0.0, True, None, False),
-    "max_param_norm": (0.0, False, None, False), "event_tol": (0.0, False, None, False),
-    "surface_tol": (0.0, False, None, False), "lr": (0.0, False, None, False), "strength": (0.0, True, None, False),
-    "tol": (0.0, True, None, False), "test_fraction": (0.0, False, 1.0, False),
+    "t1": (0.0, False, None, False),
+    "rtol": (0.0, False, 1.0, False),
+    "atol": (0.0, False, None, False),
+    "scale": (0.0, False, None, False),
+    "edge_prob": (0.0, True, 1.0, True),
+    "weight_decay": (0.0, True, None, False),
+    "grad_norm_tol": (0.0, False, None, False),
+    "loss_floor": (0.0, True, None, False),
+    "max_param_norm": (0.0, False, None, False),
+    "event_tol": (0.0, False, None, False),
+    "surface_tol": (0.0, False, None, False),
+    "lr": (0.0, False, None, False),
+    "strength": (0.0, True, None, False),
+    "tol": (0.0, True, None, False),
+    "test_fraction": (0.0, False, 1.0, False),
 }
 
 
@@ -177,8 +200,11 @@ def enable_compilation_cache() -> Path | None:
     return path
 
 
-_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-                  "jax_persistent_cache_min_entry_size_bytes")
+_CACHE_OPTIONS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
 
 
 def compilation_cache_settings() -> dict:

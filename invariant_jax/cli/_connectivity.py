@@ -75,7 +75,6 @@ def _plot(g, c, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     ax = plot_invariant_set(g, c, n=3000)
     ax.figure.tight_layout()
     ax.figure.savefig(path, dpi=110)
@@ -94,8 +93,10 @@ def run(args) -> int:
     else:
         g, c, source = _c_from_args(args)
     if plot_path is not None and not 3 <= len(g.edges) <= PLOT_MAX_EDGES:
-        raise ValueError(f"--plot draws graphs with 3 to {PLOT_MAX_EDGES} edges; this one has {len(g.edges)}. "
-                         "Use ij.plot_invariant_set(g, c, edges=[...]) in Python for a chosen projection.")
+        raise ValueError(
+            f"--plot draws graphs with 3 to {PLOT_MAX_EDGES} edges; this one has {len(g.edges)}. "
+            "Use ij.plot_invariant_set(g, c, edges=[...]) in Python for a chosen projection."
+        )
     r = connectivity(g, c, tol=args.tol, lp=args.lp)
     print(f"graph: {g}; {source}")
     print("c: " + ", ".join(f"{v!s}={x:.4g}" for v, x in zip(g.hidden, r.c)))
@@ -109,8 +110,10 @@ def run(args) -> int:
             print(f"singular points: {result_name(sp.result)} ({sp.message}) {result_message(sp.result)}")
         elif sp.found:
             assert sp.group is not None  # found: the cut-off group is set
-            print(f"H_G(c) contains a singular point: the group {sorted(map(str, sp.group))} can be cut off "
-                  f"(witness residual {sp.residual:.2g}).")
+            print(
+                f"H_G(c) contains a singular point: the group {sorted(map(str, sp.group))} can be cut off "
+                f"(witness residual {sp.residual:.2g})."
+            )
         else:
             print("H_G(c) contains no singular point: J_G has full rank everywhere on it.")
     if plot_path is not None:

@@ -9,5 +9,6 @@ from ._sweep import run_config
 def run(args) -> int:
     # overwrite replaces only an earlier demo (tag "demo"), deletes only the files the store can
     # prove it wrote, and refuses a folder holding anything else
-    return run_config(SweepConfig(n_inits=args.n_inits, kinks=args.kink_aware), out=args.out, overwrite=True,
-                      rows=15, tag="demo")
+    return run_config(
+        SweepConfig(n_inits=args.n_inits, kinks=args.kink_aware), out=args.out, overwrite=True, rows=15, tag="demo"
+    )

@@ -64,11 +64,24 @@ def run(args) -> int:
     # nuclear + proximal on several hidden layers: fit's working-set forward-backward step
     # (regularizers.nuclear_working_set; docs/pruning.md), as benchmarks/pruning_dag.py runs it
     net = DAGNetwork(g, "relu", key=jr.key(args.seed))
-    train = TrainOptions(optimizer=args.optimizer, learning_rate=args.lr, epochs=args.epochs,
-                         batch_size=args.batch_size, log_every=_log_every(args.epochs))
-    res = fit(net, d.X_train, d.Y_train, X_test=d.X_test, Y_test=d.Y_test, loss=_objective(reg, args.strength),
-              options=dataclasses.replace(train, proximal=proximal, tol=args.tol), key=jr.key(args.seed + 1),
-              progress=True)
+    train = TrainOptions(
+        optimizer=args.optimizer,
+        learning_rate=args.lr,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        log_every=_log_every(args.epochs),
+    )
+    res = fit(
+        net,
+        d.X_train,
+        d.Y_train,
+        X_test=d.X_test,
+        Y_test=d.Y_test,
+        loss=_objective(reg, args.strength),
+        options=dataclasses.replace(train, proximal=proximal, tol=args.tol),
+        key=jr.key(args.seed + 1),
+        progress=True,
+    )
     if not bool(np.all(res.success)):
         raise ValueError(result_message(RESULTS.training_diverged))
     trained = res.network
@@ -78,21 +91,40 @@ def run(args) -> int:
     mag, mrep = magnitude_prune(trained, n_keep, X=d.X_test)
     base_acc = None
     if args.baseline != "off":
-        base = fit(net, d.X_train, d.Y_train, loss=_objective(args.baseline, args.baseline_strength), options=train,
-                   key=jr.key(args.seed + 1))
+        base = fit(
+            net,
+            d.X_train,
+            d.Y_train,
+            loss=_objective(args.baseline, args.baseline_strength),
+            options=train,
+            key=jr.key(args.seed + 1),
+        )
         bmag, _ = magnitude_prune(base.network, n_keep)
         base_acc = (_acc(base.network, d.X_test, d.Y_test), _acc(bmag, d.X_test, d.Y_test))
     log = res.log
     out = {
-        "data": d.name, "n_train": int(d.X_train.shape[0]), "n_test": int(d.X_test.shape[0]),
-        "widths": [d.n_features, *hidden, 1], "bias": not args.no_bias, "regularizer": reg,
-        "strength": args.strength, "optimizer": args.optimizer, "lr": args.lr, "epochs": args.epochs,
-        "proximal": proximal, "tol": args.tol,
-        "final_loss": float(log.loss[-1]), "rank_J": int(log.rank[-1]), "nuclear_norm": float(log.nuclear_norm[-1]),
-        "train_accuracy": _acc(trained, d.X_train, d.Y_train), "test_accuracy": _acc(trained, d.X_test, d.Y_test),
-        "hidden_before": rep.n_hidden_before, "hidden_after": rep.n_hidden_after,
+        "data": d.name,
+        "n_train": int(d.X_train.shape[0]),
+        "n_test": int(d.X_test.shape[0]),
+        "widths": [d.n_features, *hidden, 1],
+        "bias": not args.no_bias,
+        "regularizer": reg,
+        "strength": args.strength,
+        "optimizer": args.optimizer,
+        "lr": args.lr,
+        "epochs": args.epochs,
+        "proximal": proximal,
+        "tol": args.tol,
+        "final_loss": float(log.loss[-1]),
+        "rank_J": int(log.rank[-1]),
+        "nuclear_norm": float(log.nuclear_norm[-1]),
+        "train_accuracy": _acc(trained, d.X_train, d.Y_train),
+        "test_accuracy": _acc(trained, d.X_test, d.Y_test),
+        "hidden_before": rep.n_hidden_before,
+        "hidden_after": rep.n_hidden_after,
         "removed": {str(k): v for k, v in rep.removed},
-        "max_abs_change_train": rep.max_abs_change, "max_abs_change_test": change_test,
+        "max_abs_change_train": rep.max_abs_change,
+        "max_abs_change_test": change_test,
         "test_accuracy_pruned": _acc(pruned, d.X_test, d.Y_test),
         "test_accuracy_magnitude_pruned": _acc(mag, d.X_test, d.Y_test),
         "magnitude_max_abs_change_test": mrep.max_abs_change,
@@ -101,18 +133,26 @@ def run(args) -> int:
         "baseline_test_accuracy_magnitude_pruned": None if base_acc is None else base_acc[1],
     }
     print(f"data: {d!r}  net: {out['widths']} ReLU, bias={out['bias']}  loss: BCE on logits")
-    print(f"train: {args.optimizer} lr={args.lr:g} epochs={args.epochs} regularizer={reg} strength={args.strength:g}"
-          f" ({'proximal' if proximal else 'gradient'} steps)")
-    print(f"final loss {out['final_loss']:.4f}  rank J_G {out['rank_J']}/{len(g.hidden)}  "
-          f"||J_G||_* {out['nuclear_norm']:.3f}  drift of c {float(log.drift[-1]):.3g}")
+    print(
+        f"train: {args.optimizer} lr={args.lr:g} epochs={args.epochs} regularizer={reg} strength={args.strength:g}"
+        f" ({'proximal' if proximal else 'gradient'} steps)"
+    )
+    print(
+        f"final loss {out['final_loss']:.4f}  rank J_G {out['rank_J']}/{len(g.hidden)}  "
+        f"||J_G||_* {out['nuclear_norm']:.3f}  drift of c {float(log.drift[-1]):.3g}"
+    )
     print(rep.summary())
     print(f"  max |f_pruned - f| over {d.X_test.shape[0]} test samples: {change_test:.3e}")
-    print(f"test accuracy: trained {out['test_accuracy']:.4f}  pruned {out['test_accuracy_pruned']:.4f}  "
-          f"magnitude-pruned to {n_keep} neurons {out['test_accuracy_magnitude_pruned']:.4f} "
-          f"(max |change| on test {mrep.max_abs_change:.3g})")
+    print(
+        f"test accuracy: trained {out['test_accuracy']:.4f}  pruned {out['test_accuracy_pruned']:.4f}  "
+        f"magnitude-pruned to {n_keep} neurons {out['test_accuracy_magnitude_pruned']:.4f} "
+        f"(max |change| on test {mrep.max_abs_change:.3g})"
+    )
     if base_acc is not None:
-        print(f"baseline ({args.baseline}, same seed): test accuracy {base_acc[0]:.4f}, magnitude-pruned to "
-              f"{n_keep} neurons {base_acc[1]:.4f}")
+        print(
+            f"baseline ({args.baseline}, same seed): test accuracy {base_acc[0]:.4f}, magnitude-pruned to "
+            f"{n_keep} neurons {base_acc[1]:.4f}"
+        )
     if fig_out is not None:
         _write_figure(fig_out, log, out, n_hidden=len(g.hidden))
     if json_out is not None:
@@ -121,9 +161,11 @@ def run(args) -> int:
 
 
 def _write_figure(path, log, out: dict, *, n_hidden: int) -> None:
-    title = (f"{out['data']}: {out['widths']} relu, {out['regularizer']} {out['strength']:g} "
-             f"({'proximal' if out['proximal'] else 'gradient'}), {out['optimizer']} lr={out['lr']:g}, "
-             f"{out['epochs']} epochs")
+    title = (
+        f"{out['data']}: {out['widths']} relu, {out['regularizer']} {out['strength']:g} "
+        f"({'proximal' if out['proximal'] else 'gradient'}), {out['optimizer']} lr={out['lr']:g}, "
+        f"{out['epochs']} epochs"
+    )
     prune_figure(log, n_hidden=n_hidden, title=title).savefig(path, dpi=110)
     print(f"wrote {path}")
 
@@ -165,8 +207,9 @@ def prune_figure(log, *, n_hidden: int, title: str):
     axs[2].axhline(n_hidden, color="0.5", ls=":", lw=0.8)
     axs[2].set_ylabel("rank of J_G")
     axs[2].set_ylim(-0.5, n_hidden + 0.5)
-    axs[2].set_title(f"rank of J_G: {int(np.asarray(log.rank)[0])} -> {int(np.asarray(log.rank)[-1])} "
-                     f"(max {n_hidden})", fontsize=10)
+    axs[2].set_title(
+        f"rank of J_G: {int(np.asarray(log.rank)[0])} -> {int(np.asarray(log.rank)[-1])} (max {n_hidden})", fontsize=10
+    )
     for ax in axs:
         ax.set_xlabel("epoch")
     for ax in axs[1:]:

@@ -27,11 +27,33 @@ from ..sweep import (
 from ._common import check_option, read_config_file
 from ._parsers import DEFAULT_OUT
 
-FIGURES = ("drift_tol", "loss_by_connectivity", "disconnected", "rank", "steps", "kink_events", "status",
-           "overview", "graph", "trajectories")
+FIGURES = (
+    "drift_tol",
+    "loss_by_connectivity",
+    "disconnected",
+    "rank",
+    "steps",
+    "kink_events",
+    "status",
+    "overview",
+    "graph",
+    "trajectories",
+)
 """Names (`figures/<name>.png`) a sweep may write; panels with nothing to show are not written."""
-_ENGINE_KEYS = ("out", "slots", "steps_per_call", "resume", "overwrite", "progress", "exact",
-                "rows", "figures", "trajectories", "process_index", "process_count")
+_ENGINE_KEYS = (
+    "out",
+    "slots",
+    "steps_per_call",
+    "resume",
+    "overwrite",
+    "progress",
+    "exact",
+    "rows",
+    "figures",
+    "trajectories",
+    "process_index",
+    "process_count",
+)
 CPU_SLOTS = 64
 """Slots of a sweep on CPUs (exact mode: an idle slot costs nothing there)."""
 ACCELERATOR_SLOTS_PER_DEVICE = 4096
@@ -67,10 +89,14 @@ def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, d
         slots = ACCELERATOR_SLOTS_PER_DEVICE * len(devices) if accelerator and not exact else CPU_SLOTS
         chosen.append("slots")
     given = [w for w in ("mode", "slots") if w not in chosen]
-    why = "; ".join(([f"{' and '.join(chosen)} chosen for {platform}"] if chosen else [])
-                    + ([f"{' and '.join(given)} as given"] if given else []))
-    line = (f"{'exact' if exact else 'vmap'} mode, {slots} slots on {len(devices)} {platform} "
-            f"device{'s' if len(devices) != 1 else ''} ({why})")
+    why = "; ".join(
+        ([f"{' and '.join(chosen)} chosen for {platform}"] if chosen else [])
+        + ([f"{' and '.join(given)} as given"] if given else [])
+    )
+    line = (
+        f"{'exact' if exact else 'vmap'} mode, {slots} slots on {len(devices)} {platform} "
+        f"device{'s' if len(devices) != 1 else ''} ({why})"
+    )
     return bool(exact), int(slots), line
 
 
@@ -137,19 +163,24 @@ def print_status(folder) -> int:
     if not Path(folder).is_dir():
         raise FileNotFoundError(f"--status: {str(folder)!r} is not a folder.")
     st = ResultsStore(folder).status()
-    print(f"sweep {st['folder']} (config {st['config_hash']}): {st['done']} of {st['n_inits']} "
-          f"initializations done, {st['remaining']} to go")
+    print(
+        f"sweep {st['folder']} (config {st['config_hash']}): {st['done']} of {st['n_inits']} "
+        f"initializations done, {st['remaining']} to go"
+    )
     if st["manifest"] != "ok":
         print(f"  manifest: {st['manifest']} (--resume rebuilds it from the chunks)")
     for w, n in sorted(st["records_by_writer"].items()):
         print(f"  records written by {w}: {n}")
     for w in st["writers"]:
         state = "running" if w["alive"] else "gone (its claims are taken over by the next --resume)"
-        print(f"  writer {w.get('host')}:{w.get('pid')}:{w.get('id')} {state}, heartbeat "
-              f"{w['heartbeat_age_s']:g} s ago")
+        print(
+            f"  writer {w.get('host')}:{w.get('pid')}:{w.get('id')} {state}, heartbeat {w['heartbeat_age_s']:g} s ago"
+        )
     b = st["blocks"]
-    print(f"  claimed blocks: {b['done']} done, {b['live']} in progress, {b['stale']} stale "
-          "(taken over by the next --resume)")
+    print(
+        f"  claimed blocks: {b['done']} done, {b['live']} in progress, {b['stale']} stale "
+        "(taken over by the next --resume)"
+    )
     for q in st["quarantined"]:
         print(f"  quarantined: {q}")
     for d in st["damaged"]:
@@ -193,9 +224,23 @@ def failure_lines(codes) -> list[str]:
     return lines
 
 
-def run_config(config, *, out=DEFAULT_OUT, slots=None, steps_per_call=None, resume=False, overwrite=False,
-               progress=True, exact=None, rows=20, figures=True, trajectories=3, process_index=None,
-               process_count=None, tag=None) -> int:
+def run_config(
+    config,
+    *,
+    out=DEFAULT_OUT,
+    slots=None,
+    steps_per_call=None,
+    resume=False,
+    overwrite=False,
+    progress=True,
+    exact=None,
+    rows=20,
+    figures=True,
+    trajectories=3,
+    process_index=None,
+    process_count=None,
+    tag=None,
+) -> int:
     """Run a sweep, print its summary, and write table.csv, summary.json and figures.
 
     `exact` and `slots` left `None` are chosen for the devices (`choose_device_mode`:
@@ -206,18 +251,30 @@ def run_config(config, *, out=DEFAULT_OUT, slots=None, steps_per_call=None, resu
     line naming the folder."""
     out = check_output_folder(out)
     if resume and overwrite:
-        raise ValueError("--resume and --overwrite contradict each other: --resume keeps the finished records, "
-                         "--overwrite deletes them. Pass one of them.")
+        raise ValueError(
+            "--resume and --overwrite contradict each other: --resume keeps the finished records, "
+            "--overwrite deletes them. Pass one of them."
+        )
     process_index, process_count = _job_share(process_index, process_count)
-    print(f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
-          f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver.solver} rtol={config.rtol:g} "
-          f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}")
+    print(
+        f"sweep: graph={config.graph} activation={config.activation} init={config.init} "
+        f"n_inits={config.n_inits} t1={config.t1:g} solver={config.solver.solver} rtol={config.rtol:g} "
+        f"atol={config.atol:g}{' kink-aware' if config.kink_aware else ''} float64 -> {out}"
+    )
     exact, slots, mode_line = choose_device_mode(exact=exact, slots=slots)
     print(f"engine: {mode_line}")
     try:
         batch = BatchOptions(slots=slots, steps_per_call=steps_per_call, exact=exact, progress=progress)
-        result = run_sweep(config, out, resume=resume, overwrite=overwrite, batch=batch,
-                           process_index=process_index, process_count=process_count, tag=tag)
+        result = run_sweep(
+            config,
+            out,
+            resume=resume,
+            overwrite=overwrite,
+            batch=batch,
+            process_index=process_index,
+            process_count=process_count,
+            tag=tag,
+        )
         summary = summarize_sweep(config, result)
         print(summary.table(max_rows=rows))
         print(summary.aggregate_table())
@@ -225,13 +282,14 @@ def run_config(config, *, out=DEFAULT_OUT, slots=None, steps_per_call=None, resu
             print(line)
         _write_outputs(ResultsStore(out), summary, figures, trajectories)
     except SweepInterrupted as e:
-        print(f"invariant-jax sweep: {e.signal}: progress saved in {str(out)!r}; rerun with --resume",
-              file=sys.stderr)
+        print(f"invariant-jax sweep: {e.signal}: progress saved in {str(out)!r}; rerun with --resume", file=sys.stderr)
         return 143 if e.signal == "SIGTERM" else 130
     except OSError as e:
         if is_no_space(e):
-            raise ValueError(f"No space left on the device holding {str(out)!r} ({e.strerror}); the finished "
-                             "records are kept: free some space and rerun with --resume.") from None
+            raise ValueError(
+                f"No space left on the device holding {str(out)!r} ({e.strerror}); the finished "
+                "records are kept: free some space and rerun with --resume."
+            ) from None
         raise
     print(f"results: {out}/manifest.json, {out}/chunks/*.parquet, {out}/table.csv, {out}/summary.json")
     return 0  # failed trajectories are data (status column), not an error
@@ -246,6 +304,8 @@ def _write_outputs(store: ResultsStore, summary, figures: bool, trajectories: in
         store.write_output(out / "table.csv", (Path(tmp) / "table.csv").read_bytes())
         store.write_output(out / "summary.json", dumps_strict(summary.aggregate, indent=2, sort_keys=True).encode())
         if figures:
-            paths = [store.write_output(out / "figures" / p.name, p.read_bytes())
-                     for p in summary.save_figures(Path(tmp) / "figures", trajectories=trajectories)]
+            paths = [
+                store.write_output(out / "figures" / p.name, p.read_bytes())
+                for p in summary.save_figures(Path(tmp) / "figures", trajectories=trajectories)
+            ]
             print(f"figures: {', '.join(str(p) for p in paths)}")

@@ -38,8 +38,10 @@ class TabularData(eqx.Module):
         return self.X_train.shape[1]
 
     def __repr__(self) -> str:
-        return (f"TabularData({self.name!r}: {self.X_train.shape[0]} train, {self.X_test.shape[0]} "
-                f"test, {self.n_features} features)")
+        return (
+            f"TabularData({self.name!r}: {self.X_train.shape[0]} train, {self.X_test.shape[0]} "
+            f"test, {self.n_features} features)"
+        )
 
 
 def split_standardize(
@@ -73,7 +75,9 @@ def split_standardize(
         raise ValueError(f"test_fraction must be in (0, 1); got {test_fraction!r}.")
     classes = np.unique(y)
     if classes.size != 2:
-        raise ValueError(f"Labels must take exactly two values (binary classification); got {classes.size}: {classes[:5]}.")
+        raise ValueError(
+            f"Labels must take exactly two values (binary classification); got {classes.size}: {classes[:5]}."
+        )
     y01 = (y == classes[1]).astype(np.float64)
     idx = np.arange(X.shape[0])
     tr, te = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=y01)
@@ -82,7 +86,9 @@ def split_standardize(
     std = X[tr].std(axis=0)
     std = np.where(std > 0, std, 1.0)
     Z = (X - mean) / std
-    names = tuple(str(n) for n in feature_names) if feature_names is not None else tuple(f"x{i}" for i in range(X.shape[1]))
+    names = (
+        tuple(str(n) for n in feature_names) if feature_names is not None else tuple(f"x{i}" for i in range(X.shape[1]))
+    )
     return TabularData(Z[tr], y01[tr, None], Z[te], y01[te, None], mean, std, names, name)
 
 
@@ -96,8 +102,9 @@ def breast_cancer(*, test_fraction: float = 0.25, seed: int = 0) -> TabularData:
     from sklearn.datasets import load_breast_cancer
 
     d = load_breast_cancer()
-    return split_standardize(d.data, d.target, test_fraction=test_fraction, seed=seed,
-                             feature_names=d.feature_names, name="breast_cancer")
+    return split_standardize(
+        d.data, d.target, test_fraction=test_fraction, seed=seed, feature_names=d.feature_names, name="breast_cancer"
+    )
 
 
 def _line_of(data: bytes, offset: int) -> int:
@@ -114,13 +121,16 @@ def _read_rows(path: Path) -> list[tuple[int, list[str]]]:
     data = path.read_bytes()
     nul = data.find(b"\x00")
     if nul >= 0:
-        raise ValueError(f"{path}: line {_line_of(data, nul)} holds a NUL byte: this is not a "
-                         "text file; give a numeric CSV file.")
+        raise ValueError(
+            f"{path}: line {_line_of(data, nul)} holds a NUL byte: this is not a text file; give a numeric CSV file."
+        )
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark is not part of the first cell
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: line {_line_of(data, e.start)}: byte {e.start} is not UTF-8: this is not a "
-                         "UTF-8 text file; give a numeric CSV file (save it as UTF-8).") from None
+        raise ValueError(
+            f"{path}: line {_line_of(data, e.start)}: byte {e.start} is not UTF-8: this is not a "
+            "UTF-8 text file; give a numeric CSV file (save it as UTF-8)."
+        ) from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows = []
     while True:
@@ -130,8 +140,7 @@ def _read_rows(path: Path) -> list[tuple[int, list[str]]]:
         except StopIteration:
             break
         except csv.Error as e:
-            raise ValueError(f"{path}: line {start}: CSV syntax error ({e}); check the quotes on that "
-                             "line.") from None
+            raise ValueError(f"{path}: line {start}: CSV syntax error ({e}); check the quotes on that line.") from None
     return [(n, r) for n, r in rows if any(c.strip() for c in r)]
 
 
@@ -193,8 +202,7 @@ def load_csv(
                 ) from None
             if not np.isfinite(v):
                 raise ValueError(
-                    f"{path}: column {names[j]!r}, row {lineno} is {c.strip()!r} (not finite). Impute "
-                    "or drop that row."
+                    f"{path}: column {names[j]!r}, row {lineno} is {c.strip()!r} (not finite). Impute or drop that row."
                 )
             data[k, j] = v
     if isinstance(target, str):
@@ -208,5 +216,11 @@ def load_csv(
     feats = [j for j in range(width) if j != t]
     if not feats:
         raise ValueError(f"{path}: only the target column; add feature columns.")
-    return split_standardize(data[:, feats], data[:, t], test_fraction=test_fraction, seed=seed,
-                             feature_names=[names[j] for j in feats], name=path.stem)
+    return split_standardize(
+        data[:, feats],
+        data[:, t],
+        test_fraction=test_fraction,
+        seed=seed,
+        feature_names=[names[j] for j in feats],
+        name=path.stem,
+    )

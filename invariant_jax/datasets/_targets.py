@@ -10,8 +10,16 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._checks import check_finite, check_integer, check_positive
 
-__all__ = ["modified_rosenbrock", "rosenbrock_data", "rosenbrock_grid", "regular_grid", "matern32_kernel", "gp_sample",
-           "gp_data", "PAPER_GP_SCALINGS"]
+__all__ = [
+    "modified_rosenbrock",
+    "rosenbrock_data",
+    "rosenbrock_grid",
+    "regular_grid",
+    "matern32_kernel",
+    "gp_sample",
+    "gp_data",
+    "PAPER_GP_SCALINGS",
+]
 
 PAPER_GP_SCALINGS = (0.1, 0.5, 2.0, 10.0)
 """The kernel input scalings of the paper's four GP teachers (`ScaleTransform(s)` of a
@@ -26,8 +34,14 @@ def _check_X(X: ArrayLike, name: str = "X") -> Array:
 
 
 def modified_rosenbrock(
-    X: ArrayLike, *, a: float = 1.0, b: float = 3.0, c: float = 1.0, d: float = 0.1,
-    standardize: bool = True, ddof: int = 0,
+    X: ArrayLike,
+    *,
+    a: float = 1.0,
+    b: float = 3.0,
+    c: float = 1.0,
+    d: float = 0.1,
+    standardize: bool = True,
+    ddof: int = 0,
 ) -> Float[Array, "N 1"]:
     """The modified Rosenbrock target
     `log10(sum_{i<D} [b (x_{i+1} + c - x_i^2)^2 + (a - x_i)^2] + d)`, z-scored over the

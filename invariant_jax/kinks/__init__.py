@@ -46,5 +46,14 @@ from ._driver import KinkFlow, KinkIntegrator, KinkState, integrate_kink_flow, k
 from ._filippov import KinkProblem, pattern_field
 from ._illinois import Illinois
 
-__all__ = ["Illinois", "KinkFlow", "KinkIntegrator", "KinkProblem", "KinkState", "integrate_kink_flow",
-           "kink_aware_flow", "make_kink_integrator", "pattern_field"]
+__all__ = [
+    "Illinois",
+    "KinkFlow",
+    "KinkIntegrator",
+    "KinkProblem",
+    "KinkState",
+    "integrate_kink_flow",
+    "kink_aware_flow",
+    "make_kink_integrator",
+    "pattern_field",
+]

@@ -89,8 +89,11 @@ class KinkFlow(eqx.Module):
     @property
     def events_exhausted(self) -> Bool[Array, "..."]:
         """Deprecated: ask `kflow.result == ij.RESULTS.max_events_reached`."""
-        warnings.warn("KinkFlow.events_exhausted is deprecated; ask `kflow.result == ij.RESULTS.max_events_reached`.",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "KinkFlow.events_exhausted is deprecated; ask `kflow.result == ij.RESULTS.max_events_reached`.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.result == RESULTS.max_events_reached
 
     # the names every flow result answers (as `Flow` does)
@@ -176,11 +179,28 @@ class KinkIntegrator(eqx.Module):
         i0 = jnp.asarray(0)
         zero = jnp.asarray(0.0, dtype)
         return KinkState(
-            t=jnp.asarray(self.t0, dtype), theta=theta0, P=Z0 > 0, slots=-jnp.ones((prob.max_sliding,), int),
-            margin=jnp.zeros((N, H), dtype), ys=jnp.full((self.ts.shape[0], theta0.shape[0]), jnp.inf, dtype),
-            filled=jnp.zeros(self.ts.shape, bool), n_events=i0, n_cross=i0, n_sin=i0, n_sout=i0, n_simul=i0,
-            n_amb=i0, t_slide=zero, max_slide=i0, resid=zero, ev_times=jnp.full((self.max_events,), jnp.inf, dtype),
-            steps=i0, acc=i0, rej=i0, result=RESULTS.successful, done=jnp.asarray(False),
+            t=jnp.asarray(self.t0, dtype),
+            theta=theta0,
+            P=Z0 > 0,
+            slots=-jnp.ones((prob.max_sliding,), int),
+            margin=jnp.zeros((N, H), dtype),
+            ys=jnp.full((self.ts.shape[0], theta0.shape[0]), jnp.inf, dtype),
+            filled=jnp.zeros(self.ts.shape, bool),
+            n_events=i0,
+            n_cross=i0,
+            n_sin=i0,
+            n_sout=i0,
+            n_simul=i0,
+            n_amb=i0,
+            t_slide=zero,
+            max_slide=i0,
+            resid=zero,
+            ev_times=jnp.full((self.max_events,), jnp.inf, dtype),
+            steps=i0,
+            acc=i0,
+            rej=i0,
+            result=RESULTS.successful,
+            done=jnp.asarray(False),
         )
 
     def segment(self, c: KinkState) -> KinkState:
@@ -201,15 +221,29 @@ class KinkIntegrator(eqx.Module):
             inner = dataclasses.replace(inner, keep_jacobian=True)
         tclip = jnp.clip(ts, c.t, t1)
         # step_ts: diffrax 0.7's metaclass wraps it in a ClipStepSizeController; diffrax 0.6 knows only this spelling
-        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol,  # type: ignore[call-arg]
-                                           step_ts=tclip if self.is_gl else None)
+        controller = diffrax.PIDController(
+            rtol=self.rtol,
+            atol=self.atol,  # type: ignore[call-arg]
+            step_ts=tclip if self.is_gl else None,
+        )
         if self.reference_solve:
             with cacheable_checks():
                 sol = self._solve(vf, cond_fn, tclip, controller, c, inner)
         else:
-            sol = solve_segment(vf, lambda y, args: cond_fn(None, y, args), inner, controller, c.t, t1, c.theta,
-                                (c.P, c.slots), ts, max_steps=self.max_steps, event_tol=self.event_tol,
-                                one_site=self.one_site and self.is_gl)
+            sol = solve_segment(
+                vf,
+                lambda y, args: cond_fn(None, y, args),
+                inner,
+                controller,
+                c.t,
+                t1,
+                c.theta,
+                (c.P, c.slots),
+                ts,
+                max_steps=self.max_steps,
+                event_tol=self.event_tol,
+                one_site=self.one_site and self.is_gl,
+            )
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
         if self.is_gl:
@@ -221,16 +255,27 @@ class KinkIntegrator(eqx.Module):
         c = eqx.tree_at(
             lambda c: (c.ys, c.filled, c.steps, c.acc, c.rej, c.t_slide),
             c,
-            (ys, c.filled | seg_ok, c.steps + sol.num_steps, c.acc + sol.num_accepted,
-             c.rej + sol.num_rejected, c.t_slide + slide_dt),
+            (
+                ys,
+                c.filled | seg_ok,
+                c.steps + sol.num_steps,
+                c.acc + sol.num_accepted,
+                c.rej + sol.num_rejected,
+                c.t_slide + slide_dt,
+            ),
         )
         failed = ~((sol.result == diffrax.RESULTS.successful) | event)
-        c_new = jax.lax.cond(event & ~failed, lambda: self._restart(c, t_end, y_end),
-                             lambda: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)))
+        c_new = jax.lax.cond(
+            event & ~failed,
+            lambda: self._restart(c, t_end, y_end),
+            lambda: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)),
+        )
         done = failed | ~event | (c_new.n_events >= self.max_events)
         exhausted = event & (c_new.n_events >= self.max_events) & (c_new.t < t1)
         res = RESULTS.where(
-            failed, RESULTS.promote(sol.result), RESULTS.where(exhausted, RESULTS.max_events_reached, RESULTS.successful)
+            failed,
+            RESULTS.promote(sol.result),
+            RESULTS.where(exhausted, RESULTS.max_events_reached, RESULTS.successful),
         )
         # keep the last good state on failure
         theta_keep = jnp.where(failed, c.theta, c_new.theta)
@@ -247,16 +292,26 @@ class KinkIntegrator(eqx.Module):
             None,
             c.theta,
             args=(c.P, c.slots),
-            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl),
+            saveat=diffrax.SaveAt(
+                subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl
+            ),
             stepsize_controller=controller,
             event=diffrax.Event(cond_fn, root_finder=Illinois(atol=self.event_tol)),
             max_steps=self.max_steps,
             throw=False,
         )
         st = sol.stats
-        return SegmentSolution(t=sol.ts[1][-1], y=sol.ys[1][-1], ys=sol.ys[0], saved=jnp.isfinite(sol.ts[0]),
-                               result=sol.result, num_steps=st["num_steps"], num_accepted=st["num_accepted_steps"],
-                               num_rejected=st["num_rejected_steps"], solver_state=sol.solver_state)
+        return SegmentSolution(
+            t=sol.ts[1][-1],
+            y=sol.ys[1][-1],
+            ys=sol.ys[0],
+            saved=jnp.isfinite(sol.ts[0]),
+            result=sol.result,
+            num_steps=st["num_steps"],
+            num_accepted=st["num_accepted_steps"],
+            num_rejected=st["num_rejected_steps"],
+            solver_state=sol.solver_state,
+        )
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
         # Recompute the event state by one Gauss step from the last step's start, so the
@@ -297,13 +352,39 @@ class KinkIntegrator(eqx.Module):
         ev = resolve_event(self.prob, th, c.P, c.slots, c.margin, self.surface_tol)
         k = c.n_events
         return eqx.tree_at(
-            lambda c: (c.t, c.theta, c.P, c.slots, c.margin, c.n_events, c.n_cross, c.n_sin, c.n_sout, c.n_simul,
-                       c.n_amb, c.max_slide, c.resid, c.ev_times),
+            lambda c: (
+                c.t,
+                c.theta,
+                c.P,
+                c.slots,
+                c.margin,
+                c.n_events,
+                c.n_cross,
+                c.n_sin,
+                c.n_sout,
+                c.n_simul,
+                c.n_amb,
+                c.max_slide,
+                c.resid,
+                c.ev_times,
+            ),
             c,
-            (t_ev, th, ev.P, ev.slots, ev.margin, k + 1, c.n_cross + ev.crossings, c.n_sin + ev.entries,
-             c.n_sout + ev.exits, c.n_simul + jnp.where(ev.simultaneous, 1, 0), c.n_amb + jnp.where(ev.resolved, 0, 1),
-             jnp.maximum(c.max_slide, jnp.sum(ev.slots >= 0)), jnp.maximum(c.resid, ev.residual),
-             c.ev_times.at[jnp.minimum(k, self.max_events - 1)].set(t_ev)),
+            (
+                t_ev,
+                th,
+                ev.P,
+                ev.slots,
+                ev.margin,
+                k + 1,
+                c.n_cross + ev.crossings,
+                c.n_sin + ev.entries,
+                c.n_sout + ev.exits,
+                c.n_simul + jnp.where(ev.simultaneous, 1, 0),
+                c.n_amb + jnp.where(ev.resolved, 0, 1),
+                jnp.maximum(c.max_slide, jnp.sum(ev.slots >= 0)),
+                jnp.maximum(c.resid, ev.residual),
+                c.ev_times.at[jnp.minimum(k, self.max_events - 1)].set(t_ev),
+            ),
         )
 
     def finish(self, out: KinkState) -> tuple[_Sol, dict]:
@@ -318,8 +399,9 @@ class KinkIntegrator(eqx.Module):
             rf = jnp.zeros((), out.theta.dtype)
         ys_all = jnp.concatenate([out.ys, out.theta[None]], axis=0)
         ts_all = jnp.concatenate([jnp.where(out.filled, self.ts, jnp.inf), out.t[None]])
-        stats = dict(num_steps=out.steps, num_accepted_steps=out.acc, num_rejected_steps=out.rej,
-                     max_steps=self.max_steps)
+        stats = dict(
+            num_steps=out.steps, num_accepted_steps=out.acc, num_rejected_steps=out.rej, max_steps=self.max_steps
+        )
         return _Sol(ts_all, ys_all, out.result, stats), dict(
             num_events=out.n_events,
             num_crossings=out.n_cross,
@@ -339,8 +421,9 @@ class KinkIntegrator(eqx.Module):
         """The `KinkFlow` of a finished trajectory started at `theta0`."""
         rtol, atol = self.tolerances
         sol, extra = self.finish(out)
-        fl = Flow.from_solution(net, self.prob.X, self.prob.Y, sol, theta0=theta0, t0=self.t0, loss=loss,
-                                rtol=rtol, atol=atol)
+        fl = Flow.from_solution(
+            net, self.prob.X, self.prob.Y, sol, theta0=theta0, t0=self.t0, loss=loss, rtol=rtol, atol=atol
+        )
         return KinkFlow(flow=fl, **extra)
 
     def run(self, theta0) -> KinkState:
@@ -357,8 +440,6 @@ def _check_piecewise_linear(net: DAGNetwork):
             "solver='tsit5' (explicit), 'kvaerno5_hessian' (stiff, long horizons) or "
             "'gauss4' (conserves quadratic invariants)."
         )
-
-
 
 
 def make_kink_integrator(
@@ -380,8 +461,11 @@ def make_kink_integrator(
     `kinks` (an `ij.KinkOptions`)."""
     if not isinstance(net, DAGNetwork):
         raise TypeError(f"net must be a DAGNetwork; got {type(net).__name__}.")
-    for name, v, cls in (("options", options, SolverOptions), ("saveat", saveat, SaveTimes),
-                         ("kinks", kinks, KinkOptions)):
+    for name, v, cls in (
+        ("options", options, SolverOptions),
+        ("saveat", saveat, SaveTimes),
+        ("kinks", kinks, KinkOptions),
+    ):
         if not isinstance(v, cls):
             raise TypeError(f"{name} must be an ij.{cls.__name__}(...); got {v!r}.")
     _check_piecewise_linear(net)
@@ -392,10 +476,18 @@ def make_kink_integrator(
     options.check_dtype(dtype)
     get_loss(loss)
     return KinkIntegrator(
-        prob=KinkProblem.build(net, X, Y, loss, int(kinks.max_sliding)), ts=ts, inner=options.get_solver(),
-        rtol=jnp.asarray(options.rtol, dtype), atol=jnp.asarray(options.atol, dtype), t0=float(t0), t1=float(t1),
-        max_steps=int(options.max_steps), max_events=int(kinks.max_events), event_tol=float(kinks.event_tol),
-        surface_tol=float(kinks.surface_tol), tolerances=(float(options.rtol), float(options.atol)),
+        prob=KinkProblem.build(net, X, Y, loss, int(kinks.max_sliding)),
+        ts=ts,
+        inner=options.get_solver(),
+        rtol=jnp.asarray(options.rtol, dtype),
+        atol=jnp.asarray(options.atol, dtype),
+        t0=float(t0),
+        t1=float(t1),
+        max_steps=int(options.max_steps),
+        max_events=int(kinks.max_events),
+        event_tol=float(kinks.event_tol),
+        surface_tol=float(kinks.surface_tol),
+        tolerances=(float(options.rtol), float(options.atol)),
     )
 
 
@@ -452,18 +544,29 @@ def kink_aware_flow(
             "ij.gradient_flow(..., loss=objective) for weight decay or a regularizer."
         )
     integ = make_kink_integrator(
-        net, X, Y, t1, t0=t0, options=as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS),
-        saveat=as_save_times(saveat, kw.get("n_save")), kinks=kinks, loss=obj.loss,
+        net,
+        X,
+        Y,
+        t1,
+        t0=t0,
+        options=as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS),
+        saveat=as_save_times(saveat, kw.get("n_save")),
+        kinks=kinks,
+        loss=obj.loss,
     )
     dtype = integ.prob.X.dtype
-    theta0 = check_finite(net.edge_weights().astype(dtype), "is not finite; re-initialize the network.",
-                          where="initial weight theta0[{index}] ")  # as gradient_flow: before any compile
+    theta0 = check_finite(
+        net.edge_weights().astype(dtype),
+        "is not finite; re-initialize the network.",
+        where="initial weight theta0[{index}] ",
+    )  # as gradient_flow: before any compile
     return integrate_kink_flow(integ, net, theta0, obj.loss)
 
 
 @eqx.filter_jit
-def integrate_kink_flow(integ: KinkIntegrator, net: DAGNetwork, theta0: Float[Array, " E"],
-                        loss: str | Callable = "mse") -> KinkFlow:
+def integrate_kink_flow(
+    integ: KinkIntegrator, net: DAGNetwork, theta0: Float[Array, " E"], loss: str | Callable = "mse"
+) -> KinkFlow:
     """The one compiled program of `kink_aware_flow`: run `integ` (from
     `make_kink_integrator`) from the initial weights `theta0` and return the `KinkFlow`
     (`net` gives the graph and activations; its weights are not used). An

@@ -130,8 +130,11 @@ class KinkProblem(eqx.Module):
         lam = None
         if self.max_sliding:  # (the sliding weights only: no gradient when nothing slides)
             D = self.D_of(P)
-            lam = jax.lax.cond(jnp.any(slots >= 0), lambda: self.sliding(theta, D, slots)[1],
-                               lambda: jnp.zeros((self.max_sliding,), theta.dtype))
+            lam = jax.lax.cond(
+                jnp.any(slots >= 0),
+                lambda: self.sliding(theta, D, slots)[1],
+                lambda: jnp.zeros((self.max_sliding,), theta.dtype),
+            )
         return self._cond(theta, P, slots, margin, lam)
 
     def _cond(self, theta, P, slots, margin, lam):

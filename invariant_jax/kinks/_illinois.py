@@ -56,7 +56,12 @@ class Illinois(optx.AbstractRootFinder):
         denom = f_lower - f_upper
         secant = (lower * -f_upper + upper * f_lower) / jnp.where(denom == 0, 1.0, denom)
         mid = 0.5 * (lower + upper)
-        inside = (denom != 0) & jnp.isfinite(secant) & (secant > jnp.minimum(lower, upper)) & (secant < jnp.maximum(lower, upper))
+        inside = (
+            (denom != 0)
+            & jnp.isfinite(secant)
+            & (secant > jnp.minimum(lower, upper))
+            & (secant < jnp.maximum(lower, upper))
+        )
         new_y = jnp.where(fy == 0, y, jnp.where(inside, secant, mid))
         return new_y, IllinoisState(lower, upper, f_lower, f_upper, side), aux
 

@@ -71,7 +71,9 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         slide = ~sliding_k & tried[k] & jnp.any(free)
         Pf = P.reshape(-1)
         side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
-        slots_new = jnp.where(sliding_k, jnp.where(is_k, -1, slots), jnp.where(slide, slots.at[jnp.argmax(free)].set(k), slots))
+        slots_new = jnp.where(
+            sliding_k, jnp.where(is_k, -1, slots), jnp.where(slide, slots.at[jnp.argmax(free)].set(k), slots)
+        )
         pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide) & (it < cap)
         P_new = jnp.where(pivot, Pf.at[k].set(side), Pf).reshape(N, H)
         slots = jnp.where(pivot, slots_new, slots)
@@ -86,8 +88,16 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         lam, u = prob.rates(th, P, slots)
         return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam
     dtype = th.dtype
-    init = (P, slots, jnp.zeros((N * H,), bool), jnp.asarray(0), jnp.asarray(False), jnp.zeros((), dtype),
-            jnp.zeros((N * H,), bool), jnp.zeros((M,), dtype))
+    init = (
+        P,
+        slots,
+        jnp.zeros((N * H,), bool),
+        jnp.asarray(0),
+        jnp.asarray(False),
+        jnp.zeros((), dtype),
+        jnp.zeros((N * H,), bool),
+        jnp.zeros((M,), dtype),
+    )
     P, slots, _, _, _, _, bad, lam = jax.lax.while_loop(lambda s: ~s[4], body, init)
     return P, slots, bad, lam
 
@@ -128,5 +138,14 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol) -> Ev
     # re-trigger on them
     sz_new = jnp.where(P, Zev, -Zev)
     margin = jnp.where(cand & ~sm, jnp.maximum(0.0, -sz_new) + ztol, 0.0)
-    return EventOutcome(P=P, slots=slots, margin=margin, crossings=jnp.sum(crossings), entries=jnp.sum(entries),
-                        exits=jnp.sum(exits), simultaneous=n_changed > 1, resolved=ok, residual=resid)
+    return EventOutcome(
+        P=P,
+        slots=slots,
+        margin=margin,
+        crossings=jnp.sum(crossings),
+        entries=jnp.sum(entries),
+        exits=jnp.sum(exits),
+        simultaneous=n_changed > 1,
+        resolved=ok,
+        residual=resid,
+    )

@@ -56,7 +56,6 @@ class SegmentSolution(eqx.Module):
     solver_state: object
 
 
-
 class _Root(eqx.Module):
     """The state of the Illinois root find: iteration, current iterate, bracket."""
 
@@ -83,8 +82,9 @@ def _root_update(finder: Illinois, r: _Root, v) -> _Root:
     """One iteration, given the condition's value `v` at `_root_point(r)`."""
     st = r.st
     init = r.it < 2
-    st_init = IllinoisState(st.lower, st.upper, jnp.where(r.it == 0, v, st.f_lower),
-                             jnp.where(r.it == 1, v, st.f_upper), st.side)
+    st_init = IllinoisState(
+        st.lower, st.upper, jnp.where(r.it == 0, v, st.f_lower), jnp.where(r.it == 1, v, st.f_upper), st.side
+    )
     new_y, st_step, _ = finder.step(lambda yy, args: (v, None), r.y, None, None, st, None)
     st = jtu.tree_map(lambda a, b: jnp.where(init, a, b), st_init, st_step)
     finite = jnp.isfinite(r.y)
@@ -109,8 +109,11 @@ def locate(g: Callable, lower, upper, event_tol: float, go):
     the others are its steps. `go=False` returns at once. Returns `(t, result)` with
     an `optimistix.RESULTS` (`nonfinite`, `nonlinear_max_steps_reached` as there)."""
     finder = Illinois(atol=event_tol)
-    r = jax.lax.while_loop(lambda r: go & _root_going(r), lambda r: _root_update(finder, r, g(_root_point(r))),
-                           _root_init(lower, upper, jnp.result_type(lower)))
+    r = jax.lax.while_loop(
+        lambda r: go & _root_going(r),
+        lambda r: _root_update(finder, r, g(_root_point(r))),
+        _root_init(lower, upper, jnp.result_type(lower)),
+    )
     return r.y, _root_result(r)
 
 
@@ -162,13 +165,20 @@ class _Stepper:
         """One step (accepted or rejected) and the saves it makes; the event check is the
         caller's (`_checked`)."""
         solver, t1, ok = self.solver, self.t1, diffrax.RESULTS.successful
-        y, y_error, dense_info, sstate, sres = solver.step(self.terms, c.tprev, c.tnext, c.y, self.args,
-                                                           c.solver_state, False)
+        y, y_error, dense_info, sstate, sres = solver.step(
+            self.terms, c.tprev, c.tnext, c.y, self.args, c.solver_state, False
+        )
         y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
         keep, tprev, tnext, made_jump, cstate, cres = self.controller.adapt_step_size(
-            c.tprev, c.tnext, c.y, y, self.args, y_error,
+            c.tprev,
+            c.tnext,
+            c.y,
+            y,
+            self.args,
+            y_error,
             self.error_order,  # type: ignore[arg-type]  # None as diffeqsolve passes it; diffrax's annotation omits it
-            c.controller_state)
+            c.controller_state,
+        )
         if made_jump is not False:
             raise NotImplementedError("Step-size controllers with jumps are not supported in kink-aware flows.")
         tprev = jnp.minimum(tprev, t1)
@@ -181,10 +191,22 @@ class _Stepper:
         interp = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
         save_i, ys, saved = self._save(c, keep, interp)
         return _Carry(
-            y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate, result=result,
-            num_steps=c.num_steps + 1, num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
-            num_rejected=c.num_rejected + jnp.where(keep, 0, 1), save_i=save_i, ys=ys, saved=saved,
-            ev_value=c.ev_value, ev_tprev=c.tprev, ev_tnext=c.tnext, ev_dense=dense_info,
+            y=y,
+            tprev=tprev,
+            tnext=tnext,
+            solver_state=sstate,
+            controller_state=cstate,
+            result=result,
+            num_steps=c.num_steps + 1,
+            num_accepted=c.num_accepted + jnp.where(keep, 1, 0),
+            num_rejected=c.num_rejected + jnp.where(keep, 0, 1),
+            save_i=save_i,
+            ys=ys,
+            saved=saved,
+            ev_value=c.ev_value,
+            ev_tprev=c.tprev,
+            ev_tnext=c.tnext,
+            ev_dense=dense_info,
         )
 
     def _save(self, c: _Carry, keep, interp):
@@ -223,14 +245,34 @@ def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: in
     T = ts.shape[0]
     dense_struct = jax.eval_shape(lambda: solver.step(terms, t0, tnext, y0, args, sstate, False)[2])
     init = _Carry(
-        y=y0, tprev=t0, tnext=tnext, solver_state=sstate, controller_state=cstate, result=diffrax.RESULTS.successful,
-        num_steps=jnp.asarray(0), num_accepted=jnp.asarray(0), num_rejected=jnp.asarray(0),
-        save_i=jnp.sum(ts < t0), ys=jnp.full((T,) + y0.shape, jnp.inf, dtype), saved=jnp.zeros((T,), bool),
-        ev_value=jnp.zeros((), dtype), ev_tprev=t0, ev_tnext=t0,
+        y=y0,
+        tprev=t0,
+        tnext=tnext,
+        solver_state=sstate,
+        controller_state=cstate,
+        result=diffrax.RESULTS.successful,
+        num_steps=jnp.asarray(0),
+        num_accepted=jnp.asarray(0),
+        num_rejected=jnp.asarray(0),
+        save_i=jnp.sum(ts < t0),
+        ys=jnp.full((T,) + y0.shape, jnp.inf, dtype),
+        saved=jnp.zeros((T,), bool),
+        ev_value=jnp.zeros((), dtype),
+        ev_tprev=t0,
+        ev_tnext=t0,
         ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
     )
-    stepper = _Stepper(terms=terms, solver=solver, controller=controller, args=args, t1=t1, clip_floor=clip_floor,
-                       error_order=error_order, ts=ts, max_steps=max_steps)
+    stepper = _Stepper(
+        terms=terms,
+        solver=solver,
+        controller=controller,
+        args=args,
+        t1=t1,
+        clip_floor=clip_floor,
+        error_order=error_order,
+        ts=ts,
+        max_steps=max_steps,
+    )
     return stepper, init
 
 
@@ -251,22 +293,34 @@ def _one_site_loop(st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: fl
     def body(carry):
         phase, c, r = carry
         c_new = jax.lax.cond(phase == _STEP, st.advance, lambda c: c, c)
-        point = jtu.tree_map(lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where(phase == _STEP, b, d)),
-                             c.y, c_new.y, st.dense_at(c, _root_point(r)))
+        point = jtu.tree_map(
+            lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where(phase == _STEP, b, d)),
+            c.y,
+            c_new.y,
+            st.dense_at(c, _root_point(r)),
+        )
         value = cond(point, st.args)  # the one evaluation site
-        c_new = jtu.tree_map(lambda a, b: jnp.where(phase == _STEP, a, b), _checked(c, c_new, value),
-                             eqx.tree_at(lambda c: c.ev_value, c, jnp.where(phase == _INIT, value, c.ev_value)))
+        c_new = jtu.tree_map(
+            lambda a, b: jnp.where(phase == _STEP, a, b),
+            _checked(c, c_new, value),
+            eqx.tree_at(lambda c: c.ev_value, c, jnp.where(phase == _INIT, value, c.ev_value)),
+        )
         r_new = _root_update(finder, r, value)
         more = st.going(c_new)
         enter_root = ~more & (c_new.result == diffrax.RESULTS.event_occurred)
-        r_next = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), r_new,
-                              _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype))
-        phase_next = jnp.where(phase == _ROOT, jnp.where(_root_going(r_new), _ROOT, _DONE),
-                               jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)))
+        r_next = jtu.tree_map(
+            lambda a, b: jnp.where(phase == _ROOT, a, b), r_new, _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype)
+        )
+        phase_next = jnp.where(
+            phase == _ROOT,
+            jnp.where(_root_going(r_new), _ROOT, _DONE),
+            jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)),
+        )
         return phase_next, c_new, r_next
 
-    _, f, r = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body,
-                                 (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype)))
+    _, f, r = jax.lax.while_loop(
+        lambda carry: carry[0] != _DONE, body, (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype))
+    )
     return f, r
 
 
@@ -288,9 +342,21 @@ def _loop_result(f: _Carry, t1):
     return diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
 
 
-def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
-                  controller: diffrax.AbstractStepSizeController, t0, t1: ArrayLike, y0, args, ts, *,
-                  max_steps: int, event_tol: float, one_site: bool = True) -> SegmentSolution:
+def solve_segment(
+    vf: Callable,
+    cond: Callable,
+    solver: diffrax.AbstractSolver,
+    controller: diffrax.AbstractStepSizeController,
+    t0,
+    t1: ArrayLike,
+    y0,
+    args,
+    ts,
+    *,
+    max_steps: int,
+    event_tol: float,
+    one_site: bool = True,
+) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
@@ -323,12 +389,21 @@ def solve_segment(vf: Callable, cond: Callable, solver: diffrax.AbstractSolver,
         f = _step_loop(st, cond, init)
         result = _loop_result(f, t1)
         event = result == diffrax.RESULTS.event_occurred
-        t_root, root_result = locate(lambda t: cond(st.dense_at(f, t), args), f.ev_tprev, f.ev_tnext, event_tol,
-                                     event)
+        t_root, root_result = locate(lambda t: cond(st.dense_at(f, t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
     t_end = jnp.where(event, t_root, f.tprev)
     y_end = jnp.where(event, st.dense_at(f, t_root), f.y)
-    result = diffrax.RESULTS.where(event & (root_result != optx.RESULTS.successful),
-                                   diffrax.RESULTS.promote(root_result), result)
+    result = diffrax.RESULTS.where(
+        event & (root_result != optx.RESULTS.successful), diffrax.RESULTS.promote(root_result), result
+    )
     saved = f.saved & ~(event & (ts > t_end))
-    return SegmentSolution(t=t_end, y=y_end, ys=f.ys, saved=saved, result=result, num_steps=f.num_steps,
-                           num_accepted=f.num_accepted, num_rejected=f.num_rejected, solver_state=f.solver_state)
+    return SegmentSolution(
+        t=t_end,
+        y=y_end,
+        ys=f.ys,
+        saved=saved,
+        result=result,
+        num_steps=f.num_steps,
+        num_accepted=f.num_accepted,
+        num_rejected=f.num_rejected,
+        solver_state=f.solver_state,
+    )

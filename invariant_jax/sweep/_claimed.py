@@ -26,8 +26,15 @@ class _Writer:
     """The state of one writer: which indices are done, the records not yet written, and
     the chunks written in the current round."""
 
-    def __init__(self, config: SweepConfig, engine, store: ResultsStore, options: StoreOptions, progress: bool,
-                 on_chunk: Callable[[Path], None] | None):
+    def __init__(
+        self,
+        config: SweepConfig,
+        engine,
+        store: ResultsStore,
+        options: StoreOptions,
+        progress: bool,
+        on_chunk: Callable[[Path], None] | None,
+    ):
         self.n = n = config.n_inits
         self.config, self.engine, self.store, self.options, self.on_chunk = config, engine, store, options, on_chunk
         self.graph = config.build_graph()
@@ -66,7 +73,7 @@ class _Writer:
         size = self.options.chunk_size
         self.done[rec["index"]] = True
         for s in range(0, len(rec["index"]), size):
-            self.buffer.append({k: v[s:s + size] for k, v in rec.items()})
+            self.buffer.append({k: v[s : s + size] for k, v in rec.items()})
             if sum(len(b["index"]) for b in self.buffer) >= size:
                 self.flush()
         if time.monotonic() - self.last >= self.options.flush_seconds:
@@ -104,8 +111,17 @@ class _Writer:
         return todo, busy
 
 
-def run_claimed(config: SweepConfig, engine, store: ResultsStore, *, pi: int, pc: int, progress: bool,
-                options: StoreOptions, on_chunk) -> dict:
+def run_claimed(
+    config: SweepConfig,
+    engine,
+    store: ResultsStore,
+    *,
+    pi: int,
+    pc: int,
+    progress: bool,
+    options: StoreOptions,
+    on_chunk,
+) -> dict:
     """Claim blocks of indices, run them, write their records, until the sweep is done
     (writer `pi` of `pc` starts at block `pi * n_blocks / pc`). **Returns:** the stats."""
     n = config.n_inits

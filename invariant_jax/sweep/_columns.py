@@ -10,8 +10,19 @@ from .._results import STATUSES, result_name
 from ..graph import DAG
 from ..topology import frozen_mask
 
-DERIVED = ("drift_in_tol", "rank_start", "rank_end", "connected", "n_components", "frozen", "component",
-           "bottleneck_sign_changes", "frozen_sign_changes", "result_name", "status_name")
+DERIVED = (
+    "drift_in_tol",
+    "rank_start",
+    "rank_end",
+    "connected",
+    "n_components",
+    "frozen",
+    "component",
+    "bottleneck_sign_changes",
+    "frozen_sign_changes",
+    "result_name",
+    "status_name",
+)
 """The columns `trajectory_columns` adds to a record (see its docstring)."""
 
 
@@ -43,8 +54,10 @@ def component_labels(g: DAG, frozen: np.ndarray, thetas: np.ndarray) -> np.ndarr
     """One label per row: each frozen edge `u->v` with the sign of its weight (`:+` or
     `:-`), space-separated in edge order, or `"connected"` when no edge is frozen."""
     names = [f"{u!s}->{v!s}" for u, v in g.edges]
-    labels = [" ".join(f"{names[e]}:{'+' if th[e] > 0 else '-'}" for e in np.flatnonzero(f)) or "connected"
-              for f, th in zip(frozen, thetas)]
+    labels = [
+        " ".join(f"{names[e]}:{'+' if th[e] > 0 else '-'}" for e in np.flatnonzero(f)) or "connected"
+        for f, th in zip(frozen, thetas)
+    ]
     return np.asarray(labels, dtype=str).reshape(len(thetas))
 
 

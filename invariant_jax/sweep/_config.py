@@ -41,8 +41,9 @@ class, the keys the table takes: the object's fields, as the CLI's flags spell t
 FLAT_KEYS = tuple(k for _, _, keys in TABLES.values() for k in keys)
 """The keys of the option tables: flat keys of stored configs and of the command line."""
 
-_FLAT_HINTS = {k: f"pass {field}=ij.{cls.__name__}({k}=...) instead" for field, cls, keys in TABLES.values()
-               for k in keys}
+_FLAT_HINTS = {
+    k: f"pass {field}=ij.{cls.__name__}({k}=...) instead" for field, cls, keys in TABLES.values() for k in keys
+}
 _FLAT_HINTS["kink_aware"] = "pass kinks=True / kinks=False (or kinks=ij.KinkOptions(...)) instead"
 _NAMED = {"solver": "solver", "loss": "loss"}  # object fields that also take a name (str)
 
@@ -82,8 +83,10 @@ def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
             bad = e.start
     if bad >= 0:
         line = data.count(b"\n", 0, bad) + 1
-        raise ValueError(f"Config file {str(path)!r} is not a text file (line {line}, byte {bad}: "
-                         f"{'a NUL byte' if data[bad] == 0 else 'not UTF-8'}); give a TOML file of sweep options.")
+        raise ValueError(
+            f"Config file {str(path)!r} is not a text file (line {line}, byte {bad}: "
+            f"{'a NUL byte' if data[bad] == 0 else 'not UTF-8'}); give a TOML file of sweep options."
+        )
     try:
         d = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -91,14 +94,18 @@ def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
     if "sweep" in d:
         beside = sorted(k for k in d if k != "sweep" and not isinstance(d[k], dict))
         if beside:
-            raise ValueError(f"Config file {str(path)!r}: keys {beside} sit beside the [sweep] table and would be "
-                             "ignored; move them into [sweep] (or drop the [sweep] header).")
+            raise ValueError(
+                f"Config file {str(path)!r}: keys {beside} sit beside the [sweep] table and would be "
+                "ignored; move them into [sweep] (or drop the [sweep] header)."
+            )
     body = {**{k: v for k, v in d.items() if k != "sweep"}, **d.get("sweep", {})}
     other = sorted(k for k, v in body.items() if isinstance(v, dict) and k not in TABLES)
     if other:
-        raise ValueError(f"Config file {str(path)!r}: unknown table(s) {['[' + t + ']' for t in other]}; the "
-                         f"tables are [sweep] (or give its keys at the top level) and the option tables "
-                         f"{', '.join('[' + t + ']' for t in TABLES)}.")
+        raise ValueError(
+            f"Config file {str(path)!r}: unknown table(s) {['[' + t + ']' for t in other]}; the "
+            f"tables are [sweep] (or give its keys at the top level) and the option tables "
+            f"{', '.join('[' + t + ']' for t in TABLES)}."
+        )
     return _flatten_tables(body, path)
 
 
@@ -115,9 +122,13 @@ def graph_fields(graph: str | os.PathLike | DAG) -> dict[str, Any]:
     if not isinstance(graph, DAG):
         return {"graph": graph}
     constants = set(graph.constants)
-    d: dict[str, Any] = {"graph": "edges", "edges": tuple((str(u), str(v)) for u, v in graph.edges),
-         "inputs": tuple(str(v) for v in graph.inputs if v not in constants),
-         "outputs": tuple(str(v) for v in graph.outputs), "constants": tuple(str(v) for v in graph.constants)}
+    d: dict[str, Any] = {
+        "graph": "edges",
+        "edges": tuple((str(u), str(v)) for u, v in graph.edges),
+        "inputs": tuple(str(v) for v in graph.inputs if v not in constants),
+        "outputs": tuple(str(v) for v in graph.outputs),
+        "constants": tuple(str(v) for v in graph.constants),
+    }
     hidden = tuple(str(v) for v in graph.hidden)
     default = DAG.from_edges(d["edges"], inputs=d["inputs"], outputs=d["outputs"], constants=d["constants"])
     if default.hidden != hidden:  # only where the edge list alone would order them otherwise
@@ -226,8 +237,10 @@ class SweepConfig:
         if not (isinstance(self.graph, str) and self.graph in BUILDERS):
             for name, value in graph_fields(self.graph).items():
                 if name != "graph" and getattr(self, name):
-                    raise ValueError(f"graph={self.graph!r} gives the graph; drop {name}= (or use "
-                                     "graph='edges' with edges=, inputs=, outputs=).")
+                    raise ValueError(
+                        f"graph={self.graph!r} gives the graph; drop {name}= (or use "
+                        "graph='edges' with edges=, inputs=, outputs=)."
+                    )
                 object.__setattr__(self, name, value)
         for name in ("widths", "edges", "inputs", "outputs", "constants", "hidden"):
             v = getattr(self, name)
@@ -245,8 +258,10 @@ class SweepConfig:
         aware = flat.pop("kink_aware", None)
         fields = {k: flat.pop(k) for k in _KINK_FIELDS if k in flat}
         if explicit and (aware is not None or fields):
-            raise ValueError("Pass kink_aware and the KinkOptions fields inside kinks=KinkOptions(...) (or "
-                             "kinks=False), not as keywords as well.")
+            raise ValueError(
+                "Pass kink_aware and the KinkOptions fields inside kinks=KinkOptions(...) (or "
+                "kinks=False), not as keywords as well."
+            )
         if aware is not None and not isinstance(aware, bool | np.bool_):
             raise TypeError(f"kink_aware must be true or false; got {aware!r}.")
         ask = self.kinks if explicit else None if aware is None else (KinkOptions(**fields) if aware else False)
@@ -255,14 +270,17 @@ class SweepConfig:
         ask = bool(ask) if isinstance(ask, np.bool_) else ask
         act = ACTIVATIONS.get(self.activation)
         if act is not None and not (ask not in (None, False) and not act.kinked):  # else validate() says why
-            ask = resolve_kinks(ask, kinked=act.kinked, options=self.solver, stop=self.stop,
-                                weight_decay=self.loss.weight_decay)
+            ask = resolve_kinks(
+                ask, kinked=act.kinked, options=self.solver, stop=self.stop, weight_decay=self.loss.weight_decay
+            )
             if ask is not None and aware is None and fields:  # auto turned on: with the given fields
                 ask = KinkOptions(**fields)
         if not isinstance(ask, KinkOptions) and fields and KinkOptions(**fields) != KinkOptions():
             set_ = [n for n in _KINK_FIELDS if fields.get(n, _KINK_DEFAULTS[n]) != _KINK_DEFAULTS[n]]
-            raise ValueError(f"{', '.join(set_)} only apply to kink-aware sweeps; drop "
-                             f"{'it' if len(set_) == 1 else 'them'} or set kink_aware = true.")
+            raise ValueError(
+                f"{', '.join(set_)} only apply to kink-aware sweeps; drop "
+                f"{'it' if len(set_) == 1 else 'them'} or set kink_aware = true."
+            )
         object.__setattr__(self, "kinks", KinkOptions() if ask is True else False if ask is None else ask)
 
     def validate(self) -> None:
@@ -270,9 +288,11 @@ class SweepConfig:
         option objects check their own fields on construction, exactly as for
         `gradient_flow`; here, what a stored sweep needs of them (names, not objects)."""
         if self.graph not in BUILDERS:
-            raise ValueError(f"Unknown graph builder {self.graph!r}; choose one of {list(BUILDERS)}, the path "
-                             "of an edge-list file (one with a suffix such as .txt; format: ij.DAG.from_file) "
-                             "or an ij.DAG.")
+            raise ValueError(
+                f"Unknown graph builder {self.graph!r}; choose one of {list(BUILDERS)}, the path "
+                "of an edge-list file (one with a suffix such as .txt; format: ij.DAG.from_file) "
+                "or an ij.DAG."
+            )
         for name in ("activation",) + (("teacher_activation",) if self.teacher_activation else ()):
             act = getattr(self, name)
             if act not in ACTIVATIONS:
@@ -285,8 +305,16 @@ class SweepConfig:
             raise ValueError(f"widths must list at least an input and an output width; got {list(self.widths)}.")
         for w in self.widths:
             check_integer("each of widths", w, minimum=1)
-        for name, minimum in (("n_inits", 1), ("n_samples", 1), ("n_inputs", 1), ("n_hidden", 0),
-                              ("n_outputs", 1), ("seed", 0), ("data_seed", 0), ("graph_seed", 0)):
+        for name, minimum in (
+            ("n_inits", 1),
+            ("n_samples", 1),
+            ("n_inputs", 1),
+            ("n_hidden", 0),
+            ("n_outputs", 1),
+            ("seed", 0),
+            ("data_seed", 0),
+            ("graph_seed", 0),
+        ):
             check_integer(name, getattr(self, name), minimum=minimum)
         check_positive("edge_prob", self.edge_prob, allow_zero=True)
         if self.edge_prob > 1:
@@ -296,39 +324,54 @@ class SweepConfig:
         self._check_options()
         if self.kink_aware:
             if not ACTIVATIONS[self.activation].kinked:
-                raise ValueError(f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
-                                 f"{self.activation!r}. For smooth activations set kink_aware = false.")
-            resolve_kinks(self.kinks, kinked=True, options=self.solver, stop=self.stop,
-                          weight_decay=self.loss.weight_decay)
+                raise ValueError(
+                    f"kink_aware needs a piecewise-linear activation (relu, leaky_relu); got "
+                    f"{self.activation!r}. For smooth activations set kink_aware = false."
+                )
+            resolve_kinks(
+                self.kinks, kinked=True, options=self.solver, stop=self.stop, weight_decay=self.loss.weight_decay
+            )
         if self.graph == "edges" and not (self.edges and self.inputs and self.outputs):
             raise ValueError("graph='edges' needs `edges`, `inputs` and `outputs`.")
 
     def _check_options(self) -> None:
         """What a stored config needs of its option objects: what `to_dict` can write."""
         s, sv, st, ob = self.solver, self.saveat, self.stop, self.loss
-        bad = [what for what, no in (
-            ("a solver instance (give its name)", not isinstance(s.solver, str)), ("dt0", s.dt0 is not None),
-            ("stepsize_controller", s.stepsize_controller is not None),
-            ("explicit save times (give n_save)", sv.ts is not None), ("log-spaced save times", sv.spacing != "linear"),
-            ("max_wall_time (results would depend on the machine)", st.max_wall_time is not None),
-            ("a callable loss (give its name)", not isinstance(ob.loss, str)),
-            ("a regularizer", ob.regularizer is not None)) if no]
+        bad = [
+            what
+            for what, no in (
+                ("a solver instance (give its name)", not isinstance(s.solver, str)),
+                ("dt0", s.dt0 is not None),
+                ("stepsize_controller", s.stepsize_controller is not None),
+                ("explicit save times (give n_save)", sv.ts is not None),
+                ("log-spaced save times", sv.spacing != "linear"),
+                ("max_wall_time (results would depend on the machine)", st.max_wall_time is not None),
+                ("a callable loss (give its name)", not isinstance(ob.loss, str)),
+                ("a regularizer", ob.regularizer is not None),
+            )
+            if no
+        ]
         if bad:
-            raise ValueError(f"A SweepConfig is stored as data and cannot hold {', '.join(bad)}; use "
-                             "ij.sweep_flows for those.")
+            raise ValueError(
+                f"A SweepConfig is stored as data and cannot hold {', '.join(bad)}; use ij.sweep_flows for those."
+            )
         s.check_dtype(np.float64)  # sweeps run in float64 (run_sweep checks x64 is on)
         if ob.loss not in ("mse", "bce"):
             raise ValueError(f"Unknown loss {ob.loss!r}; choose 'mse' or 'bce'.")
 
     # ------------------------------------------------------------------ the flat names
 
-    kink_aware = property(lambda self: isinstance(self.kinks, KinkOptions),
-                          doc="Whether the sweep is kink-aware (`kinks` holds a `KinkOptions`).")
+    kink_aware = property(
+        lambda self: isinstance(self.kinks, KinkOptions),
+        doc="Whether the sweep is kink-aware (`kinks` holds a `KinkOptions`).",
+    )
     solver_options = property(lambda self: self.solver, doc="`solver` (an `ij.SolverOptions`).")
     save_times = property(lambda self: self.saveat, doc="`saveat` (an `ij.SaveTimes`).")
     stop_rules = property(lambda self: self.stop, doc="`stop` (an `ij.StopRules`).")
-    kink_options = property(lambda self: self.kinks if isinstance(self.kinks, KinkOptions) else KinkOptions(),
-                            doc="The `KinkOptions` of a kink-aware sweep (the defaults otherwise).")
+    kink_options = property(
+        lambda self: self.kinks if isinstance(self.kinks, KinkOptions) else KinkOptions(),
+        doc="The `KinkOptions` of a kink-aware sweep (the defaults otherwise).",
+    )
     solver_name = property(lambda self: self.solver.solver, doc="The solver's name.")
     loss_name = property(lambda self: self.loss.loss, doc="The loss's name.")
     rtol = property(lambda self: self.solver.rtol, doc="`solver.rtol`.")
@@ -353,15 +396,25 @@ class SweepConfig:
         the config hash of a sweep that does not set them is the one it had before they
         existed)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _OBJECT_FIELDS}
-        d.update(solver=self.solver.solver, rtol=self.rtol, atol=self.atol, max_steps=self.max_steps,
-                 n_save=self.n_save, grad_norm_tol=self.grad_norm_tol, loss_floor=self.loss_floor,
-                 max_param_norm=self.max_param_norm, loss=self.loss.loss, weight_decay=self.weight_decay,
-                 kink_aware=self.kink_aware)
+        d.update(
+            solver=self.solver.solver,
+            rtol=self.rtol,
+            atol=self.atol,
+            max_steps=self.max_steps,
+            n_save=self.n_save,
+            grad_norm_tol=self.grad_norm_tol,
+            loss_floor=self.loss_floor,
+            max_param_norm=self.max_param_norm,
+            loss=self.loss.loss,
+            weight_decay=self.weight_decay,
+            kink_aware=self.kink_aware,
+        )
         d.update({k: getattr(self, k) for k in _KINK_FIELDS if getattr(self, k) != _KINK_DEFAULTS[k]})
         if not d["hidden"]:
             del d["hidden"]
-        return {k: (list(map(list, v)) if k == "edges" else list(v) if isinstance(v, tuple) else v)
-                for k, v in d.items()}
+        return {
+            k: (list(map(list, v)) if k == "edges" else list(v) if isinstance(v, tuple) else v) for k, v in d.items()
+        }
 
     def to_toml(self) -> str:
         """The config as a TOML file that `from_toml` reads back: the plain fields at the
@@ -410,10 +463,16 @@ class SweepConfig:
         if self.graph == "mlp":
             return mlp(list(self.widths), bias=self.bias)
         if self.graph == "random":
-            return random_dag(self.n_inputs, self.n_hidden, self.n_outputs, self.edge_prob,
-                              self.graph_seed, bias=self.bias)
-        return DAG.from_edges(list(self.edges), inputs=list(self.inputs), outputs=list(self.outputs),
-                              constants=list(self.constants), hidden=list(self.hidden))
+            return random_dag(
+                self.n_inputs, self.n_hidden, self.n_outputs, self.edge_prob, self.graph_seed, bias=self.bias
+            )
+        return DAG.from_edges(
+            list(self.edges),
+            inputs=list(self.inputs),
+            outputs=list(self.outputs),
+            constants=list(self.constants),
+            hidden=list(self.hidden),
+        )
 
     def build_data(self, graph: DAG | None = None):
         """The teacher-student data `(X, Y)` every trajectory of the sweep trains on
@@ -426,8 +485,12 @@ class SweepConfig:
         **Returns:** `(X, Y)`, shapes `(n_samples, d_in)` and `(n_samples, d_out)`.
         """
         graph = self.build_graph() if graph is None else graph
-        X, Y, _ = teacher_student(graph, int(self.n_samples), key=jr.key(self.data_seed),
-                                  activation=self.teacher_activation or self.activation)
+        X, Y, _ = teacher_student(
+            graph,
+            int(self.n_samples),
+            key=jr.key(self.data_seed),
+            activation=self.teacher_activation or self.activation,
+        )
         return X, Y
 
 
@@ -438,8 +501,7 @@ def _fold(field: str, cls, keys: tuple[str, ...], value, explicit: bool, flat: d
     if field in _NAMED and isinstance(value, str):
         return cls(**{keys[0]: value, **mine})
     if explicit and mine:
-        raise ValueError(f"Pass {', '.join(sorted(mine))} inside {field}={cls.__name__}(...), not as keywords "
-                         "as well.")
+        raise ValueError(f"Pass {', '.join(sorted(mine))} inside {field}={cls.__name__}(...), not as keywords as well.")
     return cls(**mine) if mine else value
 
 
@@ -463,8 +525,9 @@ def _flatten_tables(d: dict, path: Path) -> dict:
             keys = TABLES[key][2]
             unknown = sorted(set(value) - set(keys))
             if unknown:
-                raise ValueError(f"Config file {str(path)!r}: unknown key(s) {unknown} in [{key}]; it takes "
-                                 f"{list(keys)}.")
+                raise ValueError(
+                    f"Config file {str(path)!r}: unknown key(s) {unknown} in [{key}]; it takes {list(keys)}."
+                )
             twice = sorted(set(value) & set(out))
             if twice:
                 raise ValueError(f"Config file {str(path)!r}: {twice} given twice, in [{key}] and outside it.")
@@ -477,10 +540,16 @@ def _flatten_tables(d: dict, path: Path) -> dict:
                 old.append(key)
     if old:
         where = {k: t for t, (_, _, keys) in TABLES.items() for k in keys}
-        new = "; ".join(f"[{t}] " + ", ".join(f"{k} = ..." for k in old if where[k] == t)
-                        for t in dict.fromkeys(where[k] for k in old))
-        warnings.warn(f"Config file {str(path)!r}: flat option keys {old} are deprecated; write them in their "
-                      f"tables instead: {new}.", DeprecationWarning, stacklevel=3)
+        new = "; ".join(
+            f"[{t}] " + ", ".join(f"{k} = ..." for k in old if where[k] == t)
+            for t in dict.fromkeys(where[k] for k in old)
+        )
+        warnings.warn(
+            f"Config file {str(path)!r}: flat option keys {old} are deprecated; write them in their "
+            f"tables instead: {new}.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     return out
 
 

@@ -114,13 +114,28 @@ class SweepProblem(eqx.Module):
 
     def stop_hits(self, t, y, clock_start):
         # gradient_flow's Event condition: the same StopRules.hits with the same arguments
-        return self.stop.hits(t, y, gradient=lambda th: self.field(t, th) + self.weight_decay * th,
-                              loss=edge_loss_fn(self.net, self.X, self.Y, self.loss), clock_start=clock_start)
+        return self.stop.hits(
+            t,
+            y,
+            gradient=lambda th: self.field(t, th) + self.weight_decay * th,
+            loss=edge_loss_fn(self.net, self.X, self.Y, self.loss),
+            clock_start=clock_start,
+        )
 
 
-def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOptions(),
-                 saveat: SaveTimes = SaveTimes(), stop: StopRules = StopRules(), loss="mse",
-                 weight_decay=0.0) -> SweepProblem:
+def make_problem(
+    net,
+    X,
+    Y,
+    t1,
+    *,
+    t0=0.0,
+    options: SolverOptions = SolverOptions(),
+    saveat: SaveTimes = SaveTimes(),
+    stop: StopRules = StopRules(),
+    loss="mse",
+    weight_decay=0.0,
+) -> SweepProblem:
     """The problem every trajectory of an `Engine` shares, built exactly as
     `gradient_flow` hands it to `diffeqsolve` (so a slot's numbers equal
     `gradient_flow`'s).
@@ -146,11 +161,23 @@ def make_problem(net, X, Y, t1, *, t0=0.0, options: SolverOptions = SolverOption
     field = flow_field(net, loss=loss, weight_decay=weight_decay)
     term = wrap_term(diffrax.ODETerm(field), direction)
     dt0 = options.dt0
-    return SweepProblem(net=net, X=X, Y=Y, t0=t0_, t1=t1_, t1_clip_floor=floor, save_ts=ts * direction,
-                    solver=with_controller_tols(options.get_solver(), ctrl), controller=ctrl, terms=term,
-                    dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
-                    max_steps=int(options.max_steps), loss=loss, weight_decay=float(weight_decay), stop=stop)
-
+    return SweepProblem(
+        net=net,
+        X=X,
+        Y=Y,
+        t0=t0_,
+        t1=t1_,
+        t1_clip_floor=floor,
+        save_ts=ts * direction,
+        solver=with_controller_tols(options.get_solver(), ctrl),
+        controller=ctrl,
+        terms=term,
+        dt0=None if dt0 is None else jnp.asarray(dt0, dtype=time_dtype) * direction,
+        max_steps=int(options.max_steps),
+        loss=loss,
+        weight_decay=float(weight_decay),
+        stop=stop,
+    )
 
 
 def _dtype(p: SweepProblem):
@@ -169,11 +196,24 @@ def _init_slot(p: SweepProblem, theta0, index, occupied) -> _Slot:
         result = StopRules.result_code(p.stop_hits(p.t0, y0, clock), result)
     zero = jnp.asarray(0, jnp.int32)
     return _Slot(
-        occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), y=y0,
-        tprev=p.t0, tnext=tnext, solver_state=sstate, controller_state=cstate,
-        result=result, num_steps=zero, num_accepted=zero, num_rejected=zero, save_i=zero,
-        drift=jnp.zeros((), y0.dtype), last_t=jnp.asarray(jnp.nan, p.t0.dtype),
-        last_y=jnp.full_like(y0, jnp.nan), theta0=y0, c0=p.conserved(y0), clock=clock,
+        occupied=jnp.asarray(occupied),
+        index=jnp.asarray(index, jnp.int32),
+        y=y0,
+        tprev=p.t0,
+        tnext=tnext,
+        solver_state=sstate,
+        controller_state=cstate,
+        result=result,
+        num_steps=zero,
+        num_accepted=zero,
+        num_rejected=zero,
+        save_i=zero,
+        drift=jnp.zeros((), y0.dtype),
+        last_t=jnp.asarray(jnp.nan, p.t0.dtype),
+        last_y=jnp.full_like(y0, jnp.nan),
+        theta0=y0,
+        c0=p.conserved(y0),
+        clock=clock,
     )
 
 
@@ -186,13 +226,18 @@ def _step_slot(p: SweepProblem, s: _Slot, masked: bool = True) -> _Slot:
     `masked=False`: the caller knows the slot is active (exact mode's per-slot loop), so
     the selects that hold an inactive slot still are left out."""
     active = _active(p, s) if masked else True
-    y, y_error, dense_info, sstate, sres = p.solver.step(
-        p.terms, s.tprev, s.tnext, s.y, p.args, s.solver_state, False)
+    y, y_error, dense_info, sstate, sres = p.solver.step(p.terms, s.tprev, s.tnext, s.y, p.args, s.solver_state, False)
     y_error = jtu.tree_map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_error)
     keep, tprev, tnext, made_jump, cstate, cres = p.controller.adapt_step_size(
-        s.tprev, s.tnext, s.y, y, p.args, y_error,
+        s.tprev,
+        s.tnext,
+        s.y,
+        y,
+        p.args,
+        y_error,
         p.solver.error_order(p.terms),  # type: ignore[arg-type]  # None as diffeqsolve passes it; diffrax's annotation omits it
-        s.controller_state)
+        s.controller_state,
+    )
     if made_jump is not False:
         raise NotImplementedError("Step-size controllers with jumps are not supported by the sweep engine.")
     keep = jnp.asarray(keep)  # a traced bool already (diffrax types it as a Python bool or an array)
@@ -227,11 +272,19 @@ def _step_slot(p: SweepProblem, s: _Slot, masked: bool = True) -> _Slot:
     if p.has_stop_rule:
         result = StopRules.result_code(p.stop_hits(tprev, y, s.clock), result)
     new = s._replace(
-        y=y, tprev=tprev, tnext=tnext, solver_state=sstate, controller_state=cstate,
-        result=result.astype(jnp.int32), num_steps=s.num_steps + 1,
+        y=y,
+        tprev=tprev,
+        tnext=tnext,
+        solver_state=sstate,
+        controller_state=cstate,
+        result=result.astype(jnp.int32),
+        num_steps=s.num_steps + 1,
         num_accepted=s.num_accepted + keep.astype(jnp.int32),
         num_rejected=s.num_rejected + (~keep).astype(jnp.int32),
-        save_i=save_i, drift=drift, last_t=last_t, last_y=last_y,
+        save_i=save_i,
+        drift=drift,
+        last_t=last_t,
+        last_y=last_y,
     )
     if not masked:
         return new
@@ -246,9 +299,20 @@ def _finalize_slot(p: SweepProblem, s: _Slot) -> dict:
     theta_final = jnp.where(final_ok, s.y, jnp.where(have_save, s.last_y, s.theta0))
     result = jnp.where((s.tprev < p.t1) & (s.result == _SUCC), _MAXSTEPS, s.result)
     stats = dict(num_steps=s.num_steps, num_accepted_steps=s.num_accepted, num_rejected_steps=s.num_rejected)
-    rec = trajectory_record(p.net, p.X, p.Y, theta0=s.theta0, t_final=t_final, theta_final=theta_final,
-                            result=result, stats=stats, saved_drift=s.drift, t0=p.t0, loss=p.loss,
-                            weight_decay=p.weight_decay)
+    rec = trajectory_record(
+        p.net,
+        p.X,
+        p.Y,
+        theta0=s.theta0,
+        t_final=t_final,
+        theta_final=theta_final,
+        result=result,
+        stats=stats,
+        saved_drift=s.drift,
+        t0=p.t0,
+        loss=p.loss,
+        weight_decay=p.weight_decay,
+    )
     return dict(index=s.index, **rec)
 
 
@@ -284,8 +348,9 @@ def _advance_exact(m, st, limit):
             i, s = c2
             return i + 1, step(s)  # the loop's condition holds: s is active
 
-        i, s = jax.lax.while_loop(lambda c2: (c2[0] < limit) & m.active(c2[1]), body,
-                                  (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st)))
+        i, s = jax.lax.while_loop(
+            lambda c2: (c2[0] < limit) & m.active(c2[1]), body, (jnp.asarray(0), jtu.tree_map(lambda a: a[k], st))
+        )
         return jtu.tree_map(lambda a, b: a.at[k].set(b), st, s), jnp.maximum(n, i)
 
     return jax.lax.fori_loop(0, jnp.sum(act), one, (st, jnp.asarray(0)))
@@ -307,8 +372,11 @@ def _records(map_all, m, st, take):
         s, t = s_t
         return jax.lax.cond(t, m.record, zeros, s)
 
-    return jax.lax.cond(jnp.any(take), lambda: map_all(one, (st, take)),
-                        lambda: jtu.tree_map(lambda a: jnp.zeros(take.shape + a.shape, a.dtype), blank))
+    return jax.lax.cond(
+        jnp.any(take),
+        lambda: map_all(one, (st, take)),
+        lambda: jtu.tree_map(lambda a: jnp.zeros(take.shape + a.shape, a.dtype), blank),
+    )
 
 
 def _vmap_all(f, x):
@@ -340,8 +408,9 @@ class SweepEngine(abc.ABC):
     `slots / 8^k`; each width compiles once). Set by subclasses whose per-slot program
     compiles quickly."""
 
-    def __init__(self, init_fn: Callable | None, *, slots: int = 64, steps_per_call: int = 64, devices=None,
-                 exact: bool = True):
+    def __init__(
+        self, init_fn: Callable | None, *, slots: int = 64, steps_per_call: int = 64, devices=None, exact: bool = True
+    ):
         if slots < 1:
             raise ValueError(f"slots must be >= 1; got {slots!r}.")
         if steps_per_call < 1:
@@ -412,8 +481,13 @@ class SweepEngine(abc.ABC):
         if len(self.mesh.devices.flat) == 1:
             return f
         P = PartitionSpec("slots")
-        return jax.shard_map(f, mesh=self.mesh, in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
-                             out_specs=(P,) * n_out if n_out > 1 else P, check_vma=False)
+        return jax.shard_map(
+            f,
+            mesh=self.mesh,
+            in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
+            out_specs=(P,) * n_out if n_out > 1 else P,
+            check_vma=False,
+        )
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
@@ -471,8 +545,14 @@ class SweepEngine(abc.ABC):
         rows[take] = self.table[index[take]]
         return self._put(rows)
 
-    def run(self, indices, *, on_results: Callable[[dict], None], progress=None,
-            should_stop: Callable[[], bool] | None = None) -> EngineStats:
+    def run(
+        self,
+        indices,
+        *,
+        on_results: Callable[[dict], None],
+        progress=None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> EngineStats:
         """Integrate every index in `indices` (in queue order). Each batch of finished
         trajectories is passed to `on_results` as a dict of NumPy arrays (one row per
         trajectory). `progress(records)` is called after each harvest."""
@@ -499,8 +579,8 @@ class SweepEngine(abc.ABC):
                 take = np.zeros(S, bool)
                 new_idx = np.zeros(S, np.int32)
                 take[free[:n_new]] = True
-                new_idx[free[:n_new]] = indices[q:q + n_new]
-                slot_idx[free[:n_new]] = indices[q:q + n_new]
+                new_idx[free[:n_new]] = indices[q : q + n_new]
+                slot_idx[free[:n_new]] = indices[q : q + n_new]
                 q += n_new
                 state = self._refill(data, state, self._put(new_idx), self._put_rows(new_idx, take), self._put(take))
             if not np.any(slot_idx >= 0):
@@ -515,8 +595,9 @@ class SweepEngine(abc.ABC):
                 # the active slots
                 state, slot_idx = self._narrow(state, slot_idx, widths)
                 floor = max((w for w in widths if w < len(slot_idx)), default=0) // nd
-            state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state,
-                                                   self._put(slot_idx >= 0))
+            state, n, active, recs = self._advance(
+                data, np.int32(limit), np.int32(floor), state, self._put(slot_idx >= 0)
+            )
             calls += 1
             iters += int(np.sum(np.asarray(n))) * (len(slot_idx) // nd)
             done = (slot_idx >= 0) & ~np.asarray(active)
@@ -575,7 +656,7 @@ class SweepEngine(abc.ABC):
         new = min((w for w in widths if w >= live.size), default=width)
         if new >= width:
             return state, slot_idx
-        rows = np.concatenate([live, np.flatnonzero(slot_idx < 0)[:new - live.size]])
+        rows = np.concatenate([live, np.flatnonzero(slot_idx < 0)[: new - live.size]])
         return self._rows(state, rows), slot_idx[rows]
 
 
@@ -594,8 +675,17 @@ class Engine(SweepEngine):
     compact = True  # vmap mode narrows its batch at the end (a plain step compiles in seconds)
     tail_calls_factor = 8  # a solver step is tens of microseconds: longer calls in the tail
 
-    def __init__(self, problem: SweepProblem, init_fn: Callable | None = None, *, init_table=None, slots: int = 64,
-                 steps_per_call: int = 64, devices=None, exact: bool = True):
+    def __init__(
+        self,
+        problem: SweepProblem,
+        init_fn: Callable | None = None,
+        *,
+        init_table=None,
+        slots: int = 64,
+        steps_per_call: int = 64,
+        devices=None,
+        exact: bool = True,
+    ):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.problem = problem
@@ -611,8 +701,10 @@ class Engine(SweepEngine):
         its engines on them, as `sweep_flows` does). **Returns:** `self`."""
         new = eqx.filter(problem, eqx.is_array)
         if not same_arrays(self.data, new) or (init_table is None) != (self.table is None):
-            raise ValueError("with_data needs arrays of the same structure, shapes and dtypes as the engine's; "
-                             "build a new Engine for a different problem.")
+            raise ValueError(
+                "with_data needs arrays of the same structure, shapes and dtypes as the engine's; "
+                "build a new Engine for a different problem."
+            )
         self.problem = problem
         self.data = new
         if init_table is not None:
@@ -622,9 +714,14 @@ class Engine(SweepEngine):
 
     def bind(self, data):
         p = eqx.combine(data, self._static)
-        return SlotProgram(self.init_fn, functools.partial(_init_slot, p), functools.partial(_active, p),
-                      functools.partial(_step_slot, p), functools.partial(_finalize_slot, p),
-                      functools.partial(_step_slot, p, masked=False))
+        return SlotProgram(
+            self.init_fn,
+            functools.partial(_init_slot, p),
+            functools.partial(_active, p),
+            functools.partial(_step_slot, p),
+            functools.partial(_finalize_slot, p),
+            functools.partial(_step_slot, p, masked=False),
+        )
 
     def init_slot(self, theta0, index, occupied):
         return _init_slot(self.problem, theta0, index, occupied)
@@ -660,8 +757,10 @@ def same_arrays(a, b) -> bool:
     """Whether two pytrees of arrays have the same structure, shapes and dtypes (so a
     compiled program takes either)."""
     shapes = lambda t: [(x.shape, x.dtype) for x in jtu.tree_leaves(t)]  # noqa: E731
-    return (jtu.tree_structure(a) == jtu.tree_structure(b)  # type: ignore[operator]  # jaxlib has no stub for PyTreeDef
-            and shapes(a) == shapes(b))
+    return (
+        jtu.tree_structure(a) == jtu.tree_structure(b)  # type: ignore[operator]  # jaxlib has no stub for PyTreeDef
+        and shapes(a) == shapes(b)
+    )
 
 
 def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
@@ -670,8 +769,9 @@ def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
         return None
     table = np.asarray(init_table, dtype=dtype)
     if table.ndim != 2 or table.shape[1] != n_edges:
-        raise ValueError(f"init_table has shape {table.shape}; expected (n, {n_edges}): one row of edge weights "
-                         "per trajectory.")
+        raise ValueError(
+            f"init_table has shape {table.shape}; expected (n, {n_edges}): one row of edge weights per trajectory."
+        )
     return table
 
 

@@ -61,44 +61,100 @@ def flow_engine(problem, thetas, *, batch: BatchOptions, key) -> Engine:
     `slots` rows, so the number of networks compiles nothing."""
     steps = batch.steps_per_call or 64
     full = (key, _shapes(problem), thetas.shape[1:], str(thetas.dtype), *_batch_key(batch, int(steps)))
-    return cached(_FLOW_ENGINES, full,
-                  lambda: Engine(problem, init_table=thetas, slots=batch.slots, steps_per_call=steps,
-                                 devices=batch.devices, exact=batch.exact),
-                  lambda engine: engine.with_data(problem, thetas))
+    return cached(
+        _FLOW_ENGINES,
+        full,
+        lambda: Engine(
+            problem,
+            init_table=thetas,
+            slots=batch.slots,
+            steps_per_call=steps,
+            devices=batch.devices,
+            exact=batch.exact,
+        ),
+        lambda engine: engine.with_data(problem, thetas),
+    )
 
 
 def kink_engine(template, X, Y, t1, thetas, *, batch: BatchOptions, **options) -> KinkEngine:
     """A kink-aware `sweep_flows` engine, compiled once per graph, activations, `t1`,
     options and array shapes, then reused with new data and initial weights
     (`KinkEngine.with_data`)."""
-    full = ("kink", jax.tree.structure(template), float(t1), tuple(sorted(options.items())),
-            _shapes(jnp.asarray(X), jnp.asarray(Y)), thetas.shape[1:], str(thetas.dtype),
-            *_batch_key(batch, batch.steps_per_call))
-    return cached(_FLOW_ENGINES, full,
-                  lambda: KinkEngine(template, X, Y, t1, init_table=thetas, slots=batch.slots,
-                                     steps_per_call=batch.steps_per_call, devices=batch.devices, exact=batch.exact,
-                                     **options),
-                  lambda engine: engine.with_data(template, X, Y, t1, thetas, **options))
+    full = (
+        "kink",
+        jax.tree.structure(template),
+        float(t1),
+        tuple(sorted(options.items())),
+        _shapes(jnp.asarray(X), jnp.asarray(Y)),
+        thetas.shape[1:],
+        str(thetas.dtype),
+        *_batch_key(batch, batch.steps_per_call),
+    )
+    return cached(
+        _FLOW_ENGINES,
+        full,
+        lambda: KinkEngine(
+            template,
+            X,
+            Y,
+            t1,
+            init_table=thetas,
+            slots=batch.slots,
+            steps_per_call=batch.steps_per_call,
+            devices=batch.devices,
+            exact=batch.exact,
+            **options,
+        ),
+        lambda engine: engine.with_data(template, X, Y, t1, thetas, **options),
+    )
 
 
 def config_engine(config: SweepConfig, graph, X, Y, *, batch: BatchOptions):
     """The engine of a `SweepConfig` (initial weights by `init_theta` inside the programs),
     kept for later sweeps of the same problem (every field but `n_inits`)."""
     template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
-    key = (json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
-           *_batch_key(batch, batch.steps_per_call))
+    key = (
+        json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
+        *_batch_key(batch, batch.steps_per_call),
+    )
     init = lambda i: init_theta(config, graph, i)  # noqa: E731
 
     def build():
         if config.kink_aware:
-            return KinkEngine(template, X, Y, config.t1, init, slots=batch.slots, steps_per_call=batch.steps_per_call,
-                              devices=batch.devices, exact=batch.exact, options=config.solver_options,
-                              saveat=config.save_times, kinks=config.kink_options, loss=config.loss.loss)
-        problem = make_problem(template, X, Y, config.t1, options=config.solver_options,
-                               saveat=config.save_times, stop=config.stop_rules, loss=config.loss.loss,
-                               weight_decay=config.loss.weight_decay)
-        return Engine(problem, init, slots=batch.slots, steps_per_call=batch.steps_per_call or 64,
-                      devices=batch.devices, exact=batch.exact)
+            return KinkEngine(
+                template,
+                X,
+                Y,
+                config.t1,
+                init,
+                slots=batch.slots,
+                steps_per_call=batch.steps_per_call,
+                devices=batch.devices,
+                exact=batch.exact,
+                options=config.solver_options,
+                saveat=config.save_times,
+                kinks=config.kink_options,
+                loss=config.loss.loss,
+            )
+        problem = make_problem(
+            template,
+            X,
+            Y,
+            config.t1,
+            options=config.solver_options,
+            saveat=config.save_times,
+            stop=config.stop_rules,
+            loss=config.loss.loss,
+            weight_decay=config.loss.weight_decay,
+        )
+        return Engine(
+            problem,
+            init,
+            slots=batch.slots,
+            steps_per_call=batch.steps_per_call or 64,
+            devices=batch.devices,
+            exact=batch.exact,
+        )
 
     return cached(_ENGINES, key, build)  # compiled engines are reused by later sweeps of the same problem
 
@@ -135,5 +191,6 @@ def add_stats(a: EngineStats | None, b: EngineStats) -> EngineStats:
     """The work of two engine runs together."""
     if a is None:
         return b
-    return EngineStats(a.useful_steps + b.useful_steps, a.slot_iterations + b.slot_iterations,
-                       a.calls + b.calls, a.seconds + b.seconds)
+    return EngineStats(
+        a.useful_steps + b.useful_steps, a.slot_iterations + b.slot_iterations, a.calls + b.calls, a.seconds + b.seconds
+    )

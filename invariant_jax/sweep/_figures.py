@@ -30,11 +30,16 @@ def config_title(config: SweepConfig | None, n: int) -> str:
     if config is None:
         return f"sweep: {n} initializations"
     g = config.build_graph()
-    graph = {"mlp": f"mlp {list(config.widths)}", "example": "example DAG",
-             "random": f"random DAG (p={config.edge_prob:g})"}.get(config.graph, "DAG from edge list")
+    graph = {
+        "mlp": f"mlp {list(config.widths)}",
+        "example": "example DAG",
+        "random": f"random DAG (p={config.edge_prob:g})",
+    }.get(config.graph, "DAG from edge list")
     method = "kink-aware" if config.kink_aware else config.solver.solver
-    return (f"{graph}: {len(g.hidden)} hidden, {len(g.edges)} edges | {config.activation} | t1={config.t1:g} | "
-            f"n={n} | {method}, rtol={config.rtol:g}")
+    return (
+        f"{graph}: {len(g.hidden)} hidden, {len(g.edges)} edges | {config.activation} | t1={config.t1:g} | "
+        f"n={n} | {method}, rtol={config.rtol:g}"
+    )
 
 
 # ------------------------------------------------------------------ overview panels
@@ -131,15 +136,22 @@ def _kink_panel(ax, r):
         ax.set_xscale("symlog", linthresh=1)
     groups = [(ev[~slide], "no sliding", "C0"), (ev[slide], "with sliding", "C1")]
     groups = [g for g in groups if g[0].size]
-    ax.hist([g[0] for g in groups], bins=edges, label=[f"{lab} ({d.size})" for d, lab, _ in groups],
-            color=[c for *_, c in groups], log=True)
+    ax.hist(
+        [g[0] for g in groups],
+        bins=edges,
+        label=[f"{lab} ({d.size})" for d, lab, _ in groups],
+        color=[c for *_, c in groups],
+        log=True,
+    )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("kink events per trajectory (crossings, sliding entries and exits)")
     ax.set_ylabel("initializations (log)")
     ax.legend(fontsize=8)
     t = np.asarray(r["sliding_time"], float)
-    ax.set_title(f"kink events: median {np.median(ev):.0f}; sliding in {int(slide.sum())} runs "
-                 f"(time max {t.max():.2g})", fontsize=9)
+    ax.set_title(
+        f"kink events: median {np.median(ev):.0f}; sliding in {int(slide.sum())} runs (time max {t.max():.2g})",
+        fontsize=9,
+    )
 
 
 def _status_panel(ax, r):
@@ -188,8 +200,11 @@ def overview_panels(rows: dict, *, activation: str | None = None) -> tuple[list[
         panels.append(("rank", _rank_panel))
     else:
         lo, hi = int(r0.min()), int(r0.max())
-        notes.append(f"Rank of J_G unchanged along all {n} flows ({lo} to {hi} at start)." if lo != hi
-                     else f"Rank of J_G unchanged along all {n} flows (rank {lo}).")
+        notes.append(
+            f"Rank of J_G unchanged along all {n} flows ({lo} to {hi} at start)."
+            if lo != hi
+            else f"Rank of J_G unchanged along all {n} flows (rank {lo})."
+        )
     panels.append(("steps", _steps_panel))
     if "events" in rows:
         panels.append(("kink_events", _kink_panel))
@@ -213,12 +228,11 @@ def overview_figure(rows: dict, *, title: str, activation: str | None = None):
     fig, axs = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.7 * nrows), layout="constrained", squeeze=False)
     for ax, (_, draw) in zip(axs.flat, panels):
         draw(ax, rows)
-    rest = list(axs.flat[len(panels):])
+    rest = list(axs.flat[len(panels) :])
     if notes:
         ax = rest.pop(0)
         ax.axis("off")
-        ax.text(0.0, 1.0, "\n\n".join(notes), va="top", ha="left", wrap=True, fontsize=10,
-                transform=ax.transAxes)
+        ax.text(0.0, 1.0, "\n\n".join(notes), va="top", ha="left", wrap=True, fontsize=10, transform=ax.transAxes)
         ax.set_title("not drawn (nothing to show)", fontsize=10)
     for ax in rest:
         fig.delaxes(ax)
@@ -288,10 +302,19 @@ def reintegrate(config: SweepConfig, theta0: np.ndarray, *, n_save: int = 201):
     net = DAGNetwork(g, config.activation, edge_weights=np.asarray(theta0))
     save = SaveTimes(n_save=n_save)
     if config.kink_aware:
-        return kink_aware_flow(net, X, Y, config.t1, solver=config.solver_options, saveat=save,
-                               kinks=config.kink_options, loss=config.loss.loss).flow
-    return gradient_flow(net, X, Y, config.t1, solver=config.solver_options, saveat=save,
-                         stop=config.stop_rules, loss=config.loss)
+        return kink_aware_flow(
+            net,
+            X,
+            Y,
+            config.t1,
+            solver=config.solver_options,
+            saveat=save,
+            kinks=config.kink_options,
+            loss=config.loss.loss,
+        ).flow
+    return gradient_flow(
+        net, X, Y, config.t1, solver=config.solver_options, saveat=save, stop=config.stop_rules, loss=config.loss
+    )
 
 
 def _finite(flow):
@@ -308,8 +331,10 @@ def _trajectory_row(axs, flow, row: dict, g: DAG, bn: np.ndarray, rtol: float, a
     axs[0].plot(ts, losses, color="C0")
     axs[0].set_yscale("log")
     axs[0].set_ylabel("loss")
-    axs[0].set_title(f"init {i}: {'connected' if row['connected'] else 'disconnected'} H_G(c0), "
-                     f"final loss {losses[-1]:.3g}", fontsize=9)
+    axs[0].set_title(
+        f"init {i}: {'connected' if row['connected'] else 'disconnected'} H_G(c0), final loss {losses[-1]:.3g}",
+        fontsize=9,
+    )
     scale = np.max(thetas[0] ** 2 @ np.abs(g.incidence()).T)
     dev = np.max(np.abs(cs - cs[0]), axis=1) / (atol + rtol * scale)
     axs[1].plot(ts[1:], np.maximum(dev[1:], 1e-3), color="C2")
@@ -324,8 +349,13 @@ def _trajectory_row(axs, flow, row: dict, g: DAG, bn: np.ndarray, rtol: float, a
     frozen = np.asarray(row["frozen"], bool)
     for j, e in enumerate(bn):
         style = "-" if frozen[e] else "--"
-        axs[2].plot(ts, thetas[:, e], style, color=f"C{j % 10}", label=f"{g.edges[e][0]}->{g.edges[e][1]}"
-                    + (" (frozen)" if frozen[e] else ""))
+        axs[2].plot(
+            ts,
+            thetas[:, e],
+            style,
+            color=f"C{j % 10}",
+            label=f"{g.edges[e][0]}->{g.edges[e][1]}" + (" (frozen)" if frozen[e] else ""),
+        )
     axs[2].axhline(0.0, color="0.3", lw=0.8)
     axs[2].set_ylabel("weight")
     axs[2].set_title("bottleneck edges: solid = sign frozen", fontsize=9)
@@ -350,15 +380,15 @@ def trajectory_figure(config: SweepConfig, rows: dict, theta0: np.ndarray, *, k:
     """
     import matplotlib.pyplot as plt
 
-
     picks = pick_examples(rows, k)
     if not picks:
         return None
     g = config.build_graph()
     bn = bottleneck_edges(g)
     ncol = 3 if len(bn) else 2
-    fig, axs = plt.subplots(len(picks), ncol, figsize=(4.6 * ncol, 3.0 * len(picks)), layout="constrained",
-                            squeeze=False)
+    fig, axs = plt.subplots(
+        len(picks), ncol, figsize=(4.6 * ncol, 3.0 * len(picks)), layout="constrained", squeeze=False
+    )
     for ax_row, p in zip(axs, picks):
         flow = reintegrate(config, theta0[p], n_save=n_save)
         row = {key: np.asarray(v)[p] for key, v in rows.items()}
@@ -387,23 +417,37 @@ def graph_panel(ax, g: DAG, frozen_fraction: np.ndarray) -> None:
     initializations in which they are frozen (their sign cannot change), other edges grey."""
     import matplotlib as mpl
 
-
     pos = graph_layout(g)
     bn = set(bottleneck_edges(g).tolist())
     bn_nodes = set(g.in_bottlenecks) | set(g.out_bottlenecks)
     cmap = mpl.colormaps["plasma_r"]
     others = [e for i, e in enumerate(g.edges) if i not in bn]
-    nx.draw_networkx_edges(nx.DiGraph(g.edges), pos, edgelist=others, ax=ax, edge_color="0.75", width=0.8,
-                           arrows=True, arrowsize=6)
+    nx.draw_networkx_edges(
+        nx.DiGraph(g.edges), pos, edgelist=others, ax=ax, edge_color="0.75", width=0.8, arrows=True, arrowsize=6
+    )
     bl = sorted(bn)
     if bl:
-        nx.draw_networkx_edges(nx.DiGraph(g.edges), pos, edgelist=[g.edges[e] for e in bl], ax=ax,
-                               edge_color=[cmap(float(frozen_fraction[e])) for e in bl], width=2.5, arrowsize=10)
+        nx.draw_networkx_edges(
+            nx.DiGraph(g.edges),
+            pos,
+            edgelist=[g.edges[e] for e in bl],
+            ax=ax,
+            edge_color=[cmap(float(frozen_fraction[e])) for e in bl],
+            width=2.5,
+            arrowsize=10,
+        )
         sm = mpl.cm.ScalarMappable(cmap=cmap, norm=mpl.colors.Normalize(0, 1))
         ax.figure.colorbar(sm, ax=ax, label="fraction of inits where the edge is frozen", shrink=0.8)
     for nodes, shape, col in ((set(g.nodes) - bn_nodes, "o", "C0"), (bn_nodes, "s", "C3")):
-        nx.draw_networkx_nodes(nx.DiGraph(g.edges), pos, nodelist=[v for v in g.nodes if v in nodes], ax=ax,
-                               node_shape=shape, node_color=col, node_size=120 if len(g.nodes) < 60 else 30)
+        nx.draw_networkx_nodes(
+            nx.DiGraph(g.edges),
+            pos,
+            nodelist=[v for v in g.nodes if v in nodes],
+            ax=ax,
+            node_shape=shape,
+            node_color=col,
+            node_size=120 if len(g.nodes) < 60 else 30,
+        )
     if len(g.nodes) <= 40:
         nx.draw_networkx_labels(nx.DiGraph(g.edges), pos, ax=ax, font_size=7)
     ax.set_title(f"{len(bn_nodes)} bottleneck nodes (squares), {len(bl)} bottleneck edges", fontsize=9)

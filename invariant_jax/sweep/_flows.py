@@ -44,9 +44,11 @@ def sweep_objective(loss, weight_decay=None) -> Objective:
     regularizer is refused here, before any work."""
     objective = as_objective(loss, **({} if weight_decay is None else {"weight_decay": weight_decay}))
     if objective.regularizer is not None:
-        raise ValueError(f"Sweeps integrate the data loss and weight decay only; got regularizer="
-                         f"{objective.regularizer!r}. Drop it from the Objective, or run ij.gradient_flow on each "
-                         "network.")
+        raise ValueError(
+            f"Sweeps integrate the data loss and weight decay only; got regularizer="
+            f"{objective.regularizer!r}. Drop it from the Objective, or run ij.gradient_flow on each "
+            "network."
+        )
     return objective
 
 
@@ -56,8 +58,10 @@ def fold_kink_aware(kinks: KinkOptions | bool | None, kink_aware: bool | None) -
         return kinks
     if not kink_aware:
         if isinstance(kinks, KinkOptions) or kinks is True:
-            raise ValueError("kinks=KinkOptions(...) only applies to kink-aware sweeps (relu / leaky_relu without "
-                             "stopping rules or weight decay); drop it or pass kinks=True.")
+            raise ValueError(
+                "kinks=KinkOptions(...) only applies to kink-aware sweeps (relu / leaky_relu without "
+                "stopping rules or weight decay); drop it or pass kinks=True."
+            )
         return False
     if kinks is False:
         raise ValueError("kink_aware=True and kinks=False contradict each other; pass kinks=True (or kinks=False).")
@@ -140,19 +144,33 @@ def sweep_flows(
     check_positive("t1", t1)
     stop = StopRules() if stop is None else stop
     acts = template.activations
-    kink = resolve_kinks(kinks, kinked=all(a.piecewise_linear for a in acts) and any(a.kinked for a in acts),
-                         options=solver if isinstance(solver, SolverOptions) else SolverOptions(), stop=stop,
-                         weight_decay=objective.weight_decay)
+    kink = resolve_kinks(
+        kinks,
+        kinked=all(a.piecewise_linear for a in acts) and any(a.kinked for a in acts),
+        options=solver if isinstance(solver, SolverOptions) else SolverOptions(),
+        stop=stop,
+        weight_decay=objective.weight_decay,
+    )
     opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=MAX_STEPS if kink is None else KINK_MAX_STEPS)
     save = as_save_times(saveat, old.pop("n_save", None))
     opts.check_dtype(jnp.zeros(()).dtype)
     engine: SweepEngine
     if kink is not None:
-        engine = kink_engine(template, X, Y, t1, thetas, batch=batch, options=opts, saveat=save, kinks=kink,
-                             loss=objective.loss)
+        engine = kink_engine(
+            template, X, Y, t1, thetas, batch=batch, options=opts, saveat=save, kinks=kink, loss=objective.loss
+        )
     else:
-        problem = make_problem(template, X, Y, t1, options=opts, saveat=save, stop=stop, loss=objective.loss,
-                               weight_decay=objective.weight_decay)
+        problem = make_problem(
+            template,
+            X,
+            Y,
+            t1,
+            options=opts,
+            saveat=save,
+            stop=stop,
+            loss=objective.loss,
+            weight_decay=objective.weight_decay,
+        )
         key = (jax.tree.structure(template), opts, save, stop, objective.loss, float(objective.weight_decay))
         engine = flow_engine(problem, thetas, batch=batch, key=key)
     rec, st = run_engine(engine, np.arange(len(thetas)), batch.show_progress(False))

@@ -27,8 +27,15 @@ from ..network import DAGNetwork
 from ..options import KinkOptions, SolverOptions, StopRules
 from ._engine import SlotProgram, SweepEngine, host_table, same_arrays
 
-KINK_FIELDS = ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits",
-               "num_ambiguous", "max_sliding_pairs", "sliding_time")
+KINK_FIELDS = (
+    "num_events",
+    "num_crossings",
+    "num_sliding_entries",
+    "num_sliding_exits",
+    "num_ambiguous",
+    "max_sliding_pairs",
+    "sliding_time",
+)
 """Extra per-trajectory records of a kink-aware sweep (see `ij.KinkFlow`)."""
 
 KINK_STEPS_PER_CALL = 4
@@ -42,15 +49,24 @@ KINK_STEPS_PER_CALL_EXACT = 64
 def kink_unsupported(options: SolverOptions, stop: StopRules, weight_decay: float) -> list[str]:
     """The options set that the kink-aware integrator does not support (weight decay,
     `dt0`, a step-size controller, stopping rules), by name."""
-    return [n for n, v in (("weight_decay", weight_decay or None), ("dt0", options.dt0),
-                           ("stepsize_controller", options.stepsize_controller),
-                           ("grad_norm_tol", stop.grad_norm_tol), ("loss_floor", stop.loss_floor),
-                           ("max_param_norm", stop.max_param_norm), ("max_wall_time", stop.max_wall_time))
-            if v is not None]
+    return [
+        n
+        for n, v in (
+            ("weight_decay", weight_decay or None),
+            ("dt0", options.dt0),
+            ("stepsize_controller", options.stepsize_controller),
+            ("grad_norm_tol", stop.grad_norm_tol),
+            ("loss_floor", stop.loss_floor),
+            ("max_param_norm", stop.max_param_norm),
+            ("max_wall_time", stop.max_wall_time),
+        )
+        if v is not None
+    ]
 
 
-def resolve_kinks(kinks: KinkOptions | bool | None, *, kinked: bool, options: SolverOptions, stop: StopRules,
-                  weight_decay: float) -> KinkOptions | None:
+def resolve_kinks(
+    kinks: KinkOptions | bool | None, *, kinked: bool, options: SolverOptions, stop: StopRules, weight_decay: float
+) -> KinkOptions | None:
     """The one rule that decides whether a sweep is kink-aware (`sweep_flows` and
     `SweepConfig` both ask it).
 
@@ -72,8 +88,10 @@ def resolve_kinks(kinks: KinkOptions | bool | None, *, kinked: bool, options: So
         return None
     used = kink_unsupported(options, stop, weight_decay)
     if used:
-        raise ValueError(f"The kink-aware integrator does not support {', '.join(used)}; drop "
-                         f"{'it' if len(used) == 1 else 'them'} or use kinks=False (kink_aware = false).")
+        raise ValueError(
+            f"The kink-aware integrator does not support {', '.join(used)}; drop "
+            f"{'it' if len(used) == 1 else 'them'} or use kinks=False (kink_aware = false)."
+        )
     return KinkOptions() if kinks is True else kinks
 
 
@@ -99,8 +117,21 @@ class KinkEngine(SweepEngine):
     `kink_aware_flow` builds from its keywords; checked here, before any compilation.
     """
 
-    def __init__(self, net: DAGNetwork, X, Y, t1: float, init_fn: Callable | None = None, *, init_table=None,
-                 slots: int = 64, steps_per_call: int | None = None, devices=None, exact: bool = True, **options):
+    def __init__(
+        self,
+        net: DAGNetwork,
+        X,
+        Y,
+        t1: float,
+        init_fn: Callable | None = None,
+        *,
+        init_table=None,
+        slots: int = 64,
+        steps_per_call: int | None = None,
+        devices=None,
+        exact: bool = True,
+        **options,
+    ):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.net = net
@@ -127,8 +158,10 @@ class KinkEngine(SweepEngine):
         new = eqx.filter(integ, eqx.is_array)
         same = same_arrays(new, self.data) and (init_table is None) == (self.table is None)
         if not same or not eqx.tree_equal(eqx.filter(integ, eqx.is_array, inverse=True), self._static):
-            raise ValueError("with_data needs arrays of the same structure, shapes and dtypes, and the same t1 "
-                             "and options, as the engine's; build a new KinkEngine for a different problem.")
+            raise ValueError(
+                "with_data needs arrays of the same structure, shapes and dtypes, and the same t1 "
+                "and options, as the engine's; build a new KinkEngine for a different problem."
+            )
         self.net, self.integrator, self.data = net, integ, new
         if init_table is not None:
             assert self.table is not None  # checked above: both have a table, or neither
@@ -140,8 +173,13 @@ class KinkEngine(SweepEngine):
 
     def bind(self, data):
         integ = eqx.combine(data, self._static)
-        return SlotProgram(self.init_fn, functools.partial(self._init_slot, integ), self.active,
-                      functools.partial(self._advance_slot, integ), functools.partial(self._record, integ))
+        return SlotProgram(
+            self.init_fn,
+            functools.partial(self._init_slot, integ),
+            self.active,
+            functools.partial(self._advance_slot, integ),
+            functools.partial(self._record, integ),
+        )
 
     def init_slot(self, theta0, index, occupied):
         return self._init_slot(self.integrator, theta0, index, occupied)
@@ -157,8 +195,9 @@ class KinkEngine(SweepEngine):
 
     @staticmethod
     def _init_slot(integ, theta0, index, occupied):
-        return _KinkSlot(occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), theta0=theta0,
-                         state=integ.init(theta0))
+        return _KinkSlot(
+            occupied=jnp.asarray(occupied), index=jnp.asarray(index, jnp.int32), theta0=theta0, state=integ.init(theta0)
+        )
 
     def _advance_slot(self, integ, s):
         new = eqx.tree_at(lambda s: s.state, s, integ.segment(s.state))
@@ -169,9 +208,22 @@ class KinkEngine(SweepEngine):
         kf = integ.flow(self.net, s.theta0, s.state, self.loss)
         fl = kf.flow
         X, Y = integ.prob.X, integ.prob.Y
-        rec = dict(index=s.index, **trajectory_record(
-            self.net, X, Y, theta0=s.theta0, t_final=fl.t_final, theta_final=fl.theta_final, result=fl.result,
-            stats=fl.stats, saved_drift=fl.drift, t0=integ.t0, loss=self.loss))
+        rec = dict(
+            index=s.index,
+            **trajectory_record(
+                self.net,
+                X,
+                Y,
+                theta0=s.theta0,
+                t_final=fl.t_final,
+                theta_final=fl.theta_final,
+                result=fl.result,
+                stats=fl.stats,
+                saved_drift=fl.drift,
+                t0=integ.t0,
+                loss=self.loss,
+            ),
+        )
         rec.update({k: getattr(kf, k) for k in KINK_FIELDS})
         return rec
 

@@ -34,16 +34,18 @@ def load_sweep(out: str | Path) -> tuple[SweepConfig, SweepResult]:
     if man is None:
         raise FileNotFoundError(f"{str(out)!r} holds no sweep: {why}, and no chunk to rebuild it from.")
     if why is not None:
-        warnings.warn(f"{why}: config read from {man['rebuilt_from']}; `--resume` rewrites the manifest.",
-                      SweepStoreWarning, stacklevel=2)
+        warnings.warn(
+            f"{why}: config read from {man['rebuilt_from']}; `--resume` rewrites the manifest.",
+            SweepStoreWarning,
+            stacklevel=2,
+        )
     store.manifest = man
     config = SweepConfig.from_dict(man["config"])
     rec = store.load_records()
     if rec is None:
         raise ValueError(f"{str(out)!r} holds no finished trajectories yet; run it with --resume.")
     _warn_missing(store, config, rec["index"])
-    return config, result_from_records(with_columns(config, config.build_graph(), rec), {}, config.rtol,
-                                       config.atol)
+    return config, result_from_records(with_columns(config, config.build_graph(), rec), {}, config.rtol, config.atol)
 
 
 def _ranges(idx) -> str:
@@ -66,7 +68,9 @@ def _warn_missing(store: ResultsStore, config: SweepConfig, index: np.ndarray) -
     if missing:
         msg += f"; missing: {_ranges(missing)}"
     if lost:
-        msg += (f"; chunks listed as finished but gone: {', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''} "
-                "(deleted or moved by hand)")
+        msg += (
+            f"; chunks listed as finished but gone: {', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''} "
+            "(deleted or moved by hand)"
+        )
     msg += ". `invariant-jax sweep --resume` computes the missing ones (a sweep still running adds them itself)."
     warnings.warn(msg, SweepStoreWarning, stacklevel=3)

@@ -111,6 +111,7 @@ def fold_options(cls, given, old: dict, names: tuple[str, ...], where: str):
     if not isinstance(given, cls):
         raise TypeError(f"{where}: expected a {cls.__name__} (or None); got {given!r}.")
     if mine:
-        raise ValueError(f"{where}: pass {', '.join(sorted(mine))} inside {cls.__name__}(...), not as keywords "
-                         "as well.")
+        raise ValueError(
+            f"{where}: pass {', '.join(sorted(mine))} inside {cls.__name__}(...), not as keywords as well."
+        )
     return given

@@ -14,9 +14,23 @@ from ._config import SweepConfig
 from ._engine import EngineStats
 from ._kink import KINK_FIELDS
 
-FIELDS = ("index", "theta0", "theta_final", "t_final", "c0", "loss_initial", "loss_final", "drift",
-          "drift_relative", "scale", "num_steps", "num_accepted_steps", "num_rejected_steps",
-          "result", "status")
+FIELDS = (
+    "index",
+    "theta0",
+    "theta_final",
+    "t_final",
+    "c0",
+    "loss_initial",
+    "loss_final",
+    "drift",
+    "drift_relative",
+    "scale",
+    "num_steps",
+    "num_accepted_steps",
+    "num_rejected_steps",
+    "result",
+    "status",
+)
 """The per-trajectory records every sweep harvests (the engine's record), in table order."""
 
 
@@ -124,8 +138,15 @@ def result_from_records(rec: dict[str, np.ndarray], stats: dict, rtol: float, at
     fields: dict[str, Any] = {k: np.asarray(v)[order] for k, v in rec.items() if k in FIELDS}
     fields["result"] = results_of_codes(fields["result"])
     tol = atol + rtol * fields["scale"]
-    return SweepResult(**fields, drift_in_tol=fields["drift"] / tol, stats=dict(stats), rtol=float(rtol), atol=float(atol),
-                       kink=kink, columns=columns)
+    return SweepResult(
+        **fields,
+        drift_in_tol=fields["drift"] / tol,
+        stats=dict(stats),
+        rtol=float(rtol),
+        atol=float(atol),
+        kink=kink,
+        columns=columns,
+    )
 
 
 def with_columns(config: SweepConfig, graph, rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -139,6 +160,12 @@ def with_columns(config: SweepConfig, graph, rec: dict[str, np.ndarray]) -> dict
 def stats_dict(st: EngineStats | None, engine) -> dict[str, Any]:
     """The `SweepResult.stats` of an engine run (`None`: no run)."""
     st = st or EngineStats(0, 0, 0, 0.0)
-    return dict(useful_steps=st.useful_steps, slot_iterations=st.slot_iterations,
-                work_efficiency=st.work_efficiency, seconds=st.seconds, calls=st.calls,
-                slots=engine.slots, devices=len(engine.mesh.devices.flat))
+    return dict(
+        useful_steps=st.useful_steps,
+        slot_iterations=st.slot_iterations,
+        work_efficiency=st.work_efficiency,
+        seconds=st.seconds,
+        calls=st.calls,
+        slots=engine.slots,
+        devices=len(engine.mesh.devices.flat),
+    )

@@ -45,8 +45,10 @@ def sweep_network(sweep: SweepConfig | str | os.PathLike, index: int, *, final: 
     if isinstance(sweep, SweepConfig):
         config, result = sweep, None
         if final:
-            raise ValueError("final=True needs the sweep's results: pass its results folder (the --out of "
-                             "`invariant-jax sweep`, the `out` of ij.run_sweep) instead of the SweepConfig.")
+            raise ValueError(
+                "final=True needs the sweep's results: pass its results folder (the --out of "
+                "`invariant-jax sweep`, the `out` of ij.run_sweep) instead of the SweepConfig."
+            )
     elif isinstance(sweep, (str, os.PathLike)):
         config, result = load_sweep(Path(sweep))
     else:
@@ -70,6 +72,8 @@ def row_weights(result: SweepResult, index: int, *, final: bool = False, folder=
     rows = np.flatnonzero(np.asarray(result.index) == index)
     if rows.size == 0:
         where = f" in {str(folder)!r}" if folder is not None else ""
-        raise ValueError(f"Initialization {index} has no record{where} yet; finish the sweep with "
-                         "`invariant-jax sweep --resume --out DIR` (or ij.run_sweep(config, out, resume=True)).")
+        raise ValueError(
+            f"Initialization {index} has no record{where} yet; finish the sweep with "
+            "`invariant-jax sweep --resume --out DIR` (or ij.run_sweep(config, out, resume=True))."
+        )
     return np.asarray((result.theta_final if final else result.theta0)[rows[0]])

@@ -37,10 +37,15 @@ def x64_enabled() -> bool:
 
 def manifest_for(config: SweepConfig) -> dict:
     """The manifest of a results folder of `config` (its config, versions, float64)."""
-    return {"format": "invariant_jax.sweep/1", "package": "invariant_jax", "version": __version__,
-            "config": config.to_dict(), "jax_version": jax.__version__,
-            "float64": x64_enabled(),
-            "note": "time is gradient-flow time of L = (1/2N) sum ||f - y||^2 (MSE)"}
+    return {
+        "format": "invariant_jax.sweep/1",
+        "package": "invariant_jax",
+        "version": __version__,
+        "config": config.to_dict(),
+        "jax_version": jax.__version__,
+        "float64": x64_enabled(),
+        "note": "time is gradient-flow time of L = (1/2N) sum ||f - y||^2 (MSE)",
+    }
 
 
 def run_sweep(
@@ -116,8 +121,16 @@ def run_sweep(
         rec, st = run_engine(engine, np.arange(config.n_inits)[pi::pc], progress)
         rec = with_columns(config, config.build_graph(), rec)
         return result_from_records(rec, stats_dict(st, engine), config.rtol, config.atol)
-    return _run_in_folder(config, graph, engine, out, resume=resume or pc > 1, overwrite=overwrite, tag=tag,
-                          claim=dict(pi=pi, pc=pc, progress=progress, options=store, on_chunk=on_chunk))
+    return _run_in_folder(
+        config,
+        graph,
+        engine,
+        out,
+        resume=resume or pc > 1,
+        overwrite=overwrite,
+        tag=tag,
+        claim=dict(pi=pi, pc=pc, progress=progress, options=store, on_chunk=on_chunk),
+    )
 
 
 def _run_in_folder(config, graph, engine, out, *, resume, overwrite, tag, claim: dict) -> SweepResult:
@@ -125,8 +138,12 @@ def _run_in_folder(config, graph, engine, out, *, resume, overwrite, tag, claim:
     they resume), run this writer's claims (`claim`: `run_claimed`'s keywords), and
     return every record in it."""
     results = ResultsStore(out)
-    results.open({**manifest_for(config), "block_size": default_block_size(config.n_inits)},
-                 resume=resume, overwrite=overwrite, tag=tag)
+    results.open(
+        {**manifest_for(config), "block_size": default_block_size(config.n_inits)},
+        resume=resume,
+        overwrite=overwrite,
+        tag=tag,
+    )
     for note in results.notes:
         warnings.warn(note, SweepStoreWarning, stacklevel=3)
     try:
@@ -145,11 +162,14 @@ def _check_run(config, resume: bool, overwrite: bool) -> None:
     if not isinstance(config, SweepConfig):
         raise TypeError(f"config must be a SweepConfig; got {type(config).__name__}.")
     if resume and overwrite:
-        raise ValueError("resume=True and overwrite=True contradict each other: resume keeps the finished "
-                         "records, overwrite deletes them. Pass one of them.")
+        raise ValueError(
+            "resume=True and overwrite=True contradict each other: resume keeps the finished "
+            "records, overwrite deletes them. Pass one of them."
+        )
     if not x64_enabled():
-        raise ValueError("Sweeps check conservation laws and need float64: call "
-                         "jax.config.update('jax_enable_x64', True) first.")
+        raise ValueError(
+            "Sweeps check conservation laws and need float64: call jax.config.update('jax_enable_x64', True) first."
+        )
 
 
 def check_initial_state(config: SweepConfig, graph, X, Y) -> None:
@@ -157,8 +177,10 @@ def check_initial_state(config: SweepConfig, graph, X, Y) -> None:
     whose first initialization already overflows: non-finite weights, `|theta0|^2` or
     initial loss (e.g. a huge `scale`)."""
     if not graph.hidden:
-        raise ValueError(f"The graph {graph} has no hidden nodes, so there is no conserved quantity c = B~ theta^2 "
-                         "to sweep; add a hidden layer (e.g. --graph mlp --widths 3,4,1).")
+        raise ValueError(
+            f"The graph {graph} has no hidden nodes, so there is no conserved quantity c = B~ theta^2 "
+            "to sweep; add a hidden layer (e.g. --graph mlp --widths 3,4,1)."
+        )
     theta = np.asarray(init_theta(config, graph, 0))
     net = DAGNetwork(graph, config.activation, edge_weights=theta)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -166,9 +188,11 @@ def check_initial_state(config: SweepConfig, graph, X, Y) -> None:
     loss = float(network_loss(net, X, Y, config.loss.loss))
     if not (np.all(np.isfinite(theta)) and np.isfinite(sq) and np.isfinite(loss)):
         what = "weights" if not np.all(np.isfinite(theta)) else "|theta0|^2" if not np.isfinite(sq) else "loss"
-        raise ValueError(f"scale={config.scale:g} gives an initialization whose {what} is not finite in float64 "
-                         f"(initialization 0: max |theta0| = {np.nanmax(np.abs(theta)):.3g}, loss {loss:.3g}); "
-                         "lower --scale.")
+        raise ValueError(
+            f"scale={config.scale:g} gives an initialization whose {what} is not finite in float64 "
+            f"(initialization 0: max |theta0| = {np.nanmax(np.abs(theta)):.3g}, loss {loss:.3g}); "
+            "lower --scale."
+        )
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -187,7 +211,10 @@ def signals_interrupt(folder: Path):
     as `SweepInterrupted`."""
     installed = False
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
-            signal.SIG_DFL, None):
+        signal.SIG_DFL,
+        None,
+    ):
+
         def on_term(signum, frame):
             raise SweepInterrupted("SIGTERM", folder)
 

@@ -16,9 +16,23 @@ from ._config import SweepConfig
 from ._figures import config_title, graph_figure, save_overview, trajectory_figure
 from ._result import SweepResult
 
-COLUMNS = ("index", "status_name", "result_name", "num_steps", "drift", "drift_in_tol", "rank_start", "rank_end",
-           "connected", "n_components", "component", "bottleneck_sign_changes", "frozen_sign_changes",
-           "loss_initial", "loss_final")
+COLUMNS = (
+    "index",
+    "status_name",
+    "result_name",
+    "num_steps",
+    "drift",
+    "drift_in_tol",
+    "rank_start",
+    "rank_end",
+    "connected",
+    "n_components",
+    "component",
+    "bottleneck_sign_changes",
+    "frozen_sign_changes",
+    "loss_initial",
+    "loss_final",
+)
 """The columns of `table.csv`: a view of the tidy table (`SweepResult.to_pandas()`, the
 Parquet chunks), under the same names; kink-aware sweeps add `num_events` and
 `sliding_time`."""
@@ -50,8 +64,14 @@ class SweepSummary:
         the figures' titles and re-integrated trajectories; `None` when not known).
     """
 
-    def __init__(self, rows: dict[str, np.ndarray], aggregate: dict, *, config: SweepConfig | None = None,
-                 theta0: np.ndarray | None = None):
+    def __init__(
+        self,
+        rows: dict[str, np.ndarray],
+        aggregate: dict,
+        *,
+        config: SweepConfig | None = None,
+        theta0: np.ndarray | None = None,
+    ):
         self.rows = rows
         self.aggregate = aggregate
         self.config = config
@@ -60,15 +80,18 @@ class SweepSummary:
     def table(self, max_rows: int = 20) -> str:
         """The per-trajectory table (first `max_rows` rows) as text."""
         r = self.rows
-        head = (f"{'init':>6} {'status':>9} {'steps':>7} {'drift':>9} {'drift/tol':>9} {'rank0':>5} "
-                f"{'rank1':>5} {'conn':>5} {'comps':>5} {'bn_flip':>7} {'fz_flip':>7} {'loss1':>10}")
+        head = (
+            f"{'init':>6} {'status':>9} {'steps':>7} {'drift':>9} {'drift/tol':>9} {'rank0':>5} "
+            f"{'rank1':>5} {'conn':>5} {'comps':>5} {'bn_flip':>7} {'fz_flip':>7} {'loss1':>10}"
+        )
         lines = [head, "-" * len(head)]
         for i in range(min(len(r["index"]), max_rows)):
             lines.append(
                 f"{r['index'][i]:>6d} {STATUSES[r['status'][i]]:>9} {r['steps'][i]:>7d} {r['drift'][i]:>9.1e} "
                 f"{r['drift_in_tol'][i]:>9.2f} {r['rank_start'][i]:>5d} {r['rank_end'][i]:>5d} "
                 f"{'yes' if r['connected'][i] else 'no':>5} {r['n_components'][i]:>5d} "
-                f"{r['bottleneck_sign_changes'][i]:>7d} {r['frozen_sign_changes'][i]:>7d} {r['loss_final'][i]:>10.3e}")
+                f"{r['bottleneck_sign_changes'][i]:>7d} {r['frozen_sign_changes'][i]:>7d} {r['loss_final'][i]:>10.3e}"
+            )
         if len(r["index"]) > max_rows:
             lines.append(f"... {len(r['index']) - max_rows} more rows in table.csv")
         return "\n".join(lines)
@@ -157,21 +180,31 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     """
     g = config.build_graph()
     c0 = np.asarray(result.c0, dtype=np.float64)
-    derived = result.columns if result.columns is not None and all(
-        k in result.columns for k in DERIVED if k != "drift_in_tol") else trajectory_columns(
-        g, {k: getattr(result, k) for k in ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")},
-        rtol=result.rtol, atol=result.atol)
+    derived = (
+        result.columns
+        if result.columns is not None and all(k in result.columns for k in DERIVED if k != "drift_in_tol")
+        else trajectory_columns(
+            g,
+            {k: getattr(result, k) for k in ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")},
+            rtol=result.rtol,
+            atol=result.atol,
+        )
+    )
     frozen = np.asarray(derived["frozen"], bool)
     n_check = min(int(check_rows), len(c0))
     mismatches = sum(
         set(connectivity(g, c0[i], lp="none").frozen_index) != set(np.flatnonzero(frozen[i]).tolist())
-        for i in range(n_check))
+        for i in range(n_check)
+    )
     rows = dict(
-        index=np.asarray(result.index, np.int64), status=np.asarray(result.status, np.int64),
-        steps=np.asarray(result.num_steps, np.int64), drift=np.asarray(result.drift, float),
+        index=np.asarray(result.index, np.int64),
+        status=np.asarray(result.status, np.int64),
+        steps=np.asarray(result.num_steps, np.int64),
+        drift=np.asarray(result.drift, float),
         drift_in_tol=np.asarray(result.drift_in_tol, float),
         **{k: np.asarray(derived[k]) for k in DERIVED if k != "drift_in_tol"},
-        loss_initial=np.asarray(result.loss_initial, float), loss_final=np.asarray(result.loss_final, float),
+        loss_initial=np.asarray(result.loss_initial, float),
+        loss_final=np.asarray(result.loss_final, float),
     )
     if result.kink is not None:  # kink-aware sweeps: events and time on sliding modes
         rows["events"] = np.asarray(result.kink["num_events"], np.int64)
@@ -201,21 +234,24 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     }
     if result.kink is not None:
         kk = result.kink
-        agg.update({
-            "kink events median": float(np.median(kk["num_events"])) if len(st) else 0.0,
-            "kink crossings total": int(np.sum(kk["num_crossings"])),
-            "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
-            "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if len(st) else 0,
-            "ambiguous events": int(np.sum(kk["num_ambiguous"])),
-            "kink events total": int(np.sum(kk["num_events"])),
-            "sliding time median": float(np.median(kk["sliding_time"])) if len(st) else 0.0,
-            "sliding time max": float(np.max(kk["sliding_time"])) if len(st) else 0.0,
-        })
+        agg.update(
+            {
+                "kink events median": float(np.median(kk["num_events"])) if len(st) else 0.0,
+                "kink crossings total": int(np.sum(kk["num_crossings"])),
+                "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
+                "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if len(st) else 0,
+                "ambiguous events": int(np.sum(kk["num_ambiguous"])),
+                "kink events total": int(np.sum(kk["num_events"])),
+                "sliding time median": float(np.median(kk["sliding_time"])) if len(st) else 0.0,
+                "sliding time max": float(np.max(kk["sliding_time"])) if len(st) else 0.0,
+            }
+        )
     for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
         if k in result.stats:
             agg[f"engine_{k}"] = result.stats[k]
-    return SweepSummary(rows, {_identifier(k): v for k, v in agg.items()}, config=config,
-                        theta0=np.asarray(result.theta0, np.float64))
+    return SweepSummary(
+        rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=np.asarray(result.theta0, np.float64)
+    )
 
 
 def _identifier(key: str) -> str:

@@ -13,7 +13,23 @@ from ._path import InvariantPath, invariant_path
 from ._plot import plot_invariant_set, sample_invariant_set
 from ._reach import Reachability, reachability, rescale_onto, twin_classes
 
-__all__ = ["Connectivity", "BalanceCondition", "connectivity", "lp_min_q", "frozen_mask", "LP_MODES",
-           "Component", "ComponentComparison", "component_of", "same_component",
-           "InvariantPath", "invariant_path", "Reachability", "reachability", "rescale_onto", "twin_classes",
-           "sample_invariant_set", "plot_invariant_set"]
+__all__ = [
+    "Connectivity",
+    "BalanceCondition",
+    "connectivity",
+    "lp_min_q",
+    "frozen_mask",
+    "LP_MODES",
+    "Component",
+    "ComponentComparison",
+    "component_of",
+    "same_component",
+    "InvariantPath",
+    "invariant_path",
+    "Reachability",
+    "reachability",
+    "rescale_onto",
+    "twin_classes",
+    "sample_invariant_set",
+    "plot_invariant_set",
+]

@@ -70,8 +70,9 @@ def max_weight_closure(
     return value, S
 
 
-def closed_sets(nodes: Sequence[Hashable], requires: Iterable[tuple[Hashable, Hashable]],
-                limit: int) -> list[frozenset] | None:
+def closed_sets(
+    nodes: Sequence[Hashable], requires: Iterable[tuple[Hashable, Hashable]], limit: int
+) -> list[frozenset] | None:
     """All closed subsets of `nodes` (including the empty set), or `None` when there are
     more than `limit`. Used by the batched path for small families.
 

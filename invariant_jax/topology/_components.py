@@ -35,8 +35,9 @@ def edge_weights_of(obj, theta=None) -> tuple[DAG, np.ndarray, float]:
         g = obj.graph
     elif isinstance(obj, DAG):
         if theta is None:
-            raise TypeError("Give the edge weights theta (shape (..., E), graph.edges order) with a DAG, "
-                            "or pass a DAGNetwork.")
+            raise TypeError(
+                "Give the edge weights theta (shape (..., E), graph.edges order) with a DAG, or pass a DAGNetwork."
+            )
         th = np.asarray(theta)
         g = obj
     else:
@@ -46,13 +47,14 @@ def edge_weights_of(obj, theta=None) -> tuple[DAG, np.ndarray, float]:
     eps = float(np.finfo(th.dtype).eps)
     E = len(g.edges)
     if th.ndim == 0 or th.shape[-1] != E:
-        raise ValueError(f"theta has shape {th.shape}; expected (..., {E}), one weight per edge in "
-                         "graph.edges order.")
+        raise ValueError(f"theta has shape {th.shape}; expected (..., {E}), one weight per edge in graph.edges order.")
     bad = ~np.isfinite(th)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"theta{list(idx)} (edge {g.edges[idx[-1]]!r}) is not finite; the component of a "
-                         "network needs finite weights.")
+        raise ValueError(
+            f"theta{list(idx)} (edge {g.edges[idx[-1]]!r}) is not finite; the component of a "
+            "network needs finite weights."
+        )
     return g, th.astype(np.float64), eps
 
 
@@ -140,8 +142,10 @@ class Component(eqx.Module):
 
     def _one(self, what: str):
         if self.shape != ():
-            raise ValueError(f"{what} is defined for one network; this Component holds a batch of shape "
-                             f"{self.shape}: use .labels / .frozen / .signs, or index it with [i].")
+            raise ValueError(
+                f"{what} is defined for one network; this Component holds a batch of shape "
+                f"{self.shape}: use .labels / .frozen / .signs, or index it with [i]."
+            )
 
     @property
     def label(self) -> str:
@@ -160,8 +164,14 @@ class Component(eqx.Module):
         return {e: int(s) for e, f, s in zip(self.graph.edges, self.frozen, self.signs) if f}
 
     def __getitem__(self, i) -> Component:
-        return Component(c=self.c[i], tol=self.tol[i], frozen=self.frozen[i], signs=self.signs[i],
-                         graph=self.graph, result=self.result)
+        return Component(
+            c=self.c[i],
+            tol=self.tol[i],
+            frozen=self.frozen[i],
+            signs=self.signs[i],
+            graph=self.graph,
+            result=self.result,
+        )
 
     def __len__(self) -> int:
         if self.shape == ():
@@ -202,8 +212,9 @@ def component_of(net: DAGNetwork | DAG, theta=None, *, tol=None) -> Component:
     H, E = len(g.hidden), len(g.edges)
     frozen = frozen_mask(g, c.reshape(-1, H), tol=np.reshape(auto_tol, -1)).reshape(batch + (E,))
     signs = np.where(frozen, np.sign(th), 0).astype(np.int8)
-    return Component(c=c, tol=np.asarray(auto_tol, dtype=np.float64), frozen=frozen, signs=signs, graph=g,
-                     result=RESULTS.successful)
+    return Component(
+        c=c, tol=np.asarray(auto_tol, dtype=np.float64), frozen=frozen, signs=signs, graph=g, result=RESULTS.successful
+    )
 
 
 class ComponentComparison(eqx.Module):
@@ -258,22 +269,28 @@ def same_component(net_a, net_b, *, rtol: float = 1e-8, tol=None) -> ComponentCo
     **Returns:** a `ComponentComparison` (truthy for one pair in one component).
     """
     if not (isinstance(net_a, DAGNetwork) and isinstance(net_b, DAGNetwork)):
-        raise TypeError(f"same_component compares two DAGNetworks; got {type(net_a).__name__} and "
-                        f"{type(net_b).__name__}.")
+        raise TypeError(
+            f"same_component compares two DAGNetworks; got {type(net_a).__name__} and {type(net_b).__name__}."
+        )
     if net_a.graph != net_b.graph:
-        raise ValueError(f"The networks are on different graphs ({net_a.graph!r} and {net_b.graph!r}); "
-                         "components of H_G(c) are compared on one graph.")
+        raise ValueError(
+            f"The networks are on different graphs ({net_a.graph!r} and {net_b.graph!r}); "
+            "components of H_G(c) are compared on one graph."
+        )
     check_positive("rtol", rtol)
     g, tha, eps = edge_weights_of(net_a)
     _, thb, _ = edge_weights_of(net_b)
     if tha.shape != thb.shape:
-        raise ValueError(f"The batches have shapes {tha.shape[:-1]} and {thb.shape[:-1]}; compare one network "
-                         "with one, or two batches of one shape.")
+        raise ValueError(
+            f"The batches have shapes {tha.shape[:-1]} and {thb.shape[:-1]}; compare one network "
+            "with one, or two batches of one shape."
+        )
     a = component_of(g, tha, tol=tol)
     B = g.incidence()
     cb = thb**2 @ B.T
-    scale = np.maximum(np.max(tha**2 @ np.abs(B).T, axis=-1, initial=0.0),
-                       np.max(thb**2 @ np.abs(B).T, axis=-1, initial=0.0))
+    scale = np.maximum(
+        np.max(tha**2 @ np.abs(B).T, axis=-1, initial=0.0), np.max(thb**2 @ np.abs(B).T, axis=-1, initial=0.0)
+    )
     diff = np.max(np.abs(a.c - cb), axis=-1, initial=0.0)
     bad = diff > rtol * np.maximum(scale, 1e-300)
     if np.any(bad):
@@ -284,9 +301,11 @@ def same_component(net_a, net_b, *, rtol: float = 1e-8, tol=None) -> ComponentCo
             f"The networks have different conserved values{where}: at hidden node {g.hidden[v]!r}, "
             f"c_a = {a.c[i][v]:.17g} and c_b = {cb[i][v]:.17g} (difference {abs(a.c[i][v] - cb[i][v]):.3g}, "
             f"allowed rtol * scale = {rtol * scale[i]:.3g}). They lie on different invariant sets, so no "
-            "gradient flow joins them; pass a larger rtol if the difference is solver drift.")
+            "gradient flow joins them; pass a larger rtol if the difference is solver drift."
+        )
     signs_b = np.where(a.frozen, np.sign(thb), 0).astype(np.int8)
     b = Component(c=cb, tol=a.tol, frozen=a.frozen, signs=signs_b, graph=g, result=RESULTS.successful)
     differing = a.frozen & (a.signs != signs_b)
-    return ComponentComparison(same=~differing.any(-1), differing=differing, max_c_difference=diff, a=a, b=b,
-                               result=RESULTS.successful)
+    return ComponentComparison(
+        same=~differing.any(-1), differing=differing, max_c_difference=diff, a=a, b=b, result=RESULTS.successful
+    )

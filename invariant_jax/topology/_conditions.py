@@ -92,19 +92,26 @@ class BalanceCondition:
         S = sorted(map(str, self.subset))
         others = sorted(map(str, self.region - {self.bottleneck}))
         listed = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
-        head = (f"edge {self.edge[0]!s} -> {self.edge[1]!s}: {self.bottleneck!s} is an {kind} "
-                f"({fam}: {listed or 'none'}); ")
+        head = (
+            f"edge {self.edge[0]!s} -> {self.edge[1]!s}: {self.bottleneck!s} is an {kind} ({fam}: {listed or 'none'}); "
+        )
         if self.violated:
             verb = "supply" if self.side == "out" else "absorb"
-            return head + (f"S = {{{', '.join(S)}}} has {self.inequality}, violating "
-                           f"{self.required}: the nodes of S must {verb} through this edge alone, so "
-                           f"theta_e^2 >= {self.margin:.6g} and its sign can never change (frozen).")
+            return head + (
+                f"S = {{{', '.join(S)}}} has {self.inequality}, violating "
+                f"{self.required}: the nodes of S must {verb} through this edge alone, so "
+                f"theta_e^2 >= {self.margin:.6g} and its sign can never change (frozen)."
+            )
         if self.margin > 0:
-            return head + (f"S = {{{', '.join(S)}}} has {self.inequality}: not frozen; where "
-                           "theta_e = 0 every other boundary edge of S is 0 too, so S is cut off "
-                           "and H_G(c) contains a singular point.")
-        return head + (f"the balance condition {self.required} holds for every closed S "
-                       f"(S = {{{', '.join(S)}}} has {self.inequality}): the edge is free to change sign.")
+            return head + (
+                f"S = {{{', '.join(S)}}} has {self.inequality}: not frozen; where "
+                "theta_e = 0 every other boundary edge of S is 0 too, so S is cut off "
+                "and H_G(c) contains a singular point."
+            )
+        return head + (
+            f"the balance condition {self.required} holds for every closed S "
+            f"(S = {{{', '.join(S)}}} has {self.inequality}): the edge is free to change sign."
+        )
 
 
 def _augmented(g: DAG, side: str) -> sp.csr_matrix:
@@ -169,7 +176,14 @@ def evaluate(g: DAG, r: Region, cint: dict, D: int, tol: float) -> BalanceCondit
     total = Fraction(sum(cint[x] for x in S), D)
     violated = Fraction(best, D) > Fraction(tol)
     return BalanceCondition(
-        edge=r.edge, edge_index=r.edge_index, side=r.side, bottleneck=r.bottleneck,
-        region=frozenset(r.nodes), subset=S, total=float(total), exact=total,
-        violated=bool(violated), tol=tol,
+        edge=r.edge,
+        edge_index=r.edge_index,
+        side=r.side,
+        bottleneck=r.bottleneck,
+        region=frozenset(r.nodes),
+        subset=S,
+        total=float(total),
+        exact=total,
+        violated=bool(violated),
+        tol=tol,
     )

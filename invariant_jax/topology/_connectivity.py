@@ -77,26 +77,34 @@ class Connectivity(eqx.Module):
             return None
         checked = set(np.flatnonzero(~np.isnan(self.lp_min_q)).tolist())
         return {k for k in self.frozen_index if k in checked} == {
-            self.graph.edges.index(e) for e in self.lp_frozen_edges}
+            self.graph.edges.index(e) for e in self.lp_frozen_edges
+        }
 
     def explain(self) -> str:
         """A plain-words account of the verdict, one line per bottleneck condition."""
         g = self.graph
         lines = [
             f"H_G(c) for {g!r}: "
-            + ("connected (1 component)." if self.connected else
-               f"{self.n_components} connected components ({len(self.frozen_edges)} frozen "
-               f"edge{'s' if len(self.frozen_edges) != 1 else ''}: each keeps its sign for ever).")
+            + (
+                "connected (1 component)."
+                if self.connected
+                else f"{self.n_components} connected components ({len(self.frozen_edges)} frozen "
+                f"edge{'s' if len(self.frozen_edges) != 1 else ''}: each keeps its sign for ever)."
+            )
         ]
         if not self.conditions:
-            lines.append("The graph has no bottleneck (every hidden node has >= 2 incoming and >= 2 "
-                         "outgoing edges), so no edge can be frozen, whatever c.")
+            lines.append(
+                "The graph has no bottleneck (every hidden node has >= 2 incoming and >= 2 "
+                "outgoing edges), so no edge can be frozen, whatever c."
+            )
         for cd in self.conditions:
             lines.append("  - " + cd.explain())
         if self.lp_frozen_edges is not None:
             n = int(np.sum(~np.isnan(self.lp_min_q)))
-            lines.append(f"LP check (HiGHS, min theta_e^2 over H_G(c) for {n} edges): "
-                         + ("agrees." if self.lp_agrees else f"DISAGREES. {self.message}"))
+            lines.append(
+                f"LP check (HiGHS, min theta_e^2 over H_G(c) for {n} edges): "
+                + ("agrees." if self.lp_agrees else f"DISAGREES. {self.message}")
+            )
         lines.append(f"Sums within tol = {self.tol:.3g} of 0 count as 0 (boundary: not frozen).")
         return "\n".join(lines)
 
@@ -124,9 +132,13 @@ def lp_min_q(graph: DAG, c, edges=None) -> np.ndarray:
         return out
     n = len(idx)
     r, k = np.nonzero(B)
-    A = sp.csr_matrix((np.tile(B[r, k], n), (np.concatenate([r + i * H for i in range(n)]),
-                                             np.concatenate([k + i * E for i in range(n)]))),
-                      shape=(n * H, n * E))  # block-diagonal: n copies of B~
+    A = sp.csr_matrix(
+        (
+            np.tile(B[r, k], n),
+            (np.concatenate([r + i * H for i in range(n)]), np.concatenate([k + i * E for i in range(n)])),
+        ),
+        shape=(n * H, n * E),
+    )  # block-diagonal: n copies of B~
     obj = np.zeros(n * E)
     obj[np.arange(n) * E + np.asarray(idx)] = 1.0
     res = linprog(obj, A_eq=A, b_eq=np.tile(c / s, n), bounds=(0, None), method="highs")
@@ -141,8 +153,9 @@ def _resolve(graph, c, tol):
     if isinstance(graph, DAGNetwork):
         net = graph
         if net.weights.ndim != 2:
-            raise ValueError("connectivity takes one network; index or loop over a batch "
-                             "(or use ij.frozen_mask for many c at once).")
+            raise ValueError(
+                "connectivity takes one network; index or loop over a batch (or use ij.frozen_mask for many c at once)."
+            )
         if c is not None:
             raise TypeError("Pass either a network, or a graph and c; not a network and c.")
         g, th, eps = edge_weights_of(net)
@@ -154,8 +167,10 @@ def _resolve(graph, c, tol):
     if not isinstance(graph, DAG):
         raise TypeError(f"connectivity needs a DAG (and c) or a DAGNetwork; got {type(graph).__name__}.")
     if c is None:
-        raise TypeError("connectivity(g, c): give the conserved values c (array in g.hidden order "
-                        "or a {label: value} dict), or pass a DAGNetwork instead of g.")
+        raise TypeError(
+            "connectivity(g, c): give the conserved values c (array in g.hidden order "
+            "or a {label: value} dict), or pass a DAGNetwork instead of g."
+        )
     cv = as_conserved(graph, c)
     return graph, cv, conserved_tol(tol, cv)
 
@@ -213,13 +228,24 @@ def connectivity(
         lp_frozen = tuple(g.edges[k] for k in lp_idx)
         if set(lp_idx) != set(frozen):
             diff = sorted(set(lp_idx) ^ set(frozen))
-            message = (f"LP and combinatorial verdicts differ on edges {[g.edges[k] for k in diff]}: "
-                       f"LP min theta_e^2 = {[float(lpq[k]) for k in diff]}, combinatorial "
-                       f"{[float(margin[k]) for k in diff]}, tol = {tol:.3g}. A margin within the "
-                       "LP's accuracy (about 1e-9 max|c|) of tol: pass a larger tol.")
+            message = (
+                f"LP and combinatorial verdicts differ on edges {[g.edges[k] for k in diff]}: "
+                f"LP min theta_e^2 = {[float(lpq[k]) for k in diff]}, combinatorial "
+                f"{[float(margin[k]) for k in diff]}, tol = {tol:.3g}. A margin within the "
+                "LP's accuracy (about 1e-9 max|c|) of tol: pass a larger tol."
+            )
     return Connectivity(
-        c=cv, margin=margin, lp_min_q=lpq, graph=g, tol=tol, connected=not frozen,
-        n_components=2 ** len(frozen), frozen_edges=tuple(g.edges[k] for k in frozen),
-        frozen_index=frozen, conditions=conds, lp_frozen_edges=lp_frozen,
-        result=RESULTS.lp_disagrees if message else RESULTS.successful, message=message,
+        c=cv,
+        margin=margin,
+        lp_min_q=lpq,
+        graph=g,
+        tol=tol,
+        connected=not frozen,
+        n_components=2 ** len(frozen),
+        frozen_edges=tuple(g.edges[k] for k in frozen),
+        frozen_index=frozen,
+        conditions=conds,
+        lp_frozen_edges=lp_frozen,
+        result=RESULTS.lp_disagrees if message else RESULTS.successful,
+        message=message,
     )

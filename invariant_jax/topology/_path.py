@@ -106,8 +106,16 @@ def _nearest_zero(B, c, q_ref, zero):
     bounds: list[tuple[float, float | None]] = [(0.0, None)] * (2 * E)
     for k in zero:
         bounds[k] = (0.0, 0.0)
-    res = linprog(np.concatenate([np.zeros(E), np.ones(E)]), A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=c / s,
-                  bounds=bounds, method="highs", options=_HIGHS)
+    res = linprog(
+        np.concatenate([np.zeros(E), np.ones(E)]),
+        A_ub=A_ub,
+        b_ub=b_ub,
+        A_eq=A_eq,
+        b_eq=c / s,
+        bounds=bounds,
+        method="highs",
+        options=_HIGHS,
+    )
     if res.status != 0:
         return None
     return polish_onto(B, c, res.x[:E] * s, zero)
@@ -135,9 +143,11 @@ def _segment(q0, q1, sign, max_step, max_points):
         if far.size == 0:
             return th
         if ts.size + far.size > max_points:
-            raise ValueError(f"invariant_path would need more than max_points={max_points} points to keep "
-                             f"consecutive networks within max_step={max_step:.3g}; pass a larger max_step "
-                             "or max_points.")
+            raise ValueError(
+                f"invariant_path would need more than max_points={max_points} points to keep "
+                f"consecutive networks within max_step={max_step:.3g}; pass a larger max_step "
+                "or max_points."
+            )
         ts = np.sort(np.concatenate([ts, 0.5 * (ts[far] + ts[far + 1])]))
 
 
@@ -164,9 +174,16 @@ def _waypoints(B, c, qa, qb, flip):
     return pts + [qb], flips + [()]
 
 
-def invariant_path(net_a: DAGNetwork, net_b: DAGNetwork, *, max_step: float | None = None,
-                   max_points: int = 100_000, rtol: float = 1e-10, tol: float | None = None,
-                   throw: bool = True) -> InvariantPath:
+def invariant_path(
+    net_a: DAGNetwork,
+    net_b: DAGNetwork,
+    *,
+    max_step: float | None = None,
+    max_points: int = 100_000,
+    rtol: float = 1e-10,
+    tol: float | None = None,
+    throw: bool = True,
+) -> InvariantPath:
     """A sequence of networks from `net_a` to `net_b`, every one on `H_G(c)`.
 
     **Arguments:**
@@ -213,24 +230,46 @@ def invariant_path(net_a: DAGNetwork, net_b: DAGNetwork, *, max_step: float | No
     scale = max(float(np.max(tha**2 @ np.abs(B).T, initial=0.0)), 1e-300)
     residual = np.max(np.abs(thetas**2 @ B.T - c), axis=1, initial=0.0) / scale
     steps = np.linalg.norm(np.diff(thetas, axis=0), axis=1)
-    return InvariantPath(thetas=thetas, waypoints=np.array(pts), residual=residual, c=c,
-                         max_step=float(np.max(steps, initial=0.0)),
-                         flips=tuple(tuple(g.edges[k] for k in f) for f in flips), graph=g, certificate=(),
-                         result=RESULTS.successful)
+    return InvariantPath(
+        thetas=thetas,
+        waypoints=np.array(pts),
+        residual=residual,
+        c=c,
+        max_step=float(np.max(steps, initial=0.0)),
+        flips=tuple(tuple(g.edges[k] for k in f) for f in flips),
+        graph=g,
+        certificate=(),
+        result=RESULTS.successful,
+    )
 
 
 def _different(g, c, cmp, tol, throw) -> InvariantPath:
     conn = connectivity(g, c, tol=float(cmp.a.tol) if tol is None else tol, lp="none")
     idx = set(np.flatnonzero(cmp.differing).tolist())
     cert: tuple[BalanceCondition, ...] = tuple(cd for cd in conn.reasons if cd.edge_index in idx)
-    lines = [f"edge {g.edges[k][0]!s} -> {g.edges[k][1]!s} is frozen with sign "
-             f"{'+' if cmp.a.signs[k] > 0 else '-'} in net_a and {'+' if cmp.b.signs[k] > 0 else '-'} in net_b"
-             for k in sorted(idx)]
-    msg = ("net_a and net_b lie in different components of H_G(c): " + "; ".join(lines) + ". Why: "
-           + " ".join(cd.explain() for cd in cert))
+    lines = [
+        f"edge {g.edges[k][0]!s} -> {g.edges[k][1]!s} is frozen with sign "
+        f"{'+' if cmp.a.signs[k] > 0 else '-'} in net_a and {'+' if cmp.b.signs[k] > 0 else '-'} in net_b"
+        for k in sorted(idx)
+    ]
+    msg = (
+        "net_a and net_b lie in different components of H_G(c): "
+        + "; ".join(lines)
+        + ". Why: "
+        + " ".join(cd.explain() for cd in cert)
+    )
     if throw:
         raise ValueError(msg + " (pass throw=False to get the certificate as data.)")
     E = len(g.edges)
-    return InvariantPath(thetas=np.zeros((0, E)), waypoints=np.zeros((0, E)), residual=np.zeros(0), c=c,
-                         max_step=float("nan"), flips=(), graph=g, certificate=cert,
-                         result=RESULTS.different_components, message=msg)
+    return InvariantPath(
+        thetas=np.zeros((0, E)),
+        waypoints=np.zeros((0, E)),
+        residual=np.zeros(0),
+        c=c,
+        max_step=float("nan"),
+        flips=(),
+        graph=g,
+        certificate=cert,
+        result=RESULTS.different_components,
+        message=msg,
+    )

@@ -40,8 +40,9 @@ def _random_path(g: DAG, rng: np.random.Generator) -> list[int]:
     return path
 
 
-def sample_invariant_set(graph: DAG, c, n: int = 2000, *, seed: int = 0, n_vertices: int = 16,
-                         spread: float = 1.0) -> Float[np.ndarray, "n E"]:
+def sample_invariant_set(
+    graph: DAG, c, n: int = 2000, *, seed: int = 0, n_vertices: int = 16, spread: float = 1.0
+) -> Float[np.ndarray, "n E"]:
     """`n` points of `H_G(c)` (edge weights, `graph.edges` order), every one with
     `B~ theta^2 = c` to round-off.
 
@@ -78,8 +79,9 @@ def sample_invariant_set(graph: DAG, c, n: int = 2000, *, seed: int = 0, n_verti
     return signs * np.sqrt(np.maximum(q, 0.0))
 
 
-def plot_invariant_set(graph: DAG, c, *, edges=None, trajectories=None, n: int = 3000, seed: int = 0,
-                       ax=None, title: str | None = None):
+def plot_invariant_set(
+    graph: DAG, c, *, edges=None, trajectories=None, n: int = 3000, seed: int = 0, ax=None, title: str | None = None
+):
     """Scatter of `H_G(c)` on three edge weights, coloured by component (the signs of the
     frozen edges), with trajectories (e.g. `flow.thetas`) drawn as lines.
 
@@ -135,8 +137,9 @@ def _axes_edges(g: DAG, comp, edges) -> list[int]:
         if len(idx) != 3:
             raise ValueError(f"edges must name three edges; got {len(idx)}.")
         return idx
-    bottleneck = [k for v in g.out_bottlenecks for k in g.out_edges(v)] + \
-                 [k for v in g.in_bottlenecks for k in g.in_edges(v)]
+    bottleneck = [k for v in g.out_bottlenecks for k in g.out_edges(v)] + [
+        k for v in g.in_bottlenecks for k in g.in_edges(v)
+    ]
     first = [int(k) for k in np.flatnonzero(comp.frozen.any(0))] + bottleneck
     idx = list(dict.fromkeys(first + list(range(E))))
     if E < 3:

@@ -143,20 +143,27 @@ def _check_nets(init, target):
         if not isinstance(n, DAGNetwork):
             raise TypeError(f"{name} must be a DAGNetwork; got {type(n).__name__}.")
         if n.weights.ndim != 2:
-            raise ValueError(f"{name} is a batch of networks; reachability takes one init and one target "
-                             "(loop over a batch).")
+            raise ValueError(
+                f"{name} is a batch of networks; reachability takes one init and one target (loop over a batch)."
+            )
         acts = n.activation if isinstance(n.activation, tuple) else (n.activation,)
         bad = [a for a in acts if not (isinstance(a, Activation) and a.positively_homogeneous)]
         if bad:
-            raise ValueError(f"{name} uses the activation {bad[0]!r}, which is not positively homogeneous: "
-                             "neither the conservation law nor the rescaling symmetry holds. Use relu, "
-                             "leaky_relu or linear.")
+            raise ValueError(
+                f"{name} uses the activation {bad[0]!r}, which is not positively homogeneous: "
+                "neither the conservation law nor the rescaling symmetry holds. Use relu, "
+                "leaky_relu or linear."
+            )
     if init.graph != target.graph:
-        raise ValueError(f"init and target are on different graphs ({init.graph!r}, {target.graph!r}); "
-                         "reachability compares networks of one graph.")
+        raise ValueError(
+            f"init and target are on different graphs ({init.graph!r}, {target.graph!r}); "
+            "reachability compares networks of one graph."
+        )
     if init.activation != target.activation:
-        raise ValueError(f"init and target have different activations ({init.activation!r}, "
-                         f"{target.activation!r}), so they compute different functions.")
+        raise ValueError(
+            f"init and target have different activations ({init.activation!r}, "
+            f"{target.activation!r}), so they compute different functions."
+        )
 
 
 def _pattern(g: DAG, v, frozen_idx, signs) -> tuple:
@@ -197,12 +204,17 @@ def _match_twins(g: DAG, frozen, signs, theta_t) -> tuple[dict, str]:
         match = maximum_bipartite_matching(sp.csr_matrix(compat.astype(np.int8)), perm_type="column")
         if np.any(match < 0):
             need = Counter(_describe(p) for p in pats)
-            have = {d: int(sum(any(compat[i, j] for i, p in enumerate(pats) if _describe(p) == d)
-                               for j in range(len(cls)))) for d in need}
-            lines = "; ".join(f"{n} with frozen edges [{d}] (the target has {have[d]} neuron(s) that fit)"
-                              for d, n in need.items())
-            return {}, (f"No permutation of the twin neurons {list(map(str, cls))} matches the frozen-edge "
-                        f"signs: the initialization needs {lines}.")
+            have = {
+                d: int(sum(any(compat[i, j] for i, p in enumerate(pats) if _describe(p) == d) for j in range(len(cls))))
+                for d in need
+            }
+            lines = "; ".join(
+                f"{n} with frozen edges [{d}] (the target has {have[d]} neuron(s) that fit)" for d, n in need.items()
+            )
+            return {}, (
+                f"No permutation of the twin neurons {list(map(str, cls))} matches the frozen-edge "
+                f"signs: the initialization needs {lines}."
+            )
         sigma.update({v: cls[int(j)] for v, j in zip(cls, match) if cls[int(j)] != v})
     return sigma, ""
 
@@ -212,8 +224,9 @@ def _permuted(g: DAG, theta, sigma: dict) -> np.ndarray:
     return np.array([theta[eidx[(sigma.get(a, a), sigma.get(b, b))]] for a, b in g.edges])
 
 
-def reachability(init: DAGNetwork, target: DAGNetwork, *, permute: bool = True, tol: float | None = None,
-                 rtol: float = 1e-11) -> Reachability:
+def reachability(
+    init: DAGNetwork, target: DAGNetwork, *, permute: bool = True, tol: float | None = None, rtol: float = 1e-11
+) -> Reachability:
     """Whether a network with `target`'s function lies in `init`'s component of
     `H_G(c0)`, `c0 = c(init)`: the topological condition for gradient flow from `init` to
     reach the target's function (necessary, not sufficient: the flow may still stop
@@ -249,40 +262,80 @@ def reachability(init: DAGNetwork, target: DAGNetwork, *, permute: bool = True, 
     if not resid <= rtol:
         groups = singular_subnetworks(target)
         sums = [f"{sorted(map(str, W))} (sum c0 = {sum(comp0.c[g.hidden.index(v)] for v in W):.4g})" for W in groups]
-        return _unreachable(g, comp0, (
-            f"No positive rescaling of the target lies on H_G(c0) (best residual {resid:.3g}). Its zero "
-            f"weights cut off the groups {sums or 'none'}; a cut-off group keeps sum c = 0 under every "
-            "rescaling, and a neuron with all incoming (outgoing) weights zero keeps c_v <= 0 (>= 0)."),
-            theta=th, scales=lam, resid=resid)
+        return _unreachable(
+            g,
+            comp0,
+            (
+                f"No positive rescaling of the target lies on H_G(c0) (best residual {resid:.3g}). Its zero "
+                f"weights cut off the groups {sums or 'none'}; a cut-off group keeps sum c = 0 under every "
+                "rescaling, and a neuron with all incoming (outgoing) weights zero keeps c_v <= 0 (>= 0)."
+            ),
+            theta=th,
+            scales=lam,
+            resid=resid,
+        )
     signs = np.where(comp0.frozen, np.sign(th), 0).astype(np.int8)
     differing = comp0.frozen & (signs != comp0.signs)
     label_t = component_of(g, th, tol=comp0.tol).label if not differing.any() else _label_of(g, comp0, signs)
     if differing.any():
-        return _unreachable(g, comp0, _frozen_reason(g, comp0, signs, differing, tol), theta=th, scales=lam,
-                            resid=resid, sigma=sigma, target_label=label_t)
-    return Reachability(theta=th, scales=lam, residual=resid, reachable=True, permutation=sigma,
-                        init_label=comp0.label, target_label=label_t, reason="", graph=g,
-                        result=RESULTS.successful)
+        return _unreachable(
+            g,
+            comp0,
+            _frozen_reason(g, comp0, signs, differing, tol),
+            theta=th,
+            scales=lam,
+            resid=resid,
+            sigma=sigma,
+            target_label=label_t,
+        )
+    return Reachability(
+        theta=th,
+        scales=lam,
+        residual=resid,
+        reachable=True,
+        permutation=sigma,
+        init_label=comp0.label,
+        target_label=label_t,
+        reason="",
+        graph=g,
+        result=RESULTS.successful,
+    )
 
 
 def _label_of(g, comp0, signs) -> str:
-    parts = [f"{u!s}->{v!s}:{'+' if s > 0 else ('-' if s < 0 else '0')}"
-             for (u, v), f, s in zip(g.edges, comp0.frozen, signs) if f]
+    parts = [
+        f"{u!s}->{v!s}:{'+' if s > 0 else ('-' if s < 0 else '0')}"
+        for (u, v), f, s in zip(g.edges, comp0.frozen, signs)
+        if f
+    ]
     return " ".join(parts) or "connected"
 
 
 def _frozen_reason(g, comp0, signs, differing, tol) -> str:
     conn = connectivity(g, comp0.c, tol=float(comp0.tol) if tol is None else tol, lp="none")
     idx = set(np.flatnonzero(differing).tolist())
-    parts = [f"edge {g.edges[k][0]!s} -> {g.edges[k][1]!s} is frozen with sign "
-             f"{'+' if comp0.signs[k] > 0 else '-'} at init but the target needs "
-             f"{'+' if signs[k] > 0 else ('-' if signs[k] < 0 else '0')}" for k in sorted(idx)]
+    parts = [
+        f"edge {g.edges[k][0]!s} -> {g.edges[k][1]!s} is frozen with sign "
+        f"{'+' if comp0.signs[k] > 0 else '-'} at init but the target needs "
+        f"{'+' if signs[k] > 0 else ('-' if signs[k] < 0 else '0')}"
+        for k in sorted(idx)
+    ]
     why = " ".join(cd.explain() for cd in conn.reasons if cd.edge_index in idx)
     return "; ".join(parts) + ". Why: " + why
 
 
-def _unreachable(g, comp0, reason, *, theta=None, scales=None, resid=float("nan"), sigma=None,
-                 target_label="") -> Reachability:
-    return Reachability(theta=theta, scales=scales, residual=resid, reachable=False, permutation=sigma or {},
-                        init_label=comp0.label, target_label=target_label, reason=reason, graph=g,
-                        result=RESULTS.unreachable)
+def _unreachable(
+    g, comp0, reason, *, theta=None, scales=None, resid=float("nan"), sigma=None, target_label=""
+) -> Reachability:
+    return Reachability(
+        theta=theta,
+        scales=scales,
+        residual=resid,
+        reachable=False,
+        permutation=sigma or {},
+        init_label=comp0.label,
+        target_label=target_label,
+        reason=reason,
+        graph=g,
+        result=RESULTS.unreachable,
+    )

@@ -50,8 +50,7 @@ def _column(a: np.ndarray):
     raise ValueError(f"records of rank > 2 are not supported; got shape {a.shape}.")
 
 
-def write_chunk(path: Path, records: dict[str, np.ndarray], *, config_hash: str, config: dict,
-                writer: dict) -> None:
+def write_chunk(path: Path, records: dict[str, np.ndarray], *, config_hash: str, config: dict, writer: dict) -> None:
     """Write `records` (dict of arrays, leading axis = trajectories) to the Parquet file
     `path` atomically, with the metadata described in the module docstring."""
     import pyarrow as pa
@@ -59,9 +58,15 @@ def write_chunk(path: Path, records: dict[str, np.ndarray], *, config_hash: str,
 
     records = {k: np.asarray(v) for k, v in records.items()}
     names = sorted(records)
-    meta = {"schema_version": SCHEMA_VERSION, "config_hash": config_hash, "config": config, "writer": writer,
-            "checksum": checksum(records), "n_records": int(len(records["index"])),
-            "dtypes": {k: records[k].dtype.str for k in names}}
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "config_hash": config_hash,
+        "config": config,
+        "writer": writer,
+        "checksum": checksum(records),
+        "n_records": int(len(records["index"])),
+        "dtypes": {k: records[k].dtype.str for k in names},
+    }
     table = pa.table({k: _column(records[k]) for k in names})
     table = table.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
     atomic_write_bytes(path, lambda f: pq.write_table(table, f))

@@ -45,8 +45,7 @@ def pid_alive(pid: int) -> bool:
 class Claims:
     """Claims of one writer on `folder/claims` (see the module docstring)."""
 
-    def __init__(self, claim_dir: Path, writer: dict, *, stale_seconds: float = 120.0,
-                 heartbeat_seconds: float = 5.0):
+    def __init__(self, claim_dir: Path, writer: dict, *, stale_seconds: float = 120.0, heartbeat_seconds: float = 5.0):
         self.dir = Path(claim_dir)
         self.writer = dict(writer)
         self.stale_seconds = float(stale_seconds)
@@ -151,8 +150,9 @@ class Claims:
         return CLAIMED if self._create(k) else BUSY
 
     def mark_done(self, k: int, chunks: list[str]) -> None:
-        atomic_write_json(self.block_path(k), {**self.writer, "done": True, "chunks": list(chunks),
-                                                "finished": time.time()})
+        atomic_write_json(
+            self.block_path(k), {**self.writer, "done": True, "chunks": list(chunks), "finished": time.time()}
+        )
 
     def release(self, k: int) -> None:
         """Give back a block this writer claimed but did not finish."""

@@ -91,8 +91,9 @@ def check_output_file(path: str | Path, flag: str, *, overwrite: bool = False) -
         raise ValueError(f"{flag} {str(path)!r} is a directory; give a file path, e.g. {str(path / 'out.json')!r}.")
     if path.exists() or path.is_symlink():
         if not overwrite:
-            raise ValueError(f"{flag} {str(path)!r} already exists; choose another path, or pass --overwrite "
-                             "to replace it.")
+            raise ValueError(
+                f"{flag} {str(path)!r} already exists; choose another path, or pass --overwrite to replace it."
+            )
         if not os.access(path, os.W_OK):
             raise ValueError(f"{flag} {str(path)!r} exists and is not writable; choose another path.")
     parent = path.parent if str(path.parent) else Path(".")
@@ -100,13 +101,16 @@ def check_output_file(path: str | Path, flag: str, *, overwrite: bool = False) -
         probe = _nearest_existing(parent)
         if not probe.is_dir():
             raise ValueError(f"{flag} {str(path)!r}: {str(probe)!r} is a file, not a folder; choose another path.")
-        raise ValueError(f"{flag} {str(path)!r}: the folder {str(parent)!r} does not exist; create it first "
-                         f"(mkdir -p {str(parent)!r}) or choose another path.")
+        raise ValueError(
+            f"{flag} {str(path)!r}: the folder {str(parent)!r} does not exist; create it first "
+            f"(mkdir -p {str(parent)!r}) or choose another path."
+        )
     if not parent.is_dir():
         raise ValueError(f"{flag} {str(path)!r}: {str(parent)!r} is a file, not a folder; choose another path.")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {str(path)!r} is not writable (no write permission in {str(parent)!r}); "
-                         "choose another path.")
+        raise ValueError(
+            f"{flag} {str(path)!r} is not writable (no write permission in {str(parent)!r}); choose another path."
+        )
     return path
 
 
@@ -156,12 +160,15 @@ def check_output_folder(folder: str | Path, flag: str = "--out") -> Path:
     folder = Path(folder)
     resolved, cwd = folder.resolve(), Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
-        raise ValueError(f"{flag} {str(folder)!r} is the current directory (or contains it); give a "
-                         "sub-folder for the results, e.g. runs/sweep.")
+        raise ValueError(
+            f"{flag} {str(folder)!r} is the current directory (or contains it); give a "
+            "sub-folder for the results, e.g. runs/sweep."
+        )
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{flag} {str(folder)!r} is a file, not a folder; choose another {flag}.")
     probe = _nearest_existing(folder)
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"Output folder {str(folder)!r} is not writable (checked {str(probe)!r}); "
-                         f"choose another {flag}.")
+        raise ValueError(
+            f"Output folder {str(folder)!r} is not writable (checked {str(probe)!r}); choose another {flag}."
+        )
     return folder

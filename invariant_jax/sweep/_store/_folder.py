@@ -33,9 +33,16 @@ from ._ownership import (
 
 FORMAT = "invariant_jax.sweep/2"
 # what format-1 folders (npz chunks, before outputs were listed) wrote besides chunks
-_LEGACY_OUTPUTS = ("table.csv", "summary.json", "figures/overview.png", "figures/drift_tol.png",
-                   "figures/loss_by_connectivity.png", "figures/disconnected.png", "figures/rank.png",
-                   "figures/steps.png")
+_LEGACY_OUTPUTS = (
+    "table.csv",
+    "summary.json",
+    "figures/overview.png",
+    "figures/drift_tol.png",
+    "figures/loss_by_connectivity.png",
+    "figures/disconnected.png",
+    "figures/rank.png",
+    "figures/steps.png",
+)
 
 
 def config_hash(config: dict) -> str:
@@ -113,8 +120,10 @@ class ResultsStore:
         if man is not None:
             if len(metas) == 1 and config_hash(man["config"]) not in metas:
                 name, meta = next(iter(metas.values()))
-                why = (f"{str(self.folder / MANIFEST)!r} disagrees with every chunk (differs in "
-                       f"{_diff(man['config'], meta['config'])})")
+                why = (
+                    f"{str(self.folder / MANIFEST)!r} disagrees with every chunk (differs in "
+                    f"{_diff(man['config'], meta['config'])})"
+                )
                 return self._rebuilt(meta, name, man), why
             return man, None
         for name, meta in metas.values():
@@ -124,8 +133,15 @@ class ResultsStore:
     @staticmethod
     def _rebuilt(meta: dict, name: str, old: dict | None) -> dict:
         keep = {k: old[k] for k in ("outputs", "output_sha256", "tag", "block_size") if old and k in old}
-        return {"format": FORMAT, "outputs": [], **keep, "config": meta["config"],
-                "config_hash": config_hash(meta["config"]), "schema_version": SCHEMA_VERSION, "rebuilt_from": name}
+        return {
+            "format": FORMAT,
+            "outputs": [],
+            **keep,
+            "config": meta["config"],
+            "config_hash": config_hash(meta["config"]),
+            "schema_version": SCHEMA_VERSION,
+            "rebuilt_from": name,
+        }
 
     def _write_manifest(self, man: dict) -> None:
         atomic_write_json(self.folder / MANIFEST, man)
@@ -143,8 +159,10 @@ class ResultsStore:
             self.manifest = cur  # another writer of this sweep created it meanwhile
             return
         differs = _diff(cur["config"], man["config"]) if cur is not None else problem
-        raise ValueError(f"Another writer has just started a different sweep in {str(self.folder)!r} "
-                         f"(differs in {differs}); one folder holds one experiment. Choose another --out.")
+        raise ValueError(
+            f"Another writer has just started a different sweep in {str(self.folder)!r} "
+            f"(differs in {differs}); one folder holds one experiment. Choose another --out."
+        )
 
     def write_output(self, path: str | Path, data: bytes) -> Path:
         """Write an output file (e.g. `table.csv`) into the folder atomically, listed in the
@@ -175,7 +193,8 @@ class ResultsStore:
             raise ValueError(
                 f"{doing} refused: {str(self.folder)!r} holds files this store did not write: "
                 f"{'; '.join(inv.foreign[:8])}{more}. The store never deletes or moves them: move them out "
-                "of the folder, or choose another --out (nothing was changed).")
+                "of the folder, or choose another --out (nothing was changed)."
+            )
 
     def _clear(self, inv: Inventory) -> str:
         """Delete the files the store can prove it wrote (`inv.owned`), then the store's
@@ -207,16 +226,20 @@ class ResultsStore:
         if unproven:
             raise ValueError(
                 f"--overwrite refused: the store cannot prove it wrote {', '.join(unproven)} in "
-                f"{str(self.folder)!r} (unreadable). Move them away, or choose another --out (nothing was changed).")
+                f"{str(self.folder)!r} (unreadable). Move them away, or choose another --out (nothing was changed)."
+            )
         if tag is not None and (inv.manifest is None or inv.manifest.get("tag") != tag) and inv.owned:
             what = "no sweep manifest" if inv.manifest is None else f"a sweep not written by {tag!r}"
-            raise ValueError(f"{str(self.folder)!r} holds {what}; {tag!r} replaces only an earlier {tag!r}. "
-                             "Choose another --out (nothing was changed).")
+            raise ValueError(
+                f"{str(self.folder)!r} holds {what}; {tag!r} replaces only an earlier {tag!r}. "
+                "Choose another --out (nothing was changed)."
+            )
         busy = [f"{w.get('host')}:{w.get('pid')}" for w in self.writers() if w["alive"]]
         if busy:
             raise ValueError(
                 f"--overwrite refused: writer(s) {', '.join(busy)} still work on {str(self.folder)!r} "
-                "(see `invariant-jax sweep --status`). Stop them first, or choose another --out.")
+                "(see `invariant-jax sweep --status`). Stop them first, or choose another --out."
+            )
         self.notes.append(f"--overwrite: {self._clear(inv)} in {self.folder}")
 
     def _rebuild(self, manifest: dict, inv: Inventory, why: str) -> None:
@@ -239,30 +262,46 @@ class ResultsStore:
             if not inv.chunk_hashes and not (self.folder / MANIFEST).exists():
                 return  # only the store's empty folders or claims: create or join
             if not resume:
-                raise ValueError(f"Results folder {str(self.folder)!r} holds a sweep whose manifest is unusable "
-                                 f"({inv.manifest_problem}). Pass --resume to rebuild it from the chunks, or choose "
-                                 "another --out.")
+                raise ValueError(
+                    f"Results folder {str(self.folder)!r} holds a sweep whose manifest is unusable "
+                    f"({inv.manifest_problem}). Pass --resume to rebuild it from the chunks, or choose "
+                    "another --out."
+                )
             if not inv.chunk_hashes:
-                raise ValueError(f"{inv.manifest_problem}, and no readable chunk to rebuild it from: the store cannot "
-                                 f"prove it wrote {MANIFEST}. Move it away, or choose another --out (nothing was changed).")
+                raise ValueError(
+                    f"{inv.manifest_problem}, and no readable chunk to rebuild it from: the store cannot "
+                    f"prove it wrote {MANIFEST}. Move it away, or choose another --out (nothing was changed)."
+                )
             if hashes != {requested}:
                 raise self._other_sweep(inv, manifest)
             assert inv.manifest_problem is not None  # the inventory says why there is no manifest
             return self._rebuild(manifest, inv, inv.manifest_problem)
         if config_hash(old["config"]) == requested:
             if not resume:
-                raise ValueError(f"Results folder {str(self.folder)!r} already holds this sweep. Pass --resume to "
-                                 "finish it, or --overwrite to start again.")
+                raise ValueError(
+                    f"Results folder {str(self.folder)!r} already holds this sweep. Pass --resume to "
+                    "finish it, or --overwrite to start again."
+                )
             if old.get("format") != FORMAT or old.get("config_hash") != requested:
-                self._write_manifest({**manifest, "outputs": sorted(set(old.get("outputs", []))
-                                                                     | set(_LEGACY_OUTPUTS if old.get("format") != FORMAT else ())),
-                                      **({"output_sha256": old["output_sha256"]} if "output_sha256" in old else {})})
+                self._write_manifest(
+                    {
+                        **manifest,
+                        "outputs": sorted(
+                            set(old.get("outputs", [])) | set(_LEGACY_OUTPUTS if old.get("format") != FORMAT else ())
+                        ),
+                        **({"output_sha256": old["output_sha256"]} if "output_sha256" in old else {}),
+                    }
+                )
             else:
                 self.manifest = old
             return
         if resume and hashes == {requested}:  # the chunks are this sweep's: the manifest is wrong
-            return self._rebuild(manifest, inv, f"{str(self.folder / MANIFEST)!r} disagrees with its chunks "
-                                                f"(differs in {_diff(old['config'], manifest['config'])})")
+            return self._rebuild(
+                manifest,
+                inv,
+                f"{str(self.folder / MANIFEST)!r} disagrees with its chunks "
+                f"(differs in {_diff(old['config'], manifest['config'])})",
+            )
         raise self._other_sweep(inv, manifest)
 
     def _other_sweep(self, inv: Inventory, manifest: dict) -> ValueError:
@@ -272,9 +311,11 @@ class ResultsStore:
         old = inv.manifest
         if len(by_hash) > 1:
             listing = "; ".join(f"{h}: {', '.join(v[:3])}{' ...' if len(v) > 3 else ''}" for h, v in by_hash.items())
-            return ValueError(f"Results folder {str(self.folder)!r} mixes chunks of {len(by_hash)} sweeps ({listing}); "
-                              f"this sweep's config hash is {manifest['config_hash']}. Move the other sweep's chunks "
-                              "to their own folder.")
+            return ValueError(
+                f"Results folder {str(self.folder)!r} mixes chunks of {len(by_hash)} sweeps ({listing}); "
+                f"this sweep's config hash is {manifest['config_hash']}. Move the other sweep's chunks "
+                "to their own folder."
+            )
         cfg = old["config"] if old is not None else None
         if cfg is None and by_hash:
             meta, _ = chunk_meta(self.chunk_dir / next(iter(by_hash.values()))[0])
@@ -282,7 +323,8 @@ class ResultsStore:
         return ValueError(
             f"Results folder {str(self.folder)!r} holds a sweep with a different config (differs in "
             f"{_diff(cfg or {}, manifest['config'])}). Choose another --out, or pass --overwrite (without "
-            "--resume) to delete the files the store wrote there.")
+            "--resume) to delete the files the store wrote there."
+        )
 
     # -- open ------------------------------------------------------------------
     def open(self, manifest: dict, *, resume: bool = False, overwrite: bool = False, tag: str | None = None) -> None:
@@ -301,11 +343,18 @@ class ResultsStore:
         another sweep is refused by name.
         """
         if resume and overwrite:
-            raise ValueError("--resume and --overwrite contradict each other: --resume keeps the finished "
-                             "records, --overwrite deletes them. Pass one of them.")
+            raise ValueError(
+                "--resume and --overwrite contradict each other: --resume keeps the finished "
+                "records, --overwrite deletes them. Pass one of them."
+            )
         check_output_folder(self.folder)
-        manifest = {**manifest, "format": FORMAT, "schema_version": SCHEMA_VERSION,
-                    "config_hash": config_hash(manifest["config"]), "output_sha256": {}}
+        manifest = {
+            **manifest,
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "config_hash": config_hash(manifest["config"]),
+            "output_sha256": {},
+        }
         manifest.setdefault("outputs", [])
         if tag is not None:
             manifest["tag"] = str(tag)
@@ -329,8 +378,12 @@ class ResultsStore:
         if not self.created or self.chunk_files() or self.writers():
             return False
         inv = self.inventory()
-        if inv.foreign or inv.damaged or inv.manifest is None or inv.manifest.get("config_hash") != \
-                (self.manifest or {}).get("config_hash"):
+        if (
+            inv.foreign
+            or inv.damaged
+            or inv.manifest is None
+            or inv.manifest.get("config_hash") != (self.manifest or {}).get("config_hash")
+        ):
             return False
         self._clear(inv)
         for d in (self.chunk_dir, self.claim_dir, self.folder):
@@ -411,7 +464,8 @@ class ResultsStore:
                 cfg = (self.manifest or self.read_manifest() or {}).get("config", {})
                 raise ValueError(
                     f"Chunk {str(f)!r} belongs to another sweep (config hash {h}, this folder's is {expected}; "
-                    f"differs in {_diff(meta.get('config') or {}, cfg)}). Move it out of {str(self.chunk_dir)!r}.")
+                    f"differs in {_diff(meta.get('config') or {}, cfg)}). Move it out of {str(self.chunk_dir)!r}."
+                )
             self._cache[f.name] = live[f.name] = (rec, meta)
         self._cache = dict(live)
         return live
@@ -439,7 +493,8 @@ class ResultsStore:
                     raise ValueError(
                         f"Index {int(idx[j])} has different records in {str(self.chunk_dir / names[source[a]])!r} "
                         f"and {str(self.chunk_dir / names[source[b]])!r} (field {k!r}); results are "
-                        "deterministic, so one of these files is wrong: move it out of the folder.")
+                        "deterministic, so one of these files is wrong: move it out of the folder."
+                    )
         keep = order[first]
         return {k: v[keep] for k, v in rec.items()}
 
@@ -455,8 +510,9 @@ class ResultsStore:
             if f.name in self._seen_indices:
                 continue
             try:
-                self._seen_indices[f.name] = idx = (self._cache[f.name][0]["index"] if f.name in self._cache
-                                                    else read_indices(f))
+                self._seen_indices[f.name] = idx = (
+                    self._cache[f.name][0]["index"] if f.name in self._cache else read_indices(f)
+                )
             except DamagedChunk:
                 continue
             out.append(idx)
@@ -498,8 +554,11 @@ class ResultsStore:
             if isinstance(c, dict) and c.get("done"):
                 listed.update(str(n) for n in c.get("chunks") or [])
         present = {p.name for p in self.chunk_files()}
-        aside = {p.name.split(".parquet")[0] + ".parquet" for p in self.quarantine_dir.glob("chunk-*")} \
-            if self.quarantine_dir.is_dir() else set()
+        aside = (
+            {p.name.split(".parquet")[0] + ".parquet" for p in self.quarantine_dir.glob("chunk-*")}
+            if self.quarantine_dir.is_dir()
+            else set()
+        )
         return sorted(listed - present - aside)
 
     def status(self) -> dict:
@@ -538,12 +597,27 @@ class ResultsStore:
                 c = {}
             c = c if isinstance(c, dict) else {}
             blocks["done" if c.get("done") else "live" if beats.get(c.get("id")) else "stale"] += 1
-        quarantined = sorted(p.name for p in self.quarantine_dir.iterdir() if not p.name.endswith(SIDECAR)) \
-            if self.quarantine_dir.is_dir() else []
+        quarantined = (
+            sorted(p.name for p in self.quarantine_dir.iterdir() if not p.name.endswith(SIDECAR))
+            if self.quarantine_dir.is_dir()
+            else []
+        )
         done &= set(range(n_inits))
         missing = sorted(set(range(n_inits)) - done)
-        return {"folder": str(self.folder), "config_hash": expected, "n_inits": n_inits,
-                "done": len(done), "remaining": n_inits - len(done), "missing": missing,
-                "lost_chunks": self.lost_chunks(), "other_sweep_chunks": other, "records_by_writer": per_writer,
-                "writers": writers, "blocks": blocks, "quarantined": quarantined, "damaged": damaged,
-                "foreign": self.inventory().foreign, "manifest": "ok" if why is None else why}
+        return {
+            "folder": str(self.folder),
+            "config_hash": expected,
+            "n_inits": n_inits,
+            "done": len(done),
+            "remaining": n_inits - len(done),
+            "missing": missing,
+            "lost_chunks": self.lost_chunks(),
+            "other_sweep_chunks": other,
+            "records_by_writer": per_writer,
+            "writers": writers,
+            "blocks": blocks,
+            "quarantined": quarantined,
+            "damaged": damaged,
+            "foreign": self.inventory().foreign,
+            "manifest": "ok" if why is None else why,
+        }

@@ -161,8 +161,10 @@ def _quarantine(d: Path, inv: Inventory) -> None:
         if isinstance(info, dict) and info.get("proven") and info.get("sha256") == sha256_file(q):
             inv.owned.append(q)
         elif isinstance(info, dict) and info.get("sha256") == sha256_file(q):
-            inv.foreign.append(f"{rel} (set aside as unreadable; the store cannot prove it wrote it: delete it "
-                               "yourself if it is not yours)")
+            inv.foreign.append(
+                f"{rel} (set aside as unreadable; the store cannot prove it wrote it: delete it "
+                "yourself if it is not yours)"
+            )
         else:
             inv.foreign.append(f"{rel} (not a file the store set aside)")
 
