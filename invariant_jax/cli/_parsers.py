@@ -172,42 +172,69 @@ def add_sweep_parser(sub) -> None:
     add_sweep_args(p)
 
 
+_S = argparse.SUPPRESS  # sweep's flags: absent from the namespace unless given
+
+
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
-    S = argparse.SUPPRESS
-    p.add_argument("--config", default=S, help="TOML file of sweep options (keys as the flags, with _)")
-    g = p.add_argument_group("graph")
-    g.add_argument("--graph", default=S, help="builder (example, mlp, random) or an edge-list file; default example")
-    g.add_argument("--widths", default=S, help="mlp widths, comma-separated (default 5,8,1)")
-    g.add_argument("--bias", action="store_true", default=S, help="add a bias node (mlp, random)")
-    g.add_argument("--n-inputs", type=int, default=S)
-    g.add_argument("--n-hidden", type=int, default=S)
-    g.add_argument("--n-outputs", type=int, default=S)
-    g.add_argument("--edge-prob", type=float, default=S)
-    g.add_argument("--graph-seed", type=int, default=S)
-    n = p.add_argument_group("networks and data")
-    n.add_argument("--activation", default=S, help="hidden activation (default relu)")
-    n.add_argument("--init", default=S, help="glorot (default), kaiming or normal")
-    n.add_argument("--scale", type=float, default=S, help="multiplies the initializer's std (default 1)")
-    n.add_argument("--n-samples", type=int, default=S, help="teacher-student samples (default 20)")
-    n.add_argument("--data-seed", type=int, default=S)
+    """`sweep`'s flags, in `--help`'s order. Every default is `SUPPRESS`: a flag not given
+    leaves the TOML file's value (or `SweepConfig`'s default) in place."""
+    p.add_argument("--config", default=_S, help="TOML file of sweep options (keys as the flags, with _)")
+    _add_sweep_graph_args(p.add_argument_group("graph"))
+    _add_sweep_network_args(p.add_argument_group("networks and data"))
     f = p.add_argument_group("flow")
-    f.add_argument("--n-inits", type=int, default=S, help="number of initializations (default 256)")
-    f.add_argument("--seed", type=int, default=S, help="init i uses fold_in(key(seed), i) (default 0)")
-    f.add_argument("--t1", type=float, default=S, help="final gradient-flow time (default 1)")
-    f.add_argument("--solver", default=S, help="tsit5 (default), dopri5, dopri8, ...")
-    f.add_argument("--rtol", type=float, default=S, help="default 1e-8")
-    f.add_argument("--atol", type=float, default=S, help="default 1e-8")
-    f.add_argument("--max-steps", type=int, default=S, help=f"step budget per trajectory (default {MAX_STEPS})")
-    f.add_argument("--n-save", type=int, default=S, help="times at which drift is measured (default 101)")
-    f.add_argument("--grad-norm-tol", type=float, default=S, help="stop a trajectory once |grad L| < this")
-    f.add_argument("--loss-floor", type=float, default=S, help="stop a trajectory once its loss < this")
-    f.add_argument("--max-param-norm", type=float, default=S, help="stop a trajectory once |theta| > this")
-    f.add_argument("--weight-decay", type=float, default=S)
+    _add_sweep_flow_args(f)
+    _add_sweep_stop_args(f)
+    _add_sweep_kink_args(f)
+    e = p.add_argument_group("engine and output")
+    _add_sweep_engine_args(e)
+    _add_sweep_store_args(e)
+    _add_sweep_mode_args(e)
+    _add_sweep_display_args(e)
+
+
+def _add_sweep_graph_args(g) -> None:
+    g.add_argument("--graph", default=_S, help="builder (example, mlp, random) or an edge-list file; default example")
+    g.add_argument("--widths", default=_S, help="mlp widths, comma-separated (default 5,8,1)")
+    g.add_argument("--bias", action="store_true", default=_S, help="add a bias node (mlp, random)")
+    g.add_argument("--n-inputs", type=int, default=_S)
+    g.add_argument("--n-hidden", type=int, default=_S)
+    g.add_argument("--n-outputs", type=int, default=_S)
+    g.add_argument("--edge-prob", type=float, default=_S)
+    g.add_argument("--graph-seed", type=int, default=_S)
+
+
+def _add_sweep_network_args(n) -> None:
+    n.add_argument("--activation", default=_S, help="hidden activation (default relu)")
+    n.add_argument("--init", default=_S, help="glorot (default), kaiming or normal")
+    n.add_argument("--scale", type=float, default=_S, help="multiplies the initializer's std (default 1)")
+    n.add_argument("--n-samples", type=int, default=_S, help="teacher-student samples (default 20)")
+    n.add_argument("--data-seed", type=int, default=_S)
+
+
+def _add_sweep_flow_args(f) -> None:
+    f.add_argument("--n-inits", type=int, default=_S, help="number of initializations (default 256)")
+    f.add_argument("--seed", type=int, default=_S, help="init i uses fold_in(key(seed), i) (default 0)")
+    f.add_argument("--t1", type=float, default=_S, help="final gradient-flow time (default 1)")
+    f.add_argument("--solver", default=_S, help="tsit5 (default), dopri5, dopri8, ...")
+    f.add_argument("--rtol", type=float, default=_S, help="default 1e-8")
+    f.add_argument("--atol", type=float, default=_S, help="default 1e-8")
+    f.add_argument("--max-steps", type=int, default=_S, help=f"step budget per trajectory (default {MAX_STEPS})")
+    f.add_argument("--n-save", type=int, default=_S, help="times at which drift is measured (default 101)")
+
+
+def _add_sweep_stop_args(f) -> None:  # StopRules and weight decay
+    f.add_argument("--grad-norm-tol", type=float, default=_S, help="stop a trajectory once |grad L| < this")
+    f.add_argument("--loss-floor", type=float, default=_S, help="stop a trajectory once its loss < this")
+    f.add_argument("--max-param-norm", type=float, default=_S, help="stop a trajectory once |theta| > this")
+    f.add_argument("--weight-decay", type=float, default=_S)
+
+
+def _add_sweep_kink_args(f) -> None:  # KinkOptions
     kink = f.add_mutually_exclusive_group()  # `--kink-aware --no-kink-aware` is an error, not "the last wins"
     kink.add_argument(
         "--kink-aware",
         action="store_true",
-        default=S,
+        default=_S,
         help="relu/leaky_relu (the default there, unless a stopping rule or weight decay is set): "
         "integrate within activation patterns, locate kinks as events, follow sliding modes "
         "(--solver is then the solver inside a pattern, e.g. gauss4)",
@@ -216,90 +243,107 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
         "--no-kink-aware",
         dest="kink_aware",
         action="store_false",
-        default=S,
+        default=_S,
         help="relu/leaky_relu: plain integration across the kinks (not exact there)",
     )
     f.add_argument(
         "--max-events",
         type=int,
-        default=S,
+        default=_S,
         help="kink-aware: cap on located kink events per trajectory (default 1000; ij.KinkOptions)",
     )
     f.add_argument(
         "--max-sliding",
         type=int,
-        default=S,
+        default=_S,
         help="kink-aware: most (sample, node) pairs sliding at once (default 16; 0 disables sliding)",
     )
     f.add_argument(
-        "--event-tol", type=float, default=S, help="kink-aware: time tolerance of the event root finder (default 1e-13)"
+        "--event-tol",
+        type=float,
+        default=_S,
+        help="kink-aware: time tolerance of the event root finder (default 1e-13)",
     )
     f.add_argument(
         "--surface-tol",
         type=float,
-        default=S,
+        default=_S,
         help="kink-aware: |z| <= surface_tol * max|z| at an event counts as on the surface (default 1e-9)",
     )
-    e = p.add_argument_group("engine and output")
-    e.add_argument("--out", default=S, help=f"results folder (default {DEFAULT_OUT})")
+
+
+def _add_sweep_engine_args(e) -> None:  # the results folder and the batch
+    e.add_argument("--out", default=_S, help=f"results folder (default {DEFAULT_OUT})")
     e.add_argument(
         "--slots",
         type=int,
-        default=S,
+        default=_S,
         help="trajectories integrated at once (default 64; in vmap mode on a GPU/TPU 4096 per device)",
     )
     e.add_argument(
         "--steps-per-call",
         type=int,
-        default=S,
+        default=_S,
         help="steps (kink-aware: segments) between harvests (default 64; kink-aware --vmap 4)",
     )
-    e.add_argument("--resume", action="store_true", default=S, help="finish the sweep in --out")
+
+
+def _add_sweep_store_args(e) -> None:  # the folder's state and its writers
+    e.add_argument("--resume", action="store_true", default=_S, help="finish the sweep in --out")
     e.add_argument(
         "--overwrite",
         action="store_true",
-        default=S,
+        default=_S,
         help="delete the files an earlier sweep wrote in --out first (a folder holding other files is refused)",
     )
     e.add_argument(
         "--process-index",
         type=int,
-        default=S,
+        default=_S,
         help="this writer's place among --process-count writers sharing --out (default: "
         "jax.process_index(), or the job-array task: SLURM_ARRAY_TASK_ID, SGE_TASK_ID)",
     )
     e.add_argument(
         "--process-count",
         type=int,
-        default=S,
+        default=_S,
         help="number of writers (default: jax.process_count(), or SLURM_ARRAY_TASK_COUNT, ...); "
         "writers claim blocks of work, so a fast one helps a slow one",
     )
     e.add_argument(
-        "--status", metavar="DIR", default=S, help="print the progress of the sweep in DIR across all writers, and exit"
+        "--status",
+        metavar="DIR",
+        default=_S,
+        help="print the progress of the sweep in DIR across all writers, and exit",
     )
+
+
+def _add_sweep_mode_args(e) -> None:
     mode = e.add_mutually_exclusive_group()
     mode.add_argument(
         "--vmap",
         dest="exact",
         action="store_false",
-        default=S,
+        default=_S,
         help="vmap over slots instead of the exact per-slot program (the default on a GPU/TPU)",
     )
     mode.add_argument(
         "--exact",
         dest="exact",
         action="store_true",
-        default=S,
+        default=_S,
         help="the exact per-slot program, bit for bit (the default on a CPU)",
     )
-    e.add_argument("--no-progress", dest="progress", action="store_false", default=S)
-    e.add_argument("--rows", type=int, default=S, help="rows of the printed table (default 20)")
-    e.add_argument("--no-figures", dest="figures", action="store_false", default=S)
+
+
+def _add_sweep_display_args(e) -> None:  # what is printed and drawn
+    e.add_argument("--no-progress", dest="progress", action="store_false", default=_S)
+    e.add_argument("--rows", type=int, default=_S, help="rows of the printed table (default 20)")
+    e.add_argument("--no-figures", dest="figures", action="store_false", default=_S)
     e.add_argument(
         "--trajectories",
         type=int,
-        default=S,
+        default=_S,
         help="example trajectories re-integrated for figures/trajectories.png (default 3; 0: none)",
     )
 
