@@ -353,12 +353,19 @@ def gradient_flow(
     law = bool(net.is_positively_homogeneous) and not obj.regularized
     if not law:
         warn_no_law(net, regularized=obj.regularized)
+    flow = _solve(net, X, Y, theta0, ts, t0, t1, opts=opts, stop=stop, obj=obj, reg=reg, throw=throw)
+    return dataclasses.replace(flow, rtol=float(opts.rtol), atol=float(opts.atol), conservation_law=law)
+
+
+def _solve(net, X, Y, theta0, ts, t0, t1, *, opts: SolverOptions, stop: StopRules, obj: Objective, reg, throw) -> Flow:
+    """`_gradient_flow` with the options unpacked, in the dtype of `theta0`."""
+    dtype = theta0.dtype
     # t0, t1 and the tolerances enter the program as arrays, so a new horizon or tolerance
     # compiles nothing (a stepsize_controller given by the user is passed as it is)
     controller = opts.stepsize_controller or diffrax.PIDController(
         rtol=jnp.asarray(opts.rtol, dtype), atol=jnp.asarray(opts.atol, dtype)
     )
-    flow = _gradient_flow(
+    return _gradient_flow(
         net,
         X,
         Y,
@@ -377,7 +384,6 @@ def gradient_flow(
         strength=obj.strength,
         throw=throw,
     )
-    return dataclasses.replace(flow, rtol=float(opts.rtol), atol=float(opts.atol), conservation_law=law)
 
 
 FLOW_KEYWORDS = {**OBJECTIVE_KEYWORDS, "n_save": "pass saveat=ij.SaveTimes(n_save=...) instead"}
