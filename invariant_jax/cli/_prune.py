@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import jax.random as jr
@@ -14,7 +15,7 @@ from ..datasets import breast_cancer, load_csv
 from ..graph import mlp
 from ..network import DAGNetwork
 from ..options import Objective
-from ..pruning import magnitude_prune, prune
+from ..pruning import PruneReport, magnitude_prune, prune
 from ..regularizers import REGULARIZERS
 from ..training import TrainOptions, fit
 from ._common import check_output_path, write_json
@@ -48,16 +49,7 @@ def _acc(net, X, Y) -> float:
 def run(args) -> int:
     json_out = check_output_path(args.json, "--json", overwrite=args.overwrite)  # before training, not after it
     fig_out = check_output_path(args.figure, "--figure", overwrite=args.overwrite)
-    reg = args.regularizer
-    if reg not in REGULARIZERS and reg != "none":
-        raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")
-    if args.baseline not in ("none", "l2", "off"):
-        raise ValueError(f"--baseline must be none, l2 or off; got {args.baseline!r}.")
-    check_positive("--tol", args.tol, allow_zero=True)
-    try:
-        hidden = [int(h) for h in args.hidden.split(",")]
-    except ValueError:
-        raise ValueError(f"--hidden must be comma-separated integers; got {args.hidden!r}.") from None
+    reg, hidden = _checked_options(args)
     d = _load(args)
     g = mlp([d.n_features, *hidden, 1], bias=not args.no_bias)
     proximal = reg in ("l1", "l2", "nuclear") and not args.subgradient
@@ -84,31 +76,78 @@ def run(args) -> int:
     )
     if not bool(np.all(res.success)):
         raise ValueError(result_message(RESULTS.training_diverged))
-    trained = res.network
+    cut = _prune_both_ways(res.network, d, args)
+    base_acc = None if args.baseline == "off" else _baseline_accuracy(net, d, train, args, n_keep=cut.n_keep)
+    out = _report(args, d, hidden, proximal, res.log, cut, base_acc)
+    _print_report(args, d, out, res.log, cut, base_acc, n_hidden=len(g.hidden))
+    if fig_out is not None:
+        _write_figure(fig_out, res.log, out, n_hidden=len(g.hidden))
+    if json_out is not None:
+        print(f"wrote {write_json(json_out, out)}")
+    return 0
+
+
+def _checked_options(args) -> tuple[str, list[int]]:
+    """The regularizer and the hidden widths, with the other flags checked before any data
+    is loaded."""
+    reg = args.regularizer
+    if reg not in REGULARIZERS and reg != "none":
+        raise ValueError(f"Unknown regularizer {reg!r}; choose one of {['none', *sorted(REGULARIZERS)]}.")
+    if args.baseline not in ("none", "l2", "off"):
+        raise ValueError(f"--baseline must be none, l2 or off; got {args.baseline!r}.")
+    check_positive("--tol", args.tol, allow_zero=True)
+    try:
+        hidden = [int(h) for h in args.hidden.split(",")]
+    except ValueError:
+        raise ValueError(f"--hidden must be comma-separated integers; got {args.hidden!r}.") from None
+    return reg, hidden
+
+
+class _Pruning(NamedTuple):
+    """The trained network, pruned losslessly and by magnitude to the same size."""
+
+    trained: DAGNetwork
+    pruned: DAGNetwork
+    rep: PruneReport
+    mag: DAGNetwork
+    mrep: PruneReport  # magnitude_prune's
+    change_test: float  # max |f_pruned - f| on the test set
+    n_keep: int
+
+
+def _prune_both_ways(trained, d, args) -> _Pruning:
     pruned, rep = prune(trained, args.tol, X=d.X_train, dead_on_data=args.dead_on_data)
     change_test = float(np.max(np.abs(pruned.forward(d.X_test) - trained.forward(d.X_test))))
     n_keep = len(pruned.graph.hidden)
     mag, mrep = magnitude_prune(trained, n_keep, X=d.X_test)
-    base_acc = None
-    if args.baseline != "off":
-        base = fit(
-            net,
-            d.X_train,
-            d.Y_train,
-            loss=_objective(args.baseline, args.baseline_strength),
-            options=train,
-            key=jr.key(args.seed + 1),
-        )
-        bmag, _ = magnitude_prune(base.network, n_keep)
-        base_acc = (_acc(base.network, d.X_test, d.Y_test), _acc(bmag, d.X_test, d.Y_test))
-    log = res.log
-    out = {
+    return _Pruning(trained, pruned, rep, mag, mrep, change_test, n_keep)
+
+
+def _baseline_accuracy(net, d, train, args, *, n_keep: int) -> tuple[float, float]:
+    """Test accuracy of the baseline arm (same seed), before and after magnitude pruning
+    to `n_keep` neurons."""
+    base = fit(
+        net,
+        d.X_train,
+        d.Y_train,
+        loss=_objective(args.baseline, args.baseline_strength),
+        options=train,
+        key=jr.key(args.seed + 1),
+    )
+    bmag, _ = magnitude_prune(base.network, n_keep)
+    return (_acc(base.network, d.X_test, d.Y_test), _acc(bmag, d.X_test, d.Y_test))
+
+
+def _report(args, d, hidden, proximal, log, cut: _Pruning, base_acc) -> dict:
+    """The JSON report (`--json`)."""
+    rep, mrep = cut.rep, cut.mrep
+    return {
         "data": d.name,
         "n_train": int(d.X_train.shape[0]),
         "n_test": int(d.X_test.shape[0]),
         "widths": [d.n_features, *hidden, 1],
         "bias": not args.no_bias,
-        "regularizer": reg,
+        "regularizer": args.regularizer,
         "strength": args.strength,
         "optimizer": args.optimizer,
         "lr": args.lr,
@@ -118,46 +157,45 @@ def run(args) -> int:
         "final_loss": float(log.loss[-1]),
         "rank_J": int(log.rank[-1]),
         "nuclear_norm": float(log.nuclear_norm[-1]),
-        "train_accuracy": _acc(trained, d.X_train, d.Y_train),
-        "test_accuracy": _acc(trained, d.X_test, d.Y_test),
+        "train_accuracy": _acc(cut.trained, d.X_train, d.Y_train),
+        "test_accuracy": _acc(cut.trained, d.X_test, d.Y_test),
         "hidden_before": rep.n_hidden_before,
         "hidden_after": rep.n_hidden_after,
         "removed": {str(k): v for k, v in rep.removed},
         "max_abs_change_train": rep.max_abs_change,
-        "max_abs_change_test": change_test,
-        "test_accuracy_pruned": _acc(pruned, d.X_test, d.Y_test),
-        "test_accuracy_magnitude_pruned": _acc(mag, d.X_test, d.Y_test),
+        "max_abs_change_test": cut.change_test,
+        "test_accuracy_pruned": _acc(cut.pruned, d.X_test, d.Y_test),
+        "test_accuracy_magnitude_pruned": _acc(cut.mag, d.X_test, d.Y_test),
         "magnitude_max_abs_change_test": mrep.max_abs_change,
         "baseline": args.baseline,
         "baseline_test_accuracy": None if base_acc is None else base_acc[0],
         "baseline_test_accuracy_magnitude_pruned": None if base_acc is None else base_acc[1],
     }
+
+
+def _print_report(args, d, out: dict, log, cut: _Pruning, base_acc, *, n_hidden: int) -> None:
+    reg, proximal, n_keep = args.regularizer, out["proximal"], cut.n_keep
     print(f"data: {d!r}  net: {out['widths']} ReLU, bias={out['bias']}  loss: BCE on logits")
     print(
         f"train: {args.optimizer} lr={args.lr:g} epochs={args.epochs} regularizer={reg} strength={args.strength:g}"
         f" ({'proximal' if proximal else 'gradient'} steps)"
     )
     print(
-        f"final loss {out['final_loss']:.4f}  rank J_G {out['rank_J']}/{len(g.hidden)}  "
+        f"final loss {out['final_loss']:.4f}  rank J_G {out['rank_J']}/{n_hidden}  "
         f"||J_G||_* {out['nuclear_norm']:.3f}  drift of c {float(log.drift[-1]):.3g}"
     )
-    print(rep.summary())
-    print(f"  max |f_pruned - f| over {d.X_test.shape[0]} test samples: {change_test:.3e}")
+    print(cut.rep.summary())
+    print(f"  max |f_pruned - f| over {d.X_test.shape[0]} test samples: {cut.change_test:.3e}")
     print(
         f"test accuracy: trained {out['test_accuracy']:.4f}  pruned {out['test_accuracy_pruned']:.4f}  "
         f"magnitude-pruned to {n_keep} neurons {out['test_accuracy_magnitude_pruned']:.4f} "
-        f"(max |change| on test {mrep.max_abs_change:.3g})"
+        f"(max |change| on test {cut.mrep.max_abs_change:.3g})"
     )
     if base_acc is not None:
         print(
             f"baseline ({args.baseline}, same seed): test accuracy {base_acc[0]:.4f}, magnitude-pruned to "
             f"{n_keep} neurons {base_acc[1]:.4f}"
         )
-    if fig_out is not None:
-        _write_figure(fig_out, log, out, n_hidden=len(g.hidden))
-    if json_out is not None:
-        print(f"wrote {write_json(json_out, out)}")
-    return 0
 
 
 def _write_figure(path, log, out: dict, *, n_hidden: int) -> None:
