@@ -560,10 +560,7 @@ def fit(
     **Returns:** a `TrainResult`.
     """
     kw = take_deprecated("fit", deprecated, FIT_KEYWORDS)
-    reg_kw = {name: kw.pop(name) for name in ("regularizer", "strength") if name in kw}
-    if not isinstance(loss, Objective) and reg_kw.get("regularizer") in (None, "none"):
-        reg_kw = {}  # the old spelling of no regularizer (its strength had no effect)
-    obj = as_objective(loss, **reg_kw)
+    obj = _fit_objective(loss, kw)
     opts = _train_options(options, kw)
     X, Y, X_test, Y_test = _fit_data(net, X, Y, X_test, Y_test)
     cfg = _fit_config(net.graph, X.shape[0], obj, opts, accuracy)
@@ -580,15 +577,11 @@ def fit(
     theta, log = _train(
         cfg, net, theta0, data, strength, epochs=opts.epochs, key=jr.key(0) if key is None else key, progress=progress
     )
-    finite = jnp.all(jnp.isfinite(theta), axis=-1)
-    result = result_from_code(
-        jnp.where(finite, int(result_code(RESULTS.successful)), int(result_code(RESULTS.training_diverged)))
-    )
     return TrainResult(
         network=net.with_edge_weights(theta),
         initial=net.with_edge_weights(theta0),
         log=log,
-        result=result,
+        result=_training_result(theta),
         strength=strength,
         optimizer=opts.optimizer if isinstance(opts.optimizer, str) else type(opts.optimizer).__name__,
         learning_rate=cfg.learning_rate,
@@ -597,6 +590,23 @@ def fit(
         tol=cfg.tol,
         batch_size=cfg.batch_size,
         epochs=int(opts.epochs),
+    )
+
+
+def _fit_objective(loss, kw: dict) -> Objective:
+    """`loss` as an `Objective`, with the deprecated keywords `regularizer` and `strength`
+    (taken out of `kw`) folded in."""
+    reg_kw = {name: kw.pop(name) for name in ("regularizer", "strength") if name in kw}
+    if not isinstance(loss, Objective) and reg_kw.get("regularizer") in (None, "none"):
+        reg_kw = {}  # the old spelling of no regularizer (its strength had no effect)
+    return as_objective(loss, **reg_kw)
+
+
+def _training_result(theta) -> RESULTS:
+    """Per network: `successful`, or `training_diverged` where a trained weight is not finite."""
+    finite = jnp.all(jnp.isfinite(theta), axis=-1)
+    return result_from_code(
+        jnp.where(finite, int(result_code(RESULTS.successful)), int(result_code(RESULTS.training_diverged)))
     )
 
 
