@@ -216,10 +216,15 @@ def jump_procedure(
         rec["sharp"].append(float(top(net)))
         rec["norm"].append(float(jnp.linalg.norm(net.edge_weights())))
         rec["result"].append(int(code))
+    return _jump_result(rec, pairs, net)
+
+
+def _jump_result(rec: dict[str, list[float]], pairs: list, net: DAGNetwork) -> JumpResult:
+    """The `JumpResult` of the per-jump records `rec` (the exponents are fitted from 3 jumps)."""
     eps = np.array(rec["eps"])
     gap = np.array(rec["loss"]) - np.array(rec["limit"])
     sharp = np.array(rec["sharp"])
-    fits = (power_law_fit(1 / eps, sharp), power_law_fit(eps, gap)) if n_jumps >= 3 else (None, None)
+    fits = (power_law_fit(1 / eps, sharp), power_law_fit(eps, gap)) if len(eps) >= 3 else (None, None)
     finite = np.isfinite(np.array(rec["loss"])) & np.isfinite(sharp)
     result = result_where(finite, result_from_code(np.array(rec["result"], np.int32)), RESULTS.nonfinite_state)
     return JumpResult(
