@@ -180,22 +180,47 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     """
     g = config.build_graph()
     c0 = np.asarray(result.c0, dtype=np.float64)
-    derived = (
-        result.columns
-        if result.columns is not None and all(k in result.columns for k in DERIVED if k != "drift_in_tol")
-        else trajectory_columns(
-            g,
-            {k: getattr(result, k) for k in ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")},
-            rtol=result.rtol,
-            atol=result.atol,
-        )
-    )
-    frozen = np.asarray(derived["frozen"], bool)
+    derived = _derived_columns(g, result)
     n_check = min(int(check_rows), len(c0))
-    mismatches = sum(
+    mismatches = _connectivity_mismatches(g, c0, np.asarray(derived["frozen"], bool), n_check)
+    rows = _rows(result, derived)
+    agg = {
+        **_aggregate(rows),
+        "connectivity_checked": n_check,
+        "connectivity_mismatches": int(mismatches),
+    }
+    if result.kink is not None:
+        agg.update(_kink_aggregate(result.kink, len(rows["status"])))
+    for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
+        if k in result.stats:
+            agg[f"engine_{k}"] = result.stats[k]
+    return SweepSummary(
+        rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=np.asarray(result.theta0, np.float64)
+    )
+
+
+def _derived_columns(g, result: SweepResult) -> dict:
+    """The derived columns: the result's own when it has them all, else computed here."""
+    if result.columns is not None and all(k in result.columns for k in DERIVED if k != "drift_in_tol"):
+        return result.columns
+    return trajectory_columns(
+        g,
+        {k: getattr(result, k) for k in ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")},
+        rtol=result.rtol,
+        atol=result.atol,
+    )
+
+
+def _connectivity_mismatches(g, c0: np.ndarray, frozen: np.ndarray, n_check: int) -> int:
+    """How many of the first `n_check` rows' frozen edges `ij.connectivity` disagrees on."""
+    return sum(
         set(connectivity(g, c0[i], lp="none").frozen_index) != set(np.flatnonzero(frozen[i]).tolist())
         for i in range(n_check)
     )
+
+
+def _rows(result: SweepResult, derived: dict) -> dict[str, np.ndarray]:
+    """`SweepSummary.rows`."""
     rows = dict(
         index=np.asarray(result.index, np.int64),
         status=np.asarray(result.status, np.int64),
@@ -209,10 +234,15 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
     if result.kink is not None:  # kink-aware sweeps: events and time on sliding modes
         rows["events"] = np.asarray(result.kink["num_events"], np.int64)
         rows["sliding_time"] = np.asarray(result.kink["sliding_time"], float)
+    return rows
+
+
+def _aggregate(rows: dict[str, np.ndarray]) -> dict:
+    """Counts per status, topology, drift, loss and steps over the rows."""
     st = rows["status"]
     ok = status_is_success(st)
     dt = rows["drift_in_tol"][ok]
-    agg = {
+    return {
         "initializations": int(len(st)),
         **{f"status_{name}": int(np.sum(status_is(st, name))) for name in STATUSES},
         "fraction_disconnected": float(np.mean(~rows["connected"])) if len(st) else 0.0,
@@ -229,29 +259,21 @@ def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int
         "steps_min": int(rows["steps"].min()) if len(st) else 0,
         "steps_median": float(np.median(rows["steps"])) if len(st) else 0.0,
         "steps_max": int(rows["steps"].max()) if len(st) else 0,
-        "connectivity_checked": n_check,
-        "connectivity_mismatches": int(mismatches),
     }
-    if result.kink is not None:
-        kk = result.kink
-        agg.update(
-            {
-                "kink events median": float(np.median(kk["num_events"])) if len(st) else 0.0,
-                "kink crossings total": int(np.sum(kk["num_crossings"])),
-                "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
-                "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if len(st) else 0,
-                "ambiguous events": int(np.sum(kk["num_ambiguous"])),
-                "kink events total": int(np.sum(kk["num_events"])),
-                "sliding time median": float(np.median(kk["sliding_time"])) if len(st) else 0.0,
-                "sliding time max": float(np.max(kk["sliding_time"])) if len(st) else 0.0,
-            }
-        )
-    for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
-        if k in result.stats:
-            agg[f"engine_{k}"] = result.stats[k]
-    return SweepSummary(
-        rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=np.asarray(result.theta0, np.float64)
-    )
+
+
+def _kink_aggregate(kk: dict, n: int) -> dict:
+    """Kink-aware sweeps: events, crossings and sliding over the `n` rows."""
+    return {
+        "kink events median": float(np.median(kk["num_events"])) if n else 0.0,
+        "kink crossings total": int(np.sum(kk["num_crossings"])),
+        "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
+        "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if n else 0,
+        "ambiguous events": int(np.sum(kk["num_ambiguous"])),
+        "kink events total": int(np.sum(kk["num_events"])),
+        "sliding time median": float(np.median(kk["sliding_time"])) if n else 0.0,
+        "sliding time max": float(np.max(kk["sliding_time"])) if n else 0.0,
+    }
 
 
 def _identifier(key: str) -> str:
