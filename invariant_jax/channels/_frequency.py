@@ -226,13 +226,45 @@ def channel_frequency(
     check_positive("t1", t1)
     check_positive("maxnorm", maxnorm)
     check_positive("pair_tol", pair_tol)
+    engine = _frequency_engine(engine, solver)
+    out = _empty_record(grid.shape)
+    data = _targets(grid)
+    cells = list(itertools.product(*(enumerate(v) for v in (grid.activations, grid.roughness, grid.widths))))
+    for (a, act), (k, s), (m, w) in tqdm(cells, desc="channel frequency", disable=not progress):
+        X, Y = data[s]
+        g = mlp([grid.dim, int(w), 1], bias=grid.bias)
+        res = _cell_flows(grid, g, act, X, Y, t1, solver, engine=engine, slots=slots)
+        cell = (a, k, m)
+        _classify(out, cell, g, act, res.theta_final, X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
+        for name in ("loss_final", "t_final", "status"):
+            out[name][cell] = np.asarray(getattr(res, name))
+        out["result"][cell] = np.asarray(result_code(res.result))  # codes, or a RESULTS item (a sweep's)
+    settings = _frequency_settings(grid, t1, solver, maxnorm, pair_tol)
+    result = result_from_code(out.pop("result"))
+    return FrequencyStudy(
+        activations=tuple(grid.activations),
+        roughness=tuple(float(s) for s in grid.roughness),
+        widths=tuple(int(w) for w in grid.widths),
+        result=result,
+        settings=settings,
+        **out,
+    )
+
+
+def _frequency_engine(engine: str, solver: SolverOptions) -> str:
+    """`engine`, checked, with `"auto"` resolved (see `channel_frequency`)."""
     if engine not in ("auto", "sweep", "vmap"):
         raise ValueError(f"engine must be 'auto', 'sweep' or 'vmap'; got {engine!r}.")
     if engine == "auto":  # implicit solvers are not sharded by the sweep engine: vmap them on >1 device
         implicit = isinstance(solver.solver, str) and solver.solver.lower() in _IMPLICIT
         engine = "vmap" if (implicit and jax.device_count() > 1) else "sweep"
-    out = {
-        k: np.zeros(grid.shape, dt)
+    return engine
+
+
+def _empty_record(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The study's per-flow arrays, zeros of `shape`, filled cell by cell."""
+    return {
+        k: np.zeros(shape, dt)
         for k, dt in (
             ("channel", bool),
             ("candidate", bool),
@@ -243,29 +275,31 @@ def channel_frequency(
             ("result", np.int32),
         )
     }
-    data = {
+
+
+def _targets(grid: FrequencyGrid) -> dict:
+    """One GP data set `(X, Y)` per roughness `s`, from key `fold_in(key(data_seed), k)`."""
+    return {
         s: gp_data(grid.n_samples, grid.dim, roughness=float(s), key=jr.fold_in(jr.key(grid.data_seed), k))
         for k, s in enumerate(grid.roughness)
     }
-    cells = list(itertools.product(*(enumerate(v) for v in (grid.activations, grid.roughness, grid.widths))))
-    for (a, act), (k, s), (m, w) in tqdm(cells, desc="channel frequency", disable=not progress):
-        X, Y = data[s]
-        g = mlp([grid.dim, int(w), 1], bias=grid.bias)
-        keys = jax.vmap(lambda n: jr.fold_in(jr.key(grid.seed), n))(jnp.arange(grid.n_inits))
-        nets = eqx.filter_vmap(lambda key: DAGNetwork(g, act, key=key, init="glorot"))(keys)
-        res: SweepResult | _Batch
-        if engine == "sweep":
-            res = sweep_flows(
-                nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), batch=BatchOptions(slots=slots)
-            )
-        else:
-            res = _vmapped_flows(nets, X, Y, t1, solver)
-        cell = (a, k, m)
-        _classify(out, cell, g, act, res.theta_final, X, Y, maxnorm=maxnorm, pair_tol=pair_tol)
-        for name in ("loss_final", "t_final", "status"):
-            out[name][cell] = np.asarray(getattr(res, name))
-        out["result"][cell] = np.asarray(result_code(res.result))  # codes, or a RESULTS item (a sweep's)
-    settings = dict(
+
+
+def _cell_flows(
+    grid: FrequencyGrid, g, act, X, Y, t1, solver: SolverOptions, *, engine: str, slots: int
+) -> SweepResult | _Batch:
+    """The flows of one cell, from `grid.n_inits` Glorot-normal initializations of graph
+    `g` (keys `fold_in(key(seed), n)`, the same in every cell), on `engine`."""
+    keys = jax.vmap(lambda n: jr.fold_in(jr.key(grid.seed), n))(jnp.arange(grid.n_inits))
+    nets = eqx.filter_vmap(lambda key: DAGNetwork(g, act, key=key, init="glorot"))(keys)
+    if engine == "sweep":
+        return sweep_flows(nets, X, Y, t1, solver=solver, saveat=SaveTimes(n_save=2), batch=BatchOptions(slots=slots))
+    return _vmapped_flows(nets, X, Y, t1, solver)
+
+
+def _frequency_settings(grid: FrequencyGrid, t1, solver: SolverOptions, maxnorm, pair_tol) -> dict:
+    """`FrequencyStudy.settings`: everything needed to rerun the study."""
+    return dict(
         n_inits=grid.n_inits,
         n_samples=grid.n_samples,
         dim=grid.dim,
@@ -280,15 +314,6 @@ def channel_frequency(
         seed=grid.seed,
         data_seed=grid.data_seed,
         init="glorot (normal)",
-    )
-    result = result_from_code(out.pop("result"))
-    return FrequencyStudy(
-        activations=tuple(grid.activations),
-        roughness=tuple(float(s) for s in grid.roughness),
-        widths=tuple(int(w) for w in grid.widths),
-        result=result,
-        settings=settings,
-        **out,
     )
 
 
