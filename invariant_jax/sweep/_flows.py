@@ -154,24 +154,30 @@ def sweep_flows(
     opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=MAX_STEPS if kink is None else KINK_MAX_STEPS)
     save = as_save_times(saveat, old.pop("n_save", None))
     opts.check_dtype(jnp.zeros(()).dtype)
-    engine: SweepEngine
-    if kink is not None:
-        engine = kink_engine(
-            template, X, Y, t1, thetas, batch=batch, options=opts, saveat=save, kinks=kink, loss=objective.loss
-        )
-    else:
-        problem = make_problem(
-            template,
-            X,
-            Y,
-            t1,
-            options=opts,
-            saveat=save,
-            stop=stop,
-            loss=objective.loss,
-            weight_decay=objective.weight_decay,
-        )
-        key = (jax.tree.structure(template), opts, save, stop, objective.loss, float(objective.weight_decay))
-        engine = flow_engine(problem, thetas, batch=batch, key=key)
+    engine = _engine(
+        template, X, Y, t1, thetas, batch=batch, options=opts, saveat=save, stop=stop, objective=objective, kink=kink
+    )
     rec, st = run_engine(engine, np.arange(len(thetas)), batch.show_progress(False))
     return result_from_records(rec, stats_dict(st, engine), opts.rtol, opts.atol)
+
+
+def _engine(template, X, Y, t1, thetas, *, batch, options, saveat, stop, objective, kink) -> SweepEngine:
+    """The kink-aware engine when `kink` is set, else the flow engine (keyed on what its
+    compiled program depends on)."""
+    if kink is not None:
+        return kink_engine(
+            template, X, Y, t1, thetas, batch=batch, options=options, saveat=saveat, kinks=kink, loss=objective.loss
+        )
+    problem = make_problem(
+        template,
+        X,
+        Y,
+        t1,
+        options=options,
+        saveat=saveat,
+        stop=stop,
+        loss=objective.loss,
+        weight_decay=objective.weight_decay,
+    )
+    key = (jax.tree.structure(template), options, saveat, stop, objective.loss, float(objective.weight_decay))
+    return flow_engine(problem, thetas, batch=batch, key=key)
