@@ -112,15 +112,10 @@ def run_sweep(
     pi, pc = writer_share(process_index, process_count)
     # more slots than trajectories only costs memory
     batch = dataclasses.replace(batch, slots=min(int(batch.slots), config.n_inits))
-    graph = config.build_graph()  # graph, data and engine errors come before the folder is touched
-    X, Y = config.build_data(graph)
-    check_initial_state(config, graph, X, Y)
-    engine = config_engine(config, graph, X, Y, batch=batch)
+    graph, engine = _checked_engine(config, batch)  # before the folder is touched
     progress = batch.show_progress(True)
     if out is None:
-        rec, st = run_engine(engine, np.arange(config.n_inits)[pi::pc], progress)
-        rec = with_columns(config, config.build_graph(), rec)
-        return result_from_records(rec, stats_dict(st, engine), config.rtol, config.atol)
+        return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], progress)
     return _run_in_folder(
         config,
         graph,
@@ -131,6 +126,22 @@ def run_sweep(
         tag=tag,
         claim=dict(pi=pi, pc=pc, progress=progress, options=store, on_chunk=on_chunk),
     )
+
+
+def _checked_engine(config: SweepConfig, batch: BatchOptions):
+    """`(graph, engine)` of `config`: graph, data and engine errors come here, before any
+    folder is touched."""
+    graph = config.build_graph()
+    X, Y = config.build_data(graph)
+    check_initial_state(config, graph, X, Y)
+    return graph, config_engine(config, graph, X, Y, batch=batch)
+
+
+def _run_in_memory(config, engine, indices, progress) -> SweepResult:
+    """Run `indices` with no folder (this writer's share: `i % P == p`)."""
+    rec, st = run_engine(engine, indices, progress)
+    rec = with_columns(config, config.build_graph(), rec)
+    return result_from_records(rec, stats_dict(st, engine), config.rtol, config.atol)
 
 
 def _run_in_folder(config, graph, engine, out, *, resume, overwrite, tag, claim: dict) -> SweepResult:
