@@ -30,7 +30,7 @@ MAX_PARAMS = 12
 # entry points: public functions (without their `**deprecated` shim), and option classes
 # (their fields are what a user sets)
 # top-level private modules shared by the whole package (the layout's first rows)
-SHARED = {"_version", "_defaults", "_diffrax_compat", "_results", "_checks", "_flow_phase"}
+SHARED = {"_version", "_defaults", "_scalar_checks", "_diffrax_compat", "_results", "_checks", "_flow_phase"}
 RESULT_CLASS = re.compile(r"(Result|Study|Report|Flow|Comparison|Reachability|Connectivity|Point|Path|Component)$")
 INLINE_CHECK = re.compile(r"^\s*(el)?if (not \(?|.*\bor not \(?)(np|math)\.isfinite\(")  # a statement, not a filter
 
@@ -103,7 +103,7 @@ def static_metrics(root: Path) -> dict:
                 if isinstance(base, ast.Name) and base.id in _LOCAL_MODULE_ALIASES.get(str(path), ()):
                     continue
                 private_attributes.append(f"{module}:{node.lineno} .{node.attr}")
-        if path.name != "_checks.py":
+        if path.name not in ("_checks.py", "_scalar_checks.py"):
             inline_checks += [
                 f"{module}:{i}" for i, line in enumerate(text.splitlines(), 1) if INLINE_CHECK.search(line)
             ]

@@ -1,13 +1,12 @@
 """Finite-value checks that hold eagerly and under `jit` alike: a concrete array that
 fails raises `ValueError`; a traced one gets `eqx.error_if` with the same words, so a
 jitted call stops with the message the eager call would give (eagerly it also names the
-first bad entry, which a traced check cannot know). Also the one wording of the scalar
-checks every option object and entry point uses (`check_positive`, `check_integer`), and
-of deprecated keywords (`take_deprecated`)."""
+first bad entry, which a traced check cannot know). The scalar checks and the wording of
+deprecated keywords live in the NumPy-only `_scalar_checks` and are re-exported here, so
+`from ._checks import ...` gives every check."""
 
 from __future__ import annotations
 
-import warnings
 from typing import TypeVar
 
 import equinox as eqx
@@ -15,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
+
+from ._scalar_checks import check_integer, check_positive, check_time_span, take_deprecated
 
 __all__ = ["check_finite", "check_positive", "check_integer", "check_time_span", "take_deprecated"]
 
@@ -40,51 +41,3 @@ def check_finite(x: _A, message: str, *, where: str = "") -> _A:
         index = ", ".join(str(int(i)) for i in np.argwhere(bad)[0])
         raise ValueError((where.format(index=index) if where else "") + message)
     return x
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
-
-
-def check_positive(
-    name: str, v, *, allow_none: bool = False, allow_zero: bool = False, allow_inf: bool = False
-) -> None:
-    """Raise `ValueError`/`TypeError` unless `v` is a finite real number `> 0` (`>= 0`
-    with `allow_zero`; `None` allowed with `allow_none`; `+inf`, "no limit", allowed with
-    `allow_inf`). The one wording of this check."""
-    if (v is None and allow_none) or (allow_inf and _is_real(v) and v == np.inf):
-        return
-    alt = " (or None)" if allow_none else " (or inf)" if allow_inf else ""
-    if not _is_real(v):
-        raise TypeError(f"{name} must be a real number{alt}; got {v!r}.")
-    if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
-        what = "a finite number >= 0" if allow_zero else "a positive finite number"
-        raise ValueError(f"{name} must be {what}{alt}; got {v!r}.")
-
-
-def check_integer(name: str, v, *, minimum: int) -> None:
-    """Raise `TypeError`/`ValueError` unless `v` is an integer (not a bool) `>= minimum`."""
-    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
-        raise TypeError(f"{name} must be {what}; got {v!r}.")
-    if v < minimum:
-        raise ValueError(f"{name} must be {what}; got {v!r}.")
-
-
-def check_time_span(t0, t1) -> None:
-    """Raise `ValueError` unless `t0 < t1` are finite."""
-    if not (np.isfinite(t0) and np.isfinite(t1) and t1 > t0):
-        raise ValueError(f"Need finite t0 < t1; got t0={t0!r}, t1={t1!r}.")
-
-
-def take_deprecated(where: str, kwargs: dict, replacements: dict[str, str]) -> dict:
-    """The deprecated keywords of an entry point, each with a `DeprecationWarning` that
-    names its replacement. `kwargs` is the entry point's `**deprecated`; `replacements`
-    maps each old keyword to the words that say what to write instead. Any other keyword
-    raises the `TypeError` Python would give (naming the entry point)."""
-    unknown = sorted(set(kwargs) - set(replacements))
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}.")
-    for name in kwargs:
-        warnings.warn(f"{where}({name}=...) is deprecated; {replacements[name]}.", DeprecationWarning, stacklevel=3)
-    return dict(kwargs)

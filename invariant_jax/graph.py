@@ -20,6 +20,8 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from ._scalar_checks import check_integer
+
 __all__ = ["DAG", "mlp", "random_dag", "example_dag", "from_networkx", "to_networkx"]
 
 
@@ -538,9 +540,8 @@ def mlp(widths: Sequence[int], *, bias: bool = False) -> DAG:
     widths = list(widths)
     if len(widths) < 2:
         raise ValueError(f"mlp needs at least [d_in, d_out]; got widths={widths}.")
-    for w in widths:
-        if not isinstance(w, (int, np.integer)) or isinstance(w, bool) or w < 1:
-            raise ValueError(f"Every width must be a positive integer; got {w!r} in {widths}.")
+    for i, w in enumerate(widths):
+        check_integer(f"widths[{i}]", w, minimum=1)
     layers = [[f"x{i}" for i in range(widths[0])]]
     for l, w in enumerate(widths[1:-1], start=1):
         layers.append([f"h{l}_{j}" for j in range(w)])
@@ -604,8 +605,7 @@ def random_dag(
     **Returns:** a `DAG` with nodes `"x{i}"`, `"h{j}"`, `"y{k}"` (and `"b"`).
     """
     for name, val, lo in (("n_inputs", n_inputs, 1), ("n_hidden", n_hidden, 0), ("n_outputs", n_outputs, 1)):
-        if not isinstance(val, (int, np.integer)) or val < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}; got {val!r}.")
+        check_integer(name, val, minimum=lo)
     if not (0.0 <= float(edge_prob) <= 1.0):
         raise ValueError(f"edge_prob must lie in [0, 1]; got {edge_prob!r}.")
     rng = _rng(key)

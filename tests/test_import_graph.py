@@ -14,12 +14,14 @@ ROOT = Path(invariant_jax.__file__).parent
 
 # The layout order: a module imports only modules earlier in this list. It is the list of
 # shared/DESIGN.md, except that `_diffrax_compat` comes before `_results` (which lists the
-# enumeration's members through it), `solvers` before `options` (`SolverOptions` checks
+# enumeration's members through it), `_scalar_checks` (NumPy only, so `graph` may use
+# it) before `_checks`, `solvers` before `options` (`SolverOptions` checks
 # solver names against the registry) and `converge` after `sweep` (its flow phase runs
 # through `sweep_flows`).
 LAYOUT = [
     "_version",
     "_defaults",
+    "_scalar_checks",
     "_diffrax_compat",
     "_results",
     "_checks",
