@@ -74,6 +74,7 @@ def _private_module_outside(importer: str, target: str) -> bool:
 def static_metrics(root: Path) -> dict:
     long_functions, private_names, private_modules, private_attributes, inline_checks = [], [], [], [], []
     pkg = root / "invariant_jax"
+    modules = {_module(root, p) for p in pkg.rglob("*.py")}  # `from .x import _y` may name a submodule
     for path in sorted(pkg.rglob("*.py")):
         module = _module(root, path)
         text = path.read_text()
@@ -92,7 +93,7 @@ def static_metrics(root: Path) -> dict:
                 if _private_module_outside(module, target):
                     private_modules.append(f"{module} <- {target}")
                 for a in node.names:
-                    if a.name.startswith("_") and not a.name.startswith("__") and f"{target}.{a.name}" not in _MODS:
+                    if a.name.startswith("_") and not a.name.startswith("__") and f"{target}.{a.name}" not in modules:
                         private_names.append(f"{module} <- {target}.{a.name}")
             elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
                 base = node.value
@@ -100,8 +101,6 @@ def static_metrics(root: Path) -> dict:
                     continue
                 if node.attr in ("_replace", "_asdict", "_fields", "_make", "_value_", "_name_", "_member_map_"):
                     continue  # NamedTuple and Enum protocol
-                if isinstance(base, ast.Name) and base.id in _LOCAL_MODULE_ALIASES.get(str(path), ()):
-                    continue
                 private_attributes.append(f"{module}:{node.lineno} .{node.attr}")
         if path.name not in ("_checks.py", "_scalar_checks.py"):
             inline_checks += [
@@ -132,9 +131,6 @@ def static_metrics(root: Path) -> dict:
         benchmark_private_imports=bench,
     )
 
-
-_MODS: set[str] = set()
-_LOCAL_MODULE_ALIASES: dict[str, tuple[str, ...]] = {}
 
 _SIGNATURES = r"""
 import inspect, json, sys, importlib, dataclasses
@@ -191,8 +187,6 @@ def import_metrics(root: Path) -> dict:
 def measure(rev: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = _export(rev, Path(tmp))
-        _MODS.clear()
-        _MODS.update(_module(root, p) for p in (root / "invariant_jax").rglob("*.py"))
         static = static_metrics(root)
         imported = import_metrics(root)
     commit = subprocess.run(

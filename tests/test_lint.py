@@ -13,58 +13,29 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None,
-    reason="ruff is not installed: pip install -e '.[test]' -c constraints.txt",
-)
+PATHS = ("invariant_jax", "tests", "benchmarks", "tools")
+
+
+def _tool(module: str, *args: str, timeout: int = 120) -> str | None:
+    """Run `python -m module args` from the repository root: its output if it failed, else None."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed: pip install -e '.[test]' -c constraints.txt")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
+    return None if proc.returncode == 0 else proc.stdout + proc.stderr
+
+
 def test_ruff_check_passes():
-    proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "invariant_jax", "tests", "benchmarks", "tools"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 0, (
-        f"ruff check found problems (fix with `ruff check --fix`, then by hand):\n{proc.stdout}{proc.stderr}"
-    )
+    out = _tool("ruff", "check", "--no-cache", *PATHS)
+    assert out is None, f"ruff check found problems (fix with `ruff check --fix`, then by hand):\n{out}"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None,
-    reason="ruff is not installed: pip install -e '.[test]' -c constraints.txt",
-)
 def test_ruff_format_leaves_the_code_unchanged():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "format",
-            "--check",
-            "--no-cache",
-            "invariant_jax",
-            "tests",
-            "benchmarks",
-            "tools",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 0, (
-        f"ruff format would change these files (run `ruff format`):\n{proc.stdout}{proc.stderr}"
-    )
+    out = _tool("ruff", "format", "--check", "--no-cache", *PATHS)
+    assert out is None, f"ruff format would change these files (run `ruff format`):\n{out}"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("mypy") is None,
-    reason="mypy is not installed: pip install -e '.[test]' -c constraints.txt",
-)
 def test_mypy_passes():
-    proc = subprocess.run([sys.executable, "-m", "mypy"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, (
-        f"mypy found problems in invariant_jax (configured in pyproject.toml's "
-        f"[tool.mypy]):\n{proc.stdout}{proc.stderr}"
-    )
+    out = _tool("mypy", timeout=300)
+    assert out is None, f"mypy found problems in invariant_jax (configured in pyproject.toml's [tool.mypy]):\n{out}"
