@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 from _output import output_path, write_json  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
-from invariant_jax.converge import flow_phase, newton_reason  # noqa: E402
+from invariant_jax.channels import flow_phase, newton_reason  # noqa: E402
 from invariant_jax.losses import check_data, edge_loss_fn, gradient_fn, hessian_fn  # noqa: E402
 
 

@@ -30,7 +30,7 @@ MAX_PARAMS = 12
 # entry points: public functions (without their `**deprecated` shim), and option classes
 # (their fields are what a user sets)
 # top-level private modules shared by the whole package (the layout's first rows)
-SHARED = {"_version", "_defaults", "_scalar_checks", "_diffrax_compat", "_results", "_checks", "_flow_phase"}
+SHARED = {"_version", "_defaults", "_scalar_checks", "_diffrax_compat", "_results", "_checks"}
 RESULT_CLASS = re.compile(r"(Result|Study|Report|Flow|Comparison|Reachability|Connectivity|Point|Path|Component)$")
 INLINE_CHECK = re.compile(r"^\s*(el)?if (not \(?|.*\bor not \(?)(np|math)\.isfinite\(")  # a statement, not a filter
 
@@ -136,6 +136,8 @@ _SIGNATURES = r"""
 import inspect, json, sys, importlib, dataclasses
 import invariant_jax as ij
 rows, classes, seen = [], [], set()
+# `converge`: the convergence phase's module in older revisions; now its deprecated alias
+# (importing it warns), whose names `channels` has already counted
 for modname in ["invariant_jax", "invariant_jax.sweep", "invariant_jax.channels", "invariant_jax.topology",
                 "invariant_jax.kinks", "invariant_jax.converge", "invariant_jax.datasets"]:
     try:
@@ -162,6 +164,7 @@ for modname in ["invariant_jax", "invariant_jax.sweep", "invariant_jax.channels"
                 has = "result" in fields or isinstance(getattr(obj, "result", None), property) or hasattr(obj, "result")
                 ok = "success" in fields or hasattr(obj, "success")
                 classes.append([where, bool(has), bool(ok)])
+# STOP_REASONS (deprecated) lives on the alias module `converge` alone: `channels` has none
 sweep, converge = (importlib.import_module(f"invariant_jax.{m}") for m in ("sweep", "converge"))
 pairs = [(ij, "RESULTS"), (ij, "STATUSES"), (sweep, "STATUSES"), (converge, "STOP_REASONS")]
 vocab = {k: k in getattr(m, "__all__", dir(m)) for m, k in pairs}

@@ -34,21 +34,19 @@ if TYPE_CHECKING:
     from .channels import (
         ChannelPair,
         ChannelReport,
+        ConvergeResult,
+        FlowPhaseOptions,
+        NewtonOptions,
         channel_coordinates,
         channel_frequency,
         collapse_channel,
         detect_channels,
         duplicate_neuron,
+        flow_then_newton,
         glu_limit,
         jump_procedure,
-        saddle_line,
-    )
-    from .converge import (
-        ConvergeResult,
-        FlowPhaseOptions,
-        NewtonOptions,
-        flow_then_newton,
         newton_phase,
+        saddle_line,
         weightnorm,
     )
     from .datasets import (

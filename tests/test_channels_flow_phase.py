@@ -4,6 +4,9 @@ options and stop reasons as RESULTS members, the per-run record (log-spaced traj
 minimum Hessian eigenvalue against numpy.linalg.eigvalsh), and the ODE phase alone
 reaching maxnorm on the two-neuron toy, where the channel is known in closed form."""
 
+import importlib
+import sys
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,21 +16,20 @@ from scipy.optimize import brentq
 
 import invariant_jax as ij
 from invariant_jax import channels as ch
-from invariant_jax import converge as cv
 
 
 def test_penalty_matches_mlpgradientflow_by_hand():
     theta = jnp.array([3.0, -4.0, 5.0, 1.0])  # sum sq = 51, E = 4 -> weightnorm = 51/8
     wn = 51 / 8
-    assert float(cv.weightnorm(theta)) == pytest.approx(wn, rel=1e-15)
+    assert float(ch.weightnorm(theta)) == pytest.approx(wn, rel=1e-15)
     m = 5.0
     # MLPGradientFlow: (nx - maxnorm)^3/3 * N added to sum (f-y)^2; ours is that over 2N
-    assert float(cv.maxnorm_penalty(theta, m)) == pytest.approx((wn - m) ** 3 / 6, rel=1e-14)
-    assert float(cv.maxnorm_penalty(theta, 7.0)) == 0.0  # below maxnorm: no penalty
+    assert float(ch.maxnorm_penalty(theta, m)) == pytest.approx((wn - m) ** 3 / 6, rel=1e-14)
+    assert float(ch.maxnorm_penalty(theta, 7.0)) == 0.0  # below maxnorm: no penalty
     # gradient: their (nx - m)^2 x / length(x) * N, over 2N; Hessian likewise
-    g = np.asarray(jax.grad(cv.maxnorm_penalty)(theta, m))
+    g = np.asarray(jax.grad(ch.maxnorm_penalty)(theta, m))
     assert np.allclose(g, (wn - m) ** 2 * np.asarray(theta) / 4 / 2, rtol=1e-14)
-    H = np.asarray(jax.hessian(cv.maxnorm_penalty)(theta, m))
+    H = np.asarray(jax.hessian(ch.maxnorm_penalty)(theta, m))
     t = np.asarray(theta)
     H_ref = (2 * (wn - m) * np.outer(t, t) / 16 + np.eye(4) * (wn - m) ** 2 / 4) / 2
     assert np.allclose(H, H_ref, rtol=1e-13)
@@ -35,7 +37,7 @@ def test_penalty_matches_mlpgradientflow_by_hand():
     h = 1e-6
     fd = np.array(
         [
-            (float(cv.maxnorm_penalty(theta.at[i].add(h), m)) - float(cv.maxnorm_penalty(theta.at[i].add(-h), m)))
+            (float(ch.maxnorm_penalty(theta.at[i].add(h), m)) - float(ch.maxnorm_penalty(theta.at[i].add(-h), m)))
             / (2 * h)
             for i in range(4)
         ]
@@ -43,14 +45,14 @@ def test_penalty_matches_mlpgradientflow_by_hand():
     assert np.allclose(fd, g, rtol=1e-7)
     # C2 at the threshold: value, gradient and Hessian vanish as weightnorm -> maxnorm+
     edge = theta * np.sqrt(m / wn) * (1 + 1e-9)
-    assert float(cv.maxnorm_penalty(edge, m)) < 1e-24
-    assert np.max(np.abs(np.asarray(jax.hessian(cv.maxnorm_penalty)(edge, m)))) < 1e-6
+    assert float(ch.maxnorm_penalty(edge, m)) < 1e-24
+    assert np.max(np.abs(np.asarray(jax.hessian(ch.maxnorm_penalty)(edge, m)))) < 1e-6
     with pytest.raises(ValueError, match="maxnorm"):
-        cv.MaxnormPenalty(-1.0)
+        ch.MaxnormPenalty(-1.0)
 
 
 def test_newton_options_and_results():
-    o = cv.NewtonOptions(patience=7)
+    o = ch.NewtonOptions(patience=7)
     assert o.patience == 7 and o.maxnorm == 1e3
     for kw in (
         dict(patience=0),
@@ -62,9 +64,9 @@ def test_newton_options_and_results():
         dict(patience=True),
     ):
         with pytest.raises((ValueError, TypeError), match=next(iter(kw))):
-            cv.NewtonOptions(**kw)
-    assert cv.NewtonOptions(maxnorm=float("inf"), max_time=float("inf")).maxnorm == float("inf")
-    names = ij.result_name(cv.newton_result(list(cv.NEWTON_RESULTS)))
+            ch.NewtonOptions(**kw)
+    assert ch.NewtonOptions(maxnorm=float("inf"), max_time=float("inf")).maxnorm == float("inf")
+    names = ij.result_name(ch.newton_result(list(ch.NEWTON_RESULTS)))
     assert list(names) == [
         "newton_unfinished",
         "stopped_g_tol",
@@ -75,23 +77,23 @@ def test_newton_options_and_results():
         "nonfinite_state",
     ]
     assert len(set(names)) == len(names)  # every reason its own member
-    ok = np.asarray(ij.is_success(cv.newton_result(list(cv.NEWTON_RESULTS))))
+    ok = np.asarray(ij.is_success(ch.newton_result(list(ch.NEWTON_RESULTS))))
     assert ok.tolist() == [False, True, True, True, False, False, False]  # budgets and failures are not successes
-    assert ij.result_name(cv.newton_result("patience")) == "stopped_patience"  # old JSONs store the names
-    assert cv.newton_reason(cv.newton_result(list(cv.NEWTON_RESULTS))) == tuple(cv.NEWTON_RESULTS)  # and back
+    assert ij.result_name(ch.newton_result("patience")) == "stopped_patience"  # old JSONs store the names
+    assert ch.newton_reason(ch.newton_result(list(ch.NEWTON_RESULTS))) == tuple(ch.NEWTON_RESULTS)  # and back
     for name in names:  # each message says what to change
         assert "NewtonOptions" in ij.result_message(getattr(ij.RESULTS, str(name))) or name in (
             "max_steps_reached",
             "nonfinite_state",
         )
     with pytest.raises(ValueError, match="converged"):
-        cv.newton_result(["converged"])
+        ch.newton_result(["converged"])
     with pytest.raises(ValueError, match="Newton-phase"):
-        cv.newton_reason(ij.RESULTS.successful)
+        ch.newton_reason(ij.RESULTS.successful)
 
 
 def test_flow_phase_options():
-    f = cv.FlowPhaseOptions()
+    f = ch.FlowPhaseOptions()
     assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (1e12, "kvaerno5", 1e-3, 1e-6, "penalty", 41)
     for kw, word in (
         (dict(flow_stop="hard"), "flow_stop"),
@@ -108,12 +110,12 @@ def test_flow_phase_options():
         (dict(rtol=-1.0), "rtol"),
     ):
         with pytest.raises((ValueError, TypeError), match=word):
-            cv.FlowPhaseOptions(**kw)
-    assert cv.FlowPhaseOptions(engine="sweep", flow_stop="stop").resolved_engine() == "sweep"
+            ch.FlowPhaseOptions(**kw)
+    assert ch.FlowPhaseOptions(engine="sweep", flow_stop="stop").resolved_engine() == "sweep"
     with pytest.raises(TypeError, match="NewtonOptions"):
-        cv.flow_then_newton(None, None, None, newton=dict(maxnorm=2.0))
+        ch.flow_then_newton(None, None, None, newton=dict(maxnorm=2.0))
     with pytest.raises(TypeError, match="unexpected keyword"):
-        cv.newton_phase(None, None, None, max_stepz=3)
+        ch.newton_phase(None, None, None, max_stepz=3)
 
 
 def test_closest_pair_distance_and_min_eig_brute_force():
@@ -123,10 +125,10 @@ def test_closest_pair_distance_and_min_eig_brute_force():
     W = np.asarray(net.weights)
     hid = [g.index[v] for v in g.hidden]
     ref = min(np.linalg.norm(W[:, hid[i]] - W[:, hid[j]]) for i in range(3) for j in range(i + 1, 3))
-    assert float(cv.closest_pair_distance(net, theta)) == pytest.approx(ref, rel=1e-12)
+    assert float(ch.closest_pair_distance(net, theta)) == pytest.approx(ref, rel=1e-12)
     A = np.asarray(jax.random.normal(jax.random.key(1), (6, 6)))
     S = A + A.T
-    assert float(cv.min_hessian_eigenvalue(jnp.asarray(S))) == pytest.approx(np.linalg.eigvalsh(S)[0], rel=1e-12)
+    assert float(ch.min_hessian_eigenvalue(jnp.asarray(S))) == pytest.approx(np.linalg.eigvalsh(S)[0], rel=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -137,13 +139,13 @@ def toy_run():  # compiles a Kvaerno5 flow and the Newton phase: ~60 s here, so 
     X, Y, loss = ch.toy_data(61)
     net = ch.toy_network(0.8, 0.95, 2.0, -1.0)
     nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
-    res = cv.flow_then_newton(
+    res = ch.flow_then_newton(
         nets,
         X,
         Y,
         loss=loss,
-        flow=cv.FlowPhaseOptions(t1=1e8, n_record=17, engine="loop"),
-        newton=cv.NewtonOptions(maxnorm=20.0, max_steps=20),
+        flow=ch.FlowPhaseOptions(t1=1e8, n_record=17, engine="loop"),
+        newton=ch.NewtonOptions(maxnorm=20.0, max_steps=20),
     )
     return X, Y, loss, net, res
 
@@ -167,13 +169,13 @@ def test_ode_phase_reaches_maxnorm_on_the_toy_channel(toy_run):
     # hovering is a stationary point of L + penalty: the two gradients cancel
     Lf = ij.losses.edge_loss_fn(net, *ij.losses.check_data(net.graph, X, Y), loss)
     gL = np.asarray(jax.grad(Lf)(jnp.asarray(th)))
-    gP = np.asarray(jax.grad(cv.maxnorm_penalty)(jnp.asarray(th), 20.0))
+    gP = np.asarray(jax.grad(ch.maxnorm_penalty)(jnp.asarray(th), 20.0))
     assert np.max(np.abs(gL + gP)) < 1e-3 * np.max(np.abs(gL))
     assert list(ij.result_name(r.result)) == ["stopped_weightnorm"] and bool(r.success[0])
     with pytest.warns(DeprecationWarning, match="reason"):
         assert r.reason == ("maxnorm",)
     with pytest.warns(DeprecationWarning, match="stopped_by"):
-        assert r.stopped_by.tolist() == [list(cv.NEWTON_RESULTS).index("maxnorm")]
+        assert r.stopped_by.tolist() == [list(ch.NEWTON_RESULTS).index("maxnorm")]
 
 
 @pytest.mark.slow
@@ -203,7 +205,7 @@ def test_flow_then_newton_old_keywords(toy_run):
     X, Y, loss, net, r = toy_run
     nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
     with pytest.warns(DeprecationWarning, match="FlowPhaseOptions") as rec:
-        old = cv.flow_then_newton(nets, X, Y, t1=1e8, maxnorm=20.0, loss=loss, n_record=17, max_steps=20, engine="loop")
+        old = ch.flow_then_newton(nets, X, Y, t1=1e8, maxnorm=20.0, loss=loss, n_record=17, max_steps=20, engine="loop")
     assert any("NewtonOptions(max_steps" in str(w.message) for w in rec)
     assert np.array_equal(np.asarray(old.theta), np.asarray(r.theta))
     assert np.array_equal(np.asarray(old.theta_flow), np.asarray(r.theta_flow))
@@ -216,11 +218,39 @@ def test_flow_then_newton_old_keywords(toy_run):
         (dict(patience=0), "patience"),
     ):
         with pytest.raises(ValueError, match=word):
-            cv.flow_then_newton(net, X, Y, loss=loss, **kw)
+            ch.flow_then_newton(net, X, Y, loss=loss, **kw)
+
+
+def _import_converge_alias():
+    """A fresh import of the deprecated alias module (its warning comes once per import)."""
+    sys.modules.pop("invariant_jax.converge", None)
+    with pytest.warns(DeprecationWarning, match=r"invariant_jax\.converge is deprecated.*invariant_jax\.channels"):
+        return importlib.import_module("invariant_jax.converge")
+
+
+def test_converge_alias_warns_and_gives_the_same_objects():
+    # `invariant_jax.converge` moved into `invariant_jax.channels` (issue 28); the old module is
+    # an alias for one release: importing it warns, naming the new place, and every name is the
+    # very object `ij.channels` (and, for the common ones, `ij`) exports
+    cv = _import_converge_alias()
+    assert cv.__all__ and all(getattr(cv, name) is getattr(ch, name) for name in cv.__all__)
+    for name in (
+        "flow_then_newton",
+        "newton_phase",
+        "NewtonOptions",
+        "FlowPhaseOptions",
+        "ConvergeResult",
+        "weightnorm",
+    ):
+        assert getattr(cv, name) is getattr(ij, name) is getattr(ch, name)
+        assert name in ij.__all__
 
 
 def test_stop_reasons_is_deprecated_for_results():
+    cv = _import_converge_alias()
     with pytest.warns(DeprecationWarning, match="STOP_REASONS is deprecated"):
         names = cv.STOP_REASONS
-    assert names == tuple(cv.NEWTON_RESULTS)
+    assert names == tuple(cv.NEWTON_RESULTS) == tuple(ch.NEWTON_RESULTS)
+    assert names == ("running", "gradient", "patience", "maxnorm", "max_steps", "max_time", "nonfinite")
     assert "STOP_REASONS" not in cv.__all__ and "STOP_REASONS" not in ij.__all__
+    assert not hasattr(ch, "STOP_REASONS")  # the deprecated name stays behind, on the alias only

@@ -11,7 +11,6 @@ import pytest
 
 import invariant_jax as ij
 from invariant_jax import channels as ch
-from invariant_jax import converge as cv
 from invariant_jax.sweep import STATUSES
 
 
@@ -197,7 +196,7 @@ def test_convergence_study_tiny_records_follow_the_criteria():
     )
     rec = st.records
     assert np.array_equal(st.success, np.isin(rec["stopped_by"], ["gradient", "patience", "maxnorm"]))
-    assert list(ij.result_name(st.result)) == list(ij.result_name(cv.newton_result(list(rec["stopped_by"]))))
+    assert list(ij.result_name(st.result)) == list(ij.result_name(ch.newton_result(list(rec["stopped_by"]))))
     with pytest.warns(DeprecationWarning, match="StudyGrid"):  # the old spelling: the same study
         old = ch.convergence_study(
             X,

@@ -16,8 +16,10 @@ ROOT = Path(invariant_jax.__file__).parent
 # shared/DESIGN.md, except that `_diffrax_compat` comes before `_results` (which lists the
 # enumeration's members through it), `_scalar_checks` (NumPy only, so `graph` may use
 # it) before `_checks`, `solvers` before `options` (`SolverOptions` checks
-# solver names against the registry) and `converge` after `sweep` (its flow phase runs
-# through `sweep_flows`).
+# solver names against the registry) and `converge` after `channels`: the convergence
+# phase lives in `channels` (`channels._flow_phase`, `channels._converge`; its flow phase
+# runs through `sweep_flows`), and `converge` is its deprecated alias for one release,
+# which re-exports `invariant_jax.channels`' names.
 LAYOUT = [
     "_version",
     "_defaults",
@@ -40,9 +42,8 @@ LAYOUT = [
     "training",
     "pruning",
     "sweep",
-    "_flow_phase",
-    "converge",
     "channels",
+    "converge",
     "cli",
 ]
 
@@ -135,6 +136,16 @@ def test_imports_point_up_the_layout():
     assert not bad, "imports against the layout order:\n" + "\n".join(bad)
     # graph stays NumPy-only
     assert not [n for m, _, _, _, n in IMPORTS if _top(m) == "graph" and "jax" in ast.unparse(n)]
+
+
+def test_nothing_imports_the_deprecated_converge_alias():
+    """`invariant_jax.converge` is an alias of `channels`' convergence phase that warns on
+    import: no module of the package imports it (`ij.flow_then_newton` and the others come
+    from `channels`), so `import invariant_jax` and its lazy names never warn."""
+    bad = [f"{m}:{line}" for m, t, _, line, _ in IMPORTS if t == "invariant_jax.converge" and m != t]
+    assert not bad, "import from invariant_jax.channels instead:\n" + "\n".join(bad)
+    code = "import invariant_jax as ij; ij.flow_then_newton, ij.NewtonOptions, ij.weightnorm"
+    subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], check=True, cwd=ROOT.parent)
 
 
 def _reaches_for_jax(node) -> str | None:

@@ -1,11 +1,38 @@
 """Flat channels to infinity in smooth networks: channel coordinates and the GLU limit,
 saddle lines from neuron duplication, channel detection, the jump procedure, the
-two-neuron toy model and the frequency study."""
+two-neuron toy model, the frequency study, and the studies' second-order convergence
+phase (a flow with MLPGradientFlow's maxnorm penalty, then trust-region Newton:
+`flow_then_newton`, `newton_phase`, their options and results)."""
 
+from ._converge import (
+    FLOW_ENGINES,
+    FLOW_KEYWORDS,
+    FLOW_STOPS,
+    NEWTON_KEYWORDS,
+    NEWTON_RESULTS,
+    ConvergeResult,
+    FlowPhaseOptions,
+    FlowPhaseResult,
+    NewtonOptions,
+    flow_phase,
+    flow_then_newton,
+    newton_phase,
+    newton_reason,
+    newton_result,
+    with_fields,
+)
 from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_channels
 from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line
 from ._eos import ChannelGDTrace, gd_channel_trace
 from ._figures import channel_figure, channel_title, pair_trajectory
+from ._flow_phase import (
+    MaxnormPenalty,
+    TrajectoryRecord,
+    closest_pair_distance,
+    maxnorm_penalty,
+    min_hessian_eigenvalue,
+    weightnorm,
+)
 from ._frequency import FREQUENCY_SOLVER, FrequencyGrid, FrequencyStudy, channel_frequency
 from ._glu import (
     ChannelPair,

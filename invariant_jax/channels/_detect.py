@@ -17,10 +17,10 @@ import numpy as np
 
 from .._checks import check_positive
 from .._results import RESULTS, is_success
-from ..converge import weightnorm
 from ..flow import Flow
 from ..losses import check_data, loss_gradient
 from ..network import DAGNetwork
+from ._flow_phase import weightnorm
 from ._glu import ChannelPair, PairClass, channel_coordinates
 
 __all__ = ["ChannelReport", "detect_channels", "CLASSIFICATIONS", "MAXNORM", "PAIR_TOL"]

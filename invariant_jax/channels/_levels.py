@@ -32,7 +32,9 @@ from tqdm.auto import tqdm
 
 from .._checks import check_integer, take_deprecated
 from .._results import RESULTS, is_success
-from ..converge import (
+from ..graph import DAG, mlp
+from ..network import DAGNetwork
+from ._converge import (
     FLOW_KEYWORDS,
     NEWTON_RESULTS,
     FlowPhaseOptions,
@@ -42,8 +44,6 @@ from ..converge import (
     newton_result,
     with_fields,
 )
-from ..graph import DAG, mlp
-from ..network import DAGNetwork
 from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import glu_limit, pair_output
 from ._solutions import JUMP_MAX_COS, count_unique_solutions, jump_distance, solution_distances

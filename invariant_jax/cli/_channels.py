@@ -8,8 +8,15 @@ import numpy as np
 
 from .._checks import check_integer, check_positive
 from ..activations import get_activation
-from ..channels import ConvergenceStudy, FrequencyGrid, StudyGrid, channel_frequency, convergence_study
-from ..converge import FlowPhaseOptions, NewtonOptions
+from ..channels import (
+    ConvergenceStudy,
+    FlowPhaseOptions,
+    FrequencyGrid,
+    NewtonOptions,
+    StudyGrid,
+    channel_frequency,
+    convergence_study,
+)
 from ..datasets import gp_data
 from ..options import SolverOptions
 from ._common import check_output_path, write_json

@@ -4,7 +4,7 @@ Hessian, batched over many initializations; and `flow_then_newton`, MLPGradientF
 
 The ODE phase follows MLPGradientFlow by default (`flow_stop="penalty"`): gradient flow
 on the loss plus MLPGradientFlow's soft, cubic `maxnorm` penalty
-(`ij.converge.maxnorm_penalty`: theirs is `(nx - maxnorm)^3/3 * n_samples(net)` added
+(`ij.channels.maxnorm_penalty`: theirs is `(nx - maxnorm)^3/3 * n_samples(net)` added
 to `sum (f - y)^2`, with `nx = weightnorm`), so a flow can reach `maxnorm` and hover
 there, under a budget in flow time (`t1`) and wall time (`flow_wall_time`) rather than
 in steps. Every run records whether the ODE phase alone passed `maxnorm` (the paper's
@@ -55,8 +55,15 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
-from ._checks import check_integer, check_positive, take_deprecated
-from ._defaults import MAX_STEPS
+from .._checks import check_integer, check_positive, take_deprecated
+from .._defaults import MAX_STEPS
+from .._results import RESULTS, is_success, result_code, result_from_code, result_name, status_code
+from ..flow import gradient_flow
+from ..losses import check_data, edge_loss_fn, hessian_fn
+from ..network import DAGNetwork
+from ..options import Objective, SaveTimes, SolverOptions, StopRules, log_times
+from ..solvers import SOLVERS
+from ..sweep import BatchOptions, sweep_flows
 from ._flow_phase import (
     MaxnormPenalty,
     TrajectoryRecord,
@@ -65,13 +72,6 @@ from ._flow_phase import (
     min_hessian_eigenvalue,
     weightnorm,
 )
-from ._results import RESULTS, is_success, result_code, result_from_code, result_name, status_code
-from .flow import gradient_flow
-from .losses import check_data, edge_loss_fn, hessian_fn
-from .network import DAGNetwork
-from .options import Objective, SaveTimes, SolverOptions, StopRules, log_times
-from .solvers import SOLVERS
-from .sweep import BatchOptions, sweep_flows
 
 __all__ = [
     "NewtonOptions",
@@ -100,7 +100,8 @@ __all__ = [
 # The names study records (`ConvergenceStudy.records["stopped_by"]`) and older JSON files
 # store; `ConvergeResult.result` (an `ij.RESULTS` item per run) is the record of truth,
 # `newton_result` maps these names to it and `newton_reason` back. `STOP_REASONS`, the
-# public tuple of them, is deprecated (module `__getattr__` below).
+# public tuple of them, is deprecated (served, with a warning, only by the alias module
+# `invariant_jax.converge`).
 _STOP_NAMES = ("running", "gradient", "patience", "maxnorm", "max_steps", "max_time", "nonfinite")
 _RUNNING, _GRAD, _PATIENCE, _MAXNORM, _MAXSTEPS, _MAXTIME, _NONFINITE = range(7)
 
@@ -120,18 +121,6 @@ stuck at its best loss, a run counted infinite); `max_steps_reached` and
 `nonfinite_state` a failure; `newton_unfinished` never ends a run (a run still running
 when read)."""
 _REASON_CODES = np.asarray([int(result_code(NEWTON_RESULTS[r])) for r in _STOP_NAMES], np.int32)
-
-
-def __getattr__(name: str):
-    if name == "STOP_REASONS":
-        warnings.warn(
-            "invariant_jax.converge.STOP_REASONS is deprecated: a Newton run's outcome is its `result` "
-            "(an ij.RESULTS member); the old names are the keys of NEWTON_RESULTS.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _STOP_NAMES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 FLOW_STOPS = ("penalty", "stop")

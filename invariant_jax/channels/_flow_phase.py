@@ -2,7 +2,8 @@
 `weightnorm`, its soft `maxnorm` penalty, and the per-run record (a log-spaced
 trajectory of loss, weightnorm, gradient norm and closest-pair distance; the minimum
 Hessian eigenvalue at the end) that decides whether a run ended at a minimum, a saddle
-or in a channel. Used by `ij.converge`; public names, re-exported there.
+or in a channel. Used by the convergence phase (`_converge`); public names, re-exported by
+`ij.channels`.
 
 The penalty, as MLPGradientFlow.jl (`src/MLPGradientFlow.jl`, `_loss`) writes it:
 
@@ -29,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ._checks import check_positive
-from .network import DAGNetwork
+from .._checks import check_positive
+from ..network import DAGNetwork
 
 __all__ = [
     "weightnorm",
