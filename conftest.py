@@ -44,11 +44,16 @@ FULL = os.environ.get("IJ_DOCS_FULL") == "1"
 
 # page -> [(text in a block, what runs instead)] unless IJ_DOCS_FULL=1
 SMALL = {
-    "docs/pruning.md": [("jr.split(jr.key(0), 5)", "jr.split(jr.key(0), 2)"),
-                        ("epochs=3000", "epochs=20"), ("log_every=100", "log_every=10")],
-    "docs/channels.md": [("Y, 1e7, loss=loss", "Y, 1e3, loss=loss"),
-                         ("n_jumps=7, t_flow=1e3", "n_jumps=2, t_flow=1e1"),
-                         ("flow_wall_time=60.0, max_steps=2000", "flow_wall_time=5.0, max_steps=20")],
+    "docs/pruning.md": [
+        ("jr.split(jr.key(0), 5)", "jr.split(jr.key(0), 2)"),
+        ("epochs=3000", "epochs=20"),
+        ("log_every=100", "log_every=10"),
+    ],
+    "docs/channels.md": [
+        ("Y, 1e7, loss=loss", "Y, 1e3, loss=loss"),
+        ("n_jumps=7, t_flow=1e3", "n_jumps=2, t_flow=1e1"),
+        ("flow_wall_time=60.0, max_steps=2000", "flow_wall_time=5.0, max_steps=20"),
+    ],
 }
 
 try:
@@ -70,8 +75,7 @@ def _evaluate(example) -> None:
     if not FULL:
         for old, new in SMALL.get(_page(example.path), []):
             source = source.replace(old, new)
-    code = compile(pad(source, example.line + example.parsed.line_offset), example.path, "exec",
-                   dont_inherit=True)
+    code = compile(pad(source, example.line + example.parsed.line_offset), example.path, "exec", dont_inherit=True)
     exec(code, example.namespace)
     example.namespace.pop("__builtins__", None)
 
@@ -103,3 +107,38 @@ if Sybil is not None:
         setup=_setup,
         teardown=_teardown,
     ).pytest()
+
+
+def _needs_marker(expr: str, marker: str) -> bool:
+    """Whether the `-m` expression `expr` can select only tests that carry `marker`: it
+    is False under every assignment of its other names once `marker` is False."""
+    import itertools
+    import re
+
+    try:  # pytest's own parser of `-m` (pinned in constraints.txt); without it, skip nothing
+        from _pytest.mark.expression import Expression
+
+        compiled = Expression.compile(expr)
+    except Exception:
+        return False
+    names = sorted(set(re.findall(r"[A-Za-z_][\w.]*", expr)) - {"and", "or", "not", marker})
+    for values in itertools.product((False, True), repeat=len(names)):
+        truth = dict(zip(names, values), **{marker: False})
+        if compiled.evaluate(lambda name, **_: truth.get(name, False)):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under `-m` expressions that need the `exactness` marker (`make test`'s second run),
+    skip importing the files that never mention it: every pytest-xdist worker would
+    otherwise import every test module and parse every docs page again, only to deselect
+    them."""
+    expr = config.getoption("markexpr", "") or ""
+    if "exactness" not in expr or not collection_path.is_file():
+        return None
+    if collection_path.suffix not in (".py", ".md") or collection_path.name == "conftest.py":
+        return None
+    if not _needs_marker(expr, "exactness"):
+        return None
+    return True if "exactness" not in collection_path.read_text(errors="replace") else None

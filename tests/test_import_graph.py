@@ -4,6 +4,7 @@ functions only for heavy optional dependencies, which `import invariant_jax` (an
 CLI's start-up) never loads."""
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -77,23 +78,21 @@ def _targets(module: str, node) -> list[str]:
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
 
 
+@functools.cache
 def _imports():
-    """`(module, target, inside_function, lineno, node)` for every import statement."""
+    """`(module, target, inside_function, lineno, node)` for every import statement (parsed
+    when a test first asks, not at collection, which every pytest-xdist worker pays)."""
     rows = []
+
+    def visit(module, node, inside):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                rows.extend((module, t, inside, child.lineno, child) for t in _targets(module, child) or [None])
+            visit(module, child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text())
-        inside = set()
-        for f in ast.walk(tree):
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                inside.update(id(n) for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom)))
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                targets = _targets(module, node) or [None]
-                rows += [(module, t, id(node) in inside, node.lineno, node) for t in targets]
+        visit(module, ast.parse(path.read_text()), False)
     return rows
-
-
-IMPORTS = _imports()
 
 
 def _top(module: str) -> str:
@@ -103,7 +102,7 @@ def _top(module: str) -> str:
 
 def test_no_import_cycle():
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for m, t, *_ in IMPORTS:
+    for m, t, *_ in _imports():
         if t is not None and t != m:
             graph[m].add(t)
     state: dict[str, int] = {}
@@ -126,7 +125,7 @@ def test_imports_point_up_the_layout():
     assert tops <= set(LAYOUT), f"modules missing from LAYOUT: {sorted(tops - set(LAYOUT))}"
     bad = [
         f"{m}:{line} imports {t}"
-        for m, t, _, line, _ in IMPORTS
+        for m, t, _, line, _ in _imports()
         if t is not None
         and _top(m) in LAYOUT
         and _top(t) in LAYOUT
@@ -135,14 +134,14 @@ def test_imports_point_up_the_layout():
     ]
     assert not bad, "imports against the layout order:\n" + "\n".join(bad)
     # graph stays NumPy-only
-    assert not [n for m, _, _, _, n in IMPORTS if _top(m) == "graph" and "jax" in ast.unparse(n)]
+    assert not [n for m, _, _, _, n in _imports() if _top(m) == "graph" and "jax" in ast.unparse(n)]
 
 
 def test_nothing_imports_the_deprecated_converge_alias():
     """`invariant_jax.converge` is an alias of `channels`' convergence phase that warns on
     import: no module of the package imports it (`ij.flow_then_newton` and the others come
     from `channels`), so `import invariant_jax` and its lazy names never warn."""
-    bad = [f"{m}:{line}" for m, t, _, line, _ in IMPORTS if t == "invariant_jax.converge" and m != t]
+    bad = [f"{m}:{line}" for m, t, _, line, _ in _imports() if t == "invariant_jax.converge" and m != t]
     assert not bad, "import from invariant_jax.channels instead:\n" + "\n".join(bad)
     code = "import invariant_jax as ij; ij.flow_then_newton, ij.NewtonOptions, ij.weightnorm"
     subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], check=True, cwd=ROOT.parent)
@@ -206,7 +205,7 @@ def test_graph_never_reaches_jax():
 
 def test_function_level_imports_only_for_heavy_optional_dependencies():
     bad, seen = [], set()
-    for m, _, inside, line, node in IMPORTS:
+    for m, _, inside, line, node in _imports():
         if not inside or id(node) in seen:
             continue
         seen.add(id(node))
