@@ -17,6 +17,7 @@ Usage: python benchmarks/docs_tables.py [--check]
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -718,6 +719,396 @@ def channels_recipe_setting() -> str:
     )
 
 
+WP_METHODS = {
+    "tsit5": "Tsit5",
+    "dopri8": "Dopri8",
+    "kvaerno5": "Kvaerno5",
+    "kvaerno5_hessian": "`kvaerno5_hessian`",
+    "gauss2": "Gauss2",
+    "gauss4": "Gauss4",
+    "gauss6": "Gauss6",
+    "kink+tsit5": "kink-aware + Tsit5",
+    "kink+gauss4": "kink-aware + Gauss4",
+}
+
+
+def _commit_of(rec: dict) -> str:
+    """`commit abc1234`, or what is known for a file written before results recorded it."""
+    return ("commit " if (rec.get("provenance") or {}).get("commit") else "") + _commit(rec)
+
+
+def _tol(t: float) -> str:
+    """1e-4, not 1e-04."""
+    return f"{t:.0e}".replace("e-0", "e-")
+
+
+def _init(case: str) -> str:
+    """`relu_init9` -> `PRNGKey(9)`."""
+    return f"PRNGKey({case.rsplit('init', 1)[1]})"
+
+
+def _run_on(prov: dict) -> str:
+    """A run's wall time, machine and load, from its provenance (`not recorded` for the files
+    written before results recorded them)."""
+    if not prov.get("finished"):
+        return "wall time, machine and load not recorded"
+    t = datetime.datetime.fromisoformat
+    minutes = (t(prov["finished"]) - t(prov["started"])).total_seconds() / 60
+    return (
+        f"{minutes:.0f} min on a shared {prov['cpu_count']}-core machine, load average "
+        f"{prov['load_average'][0]:.1f} when written"
+    )
+
+
+def _wp_matrix(rec: dict, case: str) -> list[str]:
+    """One case of work_precision.json: a row per method, a column per tolerance, `evaluations /
+    error` in a cell (or the step budget it ran out of)."""
+    by = {(r["method"], r["tol"]): r for r in rec["rows"] if r["case"] == case}
+    tols = rec["tolerances"]
+    methods = list(dict.fromkeys(r["method"] for r in rec["rows"] if r["case"] == case))
+
+    def cell(r):
+        return f"{r['nfe']:,} / {_err(r['error'])}" if r["ok"] else f"out of {r.get('max_steps', r['steps']):,} steps"
+
+    out = ["| method | " + " | ".join(_tol(t) for t in tols) + " |", "|---" * (len(tols) + 1) + "|"]
+    out += [f"| {WP_METHODS[m]} | " + " | ".join(cell(by[m, t]) for t in tols) + " |" for m in methods]
+    return out
+
+
+def _err(x: float) -> str:
+    return "0" if x == 0 else _e(x)
+
+
+def _span(xs: list[float]) -> str:
+    return _e(min(xs)) if min(xs) == max(xs) else f"{_e(min(xs))} to {_e(max(xs))}"
+
+
+def work_precision_setup() -> str:
+    """docs/solvers.md: how the committed work-precision run was made, and its inits."""
+    rec = _load("work_precision.json")
+    prov, steps = rec["provenance"], rec["screen_steps"]
+    budgets = sorted({r["max_steps"] for r in rec["rows"] if "max_steps" in r}, reverse=True)
+    slow = " and ".join(f"PRNGKey({i}) ({steps[i]:,} steps)" for i in rec["slow_inits"])
+    return (
+        f"Measured (`{rec['command']}`, {_commit_of(rec)}; {_run_on(prov)}; "
+        "`benchmarks/results/work_precision.json`, plotted in `benchmarks/results/work_precision.png`).\n\n"
+        f"- Network and data: {rec['workload']}.\n"
+        f"- Inits: Tsit5 at 1e-8 is run on {len(steps)} inits. Their step counts range from {min(steps):,} to "
+        f"{max(steps):,}. The slowest decile is {slow}; the median init is PRNGKey({rec['median_init']}).\n"
+        f"- Tolerances: rtol = atol = {', '.join(_tol(t) for t in rec['tolerances'])}.\n"
+        f"- Step budgets: {' and '.join(f'{b:,}' for b in budgets)} steps (the smaller one for plain implicit "
+        "solvers on ReLU, which stall at the first kink).\n"
+    )
+
+
+def work_precision_reference() -> str:
+    """docs/solvers.md: the ReLU reference against the smooth limit and against brute force."""
+    rec = _load("work_precision.json")
+    refs = {k: v for k, v in rec["references"].items() if "smooth_limit_distance" in v}
+    betas = list(next(iter(refs.values()))["smooth_limit_distance"])
+    out = [
+        "| init | events | sliding entries | most pairs sliding at once | "
+        + " | ".join(f"beta = {float(b):.0e}".replace("e+0", "e") for b in betas)
+        + " | brute-force Tsit5 at 1e-13: steps, distance |",
+        "|---" * (len(betas) + 5) + "|",
+    ]
+    factors = []
+    for case, r in refs.items():
+        d = r["smooth_limit_distance"]
+        factors += [d[a] / d[b] for a, b in zip(betas, betas[1:]) if d[a] and d[b]]
+        bf = f"{r['brute_force_steps']:,}{'' if r['brute_force_ok'] else ' (out of steps)'}"
+        out.append(
+            f"| {_init(case)} | {r['events']} | {r['sliding_entries']} | {r['max_sliding_pairs']} | "
+            + " | ".join("failed" if d[b] is None else _e(d[b]) for b in betas)
+            + f" | {bf}, {_e(r['brute_force_distance'])} |"
+        )
+    first = bool(factors) and 5 <= min(factors) and max(factors) <= 20
+    return (
+        f"The reference is {' / '.join(sorted({r['kind'] for r in refs.values()}))} (the kink-aware flow). Its distance at `t1` to "
+        "the smooth limit (`softplus(beta z) / beta`, Kvaerno5 at 1e-10) and to brute force:\n\n"
+        + "\n".join(out)
+        + f"\n\nEach tenfold increase of beta shrank the distance to the smooth limit by a factor of "
+        f"{min(factors):.1f} to {max(factors):.1f}" + (": first-order convergence in `1/beta`.\n" if first else ".\n")
+    )
+
+
+def work_precision_relu() -> str:
+    """docs/solvers.md: evaluations and error per method and tolerance on every ReLU case, and
+    the drift of c."""
+    rec = _load("work_precision.json")
+    slow = [f"relu_init{i}" for i in rec["slow_inits"]]
+    out = []
+    for case in [*slow, f"relu_init{rec['median_init']}"]:
+        kind = "slowest decile" if case in slow else "median init"
+        out += [f"**{_init(case)}** ({kind}; evaluations / error):", "", *_wp_matrix(rec, case), ""]
+    drift = []
+    for m in dict.fromkeys(r["method"] for r in rec["rows"] if r["case"] in slow):
+        rows = [r for r in rec["rows"] if r["case"] in slow and r["method"] == m and r["ok"]]
+        if rows:
+            tols = [_tol(t) for t in sorted({r["tol"] for r in rows}, reverse=True)]
+            drift.append(f"{WP_METHODS[m]} {_span([r['drift_rel'] for r in rows])} (tol {', '.join(tols)})")
+    kinds = {r["kind"] for c, r in rec["references"].items() if c.startswith("relu")}
+    for m, t in dict.fromkeys((r["method"], r["tol"]) for r in rec["rows"] if r["case"] in slow and r["error"] == 0):
+        own = " (the reference's own method and tolerance)" if f"{m} at {_tol(t)}" in kinds else ""
+        out += [f"Error 0 for {WP_METHODS[m]} at {_tol(t)}{own}.", ""]
+    out.append("**Drift** of `c` (relative) on the slowest decile, where a method finished: " + "; ".join(drift) + ".")
+    return "\n".join(out) + "\n"
+
+
+def work_precision_goal() -> str:
+    """docs/solvers.md: evaluations for kink-aware to reach Tsit5's error (the JSON's `goal`)."""
+    rec = _load("work_precision.json")
+    by = {(g["case"], g["tsit5_tol"], g["method"]): g for g in rec["goal"]}
+    keys = list(dict.fromkeys((g["case"], g["tsit5_tol"]) for g in rec["goal"]))
+
+    def cell(g):
+        return "not reached" if g["kink_nfe"] is None else f"{g['kink_nfe']:,} ({g['ratio']:.2g}x)"
+
+    out = [
+        "| init | Tsit5 tol | Tsit5 error | Tsit5 evaluations | kink-aware + Tsit5 (ratio) | kink-aware + Gauss4 (ratio) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case, tol in keys:
+        t = by[case, tol, "kink+tsit5"]
+        out.append(
+            f"| {_init(case)} | {_tol(tol)} | {_e(t['tsit5_error'])} | {t['tsit5_nfe']:,} | {cell(t)} | "
+            f"{cell(by[case, tol, 'kink+gauss4'])} |"
+        )
+    cases = list(dict.fromkeys(c for c, _ in keys))
+    tight = {c: min(t for cc, t in keys if cc == c) for c in cases}
+    best = {m: [by[c, tight[c], m]["ratio"] for c in cases] for m in ("kink+tsit5", "kink+gauss4")}
+    fmt = lambda xs: " and ".join("-" if x is None else f"{x:.2g}x" for x in xs)  # noqa: E731
+    met = all(x is not None and x >= 10 for x in best["kink+tsit5"])
+    crude = [by[c, t, "kink+tsit5"]["ratio"] for c, t in keys if t != tight[c]]
+    crude = [x for x in crude if x is not None]
+    events = [rec["references"][c]["events"] for c in cases]
+    return (
+        "\n".join(out)
+        + "\n\nAt Tsit5's tightest finished tolerance ("
+        + " and ".join(_tol(tight[c]) for c in cases)
+        + f"), kink-aware + Tsit5 needed {fmt(best['kink+tsit5'])} fewer evaluations for Tsit5's error "
+        + ("(the 10x goal is met" if met else "(the 10x goal is not met")
+        + f" on {'both' if len(cases) == 2 else 'these'} inits), kink-aware + Gauss4 {fmt(best['kink+gauss4'])}."
+        + (
+            f" At Tsit5's cruder tolerances the ratio is {min(crude):.2g}x to {max(crude):.2g}x"
+            + (": Tsit5 is cheaper there" if max(crude) < 1 else "")
+            + f". Kink-aware pays a fixed cost per event ({' and '.join(map(str, events))} events here), whatever "
+            "the tolerance.\n"
+            if crude
+            else "\n"
+        )
+    )
+
+
+def work_precision_softplus() -> str:
+    """docs/solvers.md: the softplus case (smooth, one init)."""
+    rec = _load("work_precision.json")
+    case = next(c for c in rec["references"] if c.startswith("softplus"))
+    by = {(r["method"], r["tol"]): r for r in rec["rows"] if r["case"] == case}
+    ratio = [by["kvaerno5", t]["nfe"] / by["dopri8", t]["nfe"] for t in rec["tolerances"]]
+    return (
+        f"**Softplus** ({_init(case)}, reference {rec['references'][case]['kind']}; evaluations / error):\n\n"
+        + "\n".join(_wp_matrix(rec, case))
+        + f"\n\nKvaerno5 costs {min(ratio):.0f}-{max(ratio):.0f}x the evaluations of Dopri8 at the same tolerance.\n"
+    )
+
+
+def work_precision_stiff() -> str:
+    """docs/solvers.md: Tsit5, Kvaerno5 and Kvaerno5 with the exact Hessian on the stiff channel."""
+    rec = _load("work_precision.json")
+    sc = rec["stiff_channel"]
+    by = {r["method"]: r for r in sc["rows"]}
+    lo, hi = sc["hessian_eigs"]
+    out = [
+        f"Measured (`{rec['command']}`, {_commit_of(rec)}, key `stiff_channel` of "
+        f"`benchmarks/results/work_precision.json`; wall times after compiling, shared 2-core machine). Hessian "
+        f"eigenvalues range from {lo:.2g} to {hi:.0f}.",
+        "",
+        "| solver | steps | evaluations | wall time |",
+        "|---|---|---|---|",
+    ]
+    for r in sc["rows"]:
+        steps = f"{r['steps']:,}" + ("" if r["ok"] else " (failed)")
+        out.append(f"| {WP_METHODS[r['method']]} | {steps} | {r['nfe']:,} | {r['wall_s']:.2f} s |")
+    k, h, t = by["kvaerno5"], by["kvaerno5_hessian"], by["tsit5"]
+    same = k["steps"] == h["steps"] and k["nfe"] == h["nfe"]
+    out += [
+        "",
+        f"`kvaerno5_hessian` took {'the same' if same else 'other'} steps and evaluations as Kvaerno5 and "
+        f"{h['wall_s'] / k['wall_s']:.2f}x its wall time"
+        + (
+            " (its LU ignores the symmetric tag): no gain from the variant"
+            if same and h["wall_s"] >= k["wall_s"]
+            else ""
+        )
+        + f". Tsit5 took {t['steps'] / k['steps']:.0f}x Kvaerno5's steps and {t['wall_s'] / k['wall_s']:.0f}x its "
+        "wall time.",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _strength(x: float) -> str:
+    return "0" if x == 0 else _tol(x)
+
+
+def _change(x: float) -> str:
+    """max |f_pruned - f|: 0, or one significant figure."""
+    return "0" if x == 0 else f"{x:.0e}".replace("e-0", "e-")
+
+
+PRUNING_ARMS = {
+    "none": "none",
+    "l2": "L2",
+    "l1": "L1 (prox)",
+    "nuclear": "nuclear (prox)",
+    "nuclear-subgrad": "nuclear (subgradient)",
+}
+
+
+def pruning_breast_cancer() -> str:
+    """docs/pruning.md: the one-hidden-layer Breast Cancer study, its table and the numbers
+    the comparison with the paper rests on."""
+    rec = _load("pruning_breast_cancer.json")
+    st = rec["setup"]
+    H = 20  # the hidden width of st["net"], a 30-20-1 MLP
+    assert st["net"].startswith("30-20-1"), st["net"]
+    rows = [
+        f"| arm | strength | rank J_G | cut off /{H} | test acc | after pruning | max \\|f_p - f\\| "
+        "| none, magnitude-pruned to same size | L2 (1e-3), same |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rec["rows"]:
+        m = {k: v[0] for k, v in r["mean_std"].items()}
+        cut = f"{m['cut_off']:.1f}"
+        if m["cut_off_tol_1e-3"] != m["cut_off"]:
+            cut += f" ({m['cut_off_tol_1e-3']:.1f} at tol 1e-3)"
+        mag = (
+            f"{m['test_acc_none_magnitude_pruned']:.3f} | {m['test_acc_l2_magnitude_pruned']:.3f}"
+            if m["cut_off"] > 0
+            else " | "
+        )
+        rows.append(
+            f"| {PRUNING_ARMS[r['arm']]} | {_strength(r['strength'])} | {m['rank']:.1f} | {cut} | {m['test_acc']:.3f} | "
+            f"{m['test_acc_pruned']:.3f} | {_change(m['max_abs_change'])} | {mag} |"
+        )
+    by = {(r["arm"], r["strength"]): {k: v[0] for k, v in r["mean_std"].items()} for r in rec["rows"]}
+    nuc, l1, sub = by["nuclear", 0.01], by["l1", 0.01], by["nuclear-subgrad", 0.01]
+    small = by["nuclear", 0.003]
+    plain = [m["cut_off"] for (a, _), m in by.items() if a in ("none", "l2")]
+    dacc = max(abs(m["test_acc_pruned"] - m["test_acc"]) for m in by.values())
+    acc = "did not change test accuracy" if dacc == 0 else f"changed test accuracy by at most {dacc:.3f}"
+    loss2 = [100 * (nuc["test_acc"] - nuc[f"test_acc_{a}_magnitude_pruned"]) for a in ("none", "l2")]
+    return (
+        f"Measured (`{rec['command']}`, {_commit_of(rec)}): {st['net']}, {st['loss']}, {st['optimizer']}, "
+        f"{st['epochs']} epochs, {st['seeds']} seeds, cut-off at tol = {st['cut_off_tol']:g} (exact zeros from "
+        f"proximal steps for {' and '.join(st['proximal'])}). Means over {st['seeds']} seeds:\n\n"
+        + "\n".join(rows)
+        + "\n\n"
+        f"- Cut off at strength 1e-2: nuclear {nuc['cut_off']:.1f}/{H}, L1 {l1['cut_off']:.1f}/{H}; none and L2 "
+        f"at most {max(plain):.1f}/{H}.\n"
+        f"- Pruning the cut-off neurons {acc} and changed the outputs by at most "
+        f"{_change(max(m['max_abs_change'] for m in by.values()))}.\n"
+        f"- Plain subgradient of the nuclear norm (strength 1e-2): {sub['cut_off']:.1f}/{H} cut off at tol 0, "
+        f"{sub['cut_off_tol_1e-3']:.1f}/{H} at tol 1e-3.\n"
+        f"- Magnitude pruning to the nuclear arm's size at strength 1e-2 (rank {nuc['rank']:.1f}) loses "
+        f"{min(loss2):.1f}-{max(loss2):.1f} points of test accuracy against the nuclear nets pruned losslessly "
+        f"({nuc['test_acc_pruned']:.3f}); at strength 3e-3 (rank {small['rank']:.1f}) the magnitude-pruned L2 nets "
+        f"score {small['test_acc_l2_magnitude_pruned']:.3f} and the none nets "
+        f"{small['test_acc_none_magnitude_pruned']:.3f}, against {small['test_acc_pruned']:.3f} for the nuclear nets.\n"
+    )
+
+
+def _dag_arm(r: dict) -> str:
+    s = r["settings"]
+    name = {None: "none", "l2": "L2", "l1": "L1", "group_lasso": "group lasso, fan-in", "nuclear": "nuclear"}[
+        s["regularizer"]
+    ]
+    if s["proximal"]:
+        name += " (working set)" if s["regularizer"] == "nuclear" else " (prox)"
+    if (s["optimizer"], s["lr"], s["batch_size"]) != ("sgd", 0.2, None):
+        name += f", {'SGD' if s['optimizer'] == 'sgd' else s['optimizer'].capitalize()} lr {s['lr']:g}"
+        name += f", batch {s['batch_size']}" if s["batch_size"] else ""
+    return f"**{name}**" if r["arm"] == "nuclear" else name
+
+
+def pruning_dag() -> str:
+    """docs/pruning.md: the deep MLP and the random DAG, every arm, the magnitude baseline and
+    the singular-point checks of the nuclear arms."""
+    rec = _load("pruning_dag.json")
+    st = rec["setup"]
+    out = [
+        f"Measured (`{'` and `'.join(g['command'] for g in rec['graphs'].values())}`, {_commit_of(rec)}): "
+        f"{st['data']}, {st['activation']}, {st['loss']}, {st['seeds']} seeds vmapped, {st['epochs']} epochs, "
+        f"full-batch GD lr 0.2 unless stated, cut-off at tol = {st['cut_off_tol']:g}. Means over {st['seeds']} seeds.",
+    ]
+    for name, g in rec["graphs"].items():
+        H = g["n_hidden"]
+        ms, wr = g["timing_ms_per_epoch"], g["timing_ratio_to_none"]
+        cpu, cr = g["timing_cpu_ms_per_epoch"], g["timing_cpu_ratio_to_none"]
+        out += [
+            "",
+            f"**{name}** (`{st['graphs'][name]}`, H = {H}, E = {g['n_edges']}):",
+            "",
+            f"| arm | strength | rank J_G (tol 0) | SVD rank | cut off /{H} | removed by prune | test acc | after pruning "
+            "| max \\|f_p - f\\| | ms/epoch, wall (x none) | CPU ms/epoch (x none) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in g["rows"]:
+            m, a = r["mean_std"], r["arm"]
+            t = f"{ms[a]:.1f} ({wr[a]:.2f}) | {cpu[a]:.1f} ({cr[a]:.2f})" if a in ms else " | "
+            out.append(
+                f"| {_dag_arm(r)} | {r['settings']['strength']:g} | {m['rank'][0]:.1f} | {m['jacobian_rank'][0]:.1f} | "
+                f"{m['cut_off'][0]:.1f} ± {m['cut_off'][1]:.1f} | {m['removed'][0]:.1f} | {m['test_acc'][0]:.3f} | "
+                f"{m['test_acc_pruned'][0]:.3f} | {_change(m['max_abs_change'][0])} | {t} |"
+            )
+        nuc = next(r for r in g["rows"] if r["arm"] == "nuclear")
+        mn = {k: v[0] for k, v in nuc["mean_std"].items()}
+        seeds = [p["cut_off"] for p in nuc["per_seed"]]
+        out += [
+            "",
+            f"Magnitude pruning to the nuclear arm's size (per seed): none nets "
+            f"{mn['test_acc_none_magnitude_pruned']:.3f}, L2 nets {mn['test_acc_l2_magnitude_pruned']:.3f}, against "
+            f"{mn['test_acc_pruned']:.3f} for the nuclear nets pruned losslessly. The nuclear arm cut off "
+            f"{min(seeds)} to {max(seeds)} neurons per seed.",
+        ]
+        for r in g["rows"]:
+            if not r["arm"].startswith("nuclear"):
+                continue
+            s = [p["singular"] for p in r["per_seed"]]
+            sizes = sorted({n for x in s for n in x["group_sizes"]})
+            out.append(
+                f"- {r['arm']}: seeds with cut-off groups {sum(x['n_groups'] > 0 for x in s)}/{len(s)}; "
+                f"jacobian_rank = H - groups on {sum(x['jacobian_rank'] == x['H_minus_groups'] for x in s)}/{len(s)}; "
+                f"groups {[x['n_groups'] for x in s]} of sizes {sizes}, max |sum_W c(final)| "
+                f"{max(x['max_abs_group_sum_c_final'] for x in s):.1e}; max |sum_W c(0)| "
+                f"{max(x['max_abs_group_sum_c0'] for x in s):.2f}, drift of c up to {max(x['drift_c'] for x in s):.2f}; "
+                f"singular_point found {sum(x['singular_point_found'] for x in s)}/{len(s)}; frozen boundary edges "
+                f"{sum(x['frozen_boundary_edges'] for x in s)}; LP disagreements "
+                f"{sum(bool(x['connectivity_result']) for x in s)}"
+            )
+    return "\n".join(out) + "\n"
+
+
+def pruning_dag_cost() -> str:
+    """docs/pruning.md: cost per epoch of each arm, from pruning_dag.json's timing runs."""
+    rec = _load("pruning_dag.json")
+    g = rec["graphs"]
+    cpu = {k: g[k]["timing_cpu_ms_per_epoch"] for k in ("mlp", "dag")}
+    cr = {k: g[k]["timing_cpu_ratio_to_none"] for k in ("mlp", "dag")}
+    wr = {k: g[k]["timing_ratio_to_none"] for k in ("mlp", "dag")}
+    others = [cr[k][a] for k in cr for a in ("l2", "l1", "group_lasso")]
+    return (
+        f"Cost per epoch ({rec['setup']['seeds']} seeds vmapped, best of 5 runs of 100 epochs, the defaults of "
+        "`timing()` in `benchmarks/pruning_dag.py`; compiled first, arms interleaved; "
+        f"`{g['mlp']['timing_command']}` and `{g['dag']['timing_command']}`): in CPU time of the process, "
+        f"the working-set step costs **{cr['mlp']['nuclear']:.2f}x** the unregularized loop on the MLP "
+        f"({cpu['mlp']['nuclear']:.1f} vs {cpu['mlp']['none']:.1f} ms) and **{cr['dag']['nuclear']:.2f}x** on the DAG "
+        f"({cpu['dag']['nuclear']:.1f} vs {cpu['dag']['none']:.1f} ms); L2, L1 and group lasso cost "
+        f"{min(others):.2f}-{max(others):.2f}x. Wall-clock ratios were {wr['mlp']['nuclear']:.2f}x and "
+        f"{wr['dag']['nuclear']:.2f}x.\n"
+    )
+
+
 BLOCKS = {
     "results-index": results_index,
     "jump-filter": jump_filter,
@@ -740,6 +1131,15 @@ BLOCKS = {
     "channels-optimizers": channels_optimizers,
     "channels-eos": channels_eos,
     "channels-recipe-setting": channels_recipe_setting,
+    "work-precision-setup": work_precision_setup,
+    "work-precision-reference": work_precision_reference,
+    "work-precision-relu": work_precision_relu,
+    "work-precision-goal": work_precision_goal,
+    "work-precision-softplus": work_precision_softplus,
+    "work-precision-stiff": work_precision_stiff,
+    "pruning-breast-cancer": pruning_breast_cancer,
+    "pruning-dag": pruning_dag,
+    "pruning-dag-cost": pruning_dag_cost,
 }
 
 
