@@ -225,55 +225,24 @@ def test_csv_loader_reads_and_names_bad_cells(tmp_path):
 # ------------------------------------------------------------------ CLI
 
 
-def test_cli_prune_on_csv(tmp_path, capsys):
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(60, 4))
-    y = (X[:, 0] + X[:, 1] > 0).astype(int)
-    p = tmp_path / "d.csv"
-    p.write_text("\n".join(["f0,f1,f2,f3,y"] + [",".join(map(str, r)) + f",{t}" for r, t in zip(X, y)]))
-    out = tmp_path / "r.json"
-    rc = main(
-        [
-            "prune",
-            "--data",
-            str(p),
-            "--hidden",
-            "6",
-            "--epochs",
-            "200",
-            "--regularizer",
-            "nuclear",
-            "--strength",
-            "0.05",
-            "--json",
-            str(out),
-        ]
-    )
-    assert rc == 0
-    rep = json.loads(out.read_text())
-    text = capsys.readouterr().out
-    assert "max |f_pruned - f|" in text
-    assert rep["hidden_before"] == 6 and rep["hidden_after"] < 6
-    assert rep["max_abs_change_test"] <= 1e-12
-    assert rep["test_accuracy_pruned"] == rep["test_accuracy"]
-    assert 0 <= rep["baseline_test_accuracy_magnitude_pruned"] <= 1
-    assert "baseline (none, same seed)" in text
-
-
-def test_cli_prune_nuclear_deep_mlp(tmp_path, capsys):
-    """The nuclear norm's proximal step on two hidden layers (the working-set step) is run,
-    not refused, and pruning its cut-off neurons leaves the function unchanged."""
+@pytest.fixture(scope="module")
+def deep_csv(tmp_path_factory):
+    """One data set and one training configuration (a 3-5-4-1 MLP, the nuclear norm, 150
+    epochs) for both CLI runs below, so the second reuses the first's compiled training loop."""
     rng = np.random.default_rng(2)
     X = rng.normal(size=(50, 3))
     y = (X[:, 0] - X[:, 2] > 0).astype(int)
-    p = tmp_path / "d.csv"
+    p = tmp_path_factory.mktemp("prune-csv") / "d.csv"
     p.write_text("\n".join(["f0,f1,f2,y"] + [",".join(map(str, r)) + f",{t}" for r, t in zip(X, y)]))
-    out = tmp_path / "r.json"
-    rc = main(
+    return p
+
+
+def _prune_cli(data, out, *extra):
+    return main(
         [
             "prune",
             "--data",
-            str(p),
+            str(data),
             "--hidden",
             "5,4",
             "--epochs",
@@ -282,17 +251,42 @@ def test_cli_prune_nuclear_deep_mlp(tmp_path, capsys):
             "nuclear",
             "--strength",
             "0.05",
-            "--baseline",
-            "off",
+            *extra,
             "--json",
             str(out),
         ]
     )
+
+
+def test_cli_prune_on_csv(deep_csv, tmp_path, capsys):
+    """A CSV in, the report out: lossless pruning of the cut-off neurons and the magnitude
+    baseline (the unregularized net from the same seed, magnitude-pruned to the same size)."""
+    out = tmp_path / "r.json"
+    rc = _prune_cli(deep_csv, out)
+    assert rc == 0, capsys.readouterr().err
+    rep = json.loads(out.read_text())
+    text = capsys.readouterr().out
+    assert "max |f_pruned - f|" in text
+    assert rep["hidden_before"] == 9 and rep["hidden_after"] < 9
+    assert rep["max_abs_change_test"] <= 1e-12
+    assert rep["test_accuracy_pruned"] == rep["test_accuracy"]
+    assert 0 <= rep["baseline_test_accuracy_magnitude_pruned"] <= 1
+    assert "baseline (none, same seed)" in text
+
+
+def test_cli_prune_nuclear_deep_mlp(deep_csv, tmp_path, capsys):
+    """The nuclear norm's proximal step on two hidden layers (the working-set step) is run,
+    not refused, and pruning its cut-off neurons leaves the function unchanged; with
+    `--baseline off` no baseline is trained or reported."""
+    out = tmp_path / "r.json"
+    rc = _prune_cli(deep_csv, out, "--baseline", "off")
     assert rc == 0, capsys.readouterr().err
     rep = json.loads(out.read_text())
     assert rep["proximal"] and rep["widths"] == [3, 5, 4, 1]
     assert rep["hidden_before"] == 9 and rep["hidden_after"] < 9
     assert rep["max_abs_change_test"] <= 1e-12
+    assert rep["baseline"] == "off" and rep["baseline_test_accuracy"] is None
+    assert "baseline (" not in capsys.readouterr().out
 
 
 def test_cli_prune_bad_input(capsys):
