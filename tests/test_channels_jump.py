@@ -1,5 +1,6 @@
 """Jump procedure and exponent fits; the two-neuron toy model."""
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -147,17 +148,18 @@ def test_toy_paper_convention_is_erf_convention_with_w_times_sqrt2():
     a = toy_network(0.61 * s2, 0.9 * s2, 1.5, -0.4).forward(X)
     b = toy_network(0.61, 0.9, 1.5, -0.4, convention="erf").forward(X)
     assert np.allclose(a, b, rtol=1e-13, atol=1e-14)
+
+    def limit_and_slope(convention):  # one compiled program per convention: (L0, c, a, h) and dL0/dw
+        one = lambda w: toy_limit_loss(w, n_points=201, convention=convention)  # noqa: E731
+        return jax.jit(lambda w: (one(w), jax.grad(lambda v: one(v)[0])(w)))
+
+    paper, erf_ = limit_and_slope("paper"), limit_and_slope("erf")
     for w in (0.3, 0.6126, 2.2277):
-        Lp = toy_limit_loss(w * s2, n_points=201)
-        Le = toy_limit_loss(w, n_points=201, convention="erf")
+        (Lp, dp), (Le, de) = paper(w * s2), erf_(w)
         assert np.isclose(float(Lp[0]), float(Le[0]), rtol=1e-10)
         assert np.isclose(float(Lp[3]) * 2, float(Le[3]), rtol=1e-8)  # h: the second-order coefficient in eps
-    # chain rule: dL0/dw on the paper's axis at sqrt2 w is (1/sqrt2) dL0/dw of the erf convention at w,
-    # so the critical points (the channel minimum 0.6126 -> 0.866) move to sqrt2 times theirs
-    import jax
-
-    dp = jax.grad(lambda w: toy_limit_loss(w, n_points=201)[0])(0.6126 * s2)
-    de = jax.grad(lambda w: toy_limit_loss(w, n_points=201, convention="erf")[0])(0.6126)
-    assert np.isclose(float(dp), float(de) / s2, rtol=1e-8, atol=1e-14)
+        # chain rule: dL0/dw on the paper's axis at sqrt2 w is (1/sqrt2) dL0/dw of the erf convention at w,
+        # so the critical points (the channel minimum 0.6126 -> 0.866) move to sqrt2 times theirs
+        assert np.isclose(float(dp), float(de) / s2, rtol=1e-8, atol=1e-14)
     with pytest.raises(ValueError, match="convention"):
         toy_network(0.1, 0.2, 1.0, 1.0, convention="tanh")
