@@ -113,18 +113,25 @@ def test_bad_stages():
         GaussLegendre(stages=2, max_newton=0)
 
 
+def _linear_problem():
+    """One linear-activation problem (positively homogeneous and smooth: no kinks) for the
+    conservation tests below, so their Tsit5 flows share one compiled program (the
+    tolerances are arrays in it)."""
+    g = ij.mlp([2, 3, 1], bias=False)
+    net = ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0))
+    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(1), activation="tanh")
+    return g, net, X, Y, np.linspace(0.0, 1.0, 5)
+
+
 def test_gauss_conserves_on_homogeneous_dag_where_tsit5_drifts():
     # Linear activation: positively homogeneous and smooth (no kinks), so plain Gauss
     # conserves c to round-off; saves on step ends (step_ts) to measure exactly.
-    g = ij.random_dag(3, 5, 1, 0.6, 3)
-    net = ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0))
-    X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(1), activation="tanh")
-    ts = np.linspace(0.0, 3.0, 7)
+    g, net, X, Y, ts = _linear_problem()
     ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)
     fg = ij.gradient_flow(
-        net, X, Y, 3.0, saveat=ts, solver=ij.SolverOptions("gauss4", rtol=1e-4, atol=1e-4, stepsize_controller=ctrl)
+        net, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("gauss4", rtol=1e-4, atol=1e-4, stepsize_controller=ctrl)
     )
-    ft = ij.gradient_flow(net, X, Y, 3.0, solver="tsit5", saveat=ts, rtol=1e-4, atol=1e-4)
+    ft = ij.gradient_flow(net, X, Y, 1.0, solver="tsit5", saveat=ts, rtol=1e-4, atol=1e-4)
     assert bool(fg.success) and bool(ft.success)
     assert float(fg.drift_relative) < 1e-13
     assert float(ft.drift_relative) > 1e3 * float(fg.drift_relative)
@@ -145,16 +152,13 @@ def test_rescale_to_conserved_is_exact_and_keeps_function():
 
 
 def test_projected_tsit5_has_zero_drift():
-    g = ij.mlp([2, 3, 1], bias=False)
-    net = ij.DAGNetwork(g, "linear", key=jax.random.PRNGKey(0))
-    X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(1), activation="tanh")
+    g, net, X, Y, ts = _linear_problem()
     solver = Projected(diffrax.Tsit5(), c0=ij.conserved_quantities(net), graph=g)
-    ts = np.linspace(0.0, 1.0, 5)
     ctrl = diffrax.PIDController(rtol=1e-4, atol=1e-4, step_ts=ts)  # saves on projected step ends
     f = ij.gradient_flow(
         net, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions(solver, stepsize_controller=ctrl, rtol=1e-4, atol=1e-4)
     )
-    ref = ij.gradient_flow(net, X, Y, 1.0, rtol=1e-10, atol=1e-10, saveat=ts)
+    ref = ij.gradient_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)  # the program above
     assert float(f.drift_relative) < 1e-12
     assert float(jnp.max(jnp.abs(f.network_at(-1).forward(X) - ref.network_at(-1).forward(X)))) < 1e-3
 
