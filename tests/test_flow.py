@@ -73,9 +73,10 @@ def test_vmap_and_jit_over_initial_networks(relu_setup):
     nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
     run = eqx.filter_jit(eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 0.5, rtol=1e-9, atol=1e-9)))
     flows = run(nets)
-    alone = eqx.filter_jit(lambda n: ij.gradient_flow(n, X, Y, 0.5, rtol=1e-9, atol=1e-9))  # traced once
     for i, k in enumerate(keys):
-        single = alone(ij.DAGNetwork(g, "relu", key=k))
+        # one network at a time: gradient_flow's own compiled program, the one
+        # test_drift_shrinks_with_tolerance already compiled (t1 and tolerances are arrays)
+        single = ij.gradient_flow(ij.DAGNetwork(g, "relu", key=k), X, Y, 0.5, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(flows.theta_final[i], single.theta_final, atol=1e-10)
 
 
@@ -104,8 +105,12 @@ def test_one_compiled_program_per_configuration():
     f4 = ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), X, Y, 0.5, loss=mse, rtol=1e-6)
     assert len(traces) == n and float(f4.t_final) == 0.5 and f4.rtol == 1e-6
     assert float(f4.stats["num_steps"]) < float(f1.stats["num_steps"])
-    ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), X, Y, 1.0, loss=mse, solver="dopri5")
-    assert len(traces) > n  # another solver is another program
+    # another solver is another program: traced (jax.eval_shape traces gradient_flow's
+    # jitted program without compiling it)
+    jax.eval_shape(
+        lambda: ij.gradient_flow(ij.DAGNetwork(g, "tanh", key=jax.random.key(2)), X, Y, 1.0, loss=mse, solver="dopri5")
+    )
+    assert len(traces) > n
 
 
 def test_failure_is_recorded_not_raised(relu_setup):
@@ -117,6 +122,8 @@ def test_failure_is_recorded_not_raised(relu_setup):
     assert bool(jnp.all(jnp.isfinite(f.theta_final)))
 
 
+@pytest.mark.slow  # the default run checks the same rule, network and data (and t_final < t1):
+# tests/test_results_options.py::test_each_stop_rule_reports_its_member_and_the_record_agrees
 def test_grad_norm_stopping_rule():
     g = ij.mlp([2, 3, 1])
     X, Y, _ = ij.teacher_student(g, 10, key=jax.random.key(0), activation="tanh")
@@ -172,9 +179,14 @@ def test_bad_flow_input(relu_setup):
 @pytest.mark.parametrize(
     "old,new",
     [
-        (dict(n_save=5), dict(saveat=ij.SaveTimes(n_save=5))),
-        (dict(weight_decay=0.2), dict(loss=ij.Objective(weight_decay=0.2))),
-        (dict(regularizer="l1", strength=0.1), dict(loss=ij.Objective(regularizer="l1", strength=0.1))),
+        # two old keywords in one flow (one compiled program): a keyword dropped or mapped
+        # wrongly changes the flow, and each must warn on its own
+        (
+            dict(n_save=5, regularizer="l1", strength=0.1),
+            dict(saveat=ij.SaveTimes(n_save=5), loss=ij.Objective(regularizer="l1", strength=0.1)),
+        ),
+        # weight_decay=0.3 is test_weight_decay_law's program (a Python number is static)
+        (dict(weight_decay=0.3), dict(loss=ij.Objective(weight_decay=0.3))),
     ],
 )
 def test_old_flow_keywords_warn_and_give_the_same_flow(relu_setup, old, new):
