@@ -827,8 +827,13 @@ def work_precision_reference() -> str:
         f"The reference is {' / '.join(sorted({r['kind'] for r in refs.values()}))} (the kink-aware flow). Its distance at `t1` to "
         "the smooth limit (`softplus(beta z) / beta`, Kvaerno5 at 1e-10) and to brute force:\n\n"
         + "\n".join(out)
-        + f"\n\nEach tenfold increase of beta shrank the distance to the smooth limit by a factor of "
-        f"{min(factors):.1f} to {max(factors):.1f}" + (": first-order convergence in `1/beta`.\n" if first else ".\n")
+        + (
+            f"\n\nEach tenfold increase of beta shrank the distance to the smooth limit by a factor of "
+            f"{min(factors):.1f} to {max(factors):.1f}"
+            + (": first-order convergence in `1/beta`.\n" if first else ".\n")
+            if factors
+            else "\n\nA smooth-limit run failed: no convergence rate to report.\n"
+        )
     )
 
 
