@@ -26,7 +26,9 @@ FLAGS = [
 
 def test_sweep_flags_write_results_folder(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["sweep", "--n-inits", "4", "--out", str(out), *FLAGS]) == 0
+    # --trajectories 0: no example flows re-integrated (a compilation of their own);
+    # tests/test_figures.py checks trajectories.png
+    assert main(["sweep", "--n-inits", "4", "--out", str(out), "--trajectories", "0", *FLAGS]) == 0
     text = capsys.readouterr().out
     assert "drift/tol" in text and "fraction_disconnected" in text
     man = json.loads((out / "manifest.json").read_text())
