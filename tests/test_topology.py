@@ -103,9 +103,11 @@ def _reference_lp(problems):
     return res.x[np.array(offs)] * np.array(scales)
 
 
-def test_agreement_2000_random_dags():
+# 600 DAGs in the default run; the full 2000 (the same stream, extended) are slow
+@pytest.mark.parametrize("n", [600, pytest.param(2000, marks=pytest.mark.slow)])
+def test_agreement_2000_random_dags(n):
     """Combinatorial verdict (min cuts) == exact LP verdict, and the combinatorial margin
-    (min theta_e^2) equals the LP optimum, on 2000 random DAGs with c from
+    (min theta_e^2) equals the LP optimum, on `n` random DAGs with c from
     initializations, adversarially skewed c, and integer c (boundary values)."""
     rng = np.random.default_rng(2024)
     t = time.perf_counter()
@@ -120,7 +122,7 @@ def test_agreement_2000_random_dags():
             assert abs(q - r.margin[k]) <= 1e-8 * max(1.0, np.abs(c).max())
         batch.clear()
 
-    for i in range(2000):
+    for i in range(n):
         g = ij.random_dag(
             int(rng.integers(1, 4)),
             int(rng.integers(1, 6)),
@@ -149,8 +151,9 @@ def test_agreement_2000_random_dags():
     flush()
     elapsed = time.perf_counter() - t
     # the sample exercises both verdicts and the boundary
-    assert 300 < n_dis < 1900 and n_boundary > 100, (n_dis, n_boundary)
-    print(f"2000 DAGs: {n_dis} disconnected, {n_boundary} with a boundary sum, {elapsed:.1f}s")
+    # (bounds scaled from 2000 DAGs: 300 < n_dis < 1900, n_boundary > 100)
+    assert 0.15 * n < n_dis < 0.95 * n and n_boundary > 0.05 * n, (n_dis, n_boundary)
+    print(f"{n} DAGs: {n_dis} disconnected, {n_boundary} with a boundary sum, {elapsed:.1f}s")
 
 
 def test_lp_all_edges_and_brute_force_small():
