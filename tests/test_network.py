@@ -33,7 +33,9 @@ def numpy_forward(g, theta, acts, x):
     return np.array([sum(w[(u, v)] * a[u] for u in g.predecessors(v)) for v in g.outputs])
 
 
-@pytest.mark.parametrize("seed", range(6))
+# seeds 0-2 (default run) use all nine activations between them, with and without bias,
+# eagerly and compiled; seeds 3-5 (more random graphs, the same check) are slow
+@pytest.mark.parametrize("seed", [0, 1, 2, *(pytest.param(s, marks=pytest.mark.slow) for s in (3, 4, 5))])
 def test_forward_matches_numpy_node_by_node(seed):
     rng = np.random.default_rng(seed)
     g = ij.random_dag(3, 10, 2, 0.35, seed, bias=seed % 2 == 1)
