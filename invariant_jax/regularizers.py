@@ -255,14 +255,18 @@ def _working_set(graph, theta, tol) -> WorkingSet:
     return WorkingSet(node_group, edge_group, size, proj)
 
 
-def nuclear_working_set(net: DAGNetwork, tol: float) -> WorkingSet:
+def nuclear_working_set(net: DAGNetwork, tol: float | Float[Array, ""]) -> WorkingSet:
     """The groups of the working-set bound (module docstring): hidden nodes that the edges
     with `|theta_e| > tol` leave cut off from every input and output, merged along every
-    edge joining two of them. Jittable and vmappable (`tol` is static). At `tol = 0`
-    these are the cut-off groups of `ij.singular_subnetworks(net, 0)`, merged where a
-    (zero) edge joins two of them."""
+    edge joining two of them. Jittable and vmappable: `tol` is a number (checked) or a
+    scalar array, traced too (a compiled loop's argument, e.g. in `training.fit`; compared
+    in the weights' dtype, as a number is). At `tol = 0` these are the cut-off groups of
+    `ij.singular_subnetworks(net, 0)`, merged where a (zero) edge joins two of them."""
+    theta = net.edge_weights()
+    if isinstance(tol, jax.Array):
+        return _working_set(net.graph, theta, tol.astype(theta.dtype))
     check_positive("tol", tol, allow_zero=True)
-    return _working_set(net.graph, net.edge_weights(), float(tol))
+    return _working_set(net.graph, theta, float(tol))
 
 
 def group_boundary_norms(ws: WorkingSet, theta: Float[Array, "... E"]) -> Float[Array, "... H"]:

@@ -1,13 +1,21 @@
 """Discrete training with optax (SGD, Adam) and an optional regularizer: what gradient
 flow is not.
 
-`fit` runs a jitted loop: `lax.scan` over epochs, and within an epoch over minibatches
+`fit` runs a jitted loop: a loop over epochs, and within an epoch over minibatches
 (or one full batch). Every `log_every` epochs it logs the data loss, the objective
 (loss + strength * R), train/test accuracy, the rank of `J_G`, its nuclear norm, the
 number of hidden neurons cut off by (near-)zero weights, and the conserved quantities
 `c = B~ theta^2` with their drift from `c(0)`. Under SGD with a small step `c` drifts by
 O(lr^2) per step; under Adam, momentum or a regularizer it drifts at first order, and the
 log shows it.
+
+*One compiled program per structure.* The loop is compiled once per graph, loss,
+regularizer, optimizer kind, `proximal`, `batch_size`, accuracy flag, batched or not, and
+dtypes and shapes. The numbers (`epochs`, `log_every`, `learning_rate`, `strength`, `tol`,
+`working_tol`) are arguments of the program: a pilot of 30 epochs and a run of 3000 epochs
+at another learning rate share it. A named optimizer takes its learning rate through
+`optax.inject_hyperparams`; a user's optax transformation keeps its own hyperparameters. Each
+call of the program runs up to 32 log blocks; `fit` loops over the calls in Python.
 
 *Cut off.* A hidden neuron is cut off when the edges with `|theta_e| > tol` do not
 connect it (ignoring direction) to any input or output node; `rank J_G = H - (number of
@@ -207,11 +215,13 @@ def _active_adjacency(graph: DAG, theta, tol):
     return A + jnp.swapaxes(A, -1, -2)
 
 
-@partial(jax.jit, static_argnums=(0, 2))
+@partial(jax.jit, static_argnums=0)
 def _cut_off_and_groups(graph: DAG, theta, tol):
+    """`(cut, n_groups)` at threshold `tol` (an argument of the program, not compiled in:
+    a new `tol` compiles nothing; it is compared in `theta`'s dtype, as a Python number is)."""
     n = graph.n_nodes
     H = len(graph.hidden)
-    A = _active_adjacency(graph, theta, tol) > 0
+    A = _active_adjacency(graph, theta, jnp.asarray(tol, theta.dtype)) > 0
     grounded = np.zeros(n, bool)
     grounded[[graph.index[v] for v in graph.inputs + graph.outputs]] = True
     r0 = jnp.broadcast_to(jnp.asarray(grounded), theta.shape[:-1] + (n,))
@@ -323,19 +333,38 @@ class TrainResult(eqx.Module):
 
 
 class _Config(NamedTuple):
+    """The structure of the training loop: one compiled program per value (and per
+    batched-or-not, dtypes and shapes). The numbers are not in it: they are `_Numbers`,
+    arrays of the program, so another learning rate, strength, `tol`, `working_tol`,
+    `log_every` or number of epochs compiles nothing."""
+
     graph: DAG
     loss: str | Callable
     optimizer_spec: str | optax.GradientTransformation
-    learning_rate: float
     regularizer: Callable | None
     regularizer_name: str
     proximal: bool
     batch_size: int
     n_batches: int
-    log_every: int
-    tol: float
     accuracy: bool
-    working_tol: float = 0.0
+
+
+class _Numbers(NamedTuple):
+    """The numeric settings, traced arguments of the compiled loop: `learning_rate`
+    (the proximal step's scale; a named optimizer's own rate travels in its state, see
+    `_optimizer`), `strength`, `tol`, `working_tol` (in the weights' dtype) and `log_every`
+    (int32)."""
+
+    learning_rate: Array
+    strength: Array
+    tol: Array
+    working_tol: Array
+    log_every: Array
+
+
+_LOG_BLOCK = 32
+"""Logs per compiled call: a fixed size (not one that depends on the number of epochs), so
+that every run of a configuration reuses one program; the last call of a run fills part of it."""
 
 
 def _is_working_set(cfg) -> bool:
@@ -370,7 +399,7 @@ def _adam_scale(cfg, opt_state):
     step is a majorised proximal step). `None` for other optimizers."""
     if cfg.optimizer_spec != "adam":
         return None
-    st = opt_state[0]
+    st = opt_state.inner_state[0]  # inside optax.inject_hyperparams (`_optimizer`)
     b2, eps = 0.999, 1e-8  # optax.adam's defaults, which OPTIMIZERS["adam"] uses
     v_hat = st.nu / (1.0 - b2 ** st.count.astype(st.nu.dtype))
     return 1.0 / (jnp.sqrt(v_hat) + eps)
@@ -413,7 +442,7 @@ def _prox(name, graph: DAG, theta, step, ws=None, scale=None):
     return _group_shrink(theta, norms, jnp.full(norms.shape, 2.0 * step, theta.dtype), owner, scale)
 
 
-def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
+def _metrics(cfg: _Config, net: DAGNetwork, theta, nums: _Numbers, data, c0):
     X, Y, Xt, Yt = data
     n = net.with_edge_weights(theta)
     lossfn = get_loss(cfg.loss)
@@ -426,11 +455,11 @@ def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
         te = jnp.mean((n.forward(Xt) > 0) == (Yt > 0.5)) if Xt is not None else nan
     else:
         tr = te = nan
-    cut, groups = _cut_off_and_groups(cfg.graph, theta, cfg.tol)
+    cut, groups = _cut_off_and_groups(cfg.graph, theta, nums.tol)
     c = conserved_quantities(n)
     return dict(
         loss=L,
-        objective=L + strength * R,
+        objective=L + nums.strength * R,
         train_accuracy=tr.astype(theta.dtype),
         test_accuracy=jnp.asarray(te, theta.dtype),
         rank=len(cfg.graph.hidden) - groups,
@@ -443,60 +472,62 @@ def _metrics(cfg: _Config, net: DAGNetwork, theta, strength, data, c0):
 
 
 @lru_cache(maxsize=64)
-def _compiled(cfg: _Config, n_logs: int, batched: bool):
-    seg = _make_segment(cfg, n_logs)
+def _compiled(cfg: _Config, batched: bool):
+    seg = _make_segment(cfg)
     if batched:
-        seg = jax.vmap(seg, in_axes=(None, 0, 0, 0, None, None, 0))
+        seg = jax.vmap(seg, in_axes=(None, 0, 0, 0, None, None, None, 0))
     return eqx.filter_jit(seg)
 
 
-def _optimizer(cfg: _Config) -> optax.GradientTransformation:
-    return get_optimizer(cfg.optimizer_spec, cfg.learning_rate)
+def _optimizer(spec: str | optax.GradientTransformation, learning_rate) -> optax.GradientTransformation:
+    """The optax transformation of `spec`. A named one (`OPTIMIZERS`) is wrapped in
+    `optax.inject_hyperparams`, so that its learning rate is a number in its state (set by
+    `init`, read by `update`) rather than a constant of the compiled program; its other
+    settings stay as `OPTIMIZERS` builds them. A user's transformation passes through."""
+    if isinstance(spec, optax.GradientTransformation):
+        return spec
+    make = OPTIMIZERS[spec]
+    return optax.inject_hyperparams(lambda learning_rate: make(learning_rate))(learning_rate=learning_rate)
 
 
-def _chunk(n_logs: int) -> int:
-    """Logs per jitted segment when a progress bar is shown: a divisor of `n_logs`
-    giving about 20 segments."""
-    target = max(1, -(-n_logs // 20))
-    return max(d for d in range(1, target + 1) if n_logs % d == 0)
-
-
-def _make_segment(cfg: _Config, n_logs: int):
+def _make_segment(cfg: _Config):
     lossfn = get_loss(cfg.loss)
-    opt = _optimizer(cfg)
+    working = _is_working_set(cfg)
 
-    def segment(net, theta, opt_state, key, strength, data, c0):
-        start = _metrics(cfg, net, theta, strength, data, c0)  # cheap; saves a second compile
+    def segment(net, theta, opt_state, key, nums: _Numbers, n_logs, data, c0):
+        """`n_logs` (at most `_LOG_BLOCK`) blocks of `nums.log_every` epochs from `theta`,
+        logged after each block into the rows of a `_LOG_BLOCK`-row buffer."""
+        start = _metrics(cfg, net, theta, nums, data, c0)  # cheap; saves a second compile
         X, Y = data[0], data[1]
         N = X.shape[0]
-
-        working = _is_working_set(cfg)
+        opt = _optimizer(cfg.optimizer_spec, nums.learning_rate)  # its update reads the rate off its state
         B = jnp.asarray(cfg.graph.incidence(), X.dtype)
 
         def objective(th, Xb, Yb, proj):
             n = net.with_edge_weights(th)
             L = lossfn(n.forward(Xb), Yb)
             if cfg.regularizer is not None and not cfg.proximal:
-                L = L + strength * cfg.regularizer(n)
+                L = L + nums.strength * cfg.regularizer(n)
             if working:  # ||(I - P) J_G||_*: the part of the working-set bound smooth near the groups
-                L = L + strength * gram_nuclear_norm(proj, th)
+                L = L + nums.strength * gram_nuclear_norm(proj, th)
             return L
 
         grad = jax.grad(objective)
 
         def step(carry, batch):
             th, st = carry
-            ws = nuclear_working_set(net.with_edge_weights(th), cfg.working_tol) if working else None
+            ws = nuclear_working_set(net.with_edge_weights(th), nums.working_tol) if working else None
             g = grad(th, *batch, None if ws is None else B - ws.projector @ B)
             upd, st = opt.update(g, st, th)
             th = optax.apply_updates(th, upd)
             if cfg.proximal:
-                th = _prox(cfg.regularizer_name, cfg.graph, th, cfg.learning_rate * strength, ws, _adam_scale(cfg, st))
+                step_size = nums.learning_rate * nums.strength
+                th = _prox(cfg.regularizer_name, cfg.graph, th, step_size, ws, _adam_scale(cfg, st))
             if working:
                 th = _zero_inside_cut_off(cfg.graph, th)
             return (th, st), None
 
-        def epoch(carry, _):
+        def epoch(_, carry):
             th, st, k = carry
             if cfg.n_batches == 1 and cfg.batch_size == N:
                 (th, st), _ = step((th, st), (X, Y))
@@ -505,13 +536,16 @@ def _make_segment(cfg: _Config, n_logs: int):
                 perm = jr.permutation(sub, N)[: cfg.n_batches * cfg.batch_size]
                 perm = perm.reshape(cfg.n_batches, cfg.batch_size)
                 (th, st), _ = jax.lax.scan(step, (th, st), (X[perm], Y[perm]))
-            return (th, st, k), None
+            return th, st, k
 
-        def log_block(carry, _):
-            carry, _ = jax.lax.scan(epoch, carry, None, length=cfg.log_every)
-            return carry, _metrics(cfg, net, carry[0], strength, data, c0)
+        def log_block(i, carry):
+            th, st, k, logs = carry
+            th, st, k = jax.lax.fori_loop(0, nums.log_every, epoch, (th, st, k))  # a dynamic trip count
+            row = _metrics(cfg, net, th, nums, data, c0)
+            return th, st, k, jax.tree.map(lambda buf, x: buf.at[i].set(x), logs, row)
 
-        (theta, opt_state, key), logs = jax.lax.scan(log_block, (theta, opt_state, key), None, length=n_logs)
+        logs = jax.tree.map(lambda x: jnp.zeros((_LOG_BLOCK,) + x.shape, x.dtype), start)
+        theta, opt_state, key, logs = jax.lax.fori_loop(0, n_logs, log_block, (theta, opt_state, key, logs))
         return theta, opt_state, key, logs, start
 
     return segment
@@ -573,21 +607,21 @@ def fit(
         None if X_test is None else X_test.astype(dtype),
         None if Y_test is None else Y_test.astype(dtype),
     )
-    strength = jnp.asarray(obj.strength, dtype)
+    nums = _fit_numbers(obj, opts, dtype)
     theta, log = _train(
-        cfg, net, theta0, data, strength, epochs=opts.epochs, key=jr.key(0) if key is None else key, progress=progress
+        cfg, net, theta0, data, nums, epochs=opts.epochs, key=jr.key(0) if key is None else key, progress=progress
     )
     return TrainResult(
         network=net.with_edge_weights(theta),
         initial=net.with_edge_weights(theta0),
         log=log,
         result=_training_result(theta),
-        strength=strength,
+        strength=nums.strength,
         optimizer=opts.optimizer if isinstance(opts.optimizer, str) else type(opts.optimizer).__name__,
-        learning_rate=cfg.learning_rate,
+        learning_rate=float(opts.learning_rate),
         regularizer=cfg.regularizer_name,
         proximal=cfg.proximal,
-        tol=cfg.tol,
+        tol=float(opts.tol),
         batch_size=cfg.batch_size,
         epochs=int(opts.epochs),
     )
@@ -634,8 +668,9 @@ def _fit_data(net, X, Y, X_test, Y_test) -> tuple[Array, Array, Array | None, Ar
 
 
 def _fit_config(graph: DAG, N: int, obj: Objective, opts: TrainOptions, accuracy: bool | None) -> _Config:
-    """The static configuration of the training loop (one compiled program per value),
-    after the checks that need the objective and the options together, or the data."""
+    """The structure of the training loop (one compiled program per value; the numbers
+    are `_fit_numbers`), after the checks that need the objective and the options
+    together, or the data."""
     if obj.weight_decay != 0:
         raise ValueError(
             f"fit takes no weight_decay (got {obj.weight_decay!r}); pass regularizer='l2', "
@@ -655,53 +690,76 @@ def _fit_config(graph: DAG, N: int, obj: Objective, opts: TrainOptions, accuracy
     batch_size = N if opts.batch_size is None else opts.batch_size
     if not 1 <= batch_size <= N:
         raise ValueError(f"batch_size must be an integer in [1, N={N}] or None (full batch); got {batch_size!r}.")
-    working_tol = opts.working_tol
-    if working_tol is None:
-        working_tol = _DEFAULT_WORKING_FACTOR * float(opts.learning_rate) * float(obj.strength)
     optimizer = opts.optimizer if isinstance(opts.optimizer, optax.GradientTransformation) else opts.optimizer.lower()
     return _Config(
         graph,
         obj.loss,
         optimizer,
-        float(opts.learning_rate),
         reg,
         reg_name,
         bool(opts.proximal),
         int(batch_size),
         N // int(batch_size),
-        int(opts.log_every),
-        float(opts.tol),
         bool(obj.loss == "bce" if accuracy is None else accuracy),
-        float(working_tol),
     )
 
 
-def _train(cfg: _Config, net: DAGNetwork, theta0, data, strength, *, epochs: int, key, progress: bool):
-    """Run the compiled training loop from `theta0` (one network, or a batch: `(B, E)`),
-    in segments of logs (about 20 with a progress bar). **Returns:** `(theta, TrainLog)`."""
+def _fit_numbers(obj: Objective, opts: TrainOptions, dtype) -> _Numbers:
+    """The numeric settings as arrays (in the weights' `dtype`, the dtype a Python number
+    takes against them), arguments of the compiled loop rather than constants in it.
+    The default `working_tol` is `20 * learning_rate * strength`, computed here."""
+    working_tol = opts.working_tol
+    if working_tol is None:
+        working_tol = _DEFAULT_WORKING_FACTOR * float(opts.learning_rate) * float(obj.strength)
+    return _Numbers(
+        learning_rate=jnp.asarray(float(opts.learning_rate), dtype),
+        strength=jnp.asarray(obj.strength, dtype),
+        tol=jnp.asarray(float(opts.tol), dtype),
+        working_tol=jnp.asarray(float(working_tol), dtype),
+        log_every=jnp.asarray(int(opts.log_every), jnp.int32),
+    )
+
+
+def _train(cfg: _Config, net: DAGNetwork, theta0, data, nums: _Numbers, *, epochs: int, key, progress: bool):
+    """Run the compiled training loop from `theta0` (one network, or a batch: `(B, E)`):
+    calls of at most `_LOG_BLOCK` logs each (about 20 calls with a progress bar, more where
+    a call would exceed the block). The logs come back to the host once, after the last call,
+    and are put together with NumPy, so that no glue program depends on the number of logs.
+    **Returns:** `(theta, TrainLog)`."""
     batched = theta0.ndim == 2
     base = net.with_edge_weights(theta0[0] if batched else theta0)
-    n_logs = epochs // cfg.log_every
-    chunk = _chunk(n_logs) if progress else n_logs
+    log_every = int(nums.log_every)
+    n_logs = epochs // log_every
+    per_call = min(_LOG_BLOCK, -(-n_logs // 20)) if progress else _LOG_BLOCK
     k = jr.split(key, theta0.shape[0]) if batched else key
     c0 = conserved_quantities(net.with_edge_weights(theta0))
-    opt_state = (jax.vmap(_optimizer(cfg).init) if batched else _optimizer(cfg).init)(theta0)
-    run_seg = _compiled(cfg, chunk, batched)
+    opt = _optimizer(cfg.optimizer_spec, nums.learning_rate)
+    opt_state = (jax.vmap(opt.init) if batched else opt.init)(theta0)
+    run_seg = _compiled(cfg, batched)
     theta = theta0
-    pieces: list[dict] = []  # the logs of each segment
+    ax = 1 if batched else 0
+    pieces: list[tuple[dict, int | None]] = []  # the first log, then each call's logs and how many
     bar = tqdm(total=epochs, desc=f"fit ({cfg.regularizer_name})", unit="epoch") if progress else None
-    for _ in range(n_logs // chunk):
-        theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, strength, data, c0)
+    done = 0
+    while done < n_logs:
+        m = min(per_call, n_logs - done)
+        theta, opt_state, k, logs, start = run_seg(base, theta, opt_state, k, nums, jnp.asarray(m, jnp.int32), data, c0)
         if not pieces:
-            log0 = start
-        pieces.append(logs)
+            pieces.append((start, None))
+        pieces.append((logs, m))
+        done += m
         if bar is not None:
-            bar.update(chunk * cfg.log_every)
+            bar.update(m * log_every)
     if bar is not None:
         bar.close()
-    ax = 1 if batched else 0
-    cat = {f: jnp.concatenate([jnp.expand_dims(log0[f], ax)] + [p[f] for p in pieces], axis=ax) for f in log0}
-    epochs_arr = jnp.arange(n_logs + 1) * cfg.log_every
+    host = jax.device_get([p for p, _ in pieces])  # one transfer, after the last call
+    rows = [{f: np.expand_dims(v, ax) for f, v in host[0].items()}]
+    rows += [
+        {f: v[(slice(None),) * ax + (slice(0, m),)] for f, v in p.items()} for p, (_, m) in zip(host[1:], pieces[1:])
+    ]
+    # device_put, not jnp.asarray: on a NumPy array the latter compiles a program per shape
+    cat = {f: jax.device_put(np.concatenate([r[f] for r in rows], axis=ax)) for f in rows[0]}
+    epochs_arr = np.arange(n_logs + 1) * log_every
     if batched:
-        epochs_arr = jnp.broadcast_to(epochs_arr, (theta0.shape[0], n_logs + 1))
-    return theta, TrainLog(epochs=epochs_arr, **cat)
+        epochs_arr = np.broadcast_to(epochs_arr, (theta0.shape[0], n_logs + 1))
+    return theta, TrainLog(epochs=jax.device_put(epochs_arr), **cat)
