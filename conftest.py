@@ -51,7 +51,7 @@ SMALL = {
     ],
     "docs/channels.md": [
         ("Y, 1e7, loss=loss", "Y, 1e3, loss=loss"),
-        ("n_jumps=7, t_flow=1e3", "n_jumps=2, t_flow=1e1"),
+        ("n_jumps=7, t_flow=1e3", "n_jumps=3, t_flow=0.0"),
         ("flow_wall_time=60.0, max_steps=2000", "flow_wall_time=5.0, max_steps=20"),
     ],
 }
