@@ -105,7 +105,7 @@ def _reference_lp(problems):
 
 # 600 DAGs in the default run; the full 2000 (the same stream, extended) are slow
 @pytest.mark.parametrize("n", [600, pytest.param(2000, marks=pytest.mark.slow)])
-def test_agreement_2000_random_dags(n):
+def test_agreement_on_random_dags(n):
     """Combinatorial verdict (min cuts) == exact LP verdict, and the combinatorial margin
     (min theta_e^2) equals the LP optimum, on `n` random DAGs with c from
     initializations, adversarially skewed c, and integer c (boundary values)."""
