@@ -11,32 +11,11 @@ import numpy as np
 import pytest
 
 import invariant_jax as ij
+from compile_count import CountCompiles
 from invariant_jax.sweep import BatchOptions
 from tolerances import assert_within_tolerance
 
 jax.config.update("jax_enable_x64", True)
-
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-class _CountCompiles:
-    """Counts XLA backend compilations (jax.monitoring) while active."""
-
-    def __init__(self):
-        self.n = 0
-        self.on = False
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event, duration, **kw):
-        if self.on and event == _COMPILE_EVENT:
-            self.n += 1
-
-    def __enter__(self):
-        self.n, self.on = 0, True
-        return self
-
-    def __exit__(self, *exc):
-        self.on = False
 
 
 def _data(seed, n=12):
@@ -50,7 +29,7 @@ def _nets(seed, B=3):
 
 
 def test_second_data_set_reuses_the_compiled_sweep():
-    counter = _CountCompiles()
+    counter = CountCompiles()
     opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=4), batch=BatchOptions(slots=2))
     X1, Y1 = _data(0)
     X2, Y2 = _data(1)
@@ -112,7 +91,7 @@ def test_with_data_refuses_other_shapes():
 def test_kink_aware_sweep_reuses_its_engine_for_new_data():
     # relu: sweep_flows is kink-aware by default; t1 and the options are compiled in,
     # the data set and the initial weights are arguments of the programs
-    counter = _CountCompiles()
+    counter = CountCompiles()
     g = ij.mlp([2, 3, 1])
     nets = lambda s: eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(jr.split(jr.key(s), 3))  # noqa: E731
     opts = dict(solver="tsit5", rtol=1e-7, atol=1e-7, saveat=ij.SaveTimes(n_save=3), batch=BatchOptions(slots=2))
@@ -159,7 +138,7 @@ def _relu_batches(ns, E_seed=5):
 def test_no_batch_size_compiles_again(kink_aware):
     """After a first call, sweeps of 1, 37, 64 and 200 networks compile nothing, and a
     trajectory's record does not depend on the batch it was in (one program run again)."""
-    counter = _CountCompiles()
+    counter = CountCompiles()
     batches, table = _relu_batches(_NS)
     X, Y = _data(0)
     # the kink-aware configuration of the test above (its engine, if compiled, is reused)
@@ -206,7 +185,7 @@ def test_resume_compiles_nothing(tmp_path, kink_aware):
 
     from invariant_jax.sweep import StoreOptions, SweepConfig, run_sweep
 
-    counter = _CountCompiles()
+    counter = CountCompiles()
     cfg = SweepConfig(
         graph="mlp",
         widths=(2, 3, 1),

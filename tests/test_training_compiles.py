@@ -10,30 +10,9 @@ import jax.random as jr
 import numpy as np
 
 import invariant_jax as ij
+from compile_count import CountCompiles
 
 jax.config.update("jax_enable_x64", True)
-
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-class _CountCompiles:
-    """Counts XLA backend compilations (jax.monitoring) while active."""
-
-    def __init__(self):
-        self.n = 0
-        self.on = False
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event, duration, **kw):
-        if self.on and event == _COMPILE_EVENT:
-            self.n += 1
-
-    def __enter__(self):
-        self.n, self.on = 0, True
-        return self
-
-    def __exit__(self, *exc):
-        self.on = False
 
 
 def test_numbers_compile_nothing_structure_does():
@@ -47,7 +26,7 @@ def test_numbers_compile_nothing_structure_does():
         obj = ij.Objective("bce", regularizer="nuclear", strength=strength)
         return ij.fit(net, X, Y, loss=obj, options=options)
 
-    counter = _CountCompiles()
+    counter = CountCompiles()
     with counter:
         first = run(epochs=4, log_every=2)
     assert counter.n > 0  # the counter sees compiles
