@@ -19,6 +19,14 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+# One BLAS/LAPACK thread, as the CLI runs (`invariant_jax.cli._common.one_blas_thread`):
+# the implicit solvers' LU factorizations otherwise start one OpenBLAS thread per core,
+# which wait on each other when other work keeps the cores busy
+# (benchmarks/results/blas_threads.json): the variable for libraries loaded later, and
+# threadpoolctl for those the script loaded before importing this. A user's own
+# OPENBLAS_NUM_THREADS wins. The provenance records each library's threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LOCAL = HERE / "results" / "local"
@@ -85,6 +93,15 @@ def _devices() -> list[str] | None:
         return None
 
 
+def _blas_threads() -> dict:
+    """Threads of each BLAS library loaded in this process (threadpoolctl)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {}
+    return {Path(i["filepath"]).name: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
     tracked files, `null` outside a git checkout), versions, machine (with its load
@@ -101,6 +118,7 @@ def provenance() -> dict:
         "cpu_count": os.cpu_count(),
         "devices": _devices(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "blas_threads": _blas_threads(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "started": STARTED.isoformat(timespec="seconds"),
         "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -119,6 +137,18 @@ def write_json(path: str | os.PathLike, data: dict, **dumps) -> Path:
     os.replace(tmp, path)
     print(f"wrote {path}")
     return path
+
+
+def _limit_blas_threads() -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=int(os.environ["OPENBLAS_NUM_THREADS"]), user_api="blas")
+    except (ImportError, ValueError):  # no threadpoolctl, or a variable it cannot read
+        pass
+
+
+_limit_blas_threads()
 
 
 class CompileCounter:

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             common.check_args(args)  # one validation per option, the same in every command
-            return int(importlib.import_module(f"invariant_jax.cli._{args.command}").run(args) or 0)
+            with common.one_blas_thread():  # the solvers' LU factorizations, with every core busy
+                return int(importlib.import_module(f"invariant_jax.cli._{args.command}").run(args) or 0)
         except (ValueError, TypeError, FileNotFoundError) as e:
             print(f"invariant-jax {args.command}: error: {e}", file=sys.stderr)
             return 2

@@ -167,6 +167,26 @@ CACHE_ENV = "INVARIANT_JAX_CACHE_DIR"
 NO_CACHE_ENV = "INVARIANT_JAX_NO_CACHE"
 
 
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread():
+    """A context in which SciPy's and NumPy's BLAS/LAPACK run on one thread (threadpoolctl),
+    unless the user set one of `BLAS_THREAD_VARIABLES`. The implicit solvers factor a
+    matrix at every step through them; with every core busy (a sweep runs one JAX device
+    per core), OpenBLAS's own threads wait on each other, and a warm Gauss4 kink-aware
+    flow took 16 s instead of 0.4 s (`benchmarks/results/blas_threads.json`). The CLI
+    owns its process, so it sets this; called from Python, the caller's limits come back
+    on exit."""
+    import contextlib
+
+    if any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def compilation_cache_dir() -> Path | None:
     """Where the CLI keeps JAX's persistent compilation cache: `$INVARIANT_JAX_CACHE_DIR`
     if set, else `$XDG_CACHE_HOME/invariant-jax/jax` (default `~/.cache/invariant-jax/jax`).
