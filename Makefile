@@ -41,8 +41,11 @@ TEST_FAST_COMPILE ?= 1
 PYTEST_N ?= logical
 XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
+# Both workers keep the cores busy, so SciPy's OpenBLAS (the implicit solvers' LU) runs on
+# one thread, as the CLI does (benchmarks/results/blas_threads.json).
 define run_tests
 	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && export IJ_TEST_CACHE_DIR="$$cache" && \
+	export OPENBLAS_NUM_THREADS="$${OPENBLAS_NUM_THREADS:-1}" && \
 	JAX_DISABLE_MOST_OPTIMIZATIONS=$(TEST_FAST_COMPILE) $(1)/python -m pytest -q $(XDIST) $(2) && \
 	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_max_isa=$(EXACTNESS_ISA)" $(1)/python -m pytest -q $(XDIST) $(3)
 endef
