@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import jax
 import jax.random as jr
 from jax.experimental.compilation_cache import compilation_cache
+from threadpoolctl import threadpool_limits
 
 from ..datasets import teacher_student
 from ..graph import DAG, example_dag, mlp, random_dag
@@ -178,12 +180,8 @@ def one_blas_thread():
     flow took 16 s instead of 0.4 s (`benchmarks/results/blas_threads.json`). The CLI
     owns its process, so it sets this; called from Python, the caller's limits come back
     on exit."""
-    import contextlib
-
     if any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
         return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
     return threadpool_limits(limits=1, user_api="blas")
 
 
