@@ -866,8 +866,11 @@ def work_precision_goal() -> str:
     by = {(g["case"], g["tsit5_tol"], g["method"]): g for g in rec["goal"]}
     keys = list(dict.fromkeys((g["case"], g["tsit5_tol"]) for g in rec["goal"]))
 
+    def ratio(x):
+        return f"{x:.0f}x" if x >= 10 else f"{x:.2g}x"
+
     def cell(g):
-        return "not reached" if g["kink_nfe"] is None else f"{g['kink_nfe']:,} ({g['ratio']:.2g}x)"
+        return "not reached" if g["kink_nfe"] is None else f"{g['kink_nfe']:,} ({ratio(g['ratio'])})"
 
     out = [
         "| init | Tsit5 tol | Tsit5 error | Tsit5 evaluations | kink-aware + Tsit5 (ratio) | kink-aware + Gauss4 (ratio) |",
@@ -882,7 +885,7 @@ def work_precision_goal() -> str:
     cases = list(dict.fromkeys(c for c, _ in keys))
     tight = {c: min(t for cc, t in keys if cc == c) for c in cases}
     best = {m: [by[c, tight[c], m]["ratio"] for c in cases] for m in ("kink+tsit5", "kink+gauss4")}
-    fmt = lambda xs: " and ".join("-" if x is None else f"{x:.2g}x" for x in xs)  # noqa: E731
+    fmt = lambda xs: " and ".join("-" if x is None else ratio(x) for x in xs)  # noqa: E731
     met = all(x is not None and x >= 10 for x in best["kink+tsit5"])
     crude = [by[c, t, "kink+tsit5"]["ratio"] for c, t in keys if t != tight[c]]
     crude = [x for x in crude if x is not None]
@@ -895,8 +898,8 @@ def work_precision_goal() -> str:
         + ("(the 10x goal is met" if met else "(the 10x goal is not met")
         + f" on {'both' if len(cases) == 2 else 'these'} inits), kink-aware + Gauss4 {fmt(best['kink+gauss4'])}."
         + (
-            f" At Tsit5's cruder tolerances the ratio is {min(crude):.2g}x to {max(crude):.2g}x"
-            + (": Tsit5 is cheaper there" if max(crude) < 1 else "")
+            f" At Tsit5's cruder tolerances the ratio is {ratio(min(crude))} to {ratio(max(crude))}"
+            + (": Tsit5 is cheaper there" if max(crude) < 1 else " (Tsit5 is cheaper where it is below 1)")
             + f". Kink-aware pays a fixed cost per event ({' and '.join(map(str, events))} events here), whatever "
             "the tolerance.\n"
             if crude
