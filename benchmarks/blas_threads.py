@@ -52,14 +52,14 @@ def child(repeats: int) -> dict:
             warm.append(time.perf_counter() - t)
         return dict(first_s=first, warm_median_s=float(np.median(warm)), warm_max_s=max(warm), warm_s=warm)
 
-    g = ij.mlp([5, 20, 1])
-    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(0))
-    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(1))
+    g = ij.mlp([5, 20, 1], bias=True)  # the README's example, as benchmarks/first_calls.py runs it
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.key(0))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.key(1), init="glorot")
     light = timed(lambda: ij.kink_aware_flow(net, X, Y, 2.0))
 
-    g2 = ij.mlp([10, 40, 1])
-    X2, Y2, _ = ij.teacher_student(g2, 50, key=jax.random.PRNGKey(0))
-    net2 = ij.DAGNetwork(g2, "softplus", key=jax.random.PRNGKey(1))
+    g2 = ij.mlp([10, 40, 1], bias=True)
+    X2, Y2, _ = ij.teacher_student(g2, 50, key=jax.random.key(0))
+    net2 = ij.DAGNetwork(g2, "softplus", key=jax.random.key(1), init="glorot")
     heavy = timed(lambda: ij.gradient_flow(net2, X2, Y2, 1.0, solver="kvaerno5", rtol=1e-8, atol=1e-8))
 
     M = jnp.eye(240) + 0.01 * jax.random.normal(jax.random.PRNGKey(0), (240, 240))
@@ -132,9 +132,10 @@ def main():
             benchmark="blas_threads",
             settings=dict(rounds=args.rounds, repeats=args.repeats, busy=args.busy, cores=cores, arms=arms),
             workloads=dict(
-                light="README example: kink_aware_flow, mlp([5, 20, 1]) relu with bias, 20 teacher points "
-                "(key 0), init key 1, t1 = 2, default Gauss4 inside",
-                heavy="gradient_flow, kvaerno5, mlp([10, 40, 1]) softplus with bias, 50 teacher points, t1 = 1, "
+                light="README example: kink_aware_flow, mlp([5, 20, 1], bias=True) relu, 20 teacher points "
+                "(key 0), Glorot init key 1, t1 = 2, default Gauss4 inside",
+                heavy="gradient_flow, kvaerno5, mlp([10, 40, 1], bias=True) softplus, 50 teacher points (key 0), "
+                "Glorot init key 1, t1 = 1, "
                 "rtol = atol = 1e-8",
                 lu240="jax.scipy.linalg.lu_factor of a 240 x 240 matrix",
             ),
