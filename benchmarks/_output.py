@@ -93,6 +93,9 @@ def _devices() -> list[str] | None:
         return None
 
 
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _blas_threads() -> dict:
     """Threads of each BLAS library loaded in this process (threadpoolctl)."""
     try:
@@ -119,6 +122,8 @@ def provenance() -> dict:
         "devices": _devices(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "blas_threads": _blas_threads(),
+        # what child processes inherit (a parent that never loads BLAS lists no library above)
+        "blas_thread_variables": {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES},
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "started": STARTED.isoformat(timespec="seconds"),
         "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -21,6 +21,7 @@ import datetime
 import json
 import math
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -121,13 +122,64 @@ def first_calls() -> str:
         if load > 2
         else ""
     )
+    prov = rec["provenance"]
+    threads = set((prov.get("blas_threads") or {}).values())  # libraries the parent loaded
+    inherited = (prov.get("blas_thread_variables") or {}).get("OPENBLAS_NUM_THREADS")  # what its children got
+    blas = "with one BLAS thread, " if threads <= {1} and (threads or inherited == "1") else ""
+    lead = f"{shared}{blas}"
     return (
-        f"{shared}importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
+        f"{lead[:1].upper() + lead[1:]}importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
         f"{s['gradient_flow_first_s']:.1f} s (nearly all compiling) and the same call again "
         f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
         f"{s['kink_aware_flow_first_s']:.1f} s and again {s['kink_aware_flow_again_s']:.3f} s "
         f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}; `{rec['command']}`, "
         f"`benchmarks/results/first_calls.json`).\n"
+    )
+
+
+def _blas_rows(rec: dict) -> dict:
+    """blas_threads.json's summary by (spinning processes, workload)."""
+    return {(r["busy"], r["workload"]): r for r in rec["summary"]}
+
+
+def blas_threads() -> str:
+    """docs/solvers.md: OpenBLAS's default threads against one, idle and with every core busy."""
+    rec = _load("blas_threads.json")
+    st = rec["settings"]
+    names = {"light": "README `kink_aware_flow` (Gauss4)", "heavy": "Kvaerno5 `gradient_flow`", "lu240": "240 x 240 LU"}
+    unit = {"light": (1, "s"), "heavy": (1, "s"), "lu240": (1e3, "ms")}
+    rows = [
+        "| spinning processes | workload | warm median, default / one | slowest warm, default / one | first call, "
+        "default / one |",
+        "|---|---|---|---|---|",
+    ]
+    med = statistics.median
+    for r in rec["summary"]:
+        k, u = unit[r["workload"]]
+        f = lambda x: f"{x * k:.2f} {u}" if x * k < 10 else f"{x * k:.1f} {u}"  # noqa: E731
+        rows.append(
+            f"| {r['busy']} | {names[r['workload']]} | {f(med(r['default_warm_median_s']))} / "
+            f"{f(med(r['one_warm_median_s']))} | {f(r['default_warm_max_s'])} / {f(r['one_warm_max_s'])} | "
+            f"{f(med(r['default_first_s']))} / {f(med(r['one_first_s']))} |"
+        )
+    return (
+        f"Measured (`{rec['command']}`, {_commit_of(rec)}, `benchmarks/results/blas_threads.json`; "
+        f"{st['cores']} cores; each arm in a fresh process, {st['rounds']} rounds of {st['repeats']} warm calls, "
+        f"medians over rounds; default = OpenBLAS's {st['arms']['default']} threads):\n\n" + "\n".join(rows) + "\n"
+    )
+
+
+def blas_threads_readme() -> str:
+    """README's Cost note: the README example's warm call with busy cores, default BLAS threads against one."""
+    rec = _load("blas_threads.json")
+    busy = max(r["busy"] for r in rec["summary"])
+    r = _blas_rows(rec)[busy, "light"]
+    med = statistics.median
+    return (
+        f"With {busy} other processes keeping the cores busy, the warm `kink_aware_flow` call above took "
+        f"{med(r['default_warm_median_s']):.2f} s (slowest {r['default_warm_max_s']:.2f} s) with OpenBLAS's "
+        f"default threads and {med(r['one_warm_median_s']):.2f} s (slowest {r['one_warm_max_s']:.2f} s) with one "
+        f'(`benchmarks/results/blas_threads.json`; docs/solvers.md, "BLAS threads").\n'
     )
 
 
@@ -1122,6 +1174,8 @@ BLOCKS = {
     "jump-filter": jump_filter,
     "test-suite-time": test_suite_time,
     "first-calls": first_calls,
+    "blas-threads": blas_threads,
+    "blas-threads-readme": blas_threads_readme,
     "channels-solvers": channels_solvers,
     "rank-invariance": rank_invariance,
     "topology-scale": topology_scale,

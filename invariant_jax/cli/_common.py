@@ -177,7 +177,7 @@ def one_blas_thread():
     unless the user set one of `BLAS_THREAD_VARIABLES`. The implicit solvers factor a
     matrix at every step through them; with every core busy (a sweep runs one JAX device
     per core), OpenBLAS's own threads wait on each other, and a warm Gauss4 kink-aware
-    flow took 16 s instead of 0.4 s (`benchmarks/results/blas_threads.json`). The CLI
+    flow took 22 s instead of 0.7 s (median; `benchmarks/results/blas_threads.json`). The CLI
     owns its process, so it sets this; called from Python, the caller's limits come back
     on exit."""
     if any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
