@@ -129,7 +129,7 @@ class Flow(eqx.Module):
         sol,
         *,
         theta0,
-        t0: float = 0.0,
+        t0: float | Array = 0.0,
         loss="mse",
         weight_decay: float = 0.0,
         rtol: float,

@@ -10,6 +10,7 @@ as trajectories finish."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable
 
@@ -155,13 +156,12 @@ class KinkIntegrator(eqx.Module):
     inner: diffrax.AbstractSolver
     rtol: Array
     atol: Array
-    t0: float = eqx.field(static=True)
-    t1: float = eqx.field(static=True)
+    t0: Array  # arrays, so that a new horizon compiles nothing
+    t1: Array
     max_steps: int = eqx.field(static=True)
     max_events: int = eqx.field(static=True)
     event_tol: float = eqx.field(static=True)
     surface_tol: float = eqx.field(static=True)
-    tolerances: tuple[float, float] = eqx.field(static=True, default=(1e-8, 1e-8))  # (rtol, atol) as floats
     reference_solve: bool = eqx.field(static=True, default=False)  # segments by diffrax.diffeqsolve (tests)
     # the event condition compiled once per segment (`solve_segment`), for Gauss-Legendre
     # inside (an explicit solver's short segments run faster as two loops); False under vmap
@@ -419,10 +419,10 @@ class KinkIntegrator(eqx.Module):
 
     def flow(self, net: DAGNetwork, theta0, out: KinkState, loss) -> KinkFlow:
         """The `KinkFlow` of a finished trajectory started at `theta0`."""
-        rtol, atol = self.tolerances
         sol, extra = self.finish(out)
+        # the tolerances are traced: `kink_aware_flow` writes them into the Flow after the call (as `gradient_flow`)
         fl = Flow.from_solution(
-            net, self.prob.X, self.prob.Y, sol, theta0=theta0, t0=self.t0, loss=loss, rtol=rtol, atol=atol
+            net, self.prob.X, self.prob.Y, sol, theta0=theta0, t0=self.t0, loss=loss, rtol=math.nan, atol=math.nan
         )
         return KinkFlow(flow=fl, **extra)
 
@@ -481,13 +481,12 @@ def make_kink_integrator(
         inner=options.get_solver(),
         rtol=jnp.asarray(options.rtol, dtype),
         atol=jnp.asarray(options.atol, dtype),
-        t0=float(t0),
-        t1=float(t1),
+        t0=jnp.asarray(t0, dtype),
+        t1=jnp.asarray(t1, dtype),
         max_steps=int(options.max_steps),
         max_events=int(kinks.max_events),
         event_tol=float(kinks.event_tol),
         surface_tol=float(kinks.surface_tol),
-        tolerances=(float(options.rtol), float(options.atol)),
     )
 
 
@@ -543,13 +542,14 @@ def kink_aware_flow(
             f"regularizer={obj.regularizer!r}, strength={obj.strength!r}. Pass the loss alone, or use "
             "ij.gradient_flow(..., loss=objective) for weight decay or a regularizer."
         )
+    opts = as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS)
     integ = make_kink_integrator(
         net,
         X,
         Y,
         t1,
         t0=t0,
-        options=as_solver_options(solver, rtol=rtol, atol=atol, max_steps=KINK_MAX_STEPS),
+        options=opts,
         saveat=as_save_times(saveat, kw.get("n_save")),
         kinks=kinks,
         loss=obj.loss,
@@ -560,7 +560,9 @@ def kink_aware_flow(
         "is not finite; re-initialize the network.",
         where="initial weight theta0[{index}] ",
     )  # as gradient_flow: before any compile
-    return integrate_kink_flow(integ, net, theta0, obj.loss)
+    kf = integrate_kink_flow(integ, net, theta0, obj.loss)
+    flow = dataclasses.replace(kf.flow, rtol=float(opts.rtol), atol=float(opts.atol))
+    return dataclasses.replace(kf, flow=flow)
 
 
 @eqx.filter_jit
