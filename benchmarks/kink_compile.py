@@ -15,7 +15,11 @@ itself in fresh processes with `PYTHONPATH=PATH` (the old code, e.g. an exported
 alike), or with `--parallel` both at the same time, and records each run's load average. The persistent compilation cache is off
 (a library user's default).
 
-Usage: python benchmarks/kink_compile.py [--solvers tsit5 gauss4] [--repeats 5]
+`--parts` compiles the pieces of one segment one by one instead (the trajectory loop,
+one segment on an abstract state, event resolution, the field, its Jacobian, the event
+condition, the Flow record): where the compile time goes.
+
+Usage: python benchmarks/kink_compile.py [--solvers tsit5 gauss4] [--repeats 5] [--parts]
        [--before /tmp/old_checkout --rounds 2 [--parallel]] [--out benchmarks/results/kink_compile.json]
 """
 
@@ -98,6 +102,65 @@ def measure(solver: str, repeats: int) -> dict:
     )
 
 
+def measure_parts(solver: str) -> list[dict]:
+    """Compile time of the pieces of one segment, each jitted alone on abstract inputs (so
+    XLA cannot fold the initial state's constants): where the compile time of the whole
+    goes. Each piece is inlined wherever the segment uses it, so the pieces overlap and
+    do not add up to the whole."""
+    import invariant_jax as ij
+    from invariant_jax.kinks import integrate_kink_flow, make_kink_integrator
+    from invariant_jax.kinks._modes import resolve_event
+
+    g = ij.mlp([5, 20, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
+    integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
+    theta0 = net.edge_weights().astype(integ.prob.X.dtype)
+    state = jax.eval_shape(integ.init, theta0)
+    final = jax.eval_shape(integ.run, theta0)
+    parts = {
+        "whole program (integrate_kink_flow)": (lambda i, th: integrate_kink_flow(i, net, th, "mse"), (integ, theta0)),
+        "the trajectory loop (run)": (lambda i, th: i.run(th), (integ, theta0)),
+        "one segment": (lambda i, s: i.segment(s), (integ, state)),
+        "event resolution (resolve_event)": (
+            lambda i, s: resolve_event(i.prob, s.theta, s.P, s.slots, s.margin, i.surface_tol),
+            (integ, state),
+        ),
+        "the field (pattern or Filippov)": (lambda i, s: i.prob.field(s.theta, s.P, s.slots), (integ, state)),
+        "Jacobian of the field (jacfwd)": (
+            lambda i, s: jax.jacfwd(lambda th: i.prob.field(th, s.P, s.slots)[0])(s.theta),
+            (integ, state),
+        ),
+        "event condition and field": (
+            lambda i, s: i.prob.cond_and_field(s.theta, s.P, s.slots, s.margin),
+            (integ, state),
+        ),
+        "Flow record (flow)": (lambda i, th, f: i.flow(net, th, f, "mse"), (integ, theta0, final)),
+    }
+    rows = []
+    for name, (fn, fargs) in parts.items():
+        t, c = time.perf_counter(), time.process_time()
+        lowered = jax.jit(fn).lower(*fargs)
+        t_lower, c_lower = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+        lowered.compile()
+        rows.append(
+            dict(
+                solver=solver,
+                part=name,
+                trace_lower_s=t_lower,
+                xla_s=time.perf_counter() - t,
+                trace_lower_cpu_s=c_lower,
+                xla_cpu_s=time.process_time() - c,
+                load_average_after=list(os.getloadavg()),
+            )
+        )
+        r = rows[-1]
+        print(f"  {solver:<7} {name:<40} trace+lower {t_lower:5.1f} s  xla {r['xla_s']:5.1f} s", file=sys.stderr)
+    return rows
+
+
 def child(args) -> list[dict]:
     rows = []
     for s in args.solvers:
@@ -123,11 +186,25 @@ def main():
     ap.add_argument("--before", default=None, help="PYTHONPATH of the old code to measure side by side")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of before/after (with --before)")
     ap.add_argument("--parallel", action="store_true", help="with --before: run before and after at the same time")
+    ap.add_argument("--parts", action="store_true", help="compile the pieces of a segment one by one instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))
+        return
+    if args.parts:
+        rows = [r for s in args.solvers for r in measure_parts(s)]
+        write_json(
+            output_path(args.out, "kink_compile_parts.json"),
+            dict(
+                benchmark="kink_compile_parts",
+                workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
+                "rtol=atol=1e-8, n_save=11, default KinkOptions, float64; persistent compilation cache off",
+                note="each piece jitted alone on abstract inputs; pieces are inlined where used, so they overlap",
+                rows=rows,
+            ),
+        )
         return
     meta = dict(
         platform=platform.platform(),
