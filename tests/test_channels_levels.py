@@ -2,6 +2,8 @@
 criteria (Wilson intervals, loss-level clustering, channel confirmation) and the
 frequency study's status codes."""
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -374,3 +376,31 @@ def test_roughness_parts_merge_to_the_whole_study(tmp_path, monkeypatch):
         assert lo <= counts.sum() / m.sum() <= hi
     with pytest.raises(ValueError, match="more than one part"):
         cr.merge([str(paths[0]), str(paths[0])], tmp_path / "twice.json")
+
+
+def test_newton_phase_slots_take_the_next_run_and_change_no_result():
+    # continuous batching: in 3 slots, 7 runs of different lengths give what each run gives
+    # alone (batch_size=1), and the batch pays fewer slot iterations than groups of 3 run to
+    # their slowest would have
+    net, X, Y, teacher = _teacher_problem()
+    sizes = jnp.array([0.01, 0.3, 0.02, 0.5, 0.05, 0.8, 0.03])
+    signs = jnp.array([1, -1, 1, 1, -1, 1, -1.0])
+    starts = jnp.stack([teacher + sizes[k] * jnp.roll(signs, k) for k in range(7)])
+    nets = eqx.filter_vmap(net.with_edge_weights)(starts)
+    opts = ij.NewtonOptions(g_tol=1e-11, max_steps=200, chunk=5)
+    alone = ij.newton_phase(nets, X, Y, options=dataclasses.replace(opts, batch_size=1))
+    pooled = ij.newton_phase(nets, X, Y, options=dataclasses.replace(opts, batch_size=3))
+    assert np.array_equal(np.asarray(alone.n_steps), np.asarray(pooled.n_steps))
+    assert list(ij.result_name(alone.result)) == list(ij.result_name(pooled.result))
+    # equal to rounding (a batch of 3 vectorizes the linear algebra differently from 1):
+    # 1e-13 where runs converged, up to ~1e-8 where 200 iterations crawled a flat valley
+    diff = np.max(np.abs(np.asarray(alone.theta) - np.asarray(pooled.theta)), axis=1)
+    converged = np.asarray(alone.result == ij.RESULTS.stopped_g_tol)
+    assert converged.sum() >= 4 and diff[converged].max() < 1e-10 and diff.max() < 1e-7
+    k = np.asarray(alone.n_steps)
+    assert len(set(k.tolist())) > 1  # the runs differ in length
+    groups = sum(3 * 5 * int(np.ceil(k[s : s + 3].max() / 5)) for s in range(0, 7, 3))
+    assert pooled.settings["slot_iterations"] < groups
+    late = ij.newton_phase(nets, X, Y, options=ij.NewtonOptions(max_time=1e-9, batch_size=3))
+    assert set(ij.result_name(late.result)) == {"newton_max_time"}
+    assert np.array_equal(np.asarray(late.theta), np.asarray(starts)) and int(late.n_steps.sum()) == 0

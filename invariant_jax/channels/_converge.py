@@ -174,9 +174,9 @@ class NewtonOptions(eqx.Module):
     - `max_time`: wall-clock seconds for the whole batch (default inf), checked every
         `chunk` iterations (default 50); runs not finished or not started by then stop
         with `RESULTS.newton_max_time`.
-    - `batch_size`: runs advanced together (one vmapped program); groups of `batch_size`
-        runs run one after another, so a run only waits for the slowest run of its group.
-        `None`: 1 on CPU, all runs on an accelerator.
+    - `batch_size`: runs advanced together (one vmapped program of `batch_size` slots);
+        a slot whose run stops takes the next run (continuous batching), so no run waits
+        for a slower one. `None`: 1 on CPU, all runs on an accelerator.
     """
 
     maxnorm: float = 1e3
@@ -570,29 +570,23 @@ def newton_phase(
     bs = opts.batch_size if opts.batch_size is not None else (1 if jax.default_backend() == "cpu" else B)
     bs = int(min(bs, B))
     t = time.monotonic()
-    best, steps, reasons = [], [], []
-    for s0 in range(0, B, bs):
-        runs = _run_group(net, X, Y, theta0, s0, bs, loss, opts, t, progress)
-        n = min(bs, B - s0)
-        best.append(runs.best_y[:n])
-        steps.append(runs.k[:n])
-        reasons.append(runs.reason[:n])
+    theta, n_steps, reason, slot_iterations = _run_pool(net, X, Y, theta0, bs, loss, opts, t, progress)
     wall = time.monotonic() - t
-    theta = jnp.concatenate(best)
     f, gmax, lam = _measure(net, X, Y, theta, loss)
     nan = jnp.full((B,), jnp.nan, theta.dtype)
     settings = dict(
         opts.settings(),
         batch_size=bs,
+        slot_iterations=slot_iterations,
         optimiser="optimistix ClassicalTrustRegion + DampedNewtonDescent, exact Hessian (ij.losses.hessian_fn)",
     )
-    result = result_from_code(jnp.asarray(_REASON_CODES)[jnp.concatenate(reasons)])
+    result = result_from_code(jnp.asarray(_REASON_CODES)[reason])
     return ConvergeResult(
         theta=theta,
         loss=f,
         grad_norm=gmax,
         weightnorm=weightnorm(theta),
-        n_steps=jnp.concatenate(steps),
+        n_steps=n_steps,
         result=result,
         theta_flow=theta0,
         loss_flow=nan,
@@ -608,32 +602,72 @@ def newton_phase(
     )
 
 
-def _run_group(net, X, Y, theta0, s0, bs, loss, opts: NewtonOptions, t_start, progress):
-    """Advance runs `s0 .. s0 + bs - 1` (padded by repeating the last run, so that every
-    group reuses one compiled program) until all stop or `max_time` has passed; a group
-    started after `max_time` does not run."""
+@eqx.filter_jit
+def _refill(runs: _Run, fresh: _Run, take: Array) -> _Run:
+    """`runs` with the slots where `take` is True replaced by `fresh`'s."""
+    pick = lambda a, b: jnp.where(take.reshape(take.shape + (1,) * (a.ndim - 1)), b, a)  # noqa: E731
+    dyn, static = eqx.partition(runs, eqx.is_array)
+    return eqx.combine(jax.tree.map(pick, dyn, eqx.filter(fresh, eqx.is_array)), static)
+
+
+def _run_pool(net, X, Y, theta0, bs, loss, opts: NewtonOptions, t_start, progress):
+    """Advance the runs in `bs` slots, `chunk` iterations at a time, until all stop or
+    `max_time` has passed. A slot whose run stops takes the next run of the queue
+    (continuous batching), so no run waits for a slower one. Every call has `bs` slots
+    (one compiled program); an empty slot holds a stopped run and does no iterations.
+    Runs still going at `max_time` and runs not started stop with
+    `RESULTS.newton_max_time` (a run not started keeps its initial weights).
+
+    **Returns:** `(best weights, iterations, reason index, slot iterations)` per run; slot
+    iterations = `bs * chunk` per advance (what the batch paid for, busy or idle)."""
     B = theta0.shape[0]
-    idx = np.minimum(np.arange(s0, s0 + bs), B - 1)
-    runs = _start(net, X, Y, theta0[idx], loss)
-    args = (
-        loss,
-        float(opts.g_tol),
-        int(opts.patience),
-        float(opts.maxnorm),
-        int(opts.max_steps),
-        float(opts.rel_improve),
-    )
-    while time.monotonic() - t_start <= opts.max_time:
-        runs = _advance(net, X, Y, runs, int(opts.chunk), *args)
+    best, steps, reasons = theta0, np.zeros(B, int), np.full(B, _MAXTIME)
+    owner = np.full(bs, -1)  # the run in each slot (-1: empty)
+    queue = 0
+
+    def fill(runs, free):
+        nonlocal queue
+        n = min(int(free.sum()), B - queue)
+        if n == 0:
+            return runs
+        new = np.flatnonzero(free)[:n]
+        idx = np.full(bs, B - 1)
+        idx[new] = np.arange(queue, queue + n)
+        owner[new] = idx[new]
+        queue += n
+        fresh = _start(net, X, Y, theta0[idx], loss)
+        take = np.zeros(bs, bool)
+        take[new] = True
+        return fresh if runs is None else _refill(runs, fresh, jnp.asarray(take))
+
+    args = (loss, float(opts.g_tol), int(opts.patience), float(opts.maxnorm), int(opts.max_steps))
+    runs, slot_iterations = None, 0
+    if time.monotonic() - t_start <= opts.max_time:
+        runs = fill(None, np.ones(bs, bool))
+        for slot in np.flatnonzero(owner < 0):  # fewer runs than slots: the padding never runs
+            runs = eqx.tree_at(lambda r: r.reason, runs, runs.reason.at[slot].set(_MAXSTEPS))
+    while runs is not None and (owner >= 0).any() and time.monotonic() - t_start <= opts.max_time:
+        runs = _advance(net, X, Y, runs, int(opts.chunk), *args, float(opts.rel_improve))
+        slot_iterations += bs * int(opts.chunk)
         reason = np.asarray(runs.reason)
+        done = (owner >= 0) & (reason != _RUNNING)
+        if done.any():
+            who = owner[done]
+            best = best.at[who].set(runs.best_y[np.flatnonzero(done)])
+            steps[who] = np.asarray(runs.k)[done]
+            reasons[who] = reason[done]
+            owner[done] = -1
+            runs = fill(runs, done)
         if progress:
             print(
-                f"newton: runs {s0}..{min(s0 + bs, B) - 1} of {B}: {int((reason == _RUNNING).sum())} running, "
-                f"{time.monotonic() - t_start:.1f} s"
+                f"newton: {int((owner >= 0).sum())} running, {B - queue} queued, {int((reasons != _MAXTIME).sum())} "
+                f"of {B} done, {time.monotonic() - t_start:.1f} s"
             )
-        if not (reason == _RUNNING).any():
-            break
-    return eqx.tree_at(lambda r: r.reason, runs, jnp.where(runs.reason == _RUNNING, _MAXTIME, runs.reason))
+    if runs is not None and (owner >= 0).any():  # out of time: the runs still going keep their best point
+        going = np.flatnonzero(owner >= 0)
+        best = best.at[owner[going]].set(runs.best_y[going])
+        steps[owner[going]] = np.asarray(runs.k)[going]
+    return best, jnp.asarray(steps), reasons, slot_iterations
 
 
 def _one_net(nets: DAGNetwork) -> DAGNetwork:
