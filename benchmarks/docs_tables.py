@@ -751,6 +751,46 @@ def channels_eos() -> str:
     return "\n".join(out) + "\n"
 
 
+def channels_paper_data_fig6() -> str:
+    """docs/channels.md: Fig. 6a-b's committed data (function.csv, losslandscape.csv,
+    projected_dynamics.csv) against ours (benchmarks/channels_paper_data.py)."""
+    rec = _load("channels_paper_data.json")
+    fun, land, traj = rec["functions"], rec["landscape"], rec["projected_dynamics"]["trajectories"]
+    out = ["| file, quantity | rows | ours | max \\|ours - theirs\\| |", "|---|---|---|---|"]
+    for name, c in fun["columns"].items():
+        how = (
+            "`toy_target`" if name == "target" else f"GLU at our w = {c['w']:.6f} (c = {c['c']:.6f}, a = {c['a']:.2e})"
+        )
+        out.append(f"| `function.csv` {name} | all {fun['n_rows']} | {how} | {c['max_abs_diff']:.1e} |")
+    out.append(
+        f"| `losslandscape.csv` loss, gamma {land['gamma_range'][0]:g}..{land['gamma_range'][1]:g}, "
+        f"proj {land['proj_range'][0]:g}..{land['proj_range'][1]:g} | all {land['n_rows']} | loss minimised over the "
+        f"plane's 2-D complement | {land['max_abs_diff']:.1e} (relative {land['max_rel_diff']:.1e}); "
+        f"ours lower by > 1e-8 on {land['rows_ours_lower_by_1e_8']} rows, higher on "
+        f"{land['rows_ours_higher_by_1e_8']} |"
+    )
+    out.append(
+        f"| the same, loss on the plane itself (not minimised) | all {land['n_rows']} | - | "
+        f"{land['max_abs_diff_plane_not_minimised']:.1e} |"
+    )
+    out += [
+        "",
+        "| curve (`projected_dynamics.csv`) | ours | start distance | max distance of their rows to our curve "
+        "(rows compared) | Hausdorff | end, theirs (gamma, proj) | end, ours (flows: at their last gamma) "
+        "| channel theirs / ours |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for t, c in traj.items():
+        ch = "-" if c["channel_theirs"] is None else f"{c['channel_theirs'][-1]} / {c['channel_ours'][-1]}"
+        out.append(
+            f"| `{'saddle' if t == 'saddle' else 'flow_' + t}` | {c['kind']} | {c['start_distance']:.0e} | "
+            f"{c['max_distance_theirs_to_ours']:.2e} ({c['rows_covered']}/{c['n_rows']}) | {c['hausdorff']:.2e} | "
+            f"{c['end_theirs'][0]:.4g}, {c['end_theirs'][1]:.4f} | {c['end_ours'][0]:.4g}, {c['end_ours'][1]:.4f} | "
+            f"{ch} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def channels_recipe_setting() -> str:
     """docs/getting_started.md: the loss-levels cells (paper's settings, 100 seeds each) with the
     highest confirmed-channel fraction, the setting the channel recipe points to."""
@@ -1192,6 +1232,7 @@ BLOCKS = {
     "converge-cost": converge_cost,
     "channels-optimizers": channels_optimizers,
     "channels-eos": channels_eos,
+    "channels-paper-data-fig6": channels_paper_data_fig6,
     "channels-recipe-setting": channels_recipe_setting,
     "work-precision-setup": work_precision_setup,
     "work-precision-reference": work_precision_reference,
