@@ -33,9 +33,22 @@ incoming weights of trajectory 714 are (-0.0698, -0.0087), where |z_9| = 6e-4 an
 |z_4| = 1.6e-3 while the other |z| reach 0.13. So the mode to find at the origin is the
 sector or sliding ray along which the field leaves it (in the node's incoming-weight
 space, the blown-up dynamics on the unit sphere of directions).
+
+The fix (`kinks._modes.leave_origin`): near the origin the node's incoming weights `w`
+follow `dw/dt = grad F(w)`, `F(w) = -sum_i r_i relu(w . x_i)` (homogeneous of degree 1),
+and the ray they leave along is the smooth limit's choice: with `y = beta w`, `y`
+ascends `Phi(y) = -sum_i r_i softplus(y . x_i)` whatever `beta`. The arrival direction
+is a maximum of `F` on the sphere with `F < 0` (714: the sliding ray of pair 6), so an
+ascent of `F` on the sphere from it stays there; `y` instead passes by the origin and
+leaves on the other side (325: node 2 arrives from (0.83, 0.56) with `F = -0.57`
+(normalized) and leaves along (-0.99, -0.13), where `F = +0.015`). At the event `y`
+ascends `Phi` from the direction of arrival; if it leaves, the node restarts at
+`w = eps y / |y|` and the usual resolution follows, else it is dead (`w = 0`, every pair
+inactive; `test_node_that_cannot_leave_its_origin_stays_dead`).
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -45,11 +58,6 @@ from test_sweep_recompile import _data, _relu_batches
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27: all surfaces of one node meet at the origin of its incoming "
-    "weights; ambiguous-event cascade (see the module docstring)",
-)
 @pytest.mark.parametrize("index", [325, 714])
 def test_node_at_its_origin_follows_the_smooth_limit(index):
     jax.config.update("jax_enable_x64", True)
@@ -67,3 +75,30 @@ def test_node_at_its_origin_follows_the_smooth_limit(index):
     assert bool(fl.success)
     # first order in 1/beta: the smooth flow at beta = 1e4 is within ~1e-3 of the limit
     assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 2e-3
+
+
+def test_node_that_cannot_leave_its_origin_stays_dead():
+    """One hidden node, targets below every output it can make (`y = -1`, outgoing
+    weight > 0): every `r_i > 0`, so `F(u) = -sum_i r_i relu(u . x_i) < 0` on the whole
+    circle (the three inputs surround the origin) and the incoming weights reach 0 at
+    t ~ 1.13. The node is dead there: weights exactly 0, every pair inactive, no
+    ambiguous event; the smooth flow (beta = 1e4) stays within ~1/beta of it."""
+    jax.config.update("jax_enable_x64", True)
+    g = ij.mlp([2, 1, 1])
+    X = jnp.array([[1.0, 0.0], [-0.5, 0.8], [-0.5, -0.9]])
+    Y = -jnp.ones(3)
+    theta0 = jnp.array([0.3, -0.2, 1.0])
+    ts = np.linspace(0.0, 2.0, 5)
+    kf = ij.kink_aware_flow(
+        ij.DAGNetwork(g, "relu", edge_weights=theta0), X, Y, 2.0, solver="tsit5", rtol=1e-8, atol=1e-8, saveat=ts
+    )
+    assert bool(kf.success) and int(kf.num_ambiguous) == 0 and int(kf.num_events) <= 3
+    th = np.asarray(kf.flow.thetas)
+    assert np.all(th[-2:, :2] == 0.0) and not np.any(kf.pattern_final)
+    assert th[-1, 2] > 0.9  # the outgoing weight stays
+    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=theta0)
+    fl = ij.gradient_flow(
+        sm, X, Y, 2.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=100_000)
+    )
+    assert bool(fl.success)
+    assert float(np.max(np.abs(np.asarray(fl.thetas) - th))) < 5e-4

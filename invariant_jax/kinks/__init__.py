@@ -26,6 +26,9 @@ vector field jumps. `kink_aware_flow`:
    objects, the same steps, saves and Illinois iterates as `diffrax.diffeqsolve` with an
    `Event`, without its per-call set-up.
 
+A node whose incoming weights reach 0 (all its surfaces meet) leaves the origin along
+the ray the smooth limit chooses, or stays dead there (`_modes.leave_origin`).
+
 Events where more than one pair changes mode are counted in `num_simultaneous`. If no
 consistent modes are found (more than `max_sliding` pairs want to slide, or the
 pivoting cycles) the pushed pairs flip, and the event is counted in `num_ambiguous`.

@@ -349,7 +349,8 @@ class KinkIntegrator(eqx.Module):
         return t_end, jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
 
     def _restart(self, c: KinkState, t_ev, th) -> KinkState:
-        ev = resolve_event(self.prob, th, c.P, c.slots, c.margin, self.surface_tol)
+        # (the segment's start: the direction a node that reached its origin came from)
+        ev = resolve_event(self.prob, th, c.P, c.slots, c.margin, self.surface_tol, c.theta)
         k = c.n_events
         return eqx.tree_at(
             lambda c: (
@@ -371,7 +372,7 @@ class KinkIntegrator(eqx.Module):
             c,
             (
                 t_ev,
-                th,
+                ev.theta,
                 ev.P,
                 ev.slots,
                 ev.margin,

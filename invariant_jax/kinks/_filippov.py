@@ -15,9 +15,11 @@ from ..network import DAGNetwork
 from ..solvers import count_evaluations, count_extra
 
 
-def _forward_D(net: DAGNetwork, theta, X, D):
-    """Forward pass with activation `a = D * z` per (sample, hidden node)."""
-    return net.with_edge_weights(theta).evaluate(X, activate=lambda z, k0, k1: D[:, k0:k1] * z)
+def _forward_D(net: DAGNetwork, theta, X, D, shift=None):
+    """Forward pass with activation `a = D * z` (plus `shift`) per (sample, hidden node)."""
+    if shift is None:
+        return net.with_edge_weights(theta).evaluate(X, activate=lambda z, k0, k1: D[:, k0:k1] * z)
+    return net.with_edge_weights(theta).evaluate(X, activate=lambda z, k0, k1: D[:, k0:k1] * z + shift[:, k0:k1])
 
 
 def pattern_field(net: DAGNetwork, X, Y, D, *, loss="mse"):
@@ -50,6 +52,8 @@ class KinkProblem(eqx.Module):
     kinky: Array  # (H,) bool: node has a kink (not the identity)
     loss: Callable = eqx.field(static=True)
     max_sliding: int = eqx.field(static=True)
+    # per hidden node its incoming edges, padded with -1 to the largest in-degree
+    in_edges: tuple = eqx.field(static=True, default=())
 
     @classmethod
     def build(cls, net: DAGNetwork, X, Y, loss, max_sliding: int) -> KinkProblem:
@@ -57,7 +61,10 @@ class KinkProblem(eqx.Module):
         acts = [net.activation_of(k) for k in range(H)]
         slope = jnp.asarray([a.negative_slope for a in acts], X.dtype)
         kinky = jnp.asarray([a.kinked for a in acts])
-        return cls(net, X, Y, slope, kinky, get_loss(loss), int(max_sliding))
+        ins = [net.graph.in_edges(v) for v in net.graph.hidden]
+        K = max((len(e) for e in ins), default=0)
+        in_edges = tuple(tuple(e) + (-1,) * (K - len(e)) for e in ins)
+        return cls(net, X, Y, slope, kinky, get_loss(loss), int(max_sliding), in_edges)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -72,6 +79,12 @@ class KinkProblem(eqx.Module):
 
     def Z(self, theta, D):
         return _forward_D(self.net, theta, self.X, D)[1]
+
+    def signal(self, theta, D):
+        """`dL / da` of every (sample, hidden node) pair, `(N, H)`: the backpropagated
+        signal at each node's output."""
+        shift = jnp.zeros(D.shape, theta.dtype)
+        return jax.grad(lambda s: self.loss(_forward_D(self.net, theta, self.X, D, s)[0], self.Y))(shift)
 
     def sliding(self, theta, D, slots):
         """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =

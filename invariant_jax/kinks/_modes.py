@@ -1,7 +1,10 @@
 """Mode resolution at an event: which pairs cross, which slide, which leave a sliding
-mode (a box-constrained complementarity problem solved by single pivots)."""
+mode (a box-constrained complementarity problem solved by single pivots), and the
+exit of a node whose incoming weights reached the origin (`leave_origin`)."""
 
 from __future__ import annotations
+
+import math
 
 import equinox as eqx
 import jax
@@ -12,8 +15,10 @@ from ._filippov import KinkProblem, slot_mask
 
 
 class EventOutcome(eqx.Module):
-    """What happened at one event: the new modes and the counts of each change."""
+    """What happened at one event: the restart point, the new modes and the counts of
+    each change."""
 
+    theta: Float[Array, " E"]
     P: Bool[Array, "N H"]
     slots: Int[Array, " M"]
     margin: Float[Array, "N H"]
@@ -102,20 +107,129 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     return P, slots, bad, lam
 
 
-def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol) -> EventOutcome:
+# the exit from the origin of a node's incoming weights: ascent steps of the blown-up
+# potential, the radius it starts at (units of the node's typical |z|), and the size of
+# the restart (in units of surface_tol * max|theta|)
+ORIGIN_STEPS = 256
+ORIGIN_RADIUS = 10.0
+ORIGIN_RESTART = 1e3
+ORIGIN_MOVING = 1e-4  # |grad Phi| below this (relative): at a maximum
+ORIGIN_SPHERE_STEPS = 32
+
+
+def leave_origin(prob: KinkProblem, th, th_prev, P, slots, margin, Zev, ztol, surface_tol):
+    """The exit of a node whose incoming weights `w` reached 0 (every pair of the node at
+    its surface at once; `|w|` tiny against the other weights). Returns the restart
+    `(theta, P, slots, margin, Z)`, unchanged when no node is there.
+
+    Near `w = 0` (the node's outputs and the rest of the network frozen to first order)
+    the flow is `dw/dt = grad F(w)`, `F(w) = -sum_i r_i act(w . a_i)` (`a_i`: the node's
+    inputs for sample `i`, `r_i = dL/da_i` its backpropagated signal), homogeneous of
+    degree 1: on the unit sphere the direction ascends `F`, and `|w|` grows at rate
+    `F(w / |w|)`. Which way the flow leaves is the smooth limit's choice: with relu
+    replaced by `softplus(beta z) / beta` and `y = beta w`, `y` ascends
+    `Phi(y) = -sum_i r_i softplus(y . a_i)` (the same for every `beta`); `y` may pass
+    by the origin and leave on the other side (the arrival direction is a maximum of `F`
+    on the sphere, with `F < 0`). So `y` ascends `Phi` for `ORIGIN_STEPS` fixed steps
+    from `ORIGIN_RADIUS` along the direction the node arrived from (its weights at the
+    segment start `th_prev`; from 0 if those are at the origin too), and the ray is then
+    refined by an ascent of `F` on the sphere. If `y` leaves (`Phi` grows along the whole
+    ray beyond it, or `y` still moves outward) and `F > 0` on the ray, the node restarts
+    at `w = eps u`, with the pattern `sign(u . a_i)`. Otherwise it stays dead: `w = 0`,
+    every pair inactive (stationary for relu)."""
+    N, H = prob.shape
+    if not prob.in_edges or not H:
+        return th, P, slots, margin, Zev
+    E = th.shape[0]
+    edges = jnp.asarray(prob.in_edges)  # (H, K), -1 padded
+    has = edges >= 0
+    W = jnp.where(has, th[jnp.where(has, edges, 0)], 0.0)
+    wnorm = jnp.sqrt(jnp.sum(W * W, axis=1))
+    colmax = jnp.max(jnp.abs(Zev), axis=0)
+    scale = jnp.max(jnp.abs(th))
+    tiny = wnorm <= surface_tol * scale
+    at0 = prob.kinky & (tiny | ((colmax <= ztol) & (wnorm <= math.sqrt(surface_tol) * scale)))
+    v = jnp.argmin(jnp.where(at0, wnorm, jnp.inf))
+
+    def leave():
+        dtype = th.dtype
+        m = has[v]
+        idx = jnp.where(m, edges[v], 0)
+        D = prob.D_of(P)
+
+        def col(e, on):  # z_v is linear in w: dz_v / dw_k = a_k
+            return jax.jvp(lambda t: prob.Z(t, D)[:, v], (th,), (jnp.zeros_like(th).at[e].set(on),))[1]
+
+        a = jax.vmap(col, out_axes=1)(idx, m.astype(dtype))  # (N, K)
+        r = prob.signal(th, D)[:, v]
+        slope = prob.slope[v]
+        sa = jnp.sqrt(jnp.sum(a * a) / N)
+        b = a / jnp.where(sa > 0, sa, 1.0)
+        rsum = jnp.sum(jnp.abs(r))
+        rho = r / jnp.where(rsum > 0, rsum, 1.0)
+        wp = jnp.where(m, th_prev[idx], 0.0)
+        nwp = jnp.sqrt(jnp.sum(wp * wp))
+        far = nwp > 10 * surface_tol * scale
+        y0 = jnp.where(far, ORIGIN_RADIUS * wp / jnp.where(far, nwp, 1.0), 0.0)
+        # gradient ascent of Phi, steps 1 / (bound on its curvature)
+        curv = 0.25 * (1 - slope) * jnp.sum(jnp.abs(rho) * jnp.sum(b * b, axis=1))
+        h = 1.0 / jnp.where(curv > 0, curv, 1.0)
+        grad_phi = lambda y: -(rho * (slope + (1 - slope) * jax.nn.sigmoid(b @ y))) @ b  # noqa: E731
+        y = jax.lax.fori_loop(0, ORIGIN_STEPS, lambda _, y: y + h * grad_phi(y), y0)
+        ny = jnp.sqrt(jnp.sum(y * y))
+        F_of = lambda u: -jnp.sum(rho * (slope * (b @ u) + (1 - slope) * jnp.maximum(b @ u, 0.0)))  # noqa: E731
+        u0 = y / jnp.where(ny > 0, ny, 1.0)
+        rho_sum = jnp.sum(jnp.abs(rho))
+        # escaping: Phi grows along the whole ray beyond y, or y still moves outward
+        # (not at a maximum of Phi)
+        g = grad_phi(y)
+        sure = F_of(u0) * math.e * ny > (1 - slope) * rho_sum
+        moving = (jnp.sum(y * g) > 0) & (jnp.sqrt(jnp.sum(g * g)) > ORIGIN_MOVING * (1 - slope) * rho_sum)
+
+        # then the ray: projected subgradient ascent of F on the sphere, the best kept
+        def sphere(k, c):
+            u, ub, Fb = c
+            gu = -(rho * (slope + (1 - slope) * jnp.where(b @ u > 0, 1.0, 0.0))) @ b
+            u = u + 0.1 * 0.9**k * (gu - jnp.sum(gu * u) * u)
+            u = u / jnp.sqrt(jnp.sum(u * u))
+            Fu = F_of(u)
+            return u, jnp.where(Fu > Fb, u, ub), jnp.maximum(Fu, Fb)
+
+        _, u, F = jax.lax.fori_loop(0, ORIGIN_SPHERE_STEPS, sphere, (u0, u0, F_of(u0)))
+        su = b @ u
+        escape = (ny > 0) & (sure | (moving & (F > 0)))
+        eps = ORIGIN_RESTART * surface_tol * scale
+        w = jnp.where(escape, eps * u, 0.0)
+        th_new = th.at[jnp.where(m, idx, E)].set(w, mode="drop")
+        P_new = P.at[:, v].set(escape & (su > 0))
+        node_slot = (slots >= 0) & (slots % H == v)
+        slots_new = jnp.where(node_slot, -1, slots)
+        margin_new = margin.at[:, v].set(0.0)
+        return th_new, P_new, slots_new, margin_new, prob.Z(th_new, prob.D_of(P_new))
+
+    return jax.lax.cond(jnp.any(at0), leave, lambda: (th, P, slots, margin, Zev))
+
+
+def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_prev=None) -> EventOutcome:
     """The new modes at the located event point `th` (current modes `P0`, `slots0`,
-    restart margins `margin0`), with the fallback for unresolved events: sliding pairs
-    with bad weights leave to the nearer side and pushed pairs flip (`resolved` False)."""
+    restart margins `margin0`; `th_prev` the segment's start), with the fallback for
+    unresolved events: sliding pairs with bad weights leave to the nearer side and pushed
+    pairs flip (`resolved` False). A node whose incoming weights reached the origin
+    first leaves it (`leave_origin`), which moves the restart point by `O(eps)`."""
     N, H = prob.shape
     Zev = prob.Z(th, prob.D_of(P0))
     ztol = surface_tol * (jnp.max(jnp.abs(Zev)) + 1e-300)
     sm0 = slot_mask(slots0, N, H)
-    sz = jnp.where(P0, Zev, -Zev)
+    resid = jnp.max(jnp.where(sm0, jnp.abs(Zev), 0.0))
+    th_prev = th if th_prev is None else th_prev
+    th, P1, slots1, margin1, Z1 = leave_origin(prob, th, th_prev, P0, slots0, margin0, Zev, ztol, surface_tol)
+    ztol = surface_tol * (jnp.max(jnp.abs(Z1)) + 1e-300)
+    sz = jnp.where(P1, Z1, -Z1)
     on = prob.kinky[None, :]
     # candidates: the pair(s) that triggered the event, every pair at its surface,
     # and the sliding pairs
-    cand = (on & ((sz + margin0 <= ztol) | (jnp.abs(Zev) <= ztol))) | sm0
-    P, slots, bad, lam = resolve(prob, th, P0, slots0, cand, surface_tol)
+    cand = (on & ((sz + margin1 <= ztol) | (jnp.abs(Z1) <= ztol))) | slot_mask(slots1, N, H)
+    P, slots, bad, lam = resolve(prob, th, P1, slots1, cand, surface_tol)
     ok = ~jnp.any(bad)
 
     def fallback(P, slots):
@@ -133,12 +247,12 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol) -> Ev
     entries, exits = sm & ~sm0, sm0 & ~sm
     crossings = ~sm0 & ~sm & (P != P0)
     n_changed = jnp.sum(entries) + jnp.sum(exits) + jnp.sum(crossings)
-    resid = jnp.max(jnp.where(sm0, jnp.abs(Zev), 0.0))
     # pairs left at their surface (not sliding) get a margin so the restart does not
     # re-trigger on them
-    sz_new = jnp.where(P, Zev, -Zev)
+    sz_new = jnp.where(P, Z1, -Z1)
     margin = jnp.where(cand & ~sm, jnp.maximum(0.0, -sz_new) + ztol, 0.0)
     return EventOutcome(
+        theta=th,
         P=P,
         slots=slots,
         margin=margin,
