@@ -162,8 +162,8 @@ def test_no_batch_size_compiles_again(kink_aware):
         assert len(out[n]) == n and (out[n].kink is not None) == kink_aware
         np.testing.assert_array_equal(out[n].theta0, table[:n])
     big = out[max(_NS)]
-    # (kink-aware: rows 325 and 714 of the 1000 of _relu_batches end in the cascade of
-    # test_kink_cascade.py, so none of the first 200 should fail)
+    # (kink-aware: rows 325 and 714 of the 1000 of _relu_batches, which reach a node's
+    # origin, are test_kink_cascade.py's; none of the first 200 failed even before its fix)
     assert np.mean(big.success) > 0.99
     for n in (1, 37, 64):
         for k in ("theta_final", "loss_final", "t_final", "num_steps", "drift"):
