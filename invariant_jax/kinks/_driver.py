@@ -574,5 +574,7 @@ def integrate_kink_flow(
     `make_kink_integrator`) from the initial weights `theta0` and return the `KinkFlow`
     (`net` gives the graph and activations; its weights are not used). An
     `eqx.filter_jit` function, so `integrate_kink_flow.lower(integ, net, theta0, loss)`
-    compiles it ahead of time (`benchmarks/kink_compile.py` does)."""
+    compiles it ahead of time (`benchmarks/kink_compile.py` does). The tolerances are
+    traced, so the returned `flow.rtol` and `flow.atol` are `nan`; `kink_aware_flow`
+    writes the given ones in."""
     return integ.flow(net, theta0, integ.run(theta0), loss)
