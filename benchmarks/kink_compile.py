@@ -16,8 +16,8 @@ alike), or with `--parallel` both at the same time, and records each run's load 
 (a library user's default).
 
 `--parts` compiles the pieces of one segment one by one instead (the trajectory loop,
-one segment on an abstract state, event resolution, the field, its Jacobian, the event
-condition, the Flow record): where the compile time goes.
+one segment on an abstract state, the field, its Jacobian, the event condition, the Flow
+record): where the compile time goes.
 
 Usage: python benchmarks/kink_compile.py [--solvers tsit5 gauss4] [--repeats 5] [--parts]
        [--before /tmp/old_checkout --rounds 2 [--parallel]] [--out benchmarks/results/kink_compile.json]
@@ -109,7 +109,6 @@ def measure_parts(solver: str) -> list[dict]:
     do not add up to the whole."""
     import invariant_jax as ij
     from invariant_jax.kinks import integrate_kink_flow, make_kink_integrator
-    from invariant_jax.kinks._modes import resolve_event
 
     g = ij.mlp([5, 20, 1], bias=False)
     X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
@@ -123,10 +122,6 @@ def measure_parts(solver: str) -> list[dict]:
         "whole program (integrate_kink_flow)": (lambda i, th: integrate_kink_flow(i, net, th, "mse"), (integ, theta0)),
         "the trajectory loop (run)": (lambda i, th: i.run(th), (integ, theta0)),
         "one segment": (lambda i, s: i.segment(s), (integ, state)),
-        "event resolution (resolve_event)": (
-            lambda i, s: resolve_event(i.prob, s.theta, s.P, s.slots, s.margin, i.surface_tol),
-            (integ, state),
-        ),
         "the field (pattern or Filippov)": (lambda i, s: i.prob.field(s.theta, s.P, s.slots), (integ, state)),
         "Jacobian of the field (jacfwd)": (
             lambda i, s: jax.jacfwd(lambda th: i.prob.field(th, s.P, s.slots)[0])(s.theta),

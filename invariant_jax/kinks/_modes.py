@@ -117,6 +117,56 @@ ORIGIN_MOVING = 1e-4  # |grad Phi| below this (relative): at a maximum
 ORIGIN_SPHERE_STEPS = 32
 
 
+def _node_inputs(prob: KinkProblem, th, P, v, m, idx):
+    """`(a, r)`: node `v`'s inputs per sample (`dz_v / dw`, `(N, K)`; `z_v` is linear in
+    its incoming weights `w`, the edges `idx` where `m`) and its backpropagated signal."""
+    D = prob.D_of(P)
+
+    def col(e, on):
+        return jax.jvp(lambda t: prob.Z(t, D)[:, v], (th,), (jnp.zeros_like(th).at[e].set(on),))[1]
+
+    return jax.vmap(col, out_axes=1)(idx, m.astype(th.dtype)), prob.signal(th, D)[:, v]
+
+
+def _escape_ray(a, r, slope, wp, far):
+    """`(escape, u)`: whether the smooth limit leaves the origin, and along which unit
+    ray `u` (see `leave_origin`): `y` ascends `Phi` from `ORIGIN_RADIUS` along the
+    arrival direction `wp` (from 0 unless `far`), then `F` on the sphere from there."""
+    N = a.shape[0]
+    sa = jnp.sqrt(jnp.sum(a * a) / N)
+    b = a / jnp.where(sa > 0, sa, 1.0)
+    rsum = jnp.sum(jnp.abs(r))
+    rho = r / jnp.where(rsum > 0, rsum, 1.0)
+    nwp = jnp.sqrt(jnp.sum(wp * wp))
+    y0 = jnp.where(far, ORIGIN_RADIUS * wp / jnp.where(far, nwp, 1.0), 0.0)
+    # gradient ascent of Phi, steps 1 / (bound on its curvature)
+    curv = 0.25 * (1 - slope) * jnp.sum(jnp.abs(rho) * jnp.sum(b * b, axis=1))
+    h = 1.0 / jnp.where(curv > 0, curv, 1.0)
+    grad_phi = lambda y: -(rho * (slope + (1 - slope) * jax.nn.sigmoid(b @ y))) @ b  # noqa: E731
+    y = jax.lax.fori_loop(0, ORIGIN_STEPS, lambda _, y: y + h * grad_phi(y), y0)
+    ny = jnp.sqrt(jnp.sum(y * y))
+    F_of = lambda u: -jnp.sum(rho * (slope * (b @ u) + (1 - slope) * jnp.maximum(b @ u, 0.0)))  # noqa: E731
+    u0 = y / jnp.where(ny > 0, ny, 1.0)
+    rho_sum = jnp.sum(jnp.abs(rho))
+    # escaping: Phi grows along the whole ray beyond y, or y still moves outward
+    # (not at a maximum of Phi)
+    g = grad_phi(y)
+    sure = F_of(u0) * math.e * ny > (1 - slope) * rho_sum
+    moving = (jnp.sum(y * g) > 0) & (jnp.sqrt(jnp.sum(g * g)) > ORIGIN_MOVING * (1 - slope) * rho_sum)
+
+    # then the ray: projected subgradient ascent of F on the sphere, the best kept
+    def sphere(k, c):
+        u, ub, Fb = c
+        gu = -(rho * (slope + (1 - slope) * jnp.where(b @ u > 0, 1.0, 0.0))) @ b
+        u = u + 0.1 * 0.9**k * (gu - jnp.sum(gu * u) * u)
+        u = u / jnp.sqrt(jnp.sum(u * u))
+        Fu = F_of(u)
+        return u, jnp.where(Fu > Fb, u, ub), jnp.maximum(Fu, Fb)
+
+    _, u, F = jax.lax.fori_loop(0, ORIGIN_SPHERE_STEPS, sphere, (u0, u0, F_of(u0)))
+    return (ny > 0) & (sure | (moving & (F > 0))), u
+
+
 def leave_origin(prob: KinkProblem, th, th_prev, P, slots, margin, Zev, ztol, surface_tol):
     """The exit of a node whose incoming weights `w` reached 0 (every pair of the node at
     its surface at once; `|w|` tiny against the other weights). Returns the restart
@@ -152,52 +202,13 @@ def leave_origin(prob: KinkProblem, th, th_prev, P, slots, margin, Zev, ztol, su
     v = jnp.argmin(jnp.where(at0, wnorm, jnp.inf))
 
     def leave():
-        dtype = th.dtype
         m = has[v]
         idx = jnp.where(m, edges[v], 0)
-        D = prob.D_of(P)
-
-        def col(e, on):  # z_v is linear in w: dz_v / dw_k = a_k
-            return jax.jvp(lambda t: prob.Z(t, D)[:, v], (th,), (jnp.zeros_like(th).at[e].set(on),))[1]
-
-        a = jax.vmap(col, out_axes=1)(idx, m.astype(dtype))  # (N, K)
-        r = prob.signal(th, D)[:, v]
-        slope = prob.slope[v]
-        sa = jnp.sqrt(jnp.sum(a * a) / N)
-        b = a / jnp.where(sa > 0, sa, 1.0)
-        rsum = jnp.sum(jnp.abs(r))
-        rho = r / jnp.where(rsum > 0, rsum, 1.0)
+        a, r = _node_inputs(prob, th, P, v, m, idx)
         wp = jnp.where(m, th_prev[idx], 0.0)
-        nwp = jnp.sqrt(jnp.sum(wp * wp))
-        far = nwp > 10 * surface_tol * scale
-        y0 = jnp.where(far, ORIGIN_RADIUS * wp / jnp.where(far, nwp, 1.0), 0.0)
-        # gradient ascent of Phi, steps 1 / (bound on its curvature)
-        curv = 0.25 * (1 - slope) * jnp.sum(jnp.abs(rho) * jnp.sum(b * b, axis=1))
-        h = 1.0 / jnp.where(curv > 0, curv, 1.0)
-        grad_phi = lambda y: -(rho * (slope + (1 - slope) * jax.nn.sigmoid(b @ y))) @ b  # noqa: E731
-        y = jax.lax.fori_loop(0, ORIGIN_STEPS, lambda _, y: y + h * grad_phi(y), y0)
-        ny = jnp.sqrt(jnp.sum(y * y))
-        F_of = lambda u: -jnp.sum(rho * (slope * (b @ u) + (1 - slope) * jnp.maximum(b @ u, 0.0)))  # noqa: E731
-        u0 = y / jnp.where(ny > 0, ny, 1.0)
-        rho_sum = jnp.sum(jnp.abs(rho))
-        # escaping: Phi grows along the whole ray beyond y, or y still moves outward
-        # (not at a maximum of Phi)
-        g = grad_phi(y)
-        sure = F_of(u0) * math.e * ny > (1 - slope) * rho_sum
-        moving = (jnp.sum(y * g) > 0) & (jnp.sqrt(jnp.sum(g * g)) > ORIGIN_MOVING * (1 - slope) * rho_sum)
-
-        # then the ray: projected subgradient ascent of F on the sphere, the best kept
-        def sphere(k, c):
-            u, ub, Fb = c
-            gu = -(rho * (slope + (1 - slope) * jnp.where(b @ u > 0, 1.0, 0.0))) @ b
-            u = u + 0.1 * 0.9**k * (gu - jnp.sum(gu * u) * u)
-            u = u / jnp.sqrt(jnp.sum(u * u))
-            Fu = F_of(u)
-            return u, jnp.where(Fu > Fb, u, ub), jnp.maximum(Fu, Fb)
-
-        _, u, F = jax.lax.fori_loop(0, ORIGIN_SPHERE_STEPS, sphere, (u0, u0, F_of(u0)))
-        su = b @ u
-        escape = (ny > 0) & (sure | (moving & (F > 0)))
+        far = jnp.sqrt(jnp.sum(wp * wp)) > 10 * surface_tol * scale
+        escape, u = _escape_ray(a, r, prob.slope[v], wp, far)
+        su = a @ u
         eps = ORIGIN_RESTART * surface_tol * scale
         w = jnp.where(escape, eps * u, 0.0)
         th_new = th.at[jnp.where(m, idx, E)].set(w, mode="drop")
