@@ -50,11 +50,24 @@ _EVENTS = {
 }
 
 
+def workload(solver: str):
+    """`(net, integrator, theta0)`: what `kink_aware_flow(net, X, Y, 1.0, solver=opts,
+    saveat=ij.SaveTimes(n_save=11))` compiles and runs, on the workload above."""
+    import invariant_jax as ij
+    from invariant_jax.kinks import make_kink_integrator
+
+    g = ij.mlp([5, 20, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
+    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
+    integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
+    return net, integ, net.edge_weights().astype(integ.prob.X.dtype)
+
+
 def measure(solver: str, repeats: int) -> dict:
     """One solver's compile and run times in this process: `kink_aware_flow`'s jitted
     program compiled ahead of time (`lower`, then `compile`), then run `repeats` times."""
-    import invariant_jax as ij
-    from invariant_jax.kinks import integrate_kink_flow, make_kink_integrator
+    from invariant_jax.kinks import integrate_kink_flow
 
     acc = {v: 0.0 for v in _EVENTS.values()}
 
@@ -63,13 +76,7 @@ def measure(solver: str, repeats: int) -> dict:
             acc[_EVENTS[event]] += duration
 
     jax.monitoring.register_event_duration_secs_listener(listen)
-    g = ij.mlp([5, 20, 1], bias=False)
-    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
-    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
-    opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
-    # what kink_aware_flow(net, X, Y, 1.0, solver=opts, saveat=ij.SaveTimes(n_save=11)) compiles and runs
-    integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
-    theta0 = net.edge_weights().astype(integ.prob.X.dtype)
+    net, integ, theta0 = workload(solver)
     t, c = time.perf_counter(), time.process_time()
     lowered = integrate_kink_flow.lower(integ, net, theta0, "mse")
     t_lower, c_lower = time.perf_counter() - t, time.process_time() - c
@@ -107,15 +114,9 @@ def measure_parts(solver: str) -> list[dict]:
     XLA cannot fold the initial state's constants): where the compile time of the whole
     goes. Each piece is inlined wherever the segment uses it, so the pieces overlap and
     do not add up to the whole."""
-    import invariant_jax as ij
-    from invariant_jax.kinks import integrate_kink_flow, make_kink_integrator
+    from invariant_jax.kinks import integrate_kink_flow
 
-    g = ij.mlp([5, 20, 1], bias=False)
-    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
-    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
-    opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
-    integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
-    theta0 = net.edge_weights().astype(integ.prob.X.dtype)
+    net, integ, theta0 = workload(solver)
     state = jax.eval_shape(integ.init, theta0)
     final = jax.eval_shape(integ.run, theta0)
     parts = {
