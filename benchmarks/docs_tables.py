@@ -506,6 +506,25 @@ def _load_range(meta: dict) -> str:
     return f"load average {s:.1f} at the start and {e:.1f} at the end"
 
 
+def sweep_cores() -> str:
+    """docs/sweep.md's devices paragraph: the CLI's demo-DAG sweep on one CPU device and on one per core."""
+    rec = _load("sweep_cores.json")
+    rows = rec["rows"]
+    by = {r["devices"]: r for r in rows if r["round"] == 0}
+    one, many = by[1], by[max(by)]
+    ratio = rec["ratio"][0]
+    loads = ", ".join(f"{r['load_average_before'][0]:.1f}" for r in rows)
+    return (
+        f"`invariant-jax sweep --graph example --n-inits {rec['settings']['n_inits']:,}` (figures off, no "
+        f"compilation cache) at {_commit(rec)}: {one['wall_s']:.0f} s on one CPU device "
+        f"({one['trajectories_per_s']:,.0f} trajectories/s, engine {one['engine_s']:.0f} s) and "
+        f"{many['wall_s']:.0f} s on {many['devices']} ({many['trajectories_per_s']:,.0f} trajectories/s, engine "
+        f"{many['engine_s']:.0f} s): {ratio['wall']:.2f}x the trajectories per second ({ratio['engine']:.2f}x in the "
+        f"engine), against the goal of 1.8. Load average {loads} before each arm; `{rec['command']}` "
+        f"(`benchmarks/results/sweep_cores.json`).\n"
+    )
+
+
 def sweep_throughput() -> str:
     """docs/sweep.md: every arm of the CPU throughput benchmark, 64 inits in 64 slots."""
     rec = _load("sweep_throughput.json")
@@ -1224,6 +1243,7 @@ BLOCKS = {
     "channels-roughness": channels_roughness,
     "sweep-batch-sizes": sweep_batch_sizes,
     "sweep-recompile": sweep_recompile,
+    "sweep-cores": sweep_cores,
     "sweep-throughput": sweep_throughput,
     "sweep-throughput-256": sweep_throughput_256,
     "sweep-throughput-small-n": sweep_throughput_small_n,

@@ -72,6 +72,26 @@ def _records(res, rows):
 # ------------------------------------------------------------ format (item 4)
 
 
+def test_claim_rounds_stream_into_one_engine_run(tmp_path, reference, monkeypatch):
+    """A writer's rounds of claims (here 6 blocks of one index, 4 indices a round) feed one
+    engine run, so its slots never drain between rounds, and every finished block lists
+    chunks that hold all of its records (what `status` checks for lost chunks)."""
+    from invariant_jax.sweep._engine import SweepEngine
+
+    runs, run = [], SweepEngine.run
+    monkeypatch.setattr(SweepEngine, "run", lambda self, *a, **k: runs.append(1) or run(self, *a, **k))
+    out = tmp_path / "run"
+    res = run_sweep(SweepConfig.from_dict(CFG), out, store=StoreOptions(flush_seconds=0.0), **KW)
+    _same(res, reference)
+    assert len(runs) == 1
+    bs = json.loads((out / "manifest.json").read_text())["block_size"]
+    claims = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in (out / "claims").glob("block-*.json")}
+    assert sorted(claims) == list(range(-(-CFG["n_inits"] // bs)))
+    for k, c in claims.items():
+        held = {int(i) for name in c["chunks"] for i in read_chunk(out / "chunks" / name)[0]["index"]}
+        assert c["done"] and set(range(k * bs, min(CFG["n_inits"], (k + 1) * bs))) <= held
+
+
 def test_chunks_are_parquet_with_hash_schema_and_checksum(folder, reference):
     cfg = SweepConfig.from_dict(CFG)
     table = pq.read_table(folder / "chunks")  # a whole folder, read by pyarrow alone

@@ -24,7 +24,7 @@ def default_block_size(n_inits: int) -> int:
 
 class _Writer:
     """The state of one writer: which indices are done, the records not yet written, and
-    the chunks written in the current round."""
+    the chunks written so far."""
 
     def __init__(
         self,
@@ -43,7 +43,7 @@ class _Writer:
         store.new_indices()  # mark the chunks read so far as seen
         self.bar, self.update = progress_bar(n, int(self.done.sum()), progress)
         self.buffer: list[dict] = []
-        self.written: list[str] = []
+        self.written: list[str] = []  # every chunk this writer wrote, in order
         self.last = time.monotonic()
 
     def refresh(self) -> None:
@@ -139,22 +139,35 @@ def run_claimed(
     stats = None
     claims.start()
     mine: list[int] = []
+
+    since: dict[int, int] = {}  # block -> chunks written before it was claimed
+
+    def finish_blocks() -> None:
+        # write what is buffered, then mark done the blocks whose records are all written
+        # (each lists the chunks written since it was claimed)
+        w.flush()
+        for k in [k for k in mine if w.done[blocks[k]].all()]:
+            claims.mark_done(k, w.written[since.pop(k) :])
+            mine.remove(k)
+
+    def more() -> np.ndarray:
+        # the engine's queue is empty: the next round, claimed while its slots still work
+        nonlocal pending
+        finish_blocks()
+        todo, pending = w.claim_round(claims, pending, blocks, target, mine)
+        since.update((k, len(w.written)) for k in mine if k not in since)
+        return np.concatenate(todo) if todo else np.zeros(0, np.int64)
+
     try:
         while pending:
-            mine = []
-            todo, pending = w.claim_round(claims, pending, blocks, target, mine)
-            if not mine:
+            first = more()
+            if not first.size:
                 if pending:  # the rest is claimed by live writers: wait, and take over the dead
                     time.sleep(min(1.0, stale / 10))
                     w.refresh()
                 continue
-            w.written.clear()
-            st = engine.run(np.concatenate(todo), on_results=w.on_results)
-            w.flush()
-            stats = add_stats(stats, st)
-            for k in mine:
-                claims.mark_done(k, w.written)
-            mine = []
+            stats = add_stats(stats, engine.run(first, on_results=w.on_results, more=more))
+            finish_blocks()
     finally:
         try:
             w.flush()  # may raise again (a full disk, an on_chunk that raises): release anyway

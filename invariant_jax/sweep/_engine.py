@@ -552,12 +552,17 @@ class SweepEngine(abc.ABC):
         on_results: Callable[[dict], None],
         progress=None,
         should_stop: Callable[[], bool] | None = None,
+        more: Callable[[], np.ndarray] | None = None,
     ) -> EngineStats:
         """Integrate every index in `indices` (in queue order). Each batch of finished
         trajectories is passed to `on_results` as a dict of NumPy arrays (one row per
-        trajectory). `progress(records)` is called after each harvest."""
+        trajectory). `progress(records)` is called after each harvest. `more()`, called
+        whenever the queue is empty, returns the next indices to queue (none: the run
+        drains and ends): the slots keep working across the caller's rounds instead of
+        draining at the end of each (on several devices a draining batch leaves all but
+        one idle)."""
         indices = np.asarray(indices, dtype=np.int64)
-        widths = self.widths(len(indices))
+        widths = self.widths(len(indices) if more is None else None)
         S = widths[0]
         nd = len(self.mesh.devices.flat)
         t_start = time.perf_counter()
@@ -567,6 +572,9 @@ class SweepEngine(abc.ABC):
         q = 0
         useful = iters = calls = 0
         while True:
+            if more is not None and q == len(indices):
+                indices, q = np.asarray(more(), dtype=np.int64), 0
+                more = more if indices.size else None
             free = np.flatnonzero(slot_idx < 0)
             if state is None:
                 # empty slots, then the first block by the refill program, so that a first
