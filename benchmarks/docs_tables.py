@@ -507,22 +507,34 @@ def _load_range(meta: dict) -> str:
 
 
 def sweep_cores() -> str:
-    """docs/sweep.md's devices paragraph: the CLI's demo-DAG sweep on one CPU device and on one per core."""
+    """docs/sweep.md's devices paragraph: the CLI's demo-DAG sweep on one CPU device and on one per core,
+    compiling in the run and (with `--warm`) with a filled compilation cache."""
     rec = _load("sweep_cores.json")
-    rows = rec["rows"]
-    by = {r["devices"]: r for r in rows if r["round"] == 0}
-    one, many = by[1], by[max(by)]
-    ratio = rec["ratio"][0]
-    loads = ", ".join(f"{r['load_average_before'][0]:.1f}" for r in rows)
-    return (
-        f"`invariant-jax sweep --graph example --n-inits {rec['settings']['n_inits']:,}` (figures off, no "
-        f"compilation cache) at {_commit(rec)}: {one['wall_s']:.0f} s on one CPU device "
-        f"({one['trajectories_per_s']:,.0f} trajectories/s, engine {one['engine_s']:.0f} s) and "
-        f"{many['wall_s']:.0f} s on {many['devices']} ({many['trajectories_per_s']:,.0f} trajectories/s, engine "
-        f"{many['engine_s']:.0f} s): {ratio['wall']:.2f}x the trajectories per second ({ratio['engine']:.2f}x in the "
-        f"engine), against the goal of 1.8. Load average {loads} before each arm; `{rec['command']}` "
-        f"(`benchmarks/results/sweep_cores.json`).\n"
+    rows = [r for r in rec["rows"] if r["round"] == 0]
+    n = rec["settings"]["n_inits"]
+    lines = [
+        f"`invariant-jax sweep --graph example --n-inits {n:,}` (figures off) at {_commit(rec)}, each arm a "
+        f"fresh process; `{rec['command']}` (`benchmarks/results/sweep_cores.json`).",
+        "",
+        "| compilation cache | devices | wall | engine | trajectories/s | peak RSS | load before |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cache = r.get("compilation_cache", "none")
+        if r.get("warm_up_wall_s") is not None:
+            cache += f" (warm-up {r['warm_up_wall_s']:.0f} s)"
+        lines.append(
+            f"| {cache} | {r['devices']} | {r['wall_s']:.0f} s | {r['engine_s']:.0f} s | "
+            f"{r['trajectories_per_s']:,.0f} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['load_average_before'][0]:.1f} |"
+        )
+    lines.append("")
+    ratios = "; ".join(
+        f"{q.get('compilation_cache', 'none')}: {q['wall']:.2f}x ({q['engine']:.2f}x in the engine)"
+        for q in rec["ratio"]
+        if q["round"] == 0
     )
+    lines.append(f"Most devices over one, trajectories per second: {ratios}. Goal: 1.8.")
+    return "\n".join(lines) + "\n"
 
 
 def sweep_throughput() -> str:
