@@ -104,3 +104,56 @@ def test_node_that_cannot_leave_its_origin_stays_dead():
     )
     assert bool(fl.success)
     assert float(np.max(np.abs(np.asarray(fl.thetas) - th))) < 5e-4
+
+
+def test_pairs_on_one_surface_slide_together():
+    """Init 95614 of the CLI's default sweep (`--graph example`, seed 0, Tsit5 1e-8) ended
+    `max_events_reached` with 999 ambiguous events: at t = 0.4566 the first incoming
+    weight `w0` of node `k` reaches 0 while, for 7 samples, `k`'s other inputs are 0
+    (upstream relus off), so their `z = w0 a_i` and the 7 surfaces are one, `w0 = 0`.
+    The field pushes `w0` down with the pairs on and up with them off: Filippov's field
+    is the combination of the two sides that keeps `w0 = 0`. Single pivots found no
+    consistent modes (one pair sliding alone needs a weight above 1, and the normals'
+    system is singular). Now the pairs of one surface change mode together and share one
+    weight: 3 events, 0 ambiguous, 7 pairs sliding, and the smooth flow (beta = 1e4) ends
+    within ~1/beta (measured 2.4e-4; 1.2e-3 at beta = 1e3)."""
+    jax.config.update("jax_enable_x64", True)
+    cfg = ij.sweep.SweepConfig(graph="example", n_inits=100_000)
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    net = ij.sweep.sweep_network(cfg, 95614)
+    ts = np.linspace(0.0, 1.0, 6)
+    kf = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
+    assert bool(kf.success) and int(kf.num_ambiguous) == 0 and int(kf.num_events) <= 4
+    assert int(kf.max_sliding_pairs) == 7 and float(kf.sliding_time) > 0.3
+    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=net.edge_weights())
+    fl = ij.gradient_flow(
+        sm, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
+    )
+    assert bool(fl.success)
+    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 1e-3
+
+
+def test_tied_sliding_weights_against_numpy():
+    """`_sliding_weights`: without coincident surfaces it is the plain solve; with two
+    slots on one surface (parallel normals, one opposite) the weights are tied
+    (`lam_1 = lam_0`, `lam_2 = 1 - lam_0`) and the field is tangent to every surface."""
+    from invariant_jax.kinks._filippov import _sliding_weights
+
+    rng = np.random.default_rng(0)
+    E, M = 6, 4
+    n = rng.normal(size=(M, E))
+    F = rng.normal(size=(M, E))
+    f0 = rng.normal(size=E)
+    act = np.array([True, True, True, False])
+    lam = np.asarray(_sliding_weights(jnp.asarray(n), jnp.asarray(F), jnp.asarray(f0), jnp.asarray(act)))
+    ref = np.linalg.solve(n[:3] @ F[:3].T, -n[:3] @ f0)
+    np.testing.assert_allclose(lam[:3], ref, rtol=1e-12)
+    assert lam[3] == 0.0
+    nt = n.copy()
+    nt[1] = 2.5 * n[0]
+    nt[2] = -0.5 * n[0]
+    lam = np.asarray(_sliding_weights(jnp.asarray(nt), jnp.asarray(F), jnp.asarray(f0), jnp.asarray(act)))
+    assert lam[1] == lam[0] and abs(lam[2] - (1 - lam[0])) < 1e-14
+    field = f0 + lam @ F
+    np.testing.assert_allclose(nt[:3] @ field, 0.0, atol=1e-12)

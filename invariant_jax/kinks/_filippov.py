@@ -14,6 +14,10 @@ from ..losses import get_loss
 from ..network import DAGNetwork
 from ..solvers import count_evaluations, count_extra
 
+# surfaces whose normals are parallel to within this many machine epsilons (1 - |cos|)
+# are one surface (`coincident`)
+TIE_TOL = 1e3
+
 
 def _forward_D(net: DAGNetwork, theta, X, D, shift=None):
     """Forward pass with activation `a = D * z` (plus `shift`) per (sample, hidden node)."""
@@ -39,6 +43,42 @@ def slot_mask(slots, N, H):
     """`(N, H)` bool mask of the pairs held in the sliding slots (`-1` = empty)."""
     flat = jnp.zeros((N * H,), bool).at[jnp.where(slots >= 0, slots, 0)].max(slots >= 0)
     return flat.reshape(N, H)
+
+
+def coincident(normals, act):
+    """`(rep, sign)` of the occupied slots: `rep[k]` the first slot whose surface is the
+    same as slot `k`'s (normals parallel to within `TIE_TOL`; `k` itself if none), `sign[k]`
+    +1 if the normals point the same way, -1 if opposite."""
+    M = normals.shape[0]
+    gram = normals @ normals.T
+    nrm = jnp.sqrt(jnp.diagonal(gram))
+    tol = TIE_TOL * jnp.finfo(normals.dtype).eps
+    same = act[:, None] & act[None, :] & (jnp.abs(gram) >= (1.0 - tol) * nrm[:, None] * nrm[None, :])
+    same = same | jnp.eye(M, dtype=bool)
+    rep = jnp.argmax(same, axis=1)
+    sign = jnp.where(gram[jnp.arange(M), rep] < 0, -1.0, 1.0).astype(normals.dtype)
+    return rep, sign
+
+
+def _sliding_weights(normals, Fj, f0, act):
+    """The sliding weights `lam` solving `n_k . (f0 + lam @ Fj) = 0` for the occupied
+    slots `act`. Pairs whose surfaces coincide (several samples whose pre-activations are
+    one weight times their own input, when the node's other inputs are zero for them)
+    have parallel normals, and their equations are one: Filippov's field there is the
+    convex combination of the two sides of the one surface, so their weights are tied,
+    `lam_l = lam_k` (`1 - lam_k` for opposite normals), and one equation per surface is
+    solved. Without such pairs this is `solve(normals @ Fj.T, -normals @ f0)`."""
+    M = normals.shape[0]
+    dtype = normals.dtype
+    rep, sign = coincident(normals, act)
+    is_rep = act & (rep == jnp.arange(M))
+    S = jnp.where(act[:, None] & (rep[:, None] == jnp.arange(M)[None, :]), sign[:, None], 0.0).astype(dtype)
+    c = jnp.where(act & (sign < 0), 1.0, 0.0).astype(dtype)  # lam = c + S @ mu
+    Amat = normals @ Fj.T
+    A2 = jnp.where(is_rep[:, None] & is_rep[None, :], Amat @ S, jnp.eye(M, dtype=dtype))
+    rhs = jnp.where(is_rep, -(normals @ f0) - Amat @ c, 0.0)
+    mu = jnp.linalg.solve(A2, rhs)
+    return jnp.where(act, c + S @ mu, 0.0)
 
 
 class KinkProblem(eqx.Module):
@@ -118,11 +158,7 @@ class KinkProblem(eqx.Module):
         zeros = jnp.zeros((M, E), theta.dtype)
         Fj, normals = jax.lax.fori_loop(0, k_act, row, (zeros, zeros))
         count_extra(k_act)  # the k VJPs of z (the k JVPs of the gradient count themselves)
-        Amat = normals @ Fj.T
-        b = normals @ f0
-        both = act[:, None] & act[None, :]
-        Amat = jnp.where(both, Amat, jnp.eye(M, dtype=theta.dtype))
-        lam = jnp.where(act, jnp.linalg.solve(Amat, -jnp.where(act, b, 0.0)), 0.0)
+        lam = _sliding_weights(normals, Fj, f0, act)
         return f0 + lam @ Fj, jnp.zeros((M,), theta.dtype).at[order].set(lam)
 
     def field(self, theta, P, slots):

@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._filippov import KinkProblem, slot_mask
+from ._filippov import TIE_TOL, KinkProblem, slot_mask
+
+TIE_PROBES = 3  # random directions that tell coincident surfaces apart (`_surface_projections`)
 
 
 class EventOutcome(eqx.Module):
@@ -47,6 +49,30 @@ def _rate_tol(prob: KinkProblem, u, surface_tol):
     return surface_tol * (jnp.max(jnp.where(prob.kinky[None, :], jnp.abs(u), 0.0)) + 1e-300)
 
 
+def _surface_projections(prob: KinkProblem, th, P, cand):
+    """The normals `grad z` of the candidate pairs projected on `TIE_PROBES` fixed random
+    directions, `(N*H, TIE_PROBES)` (zero for the other pairs): parallel normals give
+    parallel projections, and distinct ones parallel projections with probability 0."""
+    E = th.shape[0]
+    D = prob.D_of(P)
+    V = jax.random.normal(jax.random.key(0), (TIE_PROBES, E), th.dtype)
+    proj = jax.vmap(lambda v: jax.jvp(lambda t: prob.Z(t, D), (th,), (v,))[1].reshape(-1), out_axes=1)(V)
+    return jnp.where(cand.reshape(-1)[:, None], proj, 0.0)
+
+
+def _same_surface(proj, cand, k):
+    """`(group, flip)`: the candidate pairs whose surface is pair `k`'s (their normals'
+    projections parallel to `k`'s, as `coincident` decides for sliding slots; `k`
+    included), and which of them face the other way."""
+    pk = proj[k]
+    dots = proj @ pk
+    nrm = jnp.sqrt(jnp.sum(proj * proj, axis=1))
+    tol = TIE_TOL * jnp.finfo(proj.dtype).eps
+    grp = cand.reshape(-1) & (nrm > 0) & (jnp.abs(dots) >= (1.0 - tol) * nrm * nrm[k])
+    grp = grp.at[k].set(True)
+    return grp, dots < 0
+
+
 def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     """Modes of the pairs at a surface point: each candidate pair either stays on a
     side whose field keeps it there, or slides with weight in (0, 1) (a
@@ -76,13 +102,22 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         slide = ~sliding_k & tried[k] & jnp.any(free)
         Pf = P.reshape(-1)
         side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
-        slots_new = jnp.where(
-            sliding_k, jnp.where(is_k, -1, slots), jnp.where(slide, slots.at[jnp.argmax(free)].set(k), slots)
-        )
+        # k's group: the pairs on the same surface as k, which change mode with it
+        grp, flip = _same_surface(proj, cand, k)
+        in_slots = slot_mask(slots, N, H).reshape(-1)
+        leave = (slots >= 0) & grp[jnp.where(slots >= 0, slots, 0)]
+        others = jnp.nonzero(grp & ~in_slots & (flat != k), size=M - 1, fill_value=-1)[0]
+        join = jnp.concatenate([k[None], others])  # k first, should the slots run out
+        free_at = jnp.nonzero(free, size=M, fill_value=M)[0]
+        joined = slots.at[free_at].set(join, mode="drop")
+        slots_new = jnp.where(sliding_k, jnp.where(leave, -1, slots), jnp.where(slide, joined, slots))
+        moved = jnp.where(sliding_k, grp, grp & ~in_slots)
+        moved = jnp.where(slide, moved & slot_mask(slots_new, N, H).reshape(-1), moved)
+        side_of = jnp.where(slide, False, side ^ flip)
         pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide) & (it < cap)
-        P_new = jnp.where(pivot, Pf.at[k].set(side), Pf).reshape(N, H)
+        P_new = jnp.where(pivot & moved, side_of, Pf).reshape(N, H)
         slots = jnp.where(pivot, slots_new, slots)
-        tried = tried.at[k].set(tried[k] | pivot)
+        tried = tried | (pivot & grp)
         return P_new, slots, tried, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam
 
     if M == 0:  # no sliding: crossings only
@@ -92,6 +127,8 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         P = P ^ bad.reshape(N, H)
         lam, u = prob.rates(th, P, slots)
         return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam
+    proj = _surface_projections(prob, th, P, cand)
+    flat = jnp.arange(N * H)
     dtype = th.dtype
     init = (
         P,
