@@ -537,6 +537,20 @@ def sweep_cores() -> str:
     return "\n".join(lines) + "\n"
 
 
+def sweep_million() -> str:
+    """docs/sweep.md's million paragraph: the CLI's default sweep at 10^6 inits, one run."""
+    rec = _load("sweep_million.json")
+    r = rec["rows"][0]
+    st = ", ".join(f"{k.removeprefix('status_')} {v:,}" for k, v in sorted(r["statuses"].items()) if v)
+    return (
+        f"`invariant-jax sweep --graph example --n-inits {r['n_inits']:,}` (figures off, no compilation cache, "
+        f"{r['devices']} CPU devices) at {_commit(rec)}: {r['wall_s']:.0f} s wall (engine {r['engine_s']:.0f} s, "
+        f"{r['trajectories_per_s']:,.0f} trajectories/s), peak RSS {r['peak_rss_mb'] / 1024:.1f} GB; statuses: {st}; "
+        f"{r['ambiguous_events']:,} ambiguous events. Load average {r['load_average_before'][0]:.1f} before; "
+        f"`{rec['command']}` (`benchmarks/results/sweep_million.json`).\n"
+    )
+
+
 def sweep_throughput() -> str:
     """docs/sweep.md: every arm of the CPU throughput benchmark, 64 inits in 64 slots."""
     rec = _load("sweep_throughput.json")
@@ -1256,6 +1270,7 @@ BLOCKS = {
     "sweep-batch-sizes": sweep_batch_sizes,
     "sweep-recompile": sweep_recompile,
     "sweep-cores": sweep_cores,
+    "sweep-million": sweep_million,
     "sweep-throughput": sweep_throughput,
     "sweep-throughput-256": sweep_throughput_256,
     "sweep-throughput-small-n": sweep_throughput_small_n,

@@ -53,7 +53,8 @@ def coincident(normals, act):
     gram = normals @ normals.T
     nrm = jnp.sqrt(jnp.diagonal(gram))
     tol = TIE_TOL * jnp.finfo(normals.dtype).eps
-    same = act[:, None] & act[None, :] & (jnp.abs(gram) >= (1.0 - tol) * nrm[:, None] * nrm[None, :])
+    live = act & (nrm > 0)  # (a zero normal is no surface to share)
+    same = live[:, None] & live[None, :] & (jnp.abs(gram) >= (1.0 - tol) * nrm[:, None] * nrm[None, :])
     same = same | jnp.eye(M, dtype=bool)
     rep = jnp.argmax(same, axis=1)
     sign = jnp.where(gram[jnp.arange(M), rep] < 0, -1.0, 1.0).astype(normals.dtype)
