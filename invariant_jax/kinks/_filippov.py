@@ -45,16 +45,22 @@ def slot_mask(slots, N, H):
     return flat.reshape(N, H)
 
 
+def parallel(dots, na, nb):
+    """Whether vectors with dot products `dots` and norms `na`, `nb` (broadcast) are
+    parallel or opposite to within `TIE_TOL` (`1 - |cos|`); a zero vector is parallel to
+    nothing."""
+    tol = TIE_TOL * jnp.finfo(dots.dtype).eps
+    return (na > 0) & (nb > 0) & (jnp.abs(dots) >= (1.0 - tol) * na * nb)
+
+
 def coincident(normals, act):
     """`(rep, sign)` of the occupied slots: `rep[k]` the first slot whose surface is the
-    same as slot `k`'s (normals parallel to within `TIE_TOL`; `k` itself if none), `sign[k]`
-    +1 if the normals point the same way, -1 if opposite."""
+    same as slot `k`'s (normals `parallel`; `k` itself if none), `sign[k]` +1 if the
+    normals point the same way, -1 if opposite."""
     M = normals.shape[0]
     gram = normals @ normals.T
     nrm = jnp.sqrt(jnp.diagonal(gram))
-    tol = TIE_TOL * jnp.finfo(normals.dtype).eps
-    live = act & (nrm > 0)  # (a zero normal is no surface to share)
-    same = live[:, None] & live[None, :] & (jnp.abs(gram) >= (1.0 - tol) * nrm[:, None] * nrm[None, :])
+    same = act[:, None] & act[None, :] & parallel(gram, nrm[:, None], nrm[None, :])
     same = same | jnp.eye(M, dtype=bool)
     rep = jnp.argmax(same, axis=1)
     sign = jnp.where(gram[jnp.arange(M), rep] < 0, -1.0, 1.0).astype(normals.dtype)

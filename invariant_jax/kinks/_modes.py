@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._filippov import TIE_TOL, KinkProblem, slot_mask
+from ._filippov import KinkProblem, parallel, slot_mask
 
 TIE_PROBES = 3  # random directions that tell coincident surfaces apart (`_surface_projections`)
 
@@ -62,14 +62,11 @@ def _surface_projections(prob: KinkProblem, th, P, cand):
 
 def _same_surface(proj, cand, k):
     """`(group, flip)`: the candidate pairs whose surface is pair `k`'s (their normals'
-    projections parallel to `k`'s, as `coincident` decides for sliding slots; `k`
+    projections `parallel` to `k`'s, the test `coincident` applies to sliding slots; `k`
     included), and which of them face the other way."""
-    pk = proj[k]
-    dots = proj @ pk
+    dots = proj @ proj[k]
     nrm = jnp.sqrt(jnp.sum(proj * proj, axis=1))
-    tol = TIE_TOL * jnp.finfo(proj.dtype).eps
-    grp = cand.reshape(-1) & (nrm > 0) & (jnp.abs(dots) >= (1.0 - tol) * nrm * nrm[k])
-    grp = grp.at[k].set(True)
+    grp = (cand.reshape(-1) & parallel(dots, nrm, nrm[k])).at[k].set(True)
     return grp, dots < 0
 
 
