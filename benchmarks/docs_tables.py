@@ -551,6 +551,30 @@ def sweep_million() -> str:
     )
 
 
+def coupled_pairs() -> str:
+    """docs/solvers.md: the non-ok inits of the million sweep, run again one by one."""
+    rec = _load("coupled_pairs.json")
+    betas = rec["settings"]["betas"]
+    head = "| init | result | events | ambiguous | most sliding | " + " | ".join(
+        f"to smooth, beta = {b:g}" for b in betas
+    )
+    out = [head + " |", "|" + "---|" * (5 + len(betas))]
+    for r in rec["rows"]:
+        dist = " | ".join(
+            "failed" if r["smooth_distance"][f"{b:g}"] is None else f"{r['smooth_distance'][f'{b:g}']:.1e}" for b in betas
+        )
+        out.append(
+            f"| {r['index']} | {r['result']} | {r['events']} | {r['ambiguous']} | {r['max_sliding_pairs']} | {dist} |"
+        )
+    out.append("")
+    out.append(
+        f"At {_commit(rec)}: `{rec['command']}` (`benchmarks/results/coupled_pairs.json`). The result, events "
+        "and pairs come from the sweep's own options. The distance is `max |theta_beta(t) - theta_kink(t)|` "
+        "over 6 times in [0, 1], with both flows at rtol = atol = 1e-10.\n"
+    )
+    return "\n".join(out)
+
+
 def sweep_throughput() -> str:
     """docs/sweep.md: every arm of the CPU throughput benchmark, 64 inits in 64 slots."""
     rec = _load("sweep_throughput.json")
@@ -1271,6 +1295,7 @@ BLOCKS = {
     "sweep-recompile": sweep_recompile,
     "sweep-cores": sweep_cores,
     "sweep-million": sweep_million,
+    "coupled-pairs": coupled_pairs,
     "sweep-throughput": sweep_throughput,
     "sweep-throughput-256": sweep_throughput_256,
     "sweep-throughput-small-n": sweep_throughput_small_n,

@@ -134,6 +134,40 @@ def test_pairs_on_one_surface_slide_together():
     assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 1e-3
 
 
+@pytest.mark.parametrize("index", [587844, 396500])
+def test_coupled_pairs_follow_the_smooth_limit(index):
+    """Two of the 4 inits of the default million-init sweep that ended
+    `max_events_reached` with almost every event ambiguous, one per failure:
+
+    - 587844: pair (3, `k`) slides; at t = 0.471 the upstream pair (3, `a1`) reaches its
+      surface. Both must slide, and the tangency system is bilinear in their weights
+      (`k`'s normal carries `a1`'s slope): its linearisation at the inactive side was
+      singular. Newton's method (`KinkProblem._tangency`) finds weights in (0, 1).
+    - 396500: pair (3, `a2`) slides; at t = 0.302 the downstream pair (3, `k`) reaches
+      its surface. With `k` sliding, `a2`'s weight falls below 0 while the field pushes
+      `a2` up from both sides: sent to its inactive side (the side its weight left by),
+      it was pushed back, and the pivots cycled. It now leaves to the side its rate
+      points to (active), and `k` slides.
+
+    Now neither has an ambiguous event, and the smooth flow (beta = 1e4) stays within
+    ~1/beta of each."""
+    jax.config.update("jax_enable_x64", True)
+    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1_000_000)
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    net = ij.sweep.sweep_network(cfg, index)
+    ts = np.linspace(0.0, 1.0, 6)
+    kf = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
+    assert bool(kf.success) and int(kf.num_ambiguous) == 0 and int(kf.num_events) <= 20
+    assert int(kf.max_sliding_pairs) == (2 if index == 587844 else 1)
+    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=net.edge_weights())
+    fl = ij.gradient_flow(
+        sm, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
+    )
+    assert bool(fl.success)
+    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 4e-4
+
+
 def test_tied_sliding_weights_against_numpy():
     """`_sliding_weights`: without coincident surfaces it is the plain solve; with two
     slots on one surface (parallel normals, one opposite) the weights are tied

@@ -17,6 +17,10 @@ from ..solvers import count_evaluations, count_extra
 # surfaces whose normals are parallel to within this many machine epsilons (1 - |cos|)
 # are one surface (`coincident`)
 TIE_TOL = 1e3
+# Newton's method on coupled tangency conditions (`KinkProblem._tangency`): at most this
+# many steps, until the weights move less than the tolerance
+TANGENCY_STEPS = 30
+TANGENCY_TOL = 1e-13
 
 
 def _forward_D(net: DAGNetwork, theta, X, D, shift=None):
@@ -67,25 +71,31 @@ def coincident(normals, act):
     return rep, sign
 
 
-def _sliding_weights(normals, Fj, f0, act):
-    """The sliding weights `lam` solving `n_k . (f0 + lam @ Fj) = 0` for the occupied
-    slots `act`. Pairs whose surfaces coincide (several samples whose pre-activations are
-    one weight times their own input, when the node's other inputs are zero for them)
-    have parallel normals, and their equations are one: Filippov's field there is the
-    convex combination of the two sides of the one surface, so their weights are tied,
+def _tied_solve(normals, A, b, act):
+    """The sliding weights `lam` solving `b + A @ lam = 0` on the occupied slots `act`
+    (`A`, `b`: the rows of the tangency conditions `n_k . f = 0`, linear in `lam`).
+    Pairs whose surfaces coincide (several samples whose pre-activations are one weight
+    times their own input, when the node's other inputs are zero for them) have parallel
+    normals, and their equations are one: Filippov's field there is the convex
+    combination of the two sides of the one surface, so their weights are tied,
     `lam_l = lam_k` (`1 - lam_k` for opposite normals), and one equation per surface is
-    solved. Without such pairs this is `solve(normals @ Fj.T, -normals @ f0)`."""
+    solved. Without such pairs this is `solve(A, -b)`."""
     M = normals.shape[0]
     dtype = normals.dtype
     rep, sign = coincident(normals, act)
     is_rep = act & (rep == jnp.arange(M))
     S = jnp.where(act[:, None] & (rep[:, None] == jnp.arange(M)[None, :]), sign[:, None], 0.0).astype(dtype)
     c = jnp.where(act & (sign < 0), 1.0, 0.0).astype(dtype)  # lam = c + S @ mu
-    Amat = normals @ Fj.T
-    A2 = jnp.where(is_rep[:, None] & is_rep[None, :], Amat @ S, jnp.eye(M, dtype=dtype))
-    rhs = jnp.where(is_rep, -(normals @ f0) - Amat @ c, 0.0)
+    A2 = jnp.where(is_rep[:, None] & is_rep[None, :], A @ S, jnp.eye(M, dtype=dtype))
+    rhs = jnp.where(is_rep, -b - A @ c, 0.0)
     mu = jnp.linalg.solve(A2, rhs)
     return jnp.where(act, c + S @ mu, 0.0)
+
+
+def _sliding_weights(normals, Fj, f0, act):
+    """The sliding weights of the field `f0 + lam @ Fj` (affine in `lam`): `_tied_solve`
+    of `n_k . (f0 + lam @ Fj) = 0`."""
+    return _tied_solve(normals, normals @ Fj.T, normals @ f0, act)
 
 
 class KinkProblem(eqx.Module):
@@ -97,6 +107,7 @@ class KinkProblem(eqx.Module):
     Y: Array
     slope: Array  # (H,) negative slope per hidden node
     kinky: Array  # (H,) bool: node has a kink (not the identity)
+    upstream: Array  # (H, H) bool: hidden node a has a path to hidden node b
     loss: Callable = eqx.field(static=True)
     max_sliding: int = eqx.field(static=True)
     # per hidden node its incoming edges, padded with -1 to the largest in-degree
@@ -111,7 +122,9 @@ class KinkProblem(eqx.Module):
         ins = [net.graph.in_edges(v) for v in net.graph.hidden]
         K = max((len(e) for e in ins), default=0)
         in_edges = tuple(tuple(e) + (-1,) * (K - len(e)) for e in ins)
-        return cls(net, X, Y, slope, kinky, get_loss(loss), int(max_sliding), in_edges)
+        hidden = net.graph.hidden
+        upstream = jnp.asarray([[a in net.graph.ancestors(b) for b in hidden] for a in hidden], bool).reshape(H, H)
+        return cls(net, X, Y, slope, kinky, upstream, get_loss(loss), int(max_sliding), in_edges)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -135,13 +148,18 @@ class KinkProblem(eqx.Module):
 
     def sliding(self, theta, D, slots):
         """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =
-        empty): `f0 + sum_j lam_j F_j` with `F_j = d f / d D_j (1 - slope_j)` and `lam`
-        solving `n_i . f = 0` (n_i = grad z_i). Returns `(field, lam)`.
+        empty): `f(D + lam (1 - slope))` with the sliding weights `lam` solving
+        `n_i . f = 0` (n_i = grad z_i). Returns `(field, lam)`.
 
         Sliding pairs sit on their "off" side (`P = False`, `D = slope`), so `D` is the
-        base of the combination. The JVPs and VJPs run for the occupied slots only (a
-        loop with a dynamic trip count), so the cost is `1 + 2k` gradient-equivalents
-        for `k` sliding pairs, whatever `max_sliding` is."""
+        base of the combination. On the surfaces the outputs do not depend on the sliding
+        pairs' slopes, so the field is affine in each, `f0 + sum_j lam_j F_j` with
+        `F_j = d f / d D_j (1 - slope_j)`, and the weights solve a linear system. The
+        JVPs and VJPs run for the occupied slots only (a loop with a dynamic trip count),
+        so the cost is `1 + 2k` gradient-equivalents for `k` sliding pairs, whatever
+        `max_sliding` is. Two pairs of one sample with one node upstream of the other
+        (`coupled`) make the conditions multilinear in `lam`: they are then solved by
+        Newton's method (`_tangency`), from the linear solution."""
         N, H = D.shape
         M, E = self.max_sliding, theta.shape[0]
         active = slots >= 0
@@ -166,7 +184,57 @@ class KinkProblem(eqx.Module):
         Fj, normals = jax.lax.fori_loop(0, k_act, row, (zeros, zeros))
         count_extra(k_act)  # the k VJPs of z (the k JVPs of the gradient count themselves)
         lam = _sliding_weights(normals, Fj, f0, act)
-        return f0 + lam @ Fj, jnp.zeros((M,), theta.dtype).at[order].set(lam)
+        lam, f = self._tangency(theta, D, idx, act, normals, lam, f0 + lam @ Fj)
+        return f, jnp.zeros((M,), theta.dtype).at[order].set(lam)
+
+    def coupled(self, idx, act):
+        """Whether two occupied slots hold pairs of one sample, one node upstream of the
+        other: the one case where the tangency conditions are not linear in `lam` (the
+        downstream pair's normal, and the gradient along their common paths, carry the
+        upstream pair's slope)."""
+        N, H = self.shape
+        s, v = idx // H, idx % H
+        pair = act[:, None] & act[None, :] & (s[:, None] == s[None, :])
+        return jnp.any(pair & self.upstream[v[:, None], v[None, :]])
+
+    def _D_at(self, D, idx, act, lam):
+        """`D` with the occupied slots' pairs at slope `slope + lam (1 - slope)`."""
+        N, H = D.shape
+        w = jnp.where(act, lam * (1.0 - self.slope[idx % H]), 0.0)
+        return D.reshape(-1).at[idx].add(w).reshape(N, H)
+
+    def _tangency(self, theta, D, idx, act, normals, lam, f):
+        """`(lam, f)`: the sliding weights and the field. Unless the slots are `coupled`,
+        the linear solution `(lam, f)` as given. Otherwise Newton's method on the
+        tangency conditions `dz_k/dt = 0` of the occupied slots, as functions of their
+        weights (normals and field at `_D_at(lam)`), from the linear solution (the box's
+        centre where that is not finite). Each step solves the linearised conditions with
+        `_tied_solve`; the loop stops when the weights move less than `TANGENCY_TOL`
+        (returning the last weights the field was evaluated at, and that field) or after
+        `TANGENCY_STEPS` steps. The loop runs no step when the slots are not coupled (under
+        `vmap`, none unless a trajectory's are)."""
+        M = lam.shape[0]
+        k_act = jnp.sum(act)
+
+        def rates(lam):
+            Dl = self._D_at(D, idx, act, lam)
+            f = self.grad(theta, Dl)
+            u = jax.jvp(lambda th: self.Z(th, Dl), (theta,), (f,))[1].reshape(-1)
+            return jnp.where(act, u[idx], 0.0), f
+
+        def step(carry):
+            _, _, lam, _, it = carry
+            (r, f), d_rates = jax.linearize(rates, lam)
+            col = lambda k, J: J.at[:, k].set(d_rates(jnp.zeros((M,), lam.dtype).at[k].set(1.0))[0])  # noqa: E731
+            J = jax.lax.fori_loop(0, k_act, col, jnp.zeros((M, M), lam.dtype))
+            new = _tied_solve(normals, J, r - J @ lam, act)
+            return lam, f, new, jnp.max(jnp.abs(new - lam)), it + 1
+
+        start = jnp.where(jnp.all(jnp.isfinite(lam)), jnp.clip(lam, 0.0, 1.0), jnp.where(act, 0.5, 0.0))
+        go = jnp.where(self.coupled(idx, act), jnp.inf, 0.0).astype(lam.dtype)
+        init = (lam, f, start, go, jnp.asarray(0))
+        lam, f, _, _, _ = jax.lax.while_loop(lambda c: (c[3] > TANGENCY_TOL) & (c[4] < TANGENCY_STEPS), step, init)
+        return lam, f
 
     def field(self, theta, P, slots):
         """`(field, lam)`: the pattern-frozen field, or the Filippov field and the
