@@ -208,26 +208,33 @@ class KinkProblem(eqx.Module):
         the linear solution `(lam, f)` as given. Otherwise Newton's method on the
         tangency conditions `dz_k/dt = 0` of the occupied slots, as functions of their
         weights (normals and field at `_D_at(lam)`), from the linear solution (the box's
-        centre where that is not finite). Each step solves the linearised conditions with
-        `_tied_solve`; the loop stops when the weights move less than `TANGENCY_TOL`
+        centre where that is not finite). Each step evaluates the rates at `2k + 1` points
+        (one gradient and one JVP each, for `k` sliding pairs) and solves the linearised
+        conditions with `_tied_solve`; the loop stops when the weights move less than `TANGENCY_TOL`
         (returning the last weights the field was evaluated at, and that field) or after
         `TANGENCY_STEPS` steps. The loop runs no step when the slots are not coupled (under
         `vmap`, none unless a trajectory's are)."""
         M = lam.shape[0]
         k_act = jnp.sum(act)
 
-        def rates(lam):
-            Dl = self._D_at(D, idx, act, lam)
-            f = self.grad(theta, Dl)
-            u = jax.jvp(lambda th: self.Z(th, Dl), (theta,), (f,))[1].reshape(-1)
-            return jnp.where(act, u[idx], 0.0), f
-
         def step(carry):
             _, _, lam, _, it = carry
-            (r, f), d_rates = jax.linearize(rates, lam)
-            col = lambda k, J: J.at[:, k].set(d_rates(jnp.zeros((M,), lam.dtype).at[k].set(1.0))[0])  # noqa: E731
-            J = jax.lax.fori_loop(0, k_act, col, jnp.zeros((M, M), lam.dtype))
-            new = _tied_solve(normals, J, r - J @ lam, act)
+
+            def point(j, c):  # the rates at lam (j = 0) and at lam +- e_k (j = 2k + 1, 2k + 2)
+                R, f = c
+                k = (j - 1) // 2
+                h = jnp.where(j == 0, 0.0, jnp.where(j % 2 == 1, 1.0, -1.0)).astype(lam.dtype)
+                Dl = self._D_at(D, idx, act, lam.at[jnp.maximum(k, 0)].add(h))
+                fj = self.grad(theta, Dl)
+                u = jax.jvp(lambda th: self.Z(th, Dl), (theta,), (fj,))[1].reshape(-1)
+                return R.at[j].set(jnp.where(act, u[idx], 0.0)), jnp.where(j == 0, fj, f)
+
+            R0 = jnp.zeros((2 * M + 1, M), lam.dtype)
+            R, f = jax.lax.fori_loop(0, 2 * k_act + 1, point, (R0, jnp.zeros_like(theta)))
+            # the rates are quadratic in each weight (a normal and a gradient, each affine
+            # in it), so central differences give the Jacobian exactly
+            J = ((R[1::2] - R[2::2]) / 2.0).T
+            new = _tied_solve(normals, J, R[0] - J @ lam, act)
             return lam, f, new, jnp.max(jnp.abs(new - lam)), it + 1
 
         start = jnp.where(jnp.all(jnp.isfinite(lam)), jnp.clip(lam, 0.0, 1.0), jnp.where(act, 0.5, 0.0))

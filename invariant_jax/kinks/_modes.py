@@ -75,13 +75,13 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     side whose field keeps it there, or slides with weight in (0, 1) (a
     box-constrained complementarity problem). Single pivots on the least-index
     violation: a pushed pair first crosses; pushed again, it slides; a sliding pair
-    whose weight leaves (0, 1) leaves to the side the field pushes it to once it stops
-    sliding (its rate from the off side: with the rates monotone in its weight that is
-    the side its weight left by, but a coupled pair may be pushed up from both sides
-    with its weight below 0).
+    whose weight leaves (0, 1) leaves to that side, and if it is pushed back there it
+    crosses (a coupled pair can be pushed up from both sides with its weight below 0).
+    For one pair, with its rate affine in its weight, that ends on the side its rate
+    points to from the inactive side, whichever way the weight left.
 
     The field and the rates are evaluated once per pivot, in one place (the loop
-    body; a pair leaving its slide costs one more): the first evaluation, at the current modes, also gives the rate tolerance;
+    body): the first evaluation, at the current modes, also gives the rate tolerance;
     the last, at the final modes (after at most `4 max_sliding + 16` pivots), the
     verdict. Returns `(P, slots, bad, lam)`: the final modes, the mask of pairs still
     inconsistent (none when resolved) and the sliding weights there."""
@@ -90,26 +90,22 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     cap = 4 * M + 16
 
     def body(s):
-        P, slots, tried, it, _, utol, _, _ = s
+        P, slots, tried, left, it, _, utol, _, _ = s
         lam, u = prob.rates(th, P, slots)
         utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
         k = jnp.argmax(bad)
         is_k = (slots == k) & (slots >= 0)
         sliding_k = jnp.any(is_k)
+        lam_k = jnp.sum(jnp.where(is_k, lam, 0.0))
         free = slots < 0
-        slide = ~sliding_k & tried[k] & jnp.any(free)
+        slide = ~sliding_k & tried[k] & ~left[k] & jnp.any(free)
         Pf = P.reshape(-1)
         # k's group: the pairs on the same surface as k, which change mode with it
         grp, flip = _same_surface(proj, cand, k)
         in_slots = slot_mask(slots, N, H).reshape(-1)
         leave = (slots >= 0) & grp[jnp.where(slots >= 0, slots, 0)]
-
-        def exit_side():  # the side the field pushes k to once its group stops sliding
-            u_off = prob.rates(th, jnp.where(grp, flip, Pf).reshape(N, H), jnp.where(leave, -1, slots))[1]
-            return u_off.reshape(-1)[k] > 0
-
-        side = jnp.where(sliding_k, jax.lax.cond(sliding_k, exit_side, lambda: False), jnp.where(slide, False, ~Pf[k]))
+        side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
         others = jnp.nonzero(grp & ~in_slots & (flat != k), size=M - 1, fill_value=-1)[0]
         join = jnp.concatenate([k[None], others])  # k first, should the slots run out
         free_at = jnp.nonzero(free, size=M, fill_value=M)[0]
@@ -118,11 +114,13 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         moved = jnp.where(sliding_k, grp, grp & ~in_slots)
         moved = jnp.where(slide, moved & slot_mask(slots_new, N, H).reshape(-1), moved)
         side_of = jnp.where(slide, False, side ^ flip)
-        pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide) & (it < cap)
+        pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide | left[k]) & (it < cap)
         P_new = jnp.where(pivot & moved, side_of, Pf).reshape(N, H)
         slots = jnp.where(pivot, slots_new, slots)
         tried = tried | (pivot & grp)
-        return P_new, slots, tried, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam
+        # a group that left its slide may cross once when pushed back
+        left = jnp.where(pivot & sliding_k, left | grp, jnp.where(pivot & ~slide, left & ~grp, left))
+        return P_new, slots, tried, left, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam
 
     if M == 0:  # no sliding: crossings only
         lam, u = prob.rates(th, P, slots)
@@ -138,13 +136,14 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         P,
         slots,
         jnp.zeros((N * H,), bool),
+        jnp.zeros((N * H,), bool),
         jnp.asarray(0),
         jnp.asarray(False),
         jnp.zeros((), dtype),
         jnp.zeros((N * H,), bool),
         jnp.zeros((M,), dtype),
     )
-    P, slots, _, _, _, _, bad, lam = jax.lax.while_loop(lambda s: ~s[4], body, init)
+    P, slots, _, _, _, _, _, bad, lam = jax.lax.while_loop(lambda s: ~s[5], body, init)
     return P, slots, bad, lam
 
 
