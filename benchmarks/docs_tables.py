@@ -561,7 +561,8 @@ def coupled_pairs() -> str:
     out = [head + " |", "|" + "---|" * (5 + len(betas))]
     for r in rec["rows"]:
         dist = " | ".join(
-            "failed" if r["smooth_distance"][f"{b:g}"] is None else f"{r['smooth_distance'][f'{b:g}']:.1e}" for b in betas
+            "failed" if r["smooth_distance"][f"{b:g}"] is None else f"{r['smooth_distance'][f'{b:g}']:.1e}"
+            for b in betas
         )
         out.append(
             f"| {r['index']} | {r['result']} | {r['events']} | {r['ambiguous']} | {r['max_sliding_pairs']} | {dist} |"

@@ -279,8 +279,10 @@ class KinkOptions(eqx.Module):
         is one); hitting it sets the `KinkFlow`'s `result` to
         `RESULTS.max_events_reached`.
     - `max_sliding`: most (sample, node) pairs that may slide at once (an integer >= 0;
-        static: the size of the slot arrays). Each pair *actually* sliding costs about two
-        gradient evaluations per field evaluation; empty slots cost nothing. 0 disables
+        static: the size of the slot arrays). Each pair *actually* sliding costs one
+        gradient and one JVP of the pre-activations per field evaluation (coupled pairs,
+        one upstream of the other on one sample, about twice that per Newton step); empty
+        slots cost nothing. 0 disables
         sliding (the trajectory then crosses back and forth, counted as ambiguous events).
     - `event_tol`: absolute tolerance, in time, of the root finder that locates events
         (positive).

@@ -142,7 +142,7 @@ def test_coupled_pairs_follow_the_smooth_limit(index):
     - 587844: pair (3, `k`) slides; at t = 0.471 the upstream pair (3, `a1`) reaches its
       surface. Both must slide, and the tangency system is bilinear in their weights
       (`k`'s normal carries `a1`'s slope): its linearisation at the inactive side was
-      singular. Newton's method (`KinkProblem._tangency`) finds weights in (0, 1).
+      singular. Newton's method (`KinkProblem.sliding`) finds weights in (0, 1).
     - 396500: pair (3, `a2`) slides; at t = 0.302 the downstream pair (3, `k`) reaches
       its surface. With `k` sliding, `a2`'s weight falls below 0 while the field pushes
       `a2` up from both sides: sent to its inactive side (the side its weight left by),
@@ -169,10 +169,15 @@ def test_coupled_pairs_follow_the_smooth_limit(index):
 
 
 def test_tied_sliding_weights_against_numpy():
-    """`_sliding_weights`: without coincident surfaces it is the plain solve; with two
-    slots on one surface (parallel normals, one opposite) the weights are tied
-    (`lam_1 = lam_0`, `lam_2 = 1 - lam_0`) and the field is tangent to every surface."""
-    from invariant_jax.kinks._filippov import _sliding_weights
+    """`_tied_solve`: without coincident surfaces it is the plain solve of
+    `n . (f0 + lam @ F) = 0`; with two slots on one surface (parallel normals, one
+    opposite) the weights are tied (`lam_1 = lam_0`, `lam_2 = 1 - lam_0`) and the field
+    is tangent to every surface."""
+    from invariant_jax.kinks._filippov import _tied_solve
+
+    def solve(n, F, f0, act):
+        n, F, f0 = jnp.asarray(n), jnp.asarray(F), jnp.asarray(f0)
+        return np.asarray(_tied_solve(n, n @ F.T, n @ f0, jnp.asarray(act)))
 
     rng = np.random.default_rng(0)
     E, M = 6, 4
@@ -180,14 +185,14 @@ def test_tied_sliding_weights_against_numpy():
     F = rng.normal(size=(M, E))
     f0 = rng.normal(size=E)
     act = np.array([True, True, True, False])
-    lam = np.asarray(_sliding_weights(jnp.asarray(n), jnp.asarray(F), jnp.asarray(f0), jnp.asarray(act)))
+    lam = solve(n, F, f0, act)
     ref = np.linalg.solve(n[:3] @ F[:3].T, -n[:3] @ f0)
     np.testing.assert_allclose(lam[:3], ref, rtol=1e-12)
     assert lam[3] == 0.0
     nt = n.copy()
     nt[1] = 2.5 * n[0]
     nt[2] = -0.5 * n[0]
-    lam = np.asarray(_sliding_weights(jnp.asarray(nt), jnp.asarray(F), jnp.asarray(f0), jnp.asarray(act)))
+    lam = solve(nt, F, f0, act)
     assert lam[1] == lam[0] and abs(lam[2] - (1 - lam[0])) < 1e-14
     field = f0 + lam @ F
     np.testing.assert_allclose(nt[:3] @ field, 0.0, atol=1e-12)

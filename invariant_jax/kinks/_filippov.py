@@ -17,10 +17,11 @@ from ..solvers import count_evaluations, count_extra
 # surfaces whose normals are parallel to within this many machine epsilons (1 - |cos|)
 # are one surface (`coincident`)
 TIE_TOL = 1e3
-# Newton's method on coupled tangency conditions (`KinkProblem._tangency`): at most this
+# Newton's method on coupled tangency conditions (`KinkProblem.sliding`): at most this
 # many steps, until the weights move less than the tolerance
 TANGENCY_STEPS = 30
 TANGENCY_TOL = 1e-13
+TIE_PROBES = 3  # random directions that tell coincident surfaces apart (`normal_projections`)
 
 
 def _forward_D(net: DAGNetwork, theta, X, D, shift=None):
@@ -92,12 +93,6 @@ def _tied_solve(normals, A, b, act):
     return jnp.where(act, c + S @ mu, 0.0)
 
 
-def _sliding_weights(normals, Fj, f0, act):
-    """The sliding weights of the field `f0 + lam @ Fj` (affine in `lam`): `_tied_solve`
-    of `n_k . (f0 + lam @ Fj) = 0`."""
-    return _tied_solve(normals, normals @ Fj.T, normals @ f0, act)
-
-
 class KinkProblem(eqx.Module):
     """Static description of one kink-aware problem: the network, the data, the
     per-node negative slopes, and the number of sliding slots."""
@@ -148,44 +143,91 @@ class KinkProblem(eqx.Module):
 
     def sliding(self, theta, D, slots):
         """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =
-        empty): `f(D + lam (1 - slope))` with the sliding weights `lam` solving
-        `n_i . f = 0` (n_i = grad z_i). Returns `(field, lam)`.
+        empty): `f(D(lam))`, the gradient field with the sliding pairs at slopes
+        `D(lam) = slope + lam (1 - slope)`, and the sliding weights `lam` solving the
+        tangency conditions `r(lam) = dz/dt = 0` of the sliding pairs. Returns
+        `(field, lam)`.
 
         Sliding pairs sit on their "off" side (`P = False`, `D = slope`), so `D` is the
-        base of the combination. On the surfaces the outputs do not depend on the sliding
-        pairs' slopes, so the field is affine in each, `f0 + sum_j lam_j F_j` with
-        `F_j = d f / d D_j (1 - slope_j)`, and the weights solve a linear system. The
-        JVPs and VJPs run for the occupied slots only (a loop with a dynamic trip count),
-        so the cost is `1 + 2k` gradient-equivalents for `k` sliding pairs, whatever
-        `max_sliding` is. Two pairs of one sample with one node upstream of the other
-        (`coupled`) make the conditions multilinear in `lam`: they are then solved by
-        Newton's method (`_tangency`), from the linear solution."""
+        base. On the surfaces the outputs do not depend on the sliding pairs' slopes, so
+        the field and the rates are affine in each weight alone (the field is
+        multilinear, and a rate `n . f` is quadratic in a weight on both its pair's
+        normal `n` and the field). Unless two pairs of one sample have one node upstream
+        of the other (`coupled`), they are affine in `lam` jointly: the rates and fields
+        at `lam = 0` and at each unit vector `e_k` give them exactly, and one linear
+        solve gives `lam`. Coupled conditions are multilinear: Newton's method from the
+        box's centre, with the Jacobian from central differences (`lam +- e_k`, exact
+        for a quadratic), until the weights move less than `TANGENCY_TOL` or for
+        `TANGENCY_STEPS` steps (the field is then the one at the last weights it was
+        evaluated at). One loop evaluates every point (one gradient and one JVP each):
+        `k + 1` per field for `k` sliding pairs, `2k + 1` per Newton step, whatever
+        `max_sliding` is. Pairs on one surface have their weights tied (`_tied_solve`;
+        their normals compared through `normal_projections`)."""
         N, H = D.shape
-        M, E = self.max_sliding, theta.shape[0]
+        M = self.max_sliding
+        dtype = theta.dtype
         active = slots >= 0
         order = jnp.argsort(~active, stable=True)  # occupied slots first
         act = active[order]
         idx = jnp.where(act, slots[order], 0)
         k_act = jnp.sum(active)
-        # linearised once, outside the loop: the loop body holds only the tangent maps
-        # (smaller to compile, and the gradient is not recomputed per slot)
-        f0, dgrad = jax.linearize(lambda d: self.grad(theta, d.reshape(N, H)), D.reshape(-1))
-        _, vjp = jax.vjp(lambda th: self.Z(th, D).reshape(-1), theta)
+        coupled = self.coupled(idx, act)
+        proj = jnp.where(act[:, None], self.normal_projections(theta, D)[idx], 0.0)
+        eye = jnp.eye(M, dtype=dtype)
 
-        def row(k, rows):
-            Fj, normals = rows
-            j = idx[k]
-            e = jnp.zeros((N * H,), theta.dtype).at[j].set(1.0 - self.slope[j % H])
-            Fk = dgrad(e)
-            nk = vjp(jnp.zeros((N * H,), theta.dtype).at[j].set(1.0))[0]
-            return Fj.at[k].set(Fk), normals.at[k].set(nk)
+        def point(j, c):  # j = 0: lam; 1..k: lam + e_{j-1}; k+1..2k: lam - e_{j-k-1}
+            lam, r0, f0, Rp, Fp, Rm = c
+            k = jnp.where(j > k_act, j - k_act - 1, jnp.maximum(j - 1, 0))
+            h = jnp.where(j == 0, 0.0, jnp.where(j > k_act, -1.0, 1.0)).astype(dtype)
+            Dl = self._D_at(D, idx, act, lam + h * eye[k])
+            f = self.grad(theta, Dl)
+            u = jax.jvp(lambda th: self.Z(th, Dl), (theta,), (f,))[1].reshape(-1)
+            r = jnp.where(act, u[idx], 0.0)
+            base, plus = j == 0, (j > 0) & (j <= k_act)
+            return (
+                lam,
+                jnp.where(base, r, r0),
+                jnp.where(base, f, f0),
+                jnp.where(plus, Rp.at[k].set(r), Rp),
+                jnp.where(plus, Fp.at[k].set(f), Fp),
+                jnp.where(j > k_act, Rm.at[k].set(r), Rm),
+            )
 
-        zeros = jnp.zeros((M, E), theta.dtype)
-        Fj, normals = jax.lax.fori_loop(0, k_act, row, (zeros, zeros))
-        count_extra(k_act)  # the k VJPs of z (the k JVPs of the gradient count themselves)
-        lam = _sliding_weights(normals, Fj, f0, act)
-        lam, f = self._tangency(theta, D, idx, act, normals, lam, f0 + lam @ Fj)
-        return f, jnp.zeros((M,), theta.dtype).at[order].set(lam)
+        def step(c):
+            _, _, lam, _, it = c
+            zeros = (
+                jnp.zeros((M,), dtype),
+                jnp.zeros_like(theta),
+                jnp.zeros((M, M), dtype),
+                jnp.zeros((M, theta.shape[0]), dtype),
+                jnp.zeros((M, M), dtype),
+            )
+            n_points = 1 + k_act + jnp.where(coupled, k_act, 0)
+            count_extra(n_points)  # the JVPs of z (the gradients count themselves)
+            _, r0, f0, Rp, Fp, Rm = jax.lax.fori_loop(0, n_points, point, (lam,) + zeros)
+            J = jnp.where(coupled, (Rp - Rm) / 2.0, Rp - r0[None, :]).T  # J[i, k] = d r_i / d lam_k
+            J = jnp.where(act[None, :], J, 0.0)
+            new = _tied_solve(proj, J, r0 - J @ lam, act)
+            # not coupled (affine): the new weights are exact, and so is their field
+            f_new = f0 + (new - lam) @ jnp.where(act[:, None], Fp - f0[None, :], 0.0)
+            done = (jnp.where(coupled, lam, new), jnp.where(coupled, f0, f_new))
+            return done + (new, jnp.max(jnp.abs(new - lam)), it + 1)
+
+        def going(c):
+            return (c[4] == 0) | (coupled & (c[3] > TANGENCY_TOL) & (c[4] < TANGENCY_STEPS))
+
+        start = jnp.where(act & coupled, 0.5, 0.0).astype(dtype)
+        init = (start, jnp.zeros_like(theta), start, jnp.asarray(jnp.inf, dtype), jnp.asarray(0))
+        lam, f, _, _, _ = jax.lax.while_loop(going, step, init)
+        return f, jnp.zeros((M,), dtype).at[order].set(lam)
+
+    def normal_projections(self, theta, D):
+        """The normals `grad z` of every pair projected on `TIE_PROBES` fixed random
+        directions, `(N*H, TIE_PROBES)`: parallel normals give parallel projections, and
+        distinct ones parallel projections with probability 0."""
+        V = jax.random.normal(jax.random.key(0), (TIE_PROBES, theta.shape[0]), theta.dtype)
+        jvp = lambda v: jax.jvp(lambda t: self.Z(t, D), (theta,), (v,))[1].reshape(-1)  # noqa: E731
+        return jax.vmap(jvp, out_axes=1)(V)
 
     def coupled(self, idx, act):
         """Whether two occupied slots hold pairs of one sample, one node upstream of the
@@ -202,46 +244,6 @@ class KinkProblem(eqx.Module):
         N, H = D.shape
         w = jnp.where(act, lam * (1.0 - self.slope[idx % H]), 0.0)
         return D.reshape(-1).at[idx].add(w).reshape(N, H)
-
-    def _tangency(self, theta, D, idx, act, normals, lam, f):
-        """`(lam, f)`: the sliding weights and the field. Unless the slots are `coupled`,
-        the linear solution `(lam, f)` as given. Otherwise Newton's method on the
-        tangency conditions `dz_k/dt = 0` of the occupied slots, as functions of their
-        weights (normals and field at `_D_at(lam)`), from the linear solution (the box's
-        centre where that is not finite). Each step evaluates the rates at `2k + 1` points
-        (one gradient and one JVP each, for `k` sliding pairs) and solves the linearised
-        conditions with `_tied_solve`; the loop stops when the weights move less than `TANGENCY_TOL`
-        (returning the last weights the field was evaluated at, and that field) or after
-        `TANGENCY_STEPS` steps. The loop runs no step when the slots are not coupled (under
-        `vmap`, none unless a trajectory's are)."""
-        M = lam.shape[0]
-        k_act = jnp.sum(act)
-
-        def step(carry):
-            _, _, lam, _, it = carry
-
-            def point(j, c):  # the rates at lam (j = 0) and at lam +- e_k (j = 2k + 1, 2k + 2)
-                R, f = c
-                k = (j - 1) // 2
-                h = jnp.where(j == 0, 0.0, jnp.where(j % 2 == 1, 1.0, -1.0)).astype(lam.dtype)
-                Dl = self._D_at(D, idx, act, lam.at[jnp.maximum(k, 0)].add(h))
-                fj = self.grad(theta, Dl)
-                u = jax.jvp(lambda th: self.Z(th, Dl), (theta,), (fj,))[1].reshape(-1)
-                return R.at[j].set(jnp.where(act, u[idx], 0.0)), jnp.where(j == 0, fj, f)
-
-            R0 = jnp.zeros((2 * M + 1, M), lam.dtype)
-            R, f = jax.lax.fori_loop(0, 2 * k_act + 1, point, (R0, jnp.zeros_like(theta)))
-            # the rates are quadratic in each weight (a normal and a gradient, each affine
-            # in it), so central differences give the Jacobian exactly
-            J = ((R[1::2] - R[2::2]) / 2.0).T
-            new = _tied_solve(normals, J, R[0] - J @ lam, act)
-            return lam, f, new, jnp.max(jnp.abs(new - lam)), it + 1
-
-        start = jnp.where(jnp.all(jnp.isfinite(lam)), jnp.clip(lam, 0.0, 1.0), jnp.where(act, 0.5, 0.0))
-        go = jnp.where(self.coupled(idx, act), jnp.inf, 0.0).astype(lam.dtype)
-        init = (lam, f, start, go, jnp.asarray(0))
-        lam, f, _, _, _ = jax.lax.while_loop(lambda c: (c[3] > TANGENCY_TOL) & (c[4] < TANGENCY_STEPS), step, init)
-        return lam, f
 
     def field(self, theta, P, slots):
         """`(field, lam)`: the pattern-frozen field, or the Filippov field and the

@@ -13,8 +13,6 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._filippov import KinkProblem, parallel, slot_mask
 
-TIE_PROBES = 3  # random directions that tell coincident surfaces apart (`_surface_projections`)
-
 
 class EventOutcome(eqx.Module):
     """What happened at one event: the restart point, the new modes and the counts of
@@ -50,14 +48,9 @@ def _rate_tol(prob: KinkProblem, u, surface_tol):
 
 
 def _surface_projections(prob: KinkProblem, th, P, cand):
-    """The normals `grad z` of the candidate pairs projected on `TIE_PROBES` fixed random
-    directions, `(N*H, TIE_PROBES)` (zero for the other pairs): parallel normals give
-    parallel projections, and distinct ones parallel projections with probability 0."""
-    E = th.shape[0]
-    D = prob.D_of(P)
-    V = jax.random.normal(jax.random.key(0), (TIE_PROBES, E), th.dtype)
-    proj = jax.vmap(lambda v: jax.jvp(lambda t: prob.Z(t, D), (th,), (v,))[1].reshape(-1), out_axes=1)(V)
-    return jnp.where(cand.reshape(-1)[:, None], proj, 0.0)
+    """`prob.normal_projections` of the candidate pairs, `(N*H, TIE_PROBES)` (zero for
+    the other pairs)."""
+    return jnp.where(cand.reshape(-1)[:, None], prob.normal_projections(th, prob.D_of(P)), 0.0)
 
 
 def _same_surface(proj, cand, k):
