@@ -281,9 +281,9 @@ class KinkOptions(eqx.Module):
     - `max_sliding`: most (sample, node) pairs that may slide at once (an integer >= 0;
         static: the size of the slot arrays). Each pair *actually* sliding costs one
         gradient and one JVP of the pre-activations per field evaluation (coupled pairs,
-        one upstream of the other on one sample, about twice that per Newton step); empty
-        slots cost nothing. 0 disables
-        sliding (the trajectory then crosses back and forth, counted as ambiguous events).
+        one upstream of the other on one sample, about twice that per Newton step);
+        empty slots cost nothing. 0 disables sliding (the trajectory then crosses back
+        and forth, counted as ambiguous events).
     - `event_tol`: absolute tolerance, in time, of the root finder that locates events
         (positive).
     - `surface_tol`: pre-activations (relative to `max |z|`) and sliding weights within
