@@ -73,8 +73,12 @@ ax[0].set(xlabel="epoch", ylabel="rank J_G (of 20)", title="rank over training")
 ax[1].set(xlabel="epoch", ylabel="||J_G||_*", title="nuclear norm", yscale="log")
 ax[0].legend(); fig.tight_layout(); plt.show()"""),
     md("## Prune the cut-off neurons\n`ij.prune(net, tol=0)` removes them and reports `max |f_pruned - f|` over all 569 samples."),
-    code("""def acc(net, X, Y):
-    return float(jnp.mean((net.forward(X) > 0) == (Y > 0.5)))
+    code("""@eqx.filter_jit  # compiled once per graph (op by op, each step of the forward pass compiles on its own)
+def accuracy(net, X, Y):
+    return jnp.mean((net.forward(X) > 0) == (Y > 0.5))
+
+def acc(net, X, Y):
+    return float(accuracy(net, X, Y))
 
 X_all = np.concatenate([d.X_train, d.X_test])
 one = lambda nets, i: jax.tree.map(lambda a: a[i], nets)
