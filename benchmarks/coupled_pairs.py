@@ -28,23 +28,10 @@ from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py
 jax.config.update("jax_enable_x64", True)
 
 import invariant_jax as ij  # noqa: E402
-from invariant_jax.activations import Activation  # noqa: E402
 
 INITS = (587844, 384188, 283863, 396500)  # the 4 non-ok rows of sweep_million.json
 BETAS = (1e3, 1e4)
 SAVES = np.linspace(0.0, 1.0, 6)
-
-
-def smoothed_relu(beta: float) -> Activation:
-    """softplus(beta z) / beta: smooth, and relu as beta -> inf."""
-    return Activation(
-        f"softplus_beta{beta:g}",
-        lambda z: jax.nn.softplus(beta * z) / beta,
-        lambda z: jax.nn.sigmoid(beta * z),
-        positively_homogeneous=False,
-        piecewise_linear=False,
-        smooth=True,
-    )
 
 
 def one(cfg: ij.sweep.SweepConfig, index: int) -> dict:
@@ -73,7 +60,7 @@ def one(cfg: ij.sweep.SweepConfig, index: int) -> dict:
     }
     row["smooth_distance"] = {}
     for beta in BETAS:
-        sm = ij.DAGNetwork(g, smoothed_relu(beta), edge_weights=net.edge_weights())
+        sm = ij.DAGNetwork(g, ij.smoothed_relu(beta), edge_weights=net.edge_weights())
         opts = ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
         fl = ij.gradient_flow(sm, X, Y, 1.0, saveat=SAVES, solver=opts)
         d = np.max(np.abs(np.asarray(fl.thetas) - np.asarray(tight.flow.thetas)))

@@ -43,7 +43,6 @@ from tqdm import tqdm  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from invariant_jax import solvers  # noqa: E402
-from invariant_jax.activations import Activation  # noqa: E402
 from invariant_jax.kinks import kink_aware_flow  # noqa: E402
 
 COUNT = [0]
@@ -298,15 +297,7 @@ def smooth_limit(net, X, Y, t1, ref, betas=(1e3, 1e4, 1e5)):
     an independent check of the ReLU reference, O(1/beta) if it is right."""
     out = {}
     for beta in betas:
-        act = Activation(
-            f"softplus_beta{beta:g}",
-            lambda z, b=beta: jax.nn.softplus(b * z) / b,
-            lambda z, b=beta: jax.nn.sigmoid(b * z),
-            positively_homogeneous=False,
-            piecewise_linear=False,
-            smooth=True,
-        )
-        sm = ij.DAGNetwork(net.graph, act, edge_weights=net.edge_weights())
+        sm = ij.DAGNetwork(net.graph, ij.smoothed_relu(beta), edge_weights=net.edge_weights())
         fl = ij.gradient_flow(
             sm,
             X,

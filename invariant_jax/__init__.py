@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from . import channels, sweep
     from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name
     from ._version import __version__
-    from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu
+    from .activations import ACTIVATIONS, Activation, get_activation, leaky_relu, smoothed_relu
     from .channels import (
         ChannelPair,
         ChannelReport,
@@ -166,6 +166,7 @@ __all__ = [
     "ACTIVATIONS",
     "get_activation",
     "leaky_relu",
+    "smoothed_relu",
     "DAGNetwork",
     "init_edge_weights",
     # losses and data

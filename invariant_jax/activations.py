@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import erf as _erf
 
-__all__ = ["Activation", "get_activation", "ACTIVATIONS", "leaky_relu"]
+__all__ = ["Activation", "get_activation", "ACTIVATIONS", "leaky_relu", "smoothed_relu"]
 
 
 class Activation(eqx.Module):
@@ -154,6 +154,32 @@ def _leaky_relu(s: float) -> Activation:
         piecewise_linear=True,
         smooth=False,
         negative_slope=s,
+    )
+
+
+def smoothed_relu(beta: float) -> Activation:
+    """`softplus(beta x) / beta`: smooth, within `log(2) / beta` of relu, and relu as
+    `beta -> inf` (derivative `sigmoid(beta x)`). The independent reference for the
+    exact (kink-aware) relu flow: the smooth net's gradient flow converges to it like
+    `1 / beta`, sliding modes included (see the solvers guide).
+
+    The same `beta` gives the same object, so direct uses hit the same compiled programs.
+    """
+    b = float(beta)
+    if not (b > 0.0 and b < float("inf")):
+        raise ValueError(f"smoothed_relu needs a finite beta > 0; got {beta!r}.")
+    return _smoothed_relu(b)
+
+
+@functools.lru_cache(maxsize=64)
+def _smoothed_relu(b: float) -> Activation:
+    return Activation(
+        f"softplus_beta{b:g}",
+        lambda x: jax.nn.softplus(b * x) / b,
+        lambda x: jax.nn.sigmoid(b * x),
+        positively_homogeneous=False,
+        piecewise_linear=False,
+        smooth=True,
     )
 
 

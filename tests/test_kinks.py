@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.integrate
 import scipy.optimize
+import scipy.special
 
 import invariant_jax as ij
-from invariant_jax.activations import Activation
 from invariant_jax.kinks import kink_aware_flow
 
 
@@ -207,15 +207,24 @@ def test_vmap_keeps_pattern_state_per_trajectory():
 
 
 def smoothed_relu(beta):
-    """softplus(beta z) / beta: smooth, and relu as beta -> inf (sigma' = sigmoid(beta z))."""
-    return Activation(
-        f"softplus_beta{beta:g}",
-        lambda z: jax.nn.softplus(beta * z) / beta,
-        lambda z: jax.nn.sigmoid(beta * z),
-        positively_homogeneous=False,
-        piecewise_linear=False,
-        smooth=True,
-    )
+    """softplus(beta z) / beta (`ij.smoothed_relu`, checked against NumPy in
+    `test_smoothed_relu_against_numpy`)."""
+    return ij.smoothed_relu(beta)
+
+
+def test_smoothed_relu_against_numpy():
+    z = np.linspace(-3.0, 3.0, 61)
+    for beta in (1.0, 1e2, 1e4):
+        act = ij.smoothed_relu(beta)
+        np.testing.assert_allclose(np.asarray(act(jnp.asarray(z))), np.logaddexp(0.0, beta * z) / beta, rtol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(act.derivative(jnp.asarray(z))), scipy.special.expit(beta * z), rtol=1e-12
+        )
+        assert np.max(np.abs(np.asarray(act(jnp.asarray(z))) - np.maximum(z, 0.0))) <= np.log(2.0) / beta * (1 + 1e-12)
+        assert act is ij.smoothed_relu(beta) and act.smooth and not act.kinked
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite beta > 0"):
+            ij.smoothed_relu(bad)
 
 
 @pytest.mark.slow
