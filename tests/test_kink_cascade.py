@@ -168,6 +168,36 @@ def test_coupled_pairs_follow_the_smooth_limit(index):
     assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 4e-4
 
 
+def test_initial_pattern_is_the_networks_own():
+    """The initial activation pattern is the sign of the network's own pre-activations.
+    It was computed with every node linear (slope 1), which gives wrong signs downstream
+    of an inactive pair: most inits of the CLI's default sweep (`--graph example`) started
+    with some pairs of node `k` on the wrong side. Init 827265 of the million-init sweep
+    then integrated a wrong field from t = 0 and ended 0.1 away from the smooth limit,
+    for beta = 1e3 and 1e4 alike."""
+    jax.config.update("jax_enable_x64", True)
+    from invariant_jax.kinks import make_kink_integrator
+
+    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1_000_000)
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    net = ij.sweep.sweep_network(cfg, 827265)
+    integ = make_kink_integrator(net, X, Y, 1.0)
+    for i in range(827265, 827265 + 20):
+        net_i = ij.sweep.sweep_network(cfg, i)
+        P = np.asarray(integ.init(net_i.edge_weights()).P)
+        np.testing.assert_array_equal(P, np.asarray(net_i.evaluate(X)[1]) > 0)
+    ts = np.linspace(0.0, 1.0, 6)
+    kf = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
+    assert bool(kf.success) and int(kf.num_ambiguous) == 0
+    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=net.edge_weights())
+    fl = ij.gradient_flow(
+        sm, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
+    )
+    assert bool(fl.success)
+    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 4e-4
+
+
 def test_tied_sliding_weights_against_numpy():
     """`_tied_solve`: without coincident surfaces it is the plain solve of
     `n . (f0 + lam @ F) = 0`; with two slots on one surface (parallel normals, one

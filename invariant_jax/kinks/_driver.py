@@ -175,7 +175,7 @@ class KinkIntegrator(eqx.Module):
         prob = self.prob
         N, H = prob.shape
         dtype = theta0.dtype
-        Z0 = prob.Z(theta0, jnp.ones((N, H), dtype))
+        Z0 = prob.pre_activations(theta0)  # (a pattern of all ones gives wrong signs downstream of an inactive pair)
         i0 = jnp.asarray(0)
         zero = jnp.asarray(0.0, dtype)
         return KinkState(

@@ -135,6 +135,11 @@ class KinkProblem(eqx.Module):
     def Z(self, theta, D):
         return _forward_D(self.net, theta, self.X, D)[1]
 
+    def pre_activations(self, theta):
+        """The network's own pre-activations `(N, H)` (each node's activation applied,
+        not a frozen pattern): their signs are the activation pattern at `theta`."""
+        return self.net.with_edge_weights(theta).evaluate(self.X)[1]
+
     def signal(self, theta, D):
         """`dL / da` of every (sample, hidden node) pair, `(N, H)`: the backpropagated
         signal at each node's output."""
