@@ -106,6 +106,16 @@ def test_node_that_cannot_leave_its_origin_stays_dead():
     assert float(np.max(np.abs(np.asarray(fl.thetas) - th))) < 5e-4
 
 
+def _to_smooth_limit(net, X, Y, ts, kf):
+    """`max |theta_beta(t) - theta_kink(t)|` over the times `ts` of the kink-aware flow
+    `kf`, against the smooth net (`softplus(beta z)/beta`, beta = 1e4; Kvaerno5 at 1e-10)."""
+    sm = ij.DAGNetwork(net.graph, smoothed_relu(1e4), edge_weights=net.edge_weights())
+    opts = ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
+    fl = ij.gradient_flow(sm, X, Y, 1.0, saveat=ts, solver=opts)
+    assert bool(fl.success)
+    return float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas))))
+
+
 def test_pairs_on_one_surface_slide_together():
     """Init 95614 of the CLI's default sweep (`--graph example`, seed 0, Tsit5 1e-8) ended
     `max_events_reached` with 999 ambiguous events: at t = 0.4566 the first incoming
@@ -126,12 +136,7 @@ def test_pairs_on_one_surface_slide_together():
     kf = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
     assert bool(kf.success) and int(kf.num_ambiguous) == 0 and int(kf.num_events) <= 4
     assert int(kf.max_sliding_pairs) == 7 and float(kf.sliding_time) > 0.3
-    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=net.edge_weights())
-    fl = ij.gradient_flow(
-        sm, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
-    )
-    assert bool(fl.success)
-    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 1e-3
+    assert _to_smooth_limit(net, X, Y, ts, kf) < 1e-3
 
 
 @pytest.mark.parametrize("index", [587844, 396500])
@@ -160,12 +165,7 @@ def test_coupled_pairs_follow_the_smooth_limit(index):
     kf = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
     assert bool(kf.success) and int(kf.num_ambiguous) == 0 and int(kf.num_events) <= 20
     assert int(kf.max_sliding_pairs) == (2 if index == 587844 else 1)
-    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=net.edge_weights())
-    fl = ij.gradient_flow(
-        sm, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
-    )
-    assert bool(fl.success)
-    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 4e-4
+    assert _to_smooth_limit(net, X, Y, ts, kf) < 4e-4
 
 
 def test_initial_pattern_is_the_networks_own():
@@ -190,12 +190,7 @@ def test_initial_pattern_is_the_networks_own():
     ts = np.linspace(0.0, 1.0, 6)
     kf = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ts)
     assert bool(kf.success) and int(kf.num_ambiguous) == 0
-    sm = ij.DAGNetwork(g, smoothed_relu(1e4), edge_weights=net.edge_weights())
-    fl = ij.gradient_flow(
-        sm, X, Y, 1.0, saveat=ts, solver=ij.SolverOptions("kvaerno5", rtol=1e-10, atol=1e-10, max_steps=200_000)
-    )
-    assert bool(fl.success)
-    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(kf.flow.thetas)))) < 4e-4
+    assert _to_smooth_limit(net, X, Y, ts, kf) < 4e-4
 
 
 def test_tied_sliding_weights_against_numpy():
