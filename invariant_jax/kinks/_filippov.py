@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import equinox as eqx
@@ -180,8 +181,8 @@ class KinkProblem(eqx.Module):
         proj = jnp.where(act[:, None], self.normal_projections(theta, D)[idx], 0.0)
         eye = jnp.eye(M, dtype=dtype)
 
-        def point(j, c):  # j = 0: lam; 1..k: lam + e_{j-1}; k+1..2k: lam - e_{j-k-1}
-            lam, r0, f0, Rp, Fp, Rm = c
+        def point(lam, j, c):  # j = 0: lam; 1..k: lam + e_{j-1}; k+1..2k: lam - e_{j-k-1}
+            r0, f0, Rp, Fp, Rm = c
             k = jnp.where(j > k_act, j - k_act - 1, jnp.maximum(j - 1, 0))
             h = jnp.where(j == 0, 0.0, jnp.where(j > k_act, -1.0, 1.0)).astype(dtype)
             Dl = self._D_at(D, idx, act, lam + h * eye[k])
@@ -190,7 +191,6 @@ class KinkProblem(eqx.Module):
             r = jnp.where(act, u[idx], 0.0)
             base, plus = j == 0, (j > 0) & (j <= k_act)
             return (
-                lam,
                 jnp.where(base, r, r0),
                 jnp.where(base, f, f0),
                 jnp.where(plus, Rp.at[k].set(r), Rp),
@@ -209,7 +209,7 @@ class KinkProblem(eqx.Module):
             )
             n_points = 1 + k_act + jnp.where(coupled, k_act, 0)
             count_extra(n_points)  # the JVPs of z (the gradients count themselves)
-            _, r0, f0, Rp, Fp, Rm = jax.lax.fori_loop(0, n_points, point, (lam,) + zeros)
+            r0, f0, Rp, Fp, Rm = jax.lax.fori_loop(0, n_points, functools.partial(point, lam), zeros)
             J = jnp.where(coupled, (Rp - Rm) / 2.0, Rp - r0[None, :]).T  # J[i, k] = d r_i / d lam_k
             J = jnp.where(act[None, :], J, 0.0)
             new = _tied_solve(proj, J, r0 - J @ lam, act)
