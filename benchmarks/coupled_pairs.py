@@ -1,7 +1,8 @@
-"""The trajectories of the default million-init sweep that did not end `ok`
-(`benchmarks/results/sweep_million.json`: 4 of 10^6), run again one by one: each
-slid on a pair of one sample while a pair upstream or downstream of it on the same
-sample reached its surface (issue 27). Per init:
+"""The worst cases of the default million-init sweep, run again one by one: the 4
+trajectories that did not end `ok` (`benchmarks/results/sweep_million.json` as committed
+in 9a3003c), each of which slid on a pair of one sample while a pair upstream or
+downstream of it on the same sample reached its surface (issue 27), and init 827265,
+which started from a wrong activation pattern (fixed in 86a1b4e). Per init:
 
 - the exact flow with the sweep's own options (`SweepConfig` defaults: Tsit5 inside,
   rtol = atol = 1e-8, `KinkOptions()`): result, events, ambiguous events, most pairs
@@ -11,8 +12,12 @@ sample reached its surface (issue 27). Per init:
   `beta` = 1e3 and 1e4: `max |theta_beta(t) - theta_kink(t)|` over 6 save times in
   [0, 1] (a distance that falls like `1 / beta` says the two flows are one in the limit).
 
-Usage: python benchmarks/coupled_pairs.py [--inits 587844 384188 283863 396500]
-    [--out benchmarks/results/coupled_pairs.json]
+Also `initial_pattern`: of the sweep's first `--pattern-inits` inits, how many have some
+pair whose sign differs between the network's own pre-activations (the pattern now) and
+the pre-activations with every node linear (the pattern before 86a1b4e).
+
+Usage: python benchmarks/coupled_pairs.py [--inits 587844 384188 283863 396500 827265]
+    [--pattern-inits 2000] [--out benchmarks/results/coupled_pairs.json]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
@@ -28,8 +34,9 @@ from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py
 jax.config.update("jax_enable_x64", True)
 
 import invariant_jax as ij  # noqa: E402
+from invariant_jax.kinks import make_kink_integrator  # noqa: E402
 
-INITS = (587844, 384188, 283863, 396500)  # the 4 non-ok rows of sweep_million.json
+INITS = (587844, 384188, 283863, 396500, 827265)  # the 4 non-ok rows of sweep_million.json at 9a3003c; 827265
 BETAS = (1e3, 1e4)
 SAVES = np.linspace(0.0, 1.0, 6)
 
@@ -69,9 +76,29 @@ def one(cfg: ij.sweep.SweepConfig, index: int) -> dict:
     return row
 
 
+def initial_patterns(cfg: ij.sweep.SweepConfig, n: int) -> dict:
+    """Inits `0..n-1` whose pattern with every node linear differs from their own."""
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    net = ij.sweep.sweep_network(cfg, 0)
+    prob = make_kink_integrator(net, X, Y, cfg.t1).prob
+    N, H = prob.shape
+    th = jnp.stack([ij.sweep.sweep_network(cfg, i).edge_weights() for i in range(n)])
+    linear = jax.vmap(lambda t: prob.Z(t, jnp.ones((N, H), t.dtype)) > 0)(th)
+    own = jax.vmap(lambda t: prob.pre_activations(t) > 0)(th)
+    differ = linear != own
+    return {
+        "inits": n,
+        "inits_with_a_wrong_pair": int(jnp.sum(jnp.any(differ, axis=(1, 2)))),
+        "pairs": n * N * H,
+        "wrong_pairs": int(jnp.sum(differ)),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inits", type=int, nargs="+", default=list(INITS))
+    ap.add_argument("--pattern-inits", type=int, default=2000)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     cfg = ij.sweep.SweepConfig(graph="example", n_inits=1_000_000)
@@ -88,6 +115,7 @@ def main() -> None:
                 "sweep_solver": repr(cfg.solver),
             },
             "rows": rows,
+            "initial_pattern": initial_patterns(cfg, args.pattern_inits),
         },
     )
 

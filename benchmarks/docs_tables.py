@@ -571,8 +571,16 @@ def coupled_pairs() -> str:
     out.append(
         f"At {_commit(rec)}: `{rec['command']}` (`benchmarks/results/coupled_pairs.json`). The result, events "
         "and pairs come from the sweep's own options. The distance is `max |theta_beta(t) - theta_kink(t)|` "
-        "over 6 times in [0, 1], with both flows at rtol = atol = 1e-10.\n"
+        "over 6 times in [0, 1], with both flows at rtol = atol = 1e-10."
     )
+    if "initial_pattern" in rec:
+        p = rec["initial_pattern"]
+        out[-1] += (
+            f" Of the sweep's first {p['inits']:,} inits, {p['inits_with_a_wrong_pair']:,} had some pair whose sign "
+            f"with every node linear (the initial pattern before 86a1b4e) differs from its own "
+            f"({p['wrong_pairs']:,} of {p['pairs']:,} pairs)."
+        )
+    out[-1] += "\n"
     return "\n".join(out)
 
 
