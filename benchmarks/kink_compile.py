@@ -123,13 +123,13 @@ def measure_parts(solver: str) -> list[dict]:
         "whole program (integrate_kink_flow)": (lambda i, th: integrate_kink_flow(i, net, th, "mse"), (integ, theta0)),
         "the trajectory loop (run)": (lambda i, th: i.run(th), (integ, theta0)),
         "one segment": (lambda i, s: i.segment(s), (integ, state)),
-        "the field (pattern or Filippov)": (lambda i, s: i.prob.field(s.theta, s.P, s.slots), (integ, state)),
+        "the field (pattern or Filippov)": (lambda i, s: i.prob.field(s.theta, s.P, s.slots, s.ties), (integ, state)),
         "Jacobian of the field (jacfwd)": (
-            lambda i, s: jax.jacfwd(lambda th: i.prob.field(th, s.P, s.slots)[0])(s.theta),
+            lambda i, s: jax.jacfwd(lambda th: i.prob.field(th, s.P, s.slots, s.ties)[0])(s.theta),
             (integ, state),
         ),
         "event condition and field": (
-            lambda i, s: i.prob.cond_and_field(s.theta, s.P, s.slots, s.margin),
+            lambda i, s: i.prob.cond_and_field(s.theta, s.P, s.slots, s.ties, s.margin),
             (integ, state),
         ),
         "Flow record (flow)": (lambda i, th, f: i.flow(net, th, f, "mse"), (integ, theta0, final)),

@@ -198,11 +198,11 @@ def test_tied_sliding_weights_against_numpy():
     `n . (f0 + lam @ F) = 0`; with two slots on one surface (parallel normals, one
     opposite) the weights are tied (`lam_1 = lam_0`, `lam_2 = 1 - lam_0`) and the field
     is tangent to every surface."""
-    from invariant_jax.kinks._filippov import _tied_solve
+    from invariant_jax.kinks._filippov import _tied_solve, coincident
 
     def solve(n, F, f0, act):
-        n, F, f0 = jnp.asarray(n), jnp.asarray(F), jnp.asarray(f0)
-        return np.asarray(_tied_solve(n, n @ F.T, n @ f0, jnp.asarray(act)))
+        n, F, f0, act = jnp.asarray(n), jnp.asarray(F), jnp.asarray(f0), jnp.asarray(act)
+        return np.asarray(_tied_solve(*coincident(n, act), n @ F.T, n @ f0, act))
 
     rng = np.random.default_rng(0)
     E, M = 6, 4

@@ -29,7 +29,7 @@ from ..losses import check_data, get_loss
 from ..network import DAGNetwork
 from ..options import KinkOptions, Objective, SaveTimes, SolverOptions, as_objective, as_save_times, as_solver_options
 from ..solvers import GaussLegendre, gl_step
-from ._filippov import KinkProblem, slot_mask
+from ._filippov import KinkProblem, no_ties, slot_mask
 from ._illinois import Illinois
 from ._modes import resolve_event
 from ._segment import SegmentSolution, solve_segment
@@ -121,6 +121,7 @@ class KinkState(eqx.Module):
     theta: Array
     P: Array  # (N, H) bool: active side of each pair
     slots: Array  # (M,) flat indices of the sliding pairs, -1 = empty
+    ties: tuple  # (rep, sign) per slot: which share a surface (`slot_ties`, set at events)
     margin: Array  # (N, H) restart margins of pairs left at their surface
     ys: Array  # (T, E) saved states
     filled: Array  # (T,) which saves are made
@@ -183,6 +184,7 @@ class KinkIntegrator(eqx.Module):
             theta=theta0,
             P=Z0 > 0,
             slots=-jnp.ones((prob.max_sliding,), int),
+            ties=no_ties(prob.max_sliding, dtype),
             margin=jnp.zeros((N, H), dtype),
             ys=jnp.full((self.ts.shape[0], theta0.shape[0]), jnp.inf, dtype),
             filled=jnp.zeros(self.ts.shape, bool),
@@ -209,12 +211,10 @@ class KinkIntegrator(eqx.Module):
         margin = c.margin
 
         def vf(t, theta, args):
-            P, slots = args
-            return prob.field(theta, P, slots)[0]
+            return prob.field(theta, *args)[0]
 
         def cond_fn(t, y, args, **kw):
-            P, slots = args
-            return prob.cond_value(y, P, slots, margin)
+            return prob.cond_value(y, *args, margin)
 
         inner = self.inner
         if isinstance(inner, GaussLegendre):  # self.is_gl
@@ -238,7 +238,7 @@ class KinkIntegrator(eqx.Module):
                 c.t,
                 t1,
                 c.theta,
-                (c.P, c.slots),
+                (c.P, c.slots, c.ties),
                 ts,
                 max_steps=self.max_steps,
                 event_tol=self.event_tol,
@@ -291,7 +291,7 @@ class KinkIntegrator(eqx.Module):
             self.t1,
             None,
             c.theta,
-            args=(c.P, c.slots),
+            args=(c.P, c.slots, c.ties),
             saveat=diffrax.SaveAt(
                 subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl
             ),
@@ -323,8 +323,8 @@ class KinkIntegrator(eqx.Module):
         assert isinstance(inner, GaussLegendre)  # the restart of Gauss-Legendre flows only
         # the Jacobian of the last step's start, kept by the solver (`keep_jacobian`)
         _, t_prev, y_prev, J = sol.solver_state
-        f = lambda tt, yy: prob.field(yy, c.P, c.slots)[0]  # noqa: E731
-        gf = lambda yy: prob.cond_and_field(yy, c.P, c.slots, c.margin)  # noqa: E731
+        f = lambda tt, yy: prob.field(yy, c.P, c.slots, c.ties)[0]  # noqa: E731
+        gf = lambda yy: prob.cond_and_field(yy, c.P, c.slots, c.ties, c.margin)  # noqa: E731
 
         t_seg = t_end
 
@@ -358,6 +358,7 @@ class KinkIntegrator(eqx.Module):
                 c.theta,
                 c.P,
                 c.slots,
+                c.ties,
                 c.margin,
                 c.n_events,
                 c.n_cross,
@@ -375,6 +376,7 @@ class KinkIntegrator(eqx.Module):
                 ev.theta,
                 ev.P,
                 ev.slots,
+                ev.ties,
                 ev.margin,
                 k + 1,
                 c.n_cross + ev.crossings,

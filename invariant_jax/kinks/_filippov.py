@@ -73,7 +73,24 @@ def coincident(normals, act):
     return rep, sign
 
 
-def _tied_solve(normals, A, b, act):
+def slot_ties(proj, slots):
+    """`(rep, sign)` of the sliding slots (`coincident` of their rows of `proj`, the
+    pairs' `normal_projections`; empty slots are their own). Coincident surfaces are a
+    property of the activation pattern (a node's other inputs zero for those samples),
+    so the ties found at an event hold for the segment after it: `resolve_event`
+    computes them there, and the fields of the segment carry them."""
+    act = slots >= 0
+    if slots.shape[0] == 0:
+        return no_ties(0, proj.dtype)
+    return coincident(jnp.where(act[:, None], proj[jnp.where(act, slots, 0)], 0.0), act)
+
+
+def no_ties(M, dtype):
+    """The ties of slots with no coincident surfaces (every slot its own)."""
+    return jnp.arange(M), jnp.ones((M,), dtype)
+
+
+def _tied_solve(rep, sign, A, b, act):
     """The sliding weights `lam` solving `b + A @ lam = 0` on the occupied slots `act`
     (`A`, `b`: the rows of the tangency conditions `n_k . f = 0`, linear in `lam`).
     Pairs whose surfaces coincide (several samples whose pre-activations are one weight
@@ -81,10 +98,10 @@ def _tied_solve(normals, A, b, act):
     normals, and their equations are one: Filippov's field there is the convex
     combination of the two sides of the one surface, so their weights are tied,
     `lam_l = lam_k` (`1 - lam_k` for opposite normals), and one equation per surface is
-    solved. Without such pairs this is `solve(A, -b)`."""
-    M = normals.shape[0]
-    dtype = normals.dtype
-    rep, sign = coincident(normals, act)
+    solved. `(rep, sign)` say which (`coincident`, in the rows' order). Without ties
+    this is `solve(A, -b)`."""
+    M = A.shape[0]
+    dtype = A.dtype
     is_rep = act & (rep == jnp.arange(M))
     S = jnp.where(act[:, None] & (rep[:, None] == jnp.arange(M)[None, :]), sign[:, None], 0.0).astype(dtype)
     c = jnp.where(act & (sign < 0), 1.0, 0.0).astype(dtype)  # lam = c + S @ mu
@@ -147,7 +164,7 @@ class KinkProblem(eqx.Module):
         shift = jnp.zeros(D.shape, theta.dtype)
         return jax.grad(lambda s: self.loss(_forward_D(self.net, theta, self.X, D, s)[0], self.Y))(shift)
 
-    def sliding(self, theta, D, slots):
+    def sliding(self, theta, D, slots, ties):
         """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =
         empty): `f(D(lam))`, the gradient field with the sliding pairs at slopes
         `D(lam) = slope + lam (1 - slope)`, and the sliding weights `lam` solving the
@@ -168,7 +185,7 @@ class KinkProblem(eqx.Module):
         evaluated at). One loop evaluates every point (one gradient and one JVP each):
         `k + 1` per field for `k` sliding pairs, `2k + 1` per Newton step, whatever
         `max_sliding` is. Pairs on one surface have their weights tied (`_tied_solve`;
-        their normals compared through `normal_projections`)."""
+        `ties` = `(rep, sign)` per slot, from `slot_ties` at the event)."""
         N, H = D.shape
         M = self.max_sliding
         dtype = theta.dtype
@@ -178,7 +195,9 @@ class KinkProblem(eqx.Module):
         idx = jnp.where(act, slots[order], 0)
         k_act = jnp.sum(active)
         coupled = self.coupled(idx, act)
-        proj = jnp.where(act[:, None], self.normal_projections(theta, D)[idx], 0.0)
+        rep, sign = ties
+        position = jnp.zeros((M,), int).at[order].set(jnp.arange(M))  # slot -> its place in `order`
+        rep, sign = position[rep[order]], sign[order]
         eye = jnp.eye(M, dtype=dtype)
 
         def point(lam, j, c):  # j = 0: lam; 1..k: lam + e_{j-1}; k+1..2k: lam - e_{j-k-1}
@@ -212,7 +231,7 @@ class KinkProblem(eqx.Module):
             r0, f0, Rp, Fp, Rm = jax.lax.fori_loop(0, n_points, functools.partial(point, lam), zeros)
             J = jnp.where(coupled, (Rp - Rm) / 2.0, Rp - r0[None, :]).T  # J[i, k] = d r_i / d lam_k
             J = jnp.where(act[None, :], J, 0.0)
-            new = _tied_solve(proj, J, r0 - J @ lam, act)
+            new = _tied_solve(rep, sign, J, r0 - J @ lam, act)
             # not coupled (affine): the new weights are exact, and so is their field
             f_new = f0 + (new - lam) @ jnp.where(act[:, None], Fp - f0[None, :], 0.0)
             done = (jnp.where(coupled, lam, new), jnp.where(coupled, f0, f_new))
@@ -250,7 +269,7 @@ class KinkProblem(eqx.Module):
         w = jnp.where(act, lam * (1.0 - self.slope[idx % H]), 0.0)
         return D.reshape(-1).at[idx].add(w).reshape(N, H)
 
-    def field(self, theta, P, slots):
+    def field(self, theta, P, slots, ties):
         """`(field, lam)`: the pattern-frozen field, or the Filippov field and the
         sliding weights while any pair slides (`lam` is zeros otherwise)."""
         D = self.D_of(P)
@@ -258,11 +277,11 @@ class KinkProblem(eqx.Module):
             return self.grad(theta, D), jnp.zeros((0,), theta.dtype)
         return jax.lax.cond(
             jnp.any(slots >= 0),
-            lambda: self.sliding(theta, D, slots),
+            lambda: self.sliding(theta, D, slots, ties),
             lambda: (self.grad(theta, D), jnp.zeros((self.max_sliding,), theta.dtype)),
         )
 
-    def cond_value(self, theta, P, slots, margin):
+    def cond_value(self, theta, P, slots, ties, margin):
         """Smallest signed distance to a surface: `s z + margin` over non-sliding kinked
         pairs, and `lam`, `1 - lam` over sliding pairs. Positive inside the pattern."""
         lam = None
@@ -270,7 +289,7 @@ class KinkProblem(eqx.Module):
             D = self.D_of(P)
             lam = jax.lax.cond(
                 jnp.any(slots >= 0),
-                lambda: self.sliding(theta, D, slots)[1],
+                lambda: self.sliding(theta, D, slots, ties)[1],
                 lambda: jnp.zeros((self.max_sliding,), theta.dtype),
             )
         return self._cond(theta, P, slots, margin, lam)
@@ -288,13 +307,13 @@ class KinkProblem(eqx.Module):
             m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
         return m
 
-    def cond_and_field(self, theta, P, slots, margin):
+    def cond_and_field(self, theta, P, slots, ties, margin):
         """`(cond_value, field)` with one Filippov solve for both."""
-        f, lam = self.field(theta, P, slots)
+        f, lam = self.field(theta, P, slots, ties)
         return self._cond(theta, P, slots, margin, lam), f
 
-    def rates(self, theta, P, slots):
+    def rates(self, theta, P, slots, ties):
         """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`."""
         D = self.D_of(P)
-        f, lam = self.field(theta, P, slots)
+        f, lam = self.field(theta, P, slots, ties)
         return lam, jax.jvp(lambda y: self.Z(y, D), (theta,), (f,))[1]

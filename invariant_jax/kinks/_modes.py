@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._filippov import KinkProblem, parallel, slot_mask
+from ._filippov import KinkProblem, no_ties, parallel, slot_mask, slot_ties
 
 
 class EventOutcome(eqx.Module):
@@ -21,6 +21,7 @@ class EventOutcome(eqx.Module):
     theta: Float[Array, " E"]
     P: Bool[Array, "N H"]
     slots: Int[Array, " M"]
+    ties: tuple  # (rep, sign) of the slots (`slot_ties`)
     margin: Float[Array, "N H"]
     crossings: Int[Array, ""]
     entries: Int[Array, ""]
@@ -63,7 +64,7 @@ def _same_surface(proj, cand, k):
     return grp, dots < 0
 
 
-def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
+def resolve(prob: KinkProblem, th, P, slots, cand, proj, surface_tol):
     """Modes of the pairs at a surface point: each candidate pair either stays on a
     side whose field keeps it there, or slides with weight in (0, 1) (a
     box-constrained complementarity problem). Single pivots on the least-index
@@ -72,6 +73,9 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     crosses (a coupled pair can be pushed up from both sides with its weight below 0).
     For one pair, with its rate affine in its weight, that ends on the side its rate
     points to from the inactive side, whichever way the weight left.
+
+    `proj` holds the candidates' `normal_projections` at `th` (`_surface_projections`):
+    they tell which pairs share a surface, both here and in the sliding solve.
 
     The field and the rates are evaluated once per pivot, in one place (the loop
     body): the first evaluation, at the current modes, also gives the rate tolerance;
@@ -84,7 +88,7 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
 
     def body(s):
         P, slots, tried, left, it, _, utol, _, _ = s
-        lam, u = prob.rates(th, P, slots)
+        lam, u = prob.rates(th, P, slots, slot_ties(proj, slots))
         utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
         k = jnp.argmax(bad)
@@ -116,13 +120,13 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         return P_new, slots, tried, left, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam
 
     if M == 0:  # no sliding: crossings only
-        lam, u = prob.rates(th, P, slots)
+        ties = no_ties(0, th.dtype)
+        lam, u = prob.rates(th, P, slots, ties)
         utol = _rate_tol(prob, u, surface_tol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
         P = P ^ bad.reshape(N, H)
-        lam, u = prob.rates(th, P, slots)
+        lam, u = prob.rates(th, P, slots, ties)
         return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam
-    proj = _surface_projections(prob, th, P, cand)
     flat = jnp.arange(N * H)
     dtype = th.dtype
     init = (
@@ -273,7 +277,9 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
     # candidates: the pair(s) that triggered the event, every pair at its surface,
     # and the sliding pairs
     cand = (on & ((sz + margin1 <= ztol) | (jnp.abs(Z1) <= ztol))) | slot_mask(slots1, N, H)
-    P, slots, bad, lam = resolve(prob, th, P1, slots1, cand, surface_tol)
+    M = prob.max_sliding
+    proj = _surface_projections(prob, th, P1, cand) if M else None
+    P, slots, bad, lam = resolve(prob, th, P1, slots1, cand, proj, surface_tol)
     ok = ~jnp.any(bad)
 
     def fallback(P, slots):
@@ -287,6 +293,7 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
         return (Pf ^ flip).reshape(N, H), slots
 
     P, slots = jax.lax.cond(ok, lambda: (P, slots), lambda: fallback(P, slots))
+    ties = slot_ties(proj, slots) if M else no_ties(0, th.dtype)
     sm = slot_mask(slots, N, H)
     entries, exits = sm & ~sm0, sm0 & ~sm
     crossings = ~sm0 & ~sm & (P != P0)
@@ -299,6 +306,7 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
         theta=th,
         P=P,
         slots=slots,
+        ties=ties,
         margin=margin,
         crossings=jnp.sum(crossings),
         entries=jnp.sum(entries),
