@@ -3,6 +3,8 @@ weights, a new t1) of the same shapes reuses the compiled programs. Before the f
 data and the initial weights were closed-over constants of per-call programs, so every
 call compiled again (25-40 s for Kvaerno5 on the channels studies)."""
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -210,6 +212,13 @@ def test_resume_compiles_nothing(tmp_path, kink_aware):
     assert 0 < len(lost) < 13 and resumed.stats["useful_steps"] > 0
     for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
         np.testing.assert_array_equal(getattr(resumed, k), getattr(full, k), err_msg=k)
+    # a pilot with fewer initializations than slots, or a larger run: the same engine
+    for n in (3, 30):
+        with counter:
+            other = run_sweep(dataclasses.replace(cfg, n_inits=n), batch=kw["batch"])
+        assert counter.n == 0, f"n_inits = {n} compiled {counter.n} programs"
+        m = min(n, 13)
+        np.testing.assert_array_equal(other.theta_final[:m], full.theta_final[:m])
 
 
 _TWO_DEVICES = r"""

@@ -211,10 +211,12 @@ class KinkIntegrator(eqx.Module):
         margin = c.margin
 
         def vf(t, theta, args):
-            return prob.field(theta, *args)[0]
+            P, slots, ties = args
+            return prob.field(theta, P, slots, ties)[0]
 
         def cond_fn(t, y, args, **kw):
-            return prob.cond_value(y, *args, margin)
+            P, slots, ties = args
+            return prob.cond_value(y, P, slots, ties, margin)
 
         inner = self.inner
         if isinstance(inner, GaussLegendre):  # self.is_gl

@@ -4,7 +4,6 @@ shared by any number of writers."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import threading
 import warnings
@@ -110,8 +109,6 @@ def run_sweep(
     store = fold_options(StoreOptions, store, old, STORE_KEYWORDS, "run_sweep")
     _check_run(config, resume, overwrite)
     pi, pc = writer_share(process_index, process_count)
-    # more slots than trajectories only costs memory
-    batch = dataclasses.replace(batch, slots=min(int(batch.slots), config.n_inits))
     graph, engine = _checked_engine(config, batch)  # before the folder is touched
     progress = batch.show_progress(True)
     if out is None:
