@@ -15,6 +15,10 @@ itself in fresh processes with `PYTHONPATH=PATH` (the old code, e.g. an exported
 alike), or with `--parallel` both at the same time, and records each run's load average. The persistent compilation cache is off
 (a library user's default).
 
+`--ablate` compiles the whole program once per piece with that piece replaced by a stub
+(the event resolution, its pivots, its node-origin exit, the Gauss restart, its GL step,
+its linearization), each in a fresh process: what each piece adds to the whole.
+
 `--parts` compiles the pieces of one segment one by one instead (the trajectory loop,
 one segment on an abstract state, the field, its Jacobian, the event condition, the Flow
 record): where the compile time goes.
@@ -157,7 +161,101 @@ def measure_parts(solver: str) -> list[dict]:
     return rows
 
 
+# `--ablate`: the whole program compiled with one piece replaced by a stub (what the
+# piece costs to compile is the difference). The stubs keep the modes data-dependent,
+# so XLA cannot fold the sliding branches away (a restart that never changes `slots`
+# would let it).
+PIECES = {
+    "nothing": ("tsit5", "gauss4"),
+    "event resolution (resolve_event)": ("tsit5", "gauss4"),
+    "its pivots (resolve; one rates call kept)": ("tsit5", "gauss4"),
+    "its node-origin exit (leave_origin)": ("tsit5", "gauss4"),
+    "Gauss restart (_gauss_restart)": ("gauss4",),
+    "Gauss restart: its GL step": ("gauss4",),
+    "Gauss restart: its linearization of cond_and_field": ("gauss4",),
+}
+
+
+def _stub(piece: str) -> None:
+    """Replace `piece` (a key of `PIECES`) by a stub in this process."""
+    import types
+
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from invariant_jax.kinks import _driver, _modes
+
+    if piece == "event resolution (resolve_event)":
+
+        def restart(self, c, t_ev, th):
+            M = self.prob.max_sliding
+            slots = jnp.where(th[:M] > 1e6, jnp.arange(M), -1)
+            P = self.prob.pre_activations(th) > 0
+            return eqx.tree_at(
+                lambda c: (c.t, c.theta, c.P, c.slots, c.n_events), c, (t_ev, th, P, slots, c.n_events + 1)
+            )
+
+        _driver.KinkIntegrator._restart = restart
+    elif piece == "its pivots (resolve; one rates call kept)":
+
+        def resolve(prob, th, P, slots, cand, proj, surface_tol):
+            ties = _modes.slot_ties(proj, slots) if proj is not None else _modes.no_ties(0, th.dtype)
+            lam, u = prob.rates(th, P, slots, ties)
+            return P ^ (u < 0), slots, jnp.zeros((cand.size,), bool), lam
+
+        _modes.resolve = resolve
+    elif piece == "its node-origin exit (leave_origin)":
+        _modes.leave_origin = lambda prob, th, th_prev, P, slots, margin, Zev, ztol, surface_tol: (
+            th,
+            P,
+            slots,
+            margin,
+            Zev,
+        )
+    elif piece == "Gauss restart (_gauss_restart)":
+        _driver.KinkIntegrator._gauss_restart = lambda self, c, sol, event, t_end, y_end: (t_end, y_end)
+    elif piece == "Gauss restart: its GL step":
+        _driver.gl_step = lambda f, J, t0, y0, h, inner: (y0 + 0 * h, jnp.asarray(True))
+    elif piece == "Gauss restart: its linearization of cond_and_field":
+        fake = lambda f, x: (f(x), lambda t: (jnp.zeros((), x.dtype), t))  # noqa: E731
+        _driver.jax = types.SimpleNamespace(
+            **{k: getattr(jax, k) for k in dir(jax) if not k.startswith("__")}, linearize=fake
+        )
+    elif piece != "nothing":
+        raise ValueError(f"unknown piece {piece!r}")
+
+
+def ablate(args) -> list[dict]:
+    """Each piece of `PIECES` stubbed in a fresh process, per solver, `--rounds` times."""
+    rows = []
+    for rnd in range(args.rounds):
+        for piece, solvers in PIECES.items():
+            for s in (s for s in args.solvers if s in solvers):
+                cmd = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--child",
+                    "--repeats",
+                    "1",
+                    "--solvers",
+                    s,
+                    "--without",
+                    piece,
+                ]
+                out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+                r = json.loads(out.strip().splitlines()[-1])[0]
+                rows.append(dict(round=rnd + 1, without=piece, **r))
+                print(
+                    f"  round {rnd + 1} {s:<7} without {piece:<52} compile {r['compile_s']:5.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return rows
+
+
 def child(args) -> list[dict]:
+    if args.without:
+        _stub(args.without)
     rows = []
     for s in args.solvers:
         load = list(os.getloadavg())
@@ -183,11 +281,29 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="alternations of before/after (with --before)")
     ap.add_argument("--parallel", action="store_true", help="with --before: run before and after at the same time")
     ap.add_argument("--parts", action="store_true", help="compile the pieces of a segment one by one instead")
+    ap.add_argument(
+        "--ablate", action="store_true", help="compile the whole program with each piece stubbed, in fresh processes"
+    )
+    ap.add_argument("--without", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))
+        return
+    if args.ablate:
+        write_json(
+            output_path(args.out, "kink_compile_ablation.json"),
+            dict(
+                benchmark="kink_compile_ablation",
+                workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
+                "rtol=atol=1e-8, n_save=11, default KinkOptions, float64; persistent compilation cache off",
+                note="compile_s of the whole kink_aware_flow program with one piece replaced by a stub (fresh process "
+                "each); the piece's cost is the difference from 'nothing'. The stubs compute other numbers, so only "
+                "the compile times mean anything",
+                rows=ablate(args),
+            ),
+        )
         return
     if args.parts:
         rows = [r for s in args.solvers for r in measure_parts(s)]
