@@ -218,9 +218,8 @@ def _stub(piece: str) -> None:
         _driver.gl_step = lambda f, J, t0, y0, h, inner: (y0 + 0 * h, jnp.asarray(True))
     elif piece == "Gauss restart: its linearization of cond_and_field":
         fake = lambda f, x: (f(x), lambda t: (jnp.zeros((), x.dtype), t))  # noqa: E731
-        _driver.jax = types.SimpleNamespace(
-            **{k: getattr(jax, k) for k in dir(jax) if not k.startswith("__")}, linearize=fake
-        )
+        names = {k: getattr(jax, k) for k in dir(jax) if not k.startswith("__")}
+        _driver.jax = types.SimpleNamespace(**{**names, "linearize": fake})
     elif piece != "nothing":
         raise ValueError(f"unknown piece {piece!r}")
 
