@@ -40,8 +40,8 @@ Conservation: every field used (pattern-frozen or Filippov) has the form
 `-grad L_D` with `L_D` positively homogeneous per node (or a linear combination of
 derivatives of such fields in `D`), so `B~ (theta * f) = 0` holds for every `theta`.
 With a Gauss-Legendre inner solver `c = B~ theta^2` is then conserved to round-off, on
-sliding modes too. At each event the event time is refined by Newton on the Gauss
-solution and the restart point recomputed by one Gauss-Legendre step from the last
+sliding modes too. At each event the event time is refined by the secant method on the
+Gauss solution and the restart point recomputed by one Gauss-Legendre step from the last
 step's start, so the restart is on the surface and exact as well.
 """
 

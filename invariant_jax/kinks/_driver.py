@@ -114,6 +114,11 @@ class KinkFlow(eqx.Module):
         return self.flow.loss_final
 
 
+RESTART_ITERATIONS = 5
+"""Gauss steps of the event restart of a Gauss-Legendre kink-aware flow (`_gauss_restart`):
+at the step's start, at the interpolant's root, two secant steps, and the one kept."""
+
+
 class KinkState(eqx.Module):
     """The state of one kink-aware trajectory between segments."""
 
@@ -318,16 +323,18 @@ class KinkIntegrator(eqx.Module):
     def _gauss_restart(self, c, sol, event, t_end, y_end):
         # Recompute the event state by one Gauss step from the last step's start, so the
         # restart point conserves c exactly (the interpolant does not). The event time is
-        # then refined by Newton on the Gauss solution itself, t <- t - g(y(t)) / (dg/dt),
-        # so the restart is on the surface (the root of the interpolant can be ~h^4 off,
-        # which costs a spurious event). Skipped if it would move the event across a save.
+        # then refined by the secant method on the Gauss solution itself, from the step's
+        # start and the interpolant's root, so the restart is on the surface (the root of
+        # the interpolant can be ~h^4 off, which costs a spurious event). The time kept is
+        # the one where |g| was smallest (the interpolant's root if no secant step did
+        # better), unless it would move the event across a save. The secant method needs
+        # no derivative of g, whose Filippov solve would double the compiled program's
+        # largest piece (benchmarks/results/kink_compile_ablation.json).
         prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
         assert isinstance(inner, GaussLegendre)  # the restart of Gauss-Legendre flows only
         # the Jacobian of the last step's start, kept by the solver (`keep_jacobian`)
         _, t_prev, y_prev, J = sol.solver_state
         f = lambda tt, yy: prob.field(yy, c.P, c.slots, c.ties)[0]  # noqa: E731
-        gf = lambda yy: prob.cond_and_field(yy, c.P, c.slots, c.ties, c.margin)  # noqa: E731
-
         t_seg = t_end
 
         def choose(t_ref):  # the refined time, unless it crosses a save
@@ -335,19 +342,36 @@ class KinkIntegrator(eqx.Module):
             use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
             return jnp.where(use_ref, t_ref, t_seg)
 
-        # three Newton iterations, then (i = 3) the Gauss step to the chosen time: one
-        # loop, so the Gauss step (and the field in it) is compiled once
-        def newton(i, c):
-            tt, _, _ = c
-            tt = jnp.where(i == 3, choose(tt), tt)
-            yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
-            (v, fv), lin = jax.linearize(gf, yy)  # dg/dt = g'(y) f(y), one Filippov solve
-            dv = lin(fv)[0]
-            t_new = tt - v / jnp.where(dv == 0, jnp.inf, dv)
-            t_new = jnp.where(jnp.isfinite(t_new) & (i < 3), jnp.clip(t_new, t_prev, t1), tt)
-            return t_new, yy, ok
+        # g at the step's start (i = 0) and at the interpolant's root (i = 1), two secant
+        # steps, then (i = 4) the Gauss step to the chosen time: one loop, so the Gauss
+        # step and g (and the Filippov solves in them) are compiled once
+        last = RESTART_ITERATIONS - 1
 
-        t_end, y_gl, ok = jax.lax.fori_loop(0, 4, newton, (t_seg, y_end, jnp.asarray(False)))
+        def g(yy):
+            return prob.cond_value(yy, c.P, c.slots, c.ties, c.margin)
+
+        def secant(i, carry):
+            tt, _, _, ta, va, tbest, vbest = carry
+            tt = jnp.where(i == last, choose(tbest), tt)
+            yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
+            v = g(yy)
+            better = (i > 0) & (jnp.abs(v) < jnp.abs(vbest))  # (NaN is never better)
+            slope = (v - va) / (tt - ta)
+            t_new = tt - v / jnp.where((slope == 0) | (i == 0), jnp.inf, slope)
+            t_new = jnp.where(i == 0, t_seg, jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt))
+            return (
+                jnp.where(i == last, tt, t_new),
+                yy,
+                ok,
+                tt,
+                v,
+                jnp.where(better, tt, tbest),
+                jnp.where(better, v, vbest),
+            )
+
+        inf = jnp.asarray(jnp.inf, y_end.dtype)
+        init = (t_prev, y_end, jnp.asarray(False), t_prev, inf, t_seg, inf)
+        t_end, y_gl, ok, _, _, _, _ = jax.lax.fori_loop(0, RESTART_ITERATIONS, secant, init)
         return t_end, jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
 
     def _restart(self, c: KinkState, t_ev, th) -> KinkState:
