@@ -353,7 +353,9 @@ class KinkIntegrator(eqx.Module):
         def secant(i, carry):
             tt, _, _, ta, va, tbest, vbest = carry
             tt = jnp.where(i == last, choose(tbest), tt)
-            yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
+            yy, ok = jax.lax.cond(
+                i == 0, lambda: (y_prev, jnp.asarray(True)), lambda: gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
+            )
             v = g(yy)
             better = (i > 0) & (jnp.abs(v) < jnp.abs(vbest))  # (NaN is never better)
             slope = (v - va) / (tt - ta)
