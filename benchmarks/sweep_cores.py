@@ -10,14 +10,20 @@ a new user). Arms alternate within a round, and the order flips every round. Rec
 arm: wall time of the whole command (engine, summaries, table; figures off), the
 engine's own seconds, the child's peak RSS (`wait4`), the trajectories per second, and
 the status counts from the folder's `summary.json` (every non-`ok` trajectory, the
-moonshot's goal is none). The JSON's `ratio` is trajectories per second of the most
-devices over one device, per round (issue 27's goal: >= 1.8 on 2 cores).
+moonshot's goal is none). The JSON's `ratio` is trajectories per second of each arm
+over one device in one process, per round (issue 27's goal: >= 1.8 on 2 cores).
+
+`--processes K` adds an arm of K processes with one device each, started together into
+one folder, each taking its share of the indices as a job array's task does
+(`SLURM_ARRAY_TASK_ID/_COUNT`; the store's several-writer path). Its wall time runs
+until the last one exits, its engine seconds are the largest of theirs, its CPU seconds
+and peak RSS are summed and the largest.
 
 `--warm` adds, after the arms above, each arm again in a fresh process whose new, empty
 compilation cache a 64-init sweep filled first (`warm_up_wall_s`): the CLI's disk cache
 serving a second run, so the ratio without compiling.
 
-Usage: python benchmarks/sweep_cores.py [--n-inits 100000] [--devices 1 2] [--rounds 1] [--warm]
+Usage: python benchmarks/sweep_cores.py [--n-inits 100000] [--devices 1 2] [--processes 2] [--rounds 1] [--warm]
     [--out benchmarks/results/sweep_cores.json]
 """
 
@@ -37,15 +43,22 @@ from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def arm(devices: int, n_inits: int, work: Path, warm: bool = False) -> dict:
-    out = work / f"run_{devices}dev_{time.monotonic_ns()}"
+def _engine_seconds(stdout: str) -> float:
+    """The `engine_seconds` the CLI prints in its summary."""
+    return float(next(ln.split(":")[1] for ln in stdout.splitlines() if ln.strip().startswith("engine_seconds:")))
+
+
+def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: int = 1) -> dict:
+    """One arm: `processes` CLI processes with `devices` CPU devices each, into one folder
+    (several processes share it as a job array's tasks do: `SLURM_ARRAY_TASK_ID/_COUNT`)."""
+    out = work / f"run_{processes}proc_{devices}dev_{time.monotonic_ns()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(JAX_NUM_CPU_DEVICES=str(devices), INVARIANT_JAX_NO_CACHE="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     warm_up = None
     if warm:  # a new empty compilation cache, filled by a 64-init sweep first (the CLI's disk cache)
         del env["INVARIANT_JAX_NO_CACHE"]
-        env["JAX_COMPILATION_CACHE_DIR"] = str(work / f"cache_{devices}dev_{time.monotonic_ns()}")
+        env["JAX_COMPILATION_CACHE_DIR"] = str(work / f"cache_{processes}proc_{devices}dev_{time.monotonic_ns()}")
         cmd = [sys.executable, "-m", "invariant_jax", "sweep", "--graph", "example", "--n-inits", "64"]
         t = time.perf_counter()
         cmd += ["--out", str(out) + "_warm_up", "--no-progress", "--no-figures"]
@@ -55,26 +68,41 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False) -> dict:
     cmd += ["--out", str(out), "--no-progress", "--no-figures"]
     load = list(os.getloadavg())
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
+    procs = []
+    for i in range(processes):
+        task = dict(SLURM_ARRAY_TASK_ID=str(i), SLURM_ARRAY_TASK_COUNT=str(processes)) if processes > 1 else {}
+        logs = (open(work / f"{out.name}_{i}.out", "w+"), open(work / f"{out.name}_{i}.err", "w+"))
+        procs.append((subprocess.Popen(cmd, env={**env, **task}, stdout=logs[0], stderr=logs[1], text=True), logs))
+    rss, cpu, engine = [], 0.0, []
+    for proc, (so, se) in procs:
+        _, status, usage = os.wait4(proc.pid, 0)
+        so.seek(0), se.seek(0)
+        stdout, err = so.read(), se.read()
+        so.close(), se.close()
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"the sweep with {processes} x {devices} devices failed:\n{err[-3000:]}")
+        rss.append(usage.ru_maxrss / 1024)
+        cpu += usage.ru_utime + usage.ru_stime
+        engine.append(_engine_seconds(stdout))
     wall = time.perf_counter() - t
-    err = proc.stderr.read() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"the sweep with {devices} devices failed:\n{err[-3000:]}")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())  # the last writer's: every record
     statuses = {k: summary[k] for k in summary if k.startswith("status_")}
     return dict(
+        processes=processes,
         devices=devices,
         n_inits=n_inits,
         compilation_cache="filled by a 64-init sweep first" if warm else "none",
         warm_up_wall_s=warm_up,
         wall_s=wall,
-        engine_s=summary["engine_seconds"],
-        peak_rss_mb=usage.ru_maxrss / 1024,
-        cpu_s=usage.ru_utime + usage.ru_stime,
+        engine_s=max(engine),
+        engine_s_per_process=engine,
+        peak_rss_mb=max(rss),
+        peak_rss_mb_per_process=rss,
+        cpu_s=cpu,
         trajectories_per_s=n_inits / wall,
-        engine_trajectories_per_s=n_inits / summary["engine_seconds"],
+        engine_trajectories_per_s=n_inits / max(engine),
         engine_devices=summary["engine_devices"],
+        records=sum(statuses.values()),
         not_ok=n_inits - statuses["status_ok"],
         statuses=statuses,
         ambiguous_events=summary.get("ambiguous_events"),
@@ -86,6 +114,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-inits", type=int, default=100_000)
     ap.add_argument("--devices", type=int, nargs="+", default=[1, os.cpu_count() or 1])
+    ap.add_argument(
+        "--processes", type=int, default=None, help="also an arm of this many processes with one device each"
+    )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument(
         "--warm",
@@ -95,39 +126,46 @@ def main():
     )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/sweep_cores.json)")
     args = ap.parse_args()
+    arms = [(1, d) for d in args.devices] + ([(args.processes, 1)] if args.processes else [])
     rows = []
     with tempfile.TemporaryDirectory(prefix="ij-sweep-cores-") as tmp:
         for r in range(args.rounds):
             for warm in (False, True) if args.warm else (False,):
-                for d in args.devices if r % 2 == 0 else args.devices[::-1]:
-                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm))
+                for k, d in arms if r % 2 == 0 else arms[::-1]:
+                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm, processes=k))
                     rows.append(row)
                     print(
-                        f"round {r} devices {d} cache {row['compilation_cache']}: wall {row['wall_s']:.1f} s, "
-                        f"engine {row['engine_s']:.1f} s, {row['trajectories_per_s']:.0f} traj/s, "
-                        f"peak {row['peak_rss_mb']:.0f} MB, not ok {row['not_ok']}",
+                        f"round {r} {k} process(es) x {d} device(s) cache {row['compilation_cache']}: "
+                        f"wall {row['wall_s']:.1f} s, engine {row['engine_s']:.1f} s, "
+                        f"{row['trajectories_per_s']:.0f} traj/s, not ok {row['not_ok']}",
                         flush=True,
                     )
-    most, one = max(args.devices), min(args.devices)
     ratio = []
     for r in range(args.rounds):
         for cache in dict.fromkeys(x["compilation_cache"] for x in rows):
-            by = {x["devices"]: x for x in rows if x["round"] == r and x["compilation_cache"] == cache}
-            ratio.append(
-                dict(
-                    round=r,
-                    compilation_cache=cache,
-                    wall=by[most]["trajectories_per_s"] / by[one]["trajectories_per_s"],
-                    engine=by[most]["engine_trajectories_per_s"] / by[one]["engine_trajectories_per_s"],
-                )
-            )
+            by = {
+                (x["processes"], x["devices"]): x for x in rows if x["round"] == r and x["compilation_cache"] == cache
+            }
+            one = by[(1, min(args.devices))]
+            for (k, d), x in by.items():
+                if (k, d) != (1, min(args.devices)):
+                    ratio.append(
+                        dict(
+                            round=r,
+                            compilation_cache=cache,
+                            processes=k,
+                            devices=d,
+                            wall=x["trajectories_per_s"] / one["trajectories_per_s"],
+                            engine=x["engine_trajectories_per_s"] / one["engine_trajectories_per_s"],
+                        )
+                    )
     write_json(
         output_path(args.out, "sweep_cores.json"),
         dict(
             benchmark="sweep_cores",
             workload="invariant-jax sweep --graph example (the demo DAG, exact ReLU flow, CLI defaults), "
             "figures off, no compilation cache",
-            settings=dict(n_inits=args.n_inits, devices=args.devices, rounds=args.rounds),
+            settings=dict(n_inits=args.n_inits, devices=args.devices, processes=args.processes, rounds=args.rounds),
             rows=rows,
             ratio=ratio,
         ),
