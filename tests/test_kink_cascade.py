@@ -221,3 +221,26 @@ def test_tied_sliding_weights_against_numpy():
     assert lam[1] == lam[0] and abs(lam[2] - (1 - lam[0])) < 1e-14
     field = f0 + lam @ F
     np.testing.assert_allclose(nt[:3] @ field, 0.0, atol=1e-12)
+
+
+def test_gauss_restart_lands_on_the_surface():
+    """Init 23 of the CLI's default sweep with `--solver gauss4`: a segment of one long
+    step (h = 0.002) ends at an interpolant root where the Gauss solution has
+    `g = 3.9e-8`. A secant refinement started at the step's start (where the minimum
+    `g` is another pair's margin) kept that root, and the restart, 2e-8 too early,
+    cost an event that changed no mode (19 events for 17 crossings; 6 such events in
+    the sweep's first 1000 inits). Refined from two points near the root, every event
+    changes a mode, and the event times are those of the Newton refinement it
+    replaced (to the digits below)."""
+    jax.config.update("jax_enable_x64", True)
+    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1000, solver="gauss4")
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    net = ij.sweep.sweep_network(cfg, 23)
+    kf = ij.kink_aware_flow(net, X, Y, cfg.t1, solver=cfg.solver_options, kinks=cfg.kink_options)
+    changes = int(kf.num_crossings) + int(kf.num_sliding_entries) + int(kf.num_sliding_exits)
+    assert bool(kf.success) and int(kf.num_events) == changes == 17
+    times = np.asarray(kf.event_times)[:5]
+    np.testing.assert_allclose(
+        times, [0.028934339, 0.039184240901, 0.059873411264, 0.061589297437, 0.063563858889], atol=2e-12
+    )

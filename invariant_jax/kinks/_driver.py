@@ -116,7 +116,10 @@ class KinkFlow(eqx.Module):
 
 RESTART_ITERATIONS = 5
 """Gauss steps of the event restart of a Gauss-Legendre kink-aware flow (`_gauss_restart`):
-at the step's start, at the interpolant's root, two secant steps, and the one kept."""
+at the interpolant's root, just before it, two secant steps, and the one kept."""
+SECANT_OFFSET = 1e-6
+"""Where the event restart's second secant point lies before the interpolant's root, as a
+fraction of the last step."""
 
 
 class KinkState(eqx.Module):
@@ -323,13 +326,15 @@ class KinkIntegrator(eqx.Module):
     def _gauss_restart(self, c, sol, event, t_end, y_end):
         # Recompute the event state by one Gauss step from the last step's start, so the
         # restart point conserves c exactly (the interpolant does not). The event time is
-        # then refined by the secant method on the Gauss solution itself, from the step's
-        # start and the interpolant's root, so the restart is on the surface (the root of
-        # the interpolant can be ~h^4 off, which costs a spurious event). The time kept is
-        # the one where |g| was smallest (the interpolant's root if no secant step did
-        # better), unless it would move the event across a save. The secant method needs
-        # no derivative of g, whose Filippov solve would double the compiled program's
-        # largest piece (benchmarks/results/kink_compile_ablation.json).
+        # then refined by the secant method on the Gauss solution itself, started at the
+        # interpolant's root and a point just before it (`SECANT_OFFSET` of the step), so
+        # the restart is on the surface (the root of the interpolant can be ~h^4 off,
+        # which costs a spurious event). Both starting points are near the root, on the
+        # piece of `g` (a minimum over pairs) that the crossing pair defines; the step's
+        # start is not one, as `g` there is often another pair's. The time kept is the
+        # one where |g| was smallest, unless it would move the event across a save. The
+        # secant method needs no derivative of g, whose Filippov solve would double the
+        # compiled program's largest piece (benchmarks/results/kink_compile_ablation.json).
         prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
         assert isinstance(inner, GaussLegendre)  # the restart of Gauss-Legendre flows only
         # the Jacobian of the last step's start, kept by the solver (`keep_jacobian`)
@@ -342,25 +347,24 @@ class KinkIntegrator(eqx.Module):
             use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
             return jnp.where(use_ref, t_ref, t_seg)
 
-        # g at the step's start (i = 0) and at the interpolant's root (i = 1), two secant
-        # steps, then (i = 4) the Gauss step to the chosen time: one loop, so the Gauss
-        # step and g (and the Filippov solves in them) are compiled once
-        last = RESTART_ITERATIONS - 1
-
         def g(yy):
             return prob.cond_value(yy, c.P, c.slots, c.ties, c.margin)
+
+        # g at the interpolant's root (i = 0) and just before it (i = 1), two secant
+        # steps, then (the last) the Gauss step to the chosen time: one loop, so the
+        # Gauss step and g (and the Filippov solves in them) are compiled once
+        last = RESTART_ITERATIONS - 1
+        before = t_seg - SECANT_OFFSET * (t_seg - t_prev)
 
         def secant(i, carry):
             tt, _, _, ta, va, tbest, vbest = carry
             tt = jnp.where(i == last, choose(tbest), tt)
-            yy, ok = jax.lax.cond(
-                i == 0, lambda: (y_prev, jnp.asarray(True)), lambda: gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
-            )
+            yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
             v = g(yy)
-            better = (i > 0) & (jnp.abs(v) < jnp.abs(vbest))  # (NaN is never better)
+            better = jnp.abs(v) < jnp.abs(vbest)  # (NaN is never better)
             slope = (v - va) / (tt - ta)
-            t_new = tt - v / jnp.where((slope == 0) | (i == 0), jnp.inf, slope)
-            t_new = jnp.where(i == 0, t_seg, jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt))
+            t_new = tt - v / jnp.where(slope == 0, jnp.inf, slope)
+            t_new = jnp.where(i == 0, before, jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt))
             return (
                 jnp.where(i == last, tt, t_new),
                 yy,
@@ -372,7 +376,7 @@ class KinkIntegrator(eqx.Module):
             )
 
         inf = jnp.asarray(jnp.inf, y_end.dtype)
-        init = (t_prev, y_end, jnp.asarray(False), t_prev, inf, t_seg, inf)
+        init = (t_seg, y_end, jnp.asarray(False), t_seg, inf, t_seg, inf)
         t_end, y_gl, ok, _, _, _, _ = jax.lax.fori_loop(0, RESTART_ITERATIONS, secant, init)
         return t_end, jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
 
