@@ -55,6 +55,7 @@ import pytest
 import invariant_jax as ij
 from test_kinks import smoothed_relu
 from test_sweep_recompile import _data, _relu_batches
+from tolerances import assert_within_tolerance
 
 
 @pytest.mark.slow
@@ -231,7 +232,7 @@ def test_gauss_restart_lands_on_the_surface():
     cost an event that changed no mode (19 events for 17 crossings; 6 such events in
     the sweep's first 1000 inits). Refined from two points near the root, every event
     changes a mode, and the event times are those of the Newton refinement it
-    replaced (to the digits below)."""
+    replaced (within the tolerance bound)."""
     jax.config.update("jax_enable_x64", True)
     cfg = ij.sweep.SweepConfig(graph="example", n_inits=1000, solver="gauss4")
     g = cfg.build_graph()
@@ -240,7 +241,10 @@ def test_gauss_restart_lands_on_the_surface():
     kf = ij.kink_aware_flow(net, X, Y, cfg.t1, solver=cfg.solver_options, kinks=cfg.kink_options)
     changes = int(kf.num_crossings) + int(kf.num_sliding_entries) + int(kf.num_sliding_exits)
     assert bool(kf.success) and int(kf.num_events) == changes == 17
-    times = np.asarray(kf.event_times)[:5]
-    np.testing.assert_allclose(
-        times, [0.028934339, 0.039184240901, 0.059873411264, 0.061589297437, 0.063563858889], atol=2e-12
+    # the Newton refinement's event times (another compiled program: within the
+    # tolerance bound, tests/tolerances.py; here they agreed to the 12 digits printed)
+    newton = [0.028934339, 0.039184240901, 0.059873411264, 0.061589297437, 0.063563858889]
+    steps = int(kf.flow.stats["num_steps"])
+    assert_within_tolerance(
+        np.asarray(kf.event_times)[:5], newton, rtol=cfg.rtol, atol=cfg.atol, scale=cfg.t1, num_steps=steps
     )

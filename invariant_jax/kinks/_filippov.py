@@ -80,8 +80,6 @@ def slot_ties(proj, slots):
     so the ties found at an event hold for the segment after it: `resolve_event`
     computes them there, and the fields of the segment carry them."""
     act = slots >= 0
-    if slots.shape[0] == 0:
-        return no_ties(0, proj.dtype)
     return coincident(jnp.where(act[:, None], proj[jnp.where(act, slots, 0)], 0.0), act)
 
 
