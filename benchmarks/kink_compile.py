@@ -54,15 +54,23 @@ _EVENTS = {
 }
 
 
+GRAPH = "mlp"  # `--graph`: "mlp" (the workload above) or "example" (the demo DAG)
+
+
 def workload(solver: str):
     """`(net, integrator, theta0)`: what `kink_aware_flow(net, X, Y, 1.0, solver=opts,
     saveat=ij.SaveTimes(n_save=11))` compiles and runs, on the workload above."""
     import invariant_jax as ij
     from invariant_jax.kinks import make_kink_integrator
 
-    g = ij.mlp([5, 20, 1], bias=False)
-    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
-    net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
+    if GRAPH == "example":  # the CLI's default sweep: the demo DAG, its data, init 0
+        cfg = ij.sweep.SweepConfig(graph="example", n_inits=1)
+        X, Y = cfg.build_data()
+        net = ij.sweep.sweep_network(cfg, 0)
+    else:
+        g = ij.mlp([5, 20, 1], bias=False)
+        X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
+        net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
     integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
     return net, integ, net.edge_weights().astype(integ.prob.X.dtype)
@@ -275,6 +283,9 @@ def child(args) -> list[dict]:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--solvers", nargs="+", default=["tsit5", "gauss4"])
+    ap.add_argument(
+        "--graph", choices=["mlp", "example"], default="mlp", help="the workload: 5-20-1 MLP, or the demo DAG"
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before", default=None, help="PYTHONPATH of the old code to measure side by side")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of before/after (with --before)")
@@ -287,6 +298,8 @@ def main():
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    global GRAPH
+    GRAPH = args.graph
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -322,8 +335,12 @@ def main():
         cpu_count=os.cpu_count(),
         jax=jax.__version__,
         backend=jax.default_backend(),
-        workload="5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1, "
-        "rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
+        workload=(
+            "the demo DAG (SweepConfig(graph='example')): its data, sweep init 0"
+            if args.graph == "example"
+            else "5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0)"
+        )
+        + ", t1=1, rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
         note="measured on a shared 2-core machine (other jobs running: see the load averages); "
         "compile_s = lower + compile wall time, compile_cpu_s the same in process CPU time; persistent compilation cache off",
     )
@@ -337,6 +354,8 @@ def main():
             "--child",
             "--repeats",
             str(args.repeats),
+            "--graph",
+            args.graph,
             "--solvers",
             *args.solvers,
         ]
