@@ -13,6 +13,9 @@
 - `hessian_kvaerno5()`: diffrax's `Kvaerno5` whose Newton (chord) Jacobian is the exact
   Hessian of the loss by autodiff, tagged symmetric for lineax. Registered as
   `"kvaerno5_hessian"`.
+- `newton_kvaerno5()`: diffrax's `Kvaerno5` whose stage equations are solved by Newton's
+  method, the Jacobian evaluated afresh at every iteration. Registered as
+  `"kvaerno5_newton"`: the solver of the flat-channels flow phase.
 
 Step-size control of `GaussLegendre` is by **step doubling**: every step is taken once
 with `h` and twice with `h/2`; the two-half-step result is kept and the difference,
@@ -44,6 +47,7 @@ __all__ = [
     "GaussLegendre",
     "Projected",
     "hessian_kvaerno5",
+    "newton_kvaerno5",
     "gauss_legendre_tableau",
     "rescale_to_conserved",
 ]
@@ -371,6 +375,20 @@ def hessian_kvaerno5(*, rtol: float | None = None, atol: float | None = None) ->
     return diffrax.Kvaerno5(root_finder=rf)
 
 
+def newton_kvaerno5() -> diffrax.Kvaerno5:
+    """`diffrax.Kvaerno5` whose stage equations are solved by optimistix's `Newton`: the
+    Jacobian (the negative Hessian, structured where `ij.losses.gradient_fn` applies) is
+    evaluated afresh at every iteration, with the step-size controller's tolerances.
+
+    diffrax's default, the chord method, evaluates it once per step. Along a flat channel
+    the Hessian changes so fast within a step that the chord iteration fails to converge
+    on about half of the steps; each failure rejects the step, and the step size stays
+    small: on the flat-channels studies' networks the flow crawls out along a channel
+    (`benchmarks/channels_flow_budget.py`).
+    """
+    return diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())
+
+
 class _SymmetricLU(lx.AbstractLinearSolver):
     """LU on the materialised operator, tagging it symmetric first (the Jacobian of
     `-grad L` is the negative Hessian). Materialisation of the Jacobian operator is done
@@ -413,6 +431,7 @@ SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
     "gauss4": lambda: GaussLegendre(stages=2),
     "gauss6": lambda: GaussLegendre(stages=3),
     "kvaerno5_hessian": hessian_kvaerno5,
+    "kvaerno5_newton": newton_kvaerno5,
 }
 """Solver names accepted wherever a solver is chosen (`SolverOptions(solver=...)`,
 `SweepConfig.solver`, the CLI's `--solver`), each mapped to a factory of a fresh

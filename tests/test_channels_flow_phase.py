@@ -6,6 +6,7 @@ reaching maxnorm on the two-neuron toy, where the channel is known in closed for
 
 import importlib
 import sys
+import warnings
 
 import equinox as eqx
 import jax
@@ -94,7 +95,7 @@ def test_newton_options_and_results():
 
 def test_flow_phase_options():
     f = ch.FlowPhaseOptions()
-    assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (1e12, "kvaerno5", 1e-3, 1e-6, "penalty", 41)
+    assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (1e12, "kvaerno5_newton", 1e-3, 1e-6, "penalty", 41)
     for kw, word in (
         (dict(flow_stop="hard"), "flow_stop"),
         (dict(engine="sweep"), "flow_stop='stop'"),
@@ -254,3 +255,23 @@ def test_stop_reasons_is_deprecated_for_results():
     assert names == ("running", "gradient", "patience", "maxnorm", "max_steps", "max_time", "nonfinite")
     assert "STOP_REASONS" not in cv.__all__ and "STOP_REASONS" not in ij.__all__
     assert not hasattr(ch, "STOP_REASONS")  # the deprecated name stays behind, on the alias only
+
+
+def test_default_stage_solve_reaches_maxnorm_on_a_study_run():
+    # The loss-levels study's g-without-bias run r = 2, seed 2 (infinite in the committed
+    # study): the default flow phase alone passes maxnorm within 200 steps and ends on a
+    # channel that confirm_channel confirms; diffrax's chord stage solve, in the same 200
+    # steps, crawls (benchmarks/channels_flow_budget.py measures both on whole groups).
+    X, Y = ij.rosenbrock_grid(10**4)
+    g = ij.mlp([2, 2, 1], bias=False)
+    net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, 3)[2])
+    ends = {}
+    for solver in ("kvaerno5_newton", "kvaerno5"):
+        flow = ij.FlowPhaseOptions(solver=solver, flow_stop="stop", max_flow_steps=200, n_record=0, engine="loop")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ij.NoConservationLaw)
+            ends[solver] = np.asarray(ch.flow_phase(net, X, Y, flow).theta_final[0])
+    assert ij.FlowPhaseOptions().solver == "kvaerno5_newton"
+    assert float(ch.weightnorm(ends["kvaerno5_newton"])) >= 1e3
+    assert ch.confirm_channel(net.with_edge_weights(ends["kvaerno5_newton"]), X, Y).confirmed
+    assert float(ch.weightnorm(ends["kvaerno5"])) < 10.0

@@ -219,8 +219,11 @@ class FlowPhaseOptions(eqx.Module):
     - `t1`: the flow-time budget (gradient-flow time of `L = (1/2N) sum (f - y)^2`;
         default 1e12: an implicit solver's steps grow geometrically near a minimum or
         along a channel, so a large `t1` costs few steps).
-    - `solver`, `rtol`, `atol`: the solver (a name in `ij.SOLVERS`; default Kvaerno5, the
-        paper used KenCarp58) and its tolerances (default 1e-3, 1e-6, the paper's).
+    - `solver`, `rtol`, `atol`: the solver (a name in `ij.SOLVERS`; default
+        `"kvaerno5_newton"`, Kvaerno5 with a Newton stage solve: diffrax's default chord
+        solve fails on about half the steps along a channel and crawls, see
+        `ij.solvers.newton_kvaerno5`; the paper used KenCarp58) and its tolerances
+        (default 1e-3, 1e-6, the paper's).
     - `max_flow_steps`: solver steps per run, a backstop (default 100 000).
     - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
     - `flow_stop`: `"penalty"` (default, the paper's way: MLPGradientFlow's soft `maxnorm`
@@ -239,7 +242,7 @@ class FlowPhaseOptions(eqx.Module):
     """
 
     t1: float = 1e12
-    solver: str = "kvaerno5"
+    solver: str = "kvaerno5_newton"
     rtol: float = 1e-3
     atol: float = 1e-6
     max_flow_steps: int = MAX_STEPS
@@ -807,8 +810,8 @@ def flow_then_newton(
 
     - `nets` (a batched `DAGNetwork`, or one network), data `X`, `Y`, `loss`.
     - `flow`: a `FlowPhaseOptions` (default `FlowPhaseOptions()`): the flow runs with an
-        implicit solver (the paper: KenCarp58 at reltol 1e-3; here Kvaerno5 at the same
-        tolerances) to `t1`, under a wall-time budget `flow_wall_time` per run, with
+        implicit solver (the paper: KenCarp58 at reltol 1e-3; here Kvaerno5 with a Newton
+        stage solve at the same tolerances) to `t1`, under a wall-time budget `flow_wall_time` per run, with
         `max_flow_steps` only as a backstop. With `flow_stop="penalty"` (default, the
         paper's way) the loss gets MLPGradientFlow's soft `maxnorm` penalty
         (`maxnorm_penalty`) and the flow goes on; with `"stop"` it stops at `maxnorm`.

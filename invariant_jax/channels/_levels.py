@@ -680,7 +680,7 @@ def _study_settings(grid: StudyGrid, flow: FlowPhaseOptions, newton: NewtonOptio
         jump_max_cos=JUMP_MAX_COS,
         init="MLPGradientFlow glorot_normal, zero biases",
         stop_reasons=list(NEWTON_RESULTS),
-        flow=f"Kvaerno5 via {flow.resolved_engine()}",
+        flow=f"{flow.solver} via {flow.resolved_engine()}",
         newton_batch=newton.batch_size,
         flow_stop=flow.flow_stop,
         flow_wall_time=flow.flow_wall_time,
