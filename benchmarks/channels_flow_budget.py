@@ -68,7 +68,13 @@ def roughness_runs(teachers, inits, samples=10**4):
             X, Y = ij.gp_data(samples, 2, roughness=s, key=jr.fold_in(jr.key(1000 + k), m))
             thetas = ch.study_inits(g, inits, seed=m)
             for i in range(inits):
-                yield "r=4", dict(scaling=s, teacher=m, init=i), X, Y, ij.DAGNetwork(g, "softplus", edge_weights=thetas[i])
+                yield (
+                    "r=4",
+                    dict(scaling=s, teacher=m, init=i),
+                    X,
+                    Y,
+                    ij.DAGNetwork(g, "softplus", edge_weights=thetas[i]),
+                )
 
 
 def one_run(net, X, Y, options):

@@ -113,7 +113,15 @@ if TYPE_CHECKING:
         nuclear_upper_bound,
         nuclear_working_set,
     )
-    from .solvers import SOLVERS, GaussLegendre, Projected, get_solver, hessian_kvaerno5, rescale_to_conserved
+    from .solvers import (
+        SOLVERS,
+        GaussLegendre,
+        Projected,
+        get_solver,
+        hessian_kvaerno5,
+        newton_kvaerno5,
+        rescale_to_conserved,
+    )
     from .sweep import (
         SweepConfig,
         SweepResult,
@@ -239,6 +247,7 @@ __all__ = [
     "GaussLegendre",
     "Projected",
     "hessian_kvaerno5",
+    "newton_kvaerno5",
     "rescale_to_conserved",
     "Flow",
     "gradient_flow",

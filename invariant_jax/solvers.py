@@ -382,8 +382,8 @@ def newton_kvaerno5() -> diffrax.Kvaerno5:
 
     diffrax's default, the chord method, evaluates it once per step. Along a flat channel
     the Hessian changes so fast within a step that the chord iteration fails to converge
-    on about half of the steps; each failure rejects the step, and the step size stays
-    small: on the flat-channels studies' networks the flow crawls out along a channel
+    on many steps; each failure rejects the step, and the step size stays small: on the
+    flat-channels studies' networks the flow crawls out along a channel
     (`benchmarks/channels_flow_budget.py`).
     """
     return diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())

@@ -95,7 +95,14 @@ def test_newton_options_and_results():
 
 def test_flow_phase_options():
     f = ch.FlowPhaseOptions()
-    assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (1e12, "kvaerno5_newton", 1e-3, 1e-6, "penalty", 41)
+    assert (f.t1, f.solver, f.rtol, f.atol, f.flow_stop, f.n_record) == (
+        1e12,
+        "kvaerno5_newton",
+        1e-3,
+        1e-6,
+        "penalty",
+        41,
+    )
     for kw, word in (
         (dict(flow_stop="hard"), "flow_stop"),
         (dict(engine="sweep"), "flow_stop='stop'"),

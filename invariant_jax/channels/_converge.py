@@ -221,8 +221,8 @@ class FlowPhaseOptions(eqx.Module):
         along a channel, so a large `t1` costs few steps).
     - `solver`, `rtol`, `atol`: the solver (a name in `ij.SOLVERS`; default
         `"kvaerno5_newton"`, Kvaerno5 with a Newton stage solve: diffrax's default chord
-        solve fails on about half the steps along a channel and crawls, see
-        `ij.solvers.newton_kvaerno5`; the paper used KenCarp58) and its tolerances
+        solve fails on many steps along a channel and crawls, see
+        `ij.newton_kvaerno5`; the paper used KenCarp58) and its tolerances
         (default 1e-3, 1e-6, the paper's).
     - `max_flow_steps`: solver steps per run, a backstop (default 100 000).
     - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
