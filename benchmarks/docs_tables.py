@@ -200,6 +200,167 @@ def channels_solvers() -> str:
     )
 
 
+def _budget_cells(runs: list, key: str) -> dict:
+    cells = {}
+    for r in runs:
+        cells.setdefault(r[key], []).append(r)
+    return cells
+
+
+def channels_flow_budget() -> str:
+    """docs/channels.md: the flow phase's first passage of maxnorm, chord against Newton stage
+    solves side by side, and the Newton solve on the whole g-without-bias group, run by run
+    against the committed study's verdicts."""
+    arms = _load("channels_flow_budget_levels_arms.json")
+    full = _load("channels_flow_budget_levels_newton.json")
+    study = _load("channels_loss_levels_paper_g_nobias.json")["records"]
+    lines = [
+        f"Side by side (`{arms['command']}`; {arms['wall_budget']:.0f} s per run; the two arms alternate run by run):",
+        "",
+        "| stage solve | runs | passed maxnorm | solver steps (sum) | wall (sum) | per width r: passed / runs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in arms["solvers"]:
+        a = arms["arms"][s]
+        rs = [r for r in arms["runs"] if r["solver"] == s]
+        per = ", ".join(
+            f"{w}: {sum(r['passed'] for r in c)}/{len(c)}" for w, c in sorted(_budget_cells(rs, "r").items())
+        )
+        lines.append(f"| `{s}` | {a['n']} | {a['passed']} | {a['steps_sum']} | {a['wall_sum']:.0f} s | {per} |")
+    crawl = sorted(
+        r["weightnorm"] for r in arms["runs"] if r["solver"] == "kvaerno5" and not r["passed"] and r["t_flow"] < 1e12
+    )
+    if crawl:
+        lines += [
+            "",
+            f"The {len(crawl)} `kvaerno5` runs that neither passed nor reached `t1` ended their budget at "
+            f"`weightnorm` {crawl[0]:.3g} to {crawl[-1]:.3g} (median {crawl[len(crawl) // 2]:.3g}).",
+        ]
+    old = {(r, s): inf for r, s, inf in zip(study["r"], study["seed"], study["infinite"])}
+    runs = full["runs"]
+    lines += [
+        "",
+        f"The whole group with the Newton stage solve (`{full['command']}`; "
+        f"{full['wall_budget']:.0f} s per run), against the committed study "
+        "(`channels_loss_levels_paper_g_nobias.json`, whose verdicts the Newton phase decided after "
+        "1000 chord steps), run by run:",
+        "",
+        "| r | runs | ODE phase passed maxnorm | Fig. 4 numerator (passed, closest pair cos < 1e-2) "
+        "| the study's infinite runs | same verdict | steps to pass: median / max | wall to pass: median / max |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for w, c in sorted(_budget_cells(runs, "r").items()):
+        hit = [r for r in c if r["passed"]]
+        fig4 = sum(r["min_cos"] < 1e-2 for r in hit)
+        inf = sum(bool(old[w, r["seed"]]) for r in c)
+        same = sum(bool(old[w, r["seed"]]) == r["passed"] for r in c)
+        st = sorted(r["steps"] for r in hit)
+        wt = sorted(r["wall"] for r in hit)
+        med = lambda v: v[len(v) // 2] if v else float("nan")  # noqa: E731
+        steps = f"{med(st)} / {st[-1]}" if st else "-"
+        wall = f"{med(wt):.1f} / {wt[-1]:.1f} s" if wt else "-"
+        lines.append(f"| {w} | {len(c)} | {len(hit)} | {fig4} | {inf} | {same}/{len(c)} | {steps} | {wall} |")
+    differ = [r for r in runs if bool(old[r["r"], r["seed"]]) != r["passed"]]
+    if differ:
+        lines += [
+            "",
+            "Where the verdicts differ: "
+            + "; ".join(
+                f"r = {r['r']} seed {r['seed']} is {'finite' if r['passed'] else 'infinite'} in the study; its ODE "
+                f"phase {'passed' if r['passed'] else 'did not pass'} `maxnorm` and ended at t = {r['t_flow']:.3g}, "
+                f"`weightnorm` {r['weightnorm']:.3g}, closest pair at cosine distance {r['min_cos']:.2g}"
+                for r in differ
+            )
+            + ".",
+        ]
+    lines += ["", _budget_curves(full, "width")]
+    return "\n".join(lines) + "\n"
+
+
+def channels_flow_budget_roughness() -> str:
+    """docs/channels.md: the roughness study's ODE phase with the Newton stage solve, run by run
+    against the committed study's verdicts."""
+    rough = _load("channels_flow_budget_roughness_newton.json")
+    study = _load("channels_roughness_paper_cpu_runs100.json")["records"]
+    old = {
+        (lab, t, s): (inf, ch)
+        for lab, t, s, inf, ch in zip(
+            study["label"], study["teacher"], study["seed"], study["infinite"], study["channel_paper"]
+        )
+    }
+    lines = [
+        f"The roughness study's runs with the Newton stage solve (`{rough['command']}`; "
+        f"{rough['wall_budget']:.0f} s per run), against the committed study "
+        "(`channels_roughness_paper_cpu_runs100.json`: 1000 chord steps, then Newton), run by run:",
+        "",
+        "| scaling s | runs | ODE phase passed maxnorm | Fig. 4 numerator | the study's infinite runs "
+        "| its channels (infinite, cos < 1e-2) | same infinite verdict | passed here, finite there "
+        "| infinite there, not passed here | steps to pass: median / max |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for sc, c in sorted(_budget_cells(rough["runs"], "scaling").items()):
+        hit = [r for r in c if r["passed"]]
+        prev = [old[f"s={sc:g}", r["teacher"], r["init"]] for r in c]
+        same = sum(bool(p[0]) == r["passed"] for p, r in zip(prev, c))
+        st = sorted(r["steps"] for r in hit)
+        steps = f"{st[len(st) // 2]} / {st[-1]}" if st else "-"
+        lines.append(
+            f"| {sc:g} | {len(c)} | {len(hit)} | {sum(r['min_cos'] < 1e-2 for r in hit)} | "
+            f"{sum(bool(p[0]) for p in prev)} | {sum(bool(p[1]) for p in prev)} | {same}/{len(c)} "
+            f"| {sum(r['passed'] and not p[0] for p, r in zip(prev, c))} "
+            f"| {sum(bool(p[0]) and not r['passed'] for p, r in zip(prev, c))} | {steps} |"
+        )
+    lines += ["", _budget_curves(rough, "study")]
+    return "\n".join(lines) + "\n"
+
+
+def channels_loss_levels_newton() -> str:
+    """docs/channels.md: the g-without-bias loss-levels group run again through flow then Newton with
+    the Newton stage solve, the authors' criteria beside ours, against the committed study on the same seeds."""
+    rec = _load("channels_loss_levels_newton_g_nobias.json")
+    old = _load("channels_loss_levels_paper_g_nobias.json")["records"]
+    new = rec["records"]
+    prev = {
+        (r, s): (inf, ch, cf)
+        for r, s, inf, ch, cf in zip(old["r"], old["seed"], old["infinite"], old["channel_paper"], old["confirmed"])
+    }
+    lines = [
+        f"Flow then Newton, the study's pipeline with the Newton stage solve (`{rec['command']}`; "
+        f"{rec['total_seconds'] / 60:.0f} min, seeds in rounds of {rec['settings']['seeds_per_round']} "
+        "until the time budget), against the committed study on the same seeds "
+        "(`channels_loss_levels_paper_g_nobias.json`):",
+        "",
+        "| r | runs | ODE phase passed maxnorm | infinite (before: the study) | paper channel (before) "
+        "| confirmed (before) | jump filter keeps | authors' Fig. 4 criterion among kept |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rec["summary"]:
+        r = row["r"]
+        m = [i for i, w in enumerate(new["r"]) if w == r]
+        before = [prev[r, new["seed"][i]] for i in m]
+        ode = sum(bool(new["passed_maxnorm_ode"][i]) for i in m)
+        lines.append(
+            f"| {r} | {row['n']} | {ode} | {row['infinite']} ({sum(bool(b[0]) for b in before)}) "
+            f"| {row['channel_paper']} ({sum(bool(b[1]) for b in before)}) "
+            f"| {row['confirmed']} ({sum(bool(b[2]) for b in before)}) | {row['kept']} "
+            f"| {row['authors_channel']} / {row['kept']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _budget_curves(rec: dict, per: str) -> str:
+    """One sentence: runs passed within step and wall budgets, and the compile times."""
+    a = rec["arms"][rec["solvers"][0]]
+    by_steps = ", ".join(f"{p['budget']}: {p['passed']}" for p in a["by_steps"] if p["budget"] <= 10**4)
+    by_wall = ", ".join(f"{p['budget']} s: {p['passed']}" for p in a["by_wall"])
+    comp = [f["compile_estimate"] for f in rec["first_calls"]]
+    once = f"{min(comp):.1f}-{max(comp):.1f} s, once per {per}" if len(comp) > 1 else f"{comp[0]:.1f} s, once"
+    return (
+        f"Runs passed within a budget, of {a['n']}: by solver steps {by_steps}; by wall time {by_wall}. "
+        f"The {a['n']} runs took {a['wall_sum']:.0f} s of flow; compilation (first call minus warm) {once}."
+    )
+
+
 def rank_invariance() -> str:
     """docs/topology.md: rank of J_G along gradient flow from generic and singular inits."""
     rec = _load("rank_invariance.json")
@@ -1299,6 +1460,9 @@ BLOCKS = {
     "blas-threads": blas_threads,
     "blas-threads-readme": blas_threads_readme,
     "channels-solvers": channels_solvers,
+    "channels-flow-budget": channels_flow_budget,
+    "channels-flow-budget-roughness": channels_flow_budget_roughness,
+    "channels-loss-levels-newton": channels_loss_levels_newton,
     "rank-invariance": rank_invariance,
     "topology-scale": topology_scale,
     "channels-loss-levels": channels_loss_levels,
