@@ -11,6 +11,7 @@ import scipy.linalg
 
 import invariant_jax as ij
 from invariant_jax.solvers import GaussLegendre, Projected, gauss_legendre_tableau, rescale_to_conserved
+from scipy_reference import scipy_flow
 
 
 @pytest.mark.parametrize("s", [1, 2, 3])
@@ -193,20 +194,10 @@ def test_implicit_solver_on_relu_warns_and_names_kink_aware_flow():
 
 def test_newton_kvaerno5_matches_scipy_radau():
     # An independent stiff solver: SciPy's Radau IIA on the same field (-grad L, compiled once).
-    from scipy.integrate import solve_ivp
-
     g = ij.mlp([2, 3, 1], bias=False)
     net = ij.DAGNetwork(g, "softplus", key=jax.random.PRNGKey(2))
     X, Y, _ = ij.teacher_student(g, 8, key=jax.random.PRNGKey(3), activation="softplus")
     f = ij.gradient_flow(net, X, Y, 3.0, solver="kvaerno5_newton", rtol=1e-9, atol=1e-9, saveat=ij.SaveTimes(n_save=2))
-    field = jax.jit(jax.grad(ij.losses.edge_loss_fn(net, X, Y, "mse")))
-    ref = solve_ivp(
-        lambda t, th: -np.asarray(field(jnp.asarray(th))),
-        (0.0, 3.0),
-        np.asarray(net.edge_weights()),
-        method="Radau",
-        rtol=1e-11,
-        atol=1e-12,
-    )
+    ref = scipy_flow(net, X, Y, 3.0, method="Radau", rtol=1e-11, atol=1e-12)
     assert bool(f.success) and ref.success
     assert float(np.max(np.abs(np.asarray(f.theta_final) - ref.y[:, -1]))) < 1e-7

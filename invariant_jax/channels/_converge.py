@@ -811,8 +811,8 @@ def flow_then_newton(
     - `nets` (a batched `DAGNetwork`, or one network), data `X`, `Y`, `loss`.
     - `flow`: a `FlowPhaseOptions` (default `FlowPhaseOptions()`): the flow runs with an
         implicit solver (the paper: KenCarp58 at reltol 1e-3; here Kvaerno5 with a Newton
-        stage solve at the same tolerances) to `t1`, under a wall-time budget `flow_wall_time` per run, with
-        `max_flow_steps` only as a backstop. With `flow_stop="penalty"` (default, the
+        stage solve at the same tolerances) to `t1`, under a wall-time budget
+        `flow_wall_time` per run, with `max_flow_steps` only as a backstop. With `flow_stop="penalty"` (default, the
         paper's way) the loss gets MLPGradientFlow's soft `maxnorm` penalty
         (`maxnorm_penalty`) and the flow goes on; with `"stop"` it stops at `maxnorm`.
     - `newton`: a `NewtonOptions` (default `NewtonOptions()`); its `maxnorm` is shared with
