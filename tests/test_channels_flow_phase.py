@@ -267,18 +267,16 @@ def test_stop_reasons_is_deprecated_for_results():
 def test_default_stage_solve_reaches_maxnorm_on_a_study_run():
     # The loss-levels study's g-without-bias run r = 2, seed 2 (infinite in the committed
     # study): the default flow phase alone passes maxnorm within 200 steps and ends on a
-    # channel that confirm_channel confirms; diffrax's chord stage solve, in the same 200
-    # steps, crawls (benchmarks/channels_flow_budget.py measures both on whole groups).
+    # channel that confirm_channel confirms. diffrax's chord stage solve (the default before)
+    # ended this run's 60 s at weightnorm 113, after 5432 steps
+    # (benchmarks/results/channels_flow_budget_levels_arms.json).
     X, Y = ij.rosenbrock_grid(10**4)
     g = ij.mlp([2, 2, 1], bias=False)
     net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, 3)[2])
-    ends = {}
-    for solver in ("kvaerno5_newton", "kvaerno5"):
-        flow = ij.FlowPhaseOptions(solver=solver, flow_stop="stop", max_flow_steps=200, n_record=0, engine="loop")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ij.NoConservationLaw)
-            ends[solver] = np.asarray(ch.flow_phase(net, X, Y, flow).theta_final[0])
-    assert ij.FlowPhaseOptions().solver == "kvaerno5_newton"
-    assert float(ch.weightnorm(ends["kvaerno5_newton"])) >= 1e3
-    assert ch.confirm_channel(net.with_edge_weights(ends["kvaerno5_newton"]), X, Y).confirmed
-    assert float(ch.weightnorm(ends["kvaerno5"])) < 10.0
+    flow = ij.FlowPhaseOptions(flow_stop="stop", max_flow_steps=200, n_record=0, engine="loop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ij.NoConservationLaw)
+        end = np.asarray(ch.flow_phase(net, X, Y, flow).theta_final[0])
+    assert flow.solver == "kvaerno5_newton"
+    assert float(ch.weightnorm(end)) >= 1e3
+    assert ch.confirm_channel(net.with_edge_weights(end), X, Y).confirmed
