@@ -234,7 +234,7 @@ def channels_flow_budget() -> str:
         lines += [
             "",
             f"The {len(crawl)} `kvaerno5` runs that neither passed nor reached `t1` ended their budget at "
-            f"`weightnorm` {crawl[0]:.3g} to {crawl[-1]:.3g} (median {crawl[len(crawl) // 2]:.3g}).",
+            f"`weightnorm` {crawl[0]:.3g} to {crawl[-1]:.3g} (median {statistics.median_high(crawl):.3g}).",
         ]
     old = {(r, s): inf for r, s, inf in zip(study["r"], study["seed"], study["infinite"])}
     runs = full["runs"]
@@ -256,9 +256,8 @@ def channels_flow_budget() -> str:
         same = sum(bool(old[w, r["seed"]]) == r["passed"] for r in c)
         st = sorted(r["steps"] for r in hit)
         wt = sorted(r["wall"] for r in hit)
-        med = lambda v: v[len(v) // 2] if v else float("nan")  # noqa: E731
-        steps = f"{med(st)} / {st[-1]}" if st else "-"
-        wall = f"{med(wt):.1f} / {wt[-1]:.1f} s" if wt else "-"
+        steps = f"{statistics.median_high(st)} / {st[-1]}" if st else "-"
+        wall = f"{statistics.median_high(wt):.1f} / {wt[-1]:.1f} s" if wt else "-"
         lines.append(f"| {w} | {len(c)} | {len(hit)} | {fig4} | {inf} | {same}/{len(c)} | {steps} | {wall} |")
     differ = [r for r in runs if bool(old[r["r"], r["seed"]]) != r["passed"]]
     if differ:
@@ -303,7 +302,7 @@ def channels_flow_budget_roughness() -> str:
         prev = [old[f"s={sc:g}", r["teacher"], r["init"]] for r in c]
         same = sum(bool(p[0]) == r["passed"] for p, r in zip(prev, c))
         st = sorted(r["steps"] for r in hit)
-        steps = f"{st[len(st) // 2]} / {st[-1]}" if st else "-"
+        steps = f"{statistics.median_high(st)} / {st[-1]}" if st else "-"
         lines.append(
             f"| {sc:g} | {len(c)} | {len(hit)} | {sum(r['min_cos'] < 1e-2 for r in hit)} | "
             f"{sum(bool(p[0]) for p in prev)} | {sum(bool(p[1]) for p in prev)} | {same}/{len(c)} "
