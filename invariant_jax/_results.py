@@ -27,6 +27,7 @@ __all__ = [
     "SUCCESS_RESULTS",
     "STOP_RESULTS",
     "NEWTON_STOP_RESULTS",
+    "FLOW_PHASE_STOP_RESULTS",
     "STATUSES",
     "result_code",
     "result_from_code",
@@ -124,6 +125,12 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
         "before a stopping rule held (runs not started by then did not run). Raise "
         "`max_time`, or run fewer networks per call."
     )
+    # ---------------------------------------------- the flow phase (`ij.channels.flow_phase`)
+    stopped_hover = (
+        "The penalized flow passed `maxnorm` and then hovered there, on MLPGradientFlow's soft "
+        "penalty, for `FlowPhaseOptions(hover_steps=...)` solver steps (the flat-channels "
+        "paper counts such a run infinite). Not a failure; raise `hover_steps` to hover longer."
+    )
 
 
 _NAMES, _MESSAGES = enumeration_table(RESULTS)
@@ -140,7 +147,12 @@ NEWTON_STOP_RESULTS = (RESULTS.stopped_patience, RESULTS.stopped_weightnorm, RES
 """The members that the Newton phase's stopping rules set (successes). Its budgets end a
 run with `max_steps_reached` or `newton_max_time`, failures."""
 
-SUCCESS_RESULTS = (RESULTS.successful, RESULTS.event_occurred) + STOP_RESULTS + NEWTON_STOP_RESULTS
+FLOW_PHASE_STOP_RESULTS = (RESULTS.stopped_hover,)
+"""The member that ends a penalized flow phase's hover past `maxnorm` (a success)."""
+
+SUCCESS_RESULTS = (
+    (RESULTS.successful, RESULTS.event_occurred) + STOP_RESULTS + NEWTON_STOP_RESULTS + FLOW_PHASE_STOP_RESULTS
+)
 """The members that count as success: reached the end, or stopped by a rule."""
 
 
@@ -210,7 +222,11 @@ STATUSES = ("ok", "stopped", "max_steps", "nonfinite", "failed")
 other failure (the exact reason is the `RESULTS` code)."""
 
 _STOP_CODES = np.asarray(
-    [int(result_code(r)) for r in (RESULTS.event_occurred,) + STOP_RESULTS + NEWTON_STOP_RESULTS], np.int32
+    [
+        int(result_code(r))
+        for r in (RESULTS.event_occurred,) + STOP_RESULTS + NEWTON_STOP_RESULTS + FLOW_PHASE_STOP_RESULTS
+    ],
+    np.int32,
 )
 _MAX_CODES = np.asarray(
     [int(result_code(r)) for r in (RESULTS.max_steps_reached, RESULTS.max_events_reached)], np.int32

@@ -295,7 +295,7 @@ def gradient_flow(
     Y: ArrayLike,
     t1: float,
     *,
-    t0: float = 0.0,
+    t0: float | Array = 0.0,
     solver: str | diffrax.AbstractSolver | SolverOptions = "tsit5",
     rtol: float | None = None,
     atol: float | None = None,
@@ -312,7 +312,8 @@ def gradient_flow(
     - `net`: the initial `DAGNetwork`.
     - `X`, `Y`: data, `(N, d_in)` and `(N, d_out)` (1-D `Y` for one output).
     - `t1`: final time (gradient-flow time; see the module docstring).
-    - `t0`: initial time.
+    - `t0`: initial time. `t0` and `t1` may be traced JAX scalars (under `jit` or `vmap`, e.g.
+        a run's own start); diffrax then checks `t0 <= t1` at run time, and `t0 == t1` takes no step.
     - `solver`: an `ij.SolverOptions` (solver, `rtol`, `atol`, `max_steps`, `dt0`,
         `stepsize_controller`), or just a solver (a name in `ij.SOLVERS` or a diffrax
         solver; default Tsit5) with the thin keywords `rtol`, `atol` (default 1e-8).

@@ -125,23 +125,31 @@ def log_times(t0: float, t1: float, n: int, *, first: float | None = None) -> np
     return np.concatenate([[t0], t0 + np.geomspace(first, t1 - t0, n - 1)])
 
 
+def _traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
 class SaveTimes(eqx.Module):
     """When a flow is saved.
 
     **Fields:**
 
     - `ts`: explicit save times (non-empty, 1-D, finite, non-decreasing; they must lie in
-        `[t0, t1]` of the flow), or `None`;
+        `[t0, t1]` of the flow), or `None`. They may be a traced JAX array (under `jit` or
+        `vmap`, e.g. times that depend on a run's own start); then nothing is checked;
     - `n_save`: otherwise, the number of save times (an integer >= 2), from `t0` to `t1`,
     - `spacing`: spaced `"linear"` or `"log"` (see `log_times`).
     """
 
-    ts: np.ndarray | None = None
+    ts: np.ndarray | Array | None = None
     n_save: int = 101
     spacing: str = "linear"
 
     def __init__(self, ts: ArrayLike | None = None, *, n_save: int = 101, spacing: str = "linear"):
-        self.ts = None if ts is None else np.asarray(ts, dtype=float)
+        if ts is None or isinstance(ts, jax.core.Tracer):
+            self.ts = ts
+        else:
+            self.ts = np.asarray(ts, dtype=float)
         self.n_save = n_save
         self.spacing = spacing
 
@@ -149,14 +157,23 @@ class SaveTimes(eqx.Module):
         if self.ts is not None:
             if self.ts.ndim != 1 or self.ts.size == 0:
                 raise ValueError(f"Save times must be a non-empty 1-D array; got shape {self.ts.shape}.")
-            if not np.all(np.isfinite(self.ts)) or np.any(np.diff(self.ts) < 0):
+            if not _traced(self.ts) and (not np.all(np.isfinite(self.ts)) or np.any(np.diff(self.ts) < 0)):
                 raise ValueError("Save times must be finite and non-decreasing.")
         check_integer("n_save", self.n_save, minimum=2)
         if self.spacing not in ("linear", "log"):
             raise ValueError(f"spacing must be 'linear' or 'log'; got {self.spacing!r}.")
 
-    def times(self, t0: float, t1: float) -> np.ndarray:
-        """The save times of a flow over `[t0, t1]` (float64 NumPy)."""
+    def times(self, t0: float | Array, t1: float | Array) -> np.ndarray | Array:
+        """The save times of a flow over `[t0, t1]` (float64 NumPy). Where `t0`, `t1` or
+        `ts` are traced (under `jit` or `vmap`), a JAX array, unchecked (diffrax checks
+        `t0 <= t1` at run time); log spacing then needs concrete `t0` and `t1`."""
+        if _traced(t0) or _traced(t1) or _traced(self.ts):
+            if self.ts is not None:
+                return self.ts
+            if self.spacing == "log":
+                raise ValueError("Log-spaced save times need concrete t0 and t1; pass explicit ts instead.")
+            return jnp.linspace(t0, t1, self.n_save)
+        t0, t1 = float(t0), float(t1)
         check_time_span(t0, t1)
         if self.ts is None:
             return np.linspace(t0, t1, self.n_save) if self.spacing == "linear" else log_times(t0, t1, self.n_save)

@@ -71,6 +71,35 @@ def test_vmap_and_jit_over_initial_networks(relu_setup):
         np.testing.assert_allclose(flows.theta_final[i], single.theta_final, atol=1e-10)
 
 
+def test_traced_start_times_under_vmap(relu_setup):
+    # each run its own traced t0 (as the flat-channels hover starts where its flow passed
+    # maxnorm): gradient flow is autonomous, so [t0, 1] equals [0, 1 - t0] run alone, and
+    # t0 == t1 takes no step
+    g, X, Y, net = relu_setup
+    keys = jax.random.split(jax.random.key(3), 3)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
+    t0s = jnp.asarray([0.0, 0.25, 1.0])
+    run = eqx.filter_jit(
+        eqx.filter_vmap(
+            lambda n, t0: ij.gradient_flow(n, X, Y, 1.0, t0=t0, saveat=ij.SaveTimes(n_save=3), rtol=1e-10, atol=1e-10)
+        )
+    )
+    flows = run(nets, t0s)
+    np.testing.assert_allclose(np.asarray(flows.ts[2]), [1.0, 1.0, 1.0])
+    assert int(flows.stats["num_steps"][2]) == 0 and bool(flows.success[2])
+    np.testing.assert_array_equal(np.asarray(flows.theta_final[2]), np.asarray(nets.edge_weights()[2]))
+    for i in (0, 1):
+        single = ij.gradient_flow(
+            ij.DAGNetwork(g, "relu", key=keys[i]), X, Y, 1.0 - float(t0s[i]), rtol=1e-10, atol=1e-10
+        )
+        np.testing.assert_allclose(flows.theta_final[i], single.theta_final, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(flows.ts[1]), [0.25, 0.625, 1.0])
+    with pytest.raises(ValueError, match="concrete t0"):
+        eqx.filter_jit(lambda t0: ij.gradient_flow(net, X, Y, 1.0, t0=t0, saveat=ij.SaveTimes(spacing="log")))(
+            jnp.asarray(0.5)
+        )
+
+
 def test_one_compiled_program_per_configuration():
     """A second call with other weights and other data (same shapes and options) reuses the
     compiled program: the loss is traced only on the first call; other options trace again."""
