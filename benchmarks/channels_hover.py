@@ -11,12 +11,13 @@ Study runs of the loss-levels g-without-bias group (2-r-1 `g` network without bi
   `ij.gradient_flow` on the penalized loss for `--probe-steps` solver steps: accepted and
   rejected steps, the flow time it covered, and how far the loss, `weightnorm` and the
   closest pair moved;
-- **one implicit stage at the passage point**: Newton's iteration on the stage equation
-  `z = h gamma F(y + z)` (`gamma = 0.26`, Kvaerno5's diagonal; `F` the penalized field,
-  its Jacobian by `jax.jacfwd`) for several `h`, from `z = 0` as a step starts: the
-  residual and the step per iteration. Where the penalty's gradient (quadratic in
-  `weightnorm - maxnorm`) dominates, Newton halves the distance per iteration instead
-  of converging quadratically, so a stage needs more than diffrax's 10 iterations.
+- **one implicit stage where the hover stands**: from the end of the largest
+  `hover_steps` (a hovering state; it may lie a little below `maxnorm`), Newton's
+  iteration on the stage equation `z = h gamma F(y + z)` (`gamma = 0.26`, Kvaerno5's
+  diagonal; `F` the penalized field, its Jacobian by `jax.jacfwd`) for several `h`, from
+  `z = 0`: the residual, the step and `max |z|` per iteration. Where the penalty's
+  gradient (quadratic in `weightnorm - maxnorm`) dominates, Newton halves its step per
+  iteration instead of converging quadratically.
 
 Usage: PYTHONPATH=. python benchmarks/channels_hover.py [--runs 2:2,3:0,4:1,5:0]
        [--hover-steps 0,100] [--probe-steps 1000] [--out PATH]
@@ -120,6 +121,7 @@ def stage_newton(net, X, Y, theta, iterations: int = 15) -> list[dict]:
                 dict(
                     residual=float(jnp.max(jnp.abs(R))),
                     step=float(np.max(np.abs(dz))),
+                    z=float(jnp.max(jnp.abs(z))),
                     weightnorm=float(ch.weightnorm(y + z)),
                 )
             )
@@ -159,7 +161,9 @@ def main():
         passage = row["flow_phase"][0]
         if passage["passed"]:
             row["hover_probe"] = hover_probe(net, X, Y, passage, args.probe_steps)
-            row["stage_newton"] = stage_newton(net, X, Y, passage["theta"])
+            hovering = row["flow_phase"][-1]
+            row["stage_start"] = dict(hover_steps=hovering["hover_steps"], weightnorm=hovering["weightnorm"])
+            row["stage_newton"] = stage_newton(net, X, Y, hovering["theta"])
             p = row["hover_probe"]
             print(
                 f"  hover alone, {p['steps']} steps: {p['rejected']} rejected, t {p['t_start']:.4g} -> {p['t_end']:.4g}, "

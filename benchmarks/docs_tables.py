@@ -347,6 +347,56 @@ def channels_loss_levels_newton() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _stage_iterations(stage: dict, gamma: float, rtol: float = 1e-3, atol: float = 1e-6) -> str:
+    """Newton iterations until optimistix's Cauchy test holds in diffrax's units (the stage
+    derivative `f = z / (h gamma)`): the step and the residual both small."""
+    hg = stage["h"] * gamma  # z = h gamma f
+    for k, it in enumerate(stage["iterations"], start=1):
+        if it["step"] / hg < atol + rtol * it["z"] / hg and it["residual"] / hg < atol:
+            return str(k)
+    return f"> {len(stage['iterations'])}"
+
+
+def channels_hover() -> str:
+    """docs/channels.md: the penalized flow phase's hover past maxnorm, its cost and what it moves."""
+    rec = _load("channels_hover.json")
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}); the default flow phase (penalty, {rec['solver']}), warm calls:",
+        "",
+        "| r | seed | passage: steps, flow time | hover_steps = 100: steps, flow time, result, weightnorm at the end "
+        "| warm wall: passage / with the hover | the hover alone: steps, rejected, flow time "
+        "| loss moved (relative) | closest pair moved (relative) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rec["runs"]:
+        p0 = row["flow_phase"][0]
+        ph = next((f for f in row["flow_phase"] if f["hover_steps"] == 100), row["flow_phase"][-1])
+        pr = row.get("hover_probe")
+        probe = (
+            f"{pr['steps']}, {pr['rejected']}, {pr['t_start']:.3g} to {pr['t_end']:.3g} "
+            f"| {pr['loss_change_relative']:.0e} | {pr['min_cos_change_relative']:.0e}"
+            if pr
+            else "- | - | -"
+        )
+        lines.append(
+            f"| {row['r']} | {row['seed']} | {p0['steps']}, {p0['t_flow']:.3g} "
+            f"| {ph['steps']}, {ph['t_flow']:.3g}, `{ph['result']}`, {ph['weightnorm']:.6g} "
+            f"| {p0['wall']:.1f} / {ph['wall']:.1f} s | {probe} |"
+        )
+    first = next(r for r in rec["runs"] if r.get("stage_newton"))
+    its = ", ".join(f"h = {st['h']:.0e}: {_stage_iterations(st, rec['stage_gamma'])}" for st in first["stage_newton"])
+    h6 = next(st for st in first["stage_newton"] if st["h"] == 1e6)
+    steps = ", ".join(f"{it['step']:.1e}" for it in h6["iterations"][:8])
+    lines += [
+        "",
+        f"One implicit stage where the hover of r = {first['r']}, seed {first['seed']} stands (its end after "
+        f"{first['stage_start']['hover_steps']} hover steps, `weightnorm` {first['stage_start']['weightnorm']:.6g}; "
+        f"Newton from `z = 0`, gamma = {rec['stage_gamma']}): iterations until optimistix's test at rtol 1e-3, "
+        f"atol 1e-6 holds, {its} (diffrax allows 10). At h = 1e6 the Newton step per iteration is {steps}, ...",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _budget_curves(rec: dict, per: str) -> str:
     """One sentence: runs passed within step and wall budgets, and the compile times."""
     a = rec["arms"][rec["solvers"][0]]
@@ -1462,6 +1512,7 @@ BLOCKS = {
     "channels-flow-budget": channels_flow_budget,
     "channels-flow-budget-roughness": channels_flow_budget_roughness,
     "channels-loss-levels-newton": channels_loss_levels_newton,
+    "channels-hover": channels_hover,
     "rank-invariance": rank_invariance,
     "topology-scale": topology_scale,
     "channels-loss-levels": channels_loss_levels,

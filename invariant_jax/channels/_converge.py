@@ -8,9 +8,8 @@ on the loss plus MLPGradientFlow's soft, cubic `maxnorm` penalty
 to `sum (f - y)^2`, with `nx = weightnorm`), so a flow can reach `maxnorm` and hover
 there, under a budget in flow time (`t1`) and wall time (`flow_wall_time`) rather than
 in steps. The hover is a separate solve from the first step past `maxnorm`, with its own
-budget of `hover_steps` solver steps: at the paper's tolerances the hover sits below the
-solver's resolution, so its implicit stages converge slowly and it barely moves (see
-`FlowPhaseOptions`). Every run records whether the ODE phase alone passed `maxnorm` (the paper's
+budget of `hover_steps` solver steps: there the implicit stages converge slowly and the
+flow time advances slowly (see `FlowPhaseOptions`). Every run records whether the ODE phase alone passed `maxnorm` (the paper's
 Fig. 4 criterion reads the ODE phase's end), a log-spaced `TrajectoryRecord` of the
 flow, and at its final point the converged gradient inf-norm and the minimum Hessian
 eigenvalue (a minimum has it >= 0, a saddle < 0). `flow_stop="stop"` is the earlier
@@ -237,11 +236,11 @@ class FlowPhaseOptions(eqx.Module):
         after the first step that ends past `maxnorm` (default 100; 0: none, the flow
         ends there). `t1` still bounds it; `flow_wall_time` bounds the flow before the
         passage only. Why a separate budget: the penalty's gradient vanishes
-        quadratically at `maxnorm`, so where the flow hovers (just above it) the implicit
-        stages converge by halving, many steps are rejected, and at the paper's
-        tolerances the hover moves by less than the solver resolves. On the
-        loss-levels study's run r = 2, seed 2, 1000 hover steps left the loss and the
-        closest pair unchanged to 8 and 3 digits (`benchmarks/channels_hover.py`).
+        quadratically at `maxnorm`, so where the flow hovers (just above it) Newton's
+        iteration on an implicit stage halves its step instead of converging
+        quadratically, about half the steps are rejected, and the flow time advances
+        slowly: a hover with no budget of its own spends the whole flow budget there
+        (docs/channels.md, "Hovering at maxnorm"; `benchmarks/channels_hover.py`).
     - `n_record`: rows of the log-spaced `TrajectoryRecord` (0: none, else >= 2; default
         41). The `"sweep"` engine records none.
     - `engine`: `"loop"` runs one compiled program of batch 1 on one run at a time (each
