@@ -347,16 +347,6 @@ def channels_loss_levels_newton() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stage_iterations(stage: dict, gamma: float, rtol: float = 1e-3, atol: float = 1e-6) -> str:
-    """Newton iterations until optimistix's Cauchy test holds in diffrax's units (the stage
-    derivative `f = z / (h gamma)`): the step and the residual both small."""
-    hg = stage["h"] * gamma  # z = h gamma f
-    for k, it in enumerate(stage["iterations"], start=1):
-        if it["step"] / hg < atol + rtol * it["z"] / hg and it["residual"] / hg < atol:
-            return str(k)
-    return f"> {len(stage['iterations'])}"
-
-
 def channels_hover() -> str:
     """docs/channels.md: the penalized flow phase's hover past maxnorm, its cost and what it moves."""
     rec = _load("channels_hover.json")
@@ -383,17 +373,51 @@ def channels_hover() -> str:
             f"| {ph['steps']}, {ph['t_flow']:.3g}, `{ph['result']}`, {ph['weightnorm']:.6g} "
             f"| {p0['wall']:.1f} / {ph['wall']:.1f} s | {probe} |"
         )
+    steps = [
+        (r["hover_probe"]["t_end"] - r["hover_probe"]["t_start"]) / r["hover_probe"]["accepted"]
+        for r in rec["runs"]
+        if r.get("hover_probe")
+    ]
     first = next(r for r in rec["runs"] if r.get("stage_newton"))
-    its = ", ".join(f"h = {st['h']:.0e}: {_stage_iterations(st, rec['stage_gamma'])}" for st in first["stage_newton"])
-    h6 = next(st for st in first["stage_newton"] if st["h"] == 1e6)
-    steps = ", ".join(f"{it['step']:.1e}" for it in h6["iterations"][:8])
+    seqs = "; ".join(
+        f"h = {st['h']:.0e}: " + ", ".join(f"{it['step']:.1e}" for it in st["iterations"][:6])
+        for st in first["stage_newton"]
+    )
     lines += [
         "",
-        f"One implicit stage where the hover of r = {first['r']}, seed {first['seed']} stands (its end after "
-        f"{first['stage_start']['hover_steps']} hover steps, `weightnorm` {first['stage_start']['weightnorm']:.6g}; "
-        f"Newton from `z = 0`, gamma = {rec['stage_gamma']}): iterations until optimistix's test at rtol 1e-3, "
-        f"atol 1e-6 holds, {its} (diffrax allows 10). At h = 1e6 the Newton step per iteration is {steps}, ...",
+        f"The hover's accepted steps average {min(steps):.1e} to {max(steps):.1e} in flow time. One implicit "
+        f"stage where the hover of r = {first['r']}, seed {first['seed']} stands (its end after "
+        f"{first['stage_start']['hover_steps']} hover steps, `weightnorm` {first['stage_start']['weightnorm']:.6g}, "
+        f"below `maxnorm`; Newton from `z = 0`, gamma = {rec['stage_gamma']}), the Newton step per iteration: "
+        f"{seqs}, ...",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def channels_breakdown() -> str:
+    """docs/channels.md: one run's wall time split into arithmetic, linear algebra, compile and the rest."""
+    rec = _load("channels_breakdown.json")
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}); the flow phase as the studies run it "
+        f'(`{rec["flow_options"]["solver"]}`, `flow_stop="{rec["flow_options"]["flow_stop"]}"`, loop engine), '
+        "then the Newton phase from its end:",
+        "",
+        "| r | seed | flow: steps, result | Newton: iterations, result | gradient + Hessian evaluations (flow) "
+        "| bare ms: gradient / Hessian / both in one trace | flow warm s | gradients + Hessians, bare, share of it "
+        "| LU solves, share | first call: flow + Newton | warm: flow + Newton | compile share of the first call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rec["runs"]:
+        f, n, b, run = row["flow"], row["newton"], row["bare_seconds"], row["run"]
+        fr = f["fraction_of_warm"]
+        lines.append(
+            f"| {row['r']} | {row['seed']} | {row['flow_steps']}, `{row['flow_result']}` "
+            f"| {row['newton_steps']}, `{row['newton_result']}` | {f['counts']['hessian']} "
+            f"| {1e3 * b['gradient']:.2f} / {1e3 * b['hessian']:.2f} / {1e3 * b['gradient_and_jacobian']:.2f} "
+            f"| {f['warm']:.2f} | {_pct(fr['gradients'] + fr['hessians'])}% | {_pct(fr['linear_algebra'])}% "
+            f"| {f['first_call']:.1f} + {n['first_call']:.1f} s | {f['warm']:.2f} + {n['warm']:.2f} s "
+            f"| {_pct(run['compile_fraction_of_first_call'])}% |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -1513,6 +1537,7 @@ BLOCKS = {
     "channels-flow-budget-roughness": channels_flow_budget_roughness,
     "channels-loss-levels-newton": channels_loss_levels_newton,
     "channels-hover": channels_hover,
+    "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
     "topology-scale": topology_scale,
     "channels-loss-levels": channels_loss_levels,

@@ -69,10 +69,12 @@ def test_no_private_name_crosses_a_module(metrics):
 
 
 def test_benchmarks_use_the_public_api(metrics):
-    # store_robustness injects a full disk by replacing the store's atomic writer, and
-    # kink_compile --ablate replaces pieces of the kink-aware program by stubs
+    # store_robustness injects a full disk by replacing the store's atomic writer,
+    # kink_compile --ablate replaces pieces of the kink-aware program by stubs, and
+    # channels_breakdown wraps the Newton phase's loss in a counter
     fault_injection = {
         "store_robustness.py <- invariant_jax.sweep._store._chunks",
+        "channels_breakdown.py <- invariant_jax.channels._converge",
         "kink_compile.py <- invariant_jax.kinks._driver",
         "kink_compile.py <- invariant_jax.kinks._modes",
     }

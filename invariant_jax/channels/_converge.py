@@ -339,8 +339,9 @@ class ConvergeResult(eqx.Module):
     - `min_eig`: the smallest eigenvalue of the data loss's Hessian at `theta` (< 0: a
       saddle; about 0 or above: a minimum, or a point along a channel);
     - `weightnorm_flow_max`: the largest `weightnorm` the ODE phase reached (over its
-      saved times and its end; NaN without a flow phase); `passed_maxnorm_ode`: whether
-      it reached `maxnorm` (the ODE phase alone, before Newton);
+      saved times, its first step end past `maxnorm` and its end; NaN without a flow
+      phase); `passed_maxnorm_ode`: whether it reached `maxnorm` (the ODE phase alone,
+      before Newton);
     - `trajectory`: a `TrajectoryRecord` of the ODE phase (`(B, K)` arrays, log-spaced
       in time; all NaN without a flow phase); `flow_steps`: the ODE phase's solver steps
       (-1 when not known: no flow phase, or the sweep engine);
