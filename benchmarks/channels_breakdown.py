@@ -49,6 +49,7 @@ import invariant_jax as ij  # noqa: E402
 import invariant_jax.channels._converge as converge  # noqa: E402 (patched for the counting run)
 import invariant_jax.losses as losses  # noqa: E402 (patched for the counting run)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from converge_cost import median_ms  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 
 COUNTS = {"gradient": 0, "hessian": 0, "loss": 0}
@@ -87,14 +88,8 @@ def counting(run):
         jax.clear_caches()
 
 
-def median_s(f, *a, repeats=21):
-    jax.block_until_ready(f(*a))
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*a))
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+def median_s(f, *a):
+    return 1e-3 * median_ms(f, *a, repeats=21)
 
 
 def bare_costs(net, X, Y, theta) -> dict:

@@ -40,7 +40,8 @@ from invariant_jax.channels import flow_phase, newton_reason  # noqa: E402
 from invariant_jax.losses import check_data, edge_loss_fn, gradient_fn, hessian_fn  # noqa: E402
 
 
-def _median_ms(f, *a, repeats=7):
+def median_ms(f, *a, repeats=7):
+    """Milliseconds per call of compiled `f(*a)`, warm: the median of `repeats` calls."""
     jax.block_until_ready(f(*a))
     ts = []
     for _ in range(repeats):
@@ -74,11 +75,11 @@ def main():
         th = thetas[0]
         L = edge_loss_fn(net0, Xc, Yc)
         bare = dict(
-            loss=_median_ms(jax.jit(L), th),
-            grad_autodiff=_median_ms(jax.jit(jax.grad(L)), th),
-            grad_structured=_median_ms(jax.jit(gradient_fn(net0, Xc, Yc)), th),
-            hessian_autodiff=_median_ms(jax.jit(jax.hessian(L)), th),
-            hessian_structured=_median_ms(jax.jit(hessian_fn(net0, Xc, Yc)), th),
+            loss=median_ms(jax.jit(L), th),
+            grad_autodiff=median_ms(jax.jit(jax.grad(L)), th),
+            grad_structured=median_ms(jax.jit(gradient_fn(net0, Xc, Yc)), th),
+            hessian_autodiff=median_ms(jax.jit(jax.hessian(L)), th),
+            hessian_structured=median_ms(jax.jit(hessian_fn(net0, Xc, Yc)), th),
         )
         # flow phase: one run, a fixed number of steps
         one = eqx.filter_vmap(net0.with_edge_weights)(thetas[:1])
