@@ -136,7 +136,7 @@ class SaveTimes(eqx.Module):
 
     - `ts`: explicit save times (non-empty, 1-D, finite, non-decreasing; they must lie in
         `[t0, t1]` of the flow), or `None`. They may be a traced JAX array (under `jit` or
-        `vmap`, e.g. times that depend on a run's own start); then nothing is checked;
+        `vmap`, e.g. times that depend on a run's own start); then only the shape is checked;
     - `n_save`: otherwise, the number of save times (an integer >= 2), from `t0` to `t1`,
     - `spacing`: spaced `"linear"` or `"log"` (see `log_times`).
     """
@@ -146,7 +146,7 @@ class SaveTimes(eqx.Module):
     spacing: str = "linear"
 
     def __init__(self, ts: ArrayLike | None = None, *, n_save: int = 101, spacing: str = "linear"):
-        if ts is None or isinstance(ts, jax.core.Tracer):
+        if ts is None or isinstance(ts, jax.core.Tracer):  # (isinstance: mypy narrows it)
             self.ts = ts
         else:
             self.ts = np.asarray(ts, dtype=float)

@@ -9,10 +9,10 @@ to `sum (f - y)^2`, with `nx = weightnorm`), so a flow can reach `maxnorm` and h
 there, under a budget in flow time (`t1`) and wall time (`flow_wall_time`) rather than
 in steps. The hover is a separate solve from the first step past `maxnorm`, with its own
 budget of `hover_steps` solver steps: there the implicit stages converge slowly and the
-flow time advances slowly (see `FlowPhaseOptions`). Every run records whether the ODE phase alone passed `maxnorm` (the paper's
-Fig. 4 criterion reads the ODE phase's end), a log-spaced `TrajectoryRecord` of the
-flow, and at its final point the converged gradient inf-norm and the minimum Hessian
-eigenvalue (a minimum has it >= 0, a saddle < 0). `flow_stop="stop"` is the earlier
+flow time advances slowly (see `FlowPhaseOptions`). Every run records whether the ODE
+phase alone passed `maxnorm` (the paper's Fig. 4 criterion reads the ODE phase's end),
+a log-spaced `TrajectoryRecord` of the flow, and at its final point the converged
+gradient inf-norm and the minimum Hessian eigenvalue (a minimum has it >= 0, a saddle < 0). `flow_stop="stop"` is the earlier
 scheme: no penalty, the flow stops where `weightnorm` reaches `maxnorm`.
 
 The Newton phase is optimistix's (`ClassicalTrustRegion` search, `DampedNewtonDescent`:
