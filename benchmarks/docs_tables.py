@@ -313,21 +313,28 @@ def channels_flow_budget_roughness() -> str:
     return "\n".join(lines) + "\n"
 
 
-def channels_loss_levels_newton() -> str:
-    """docs/channels.md: the g-without-bias loss-levels group run again through flow then Newton with
-    the Newton stage solve, the authors' criteria beside ours, against the committed study on the same seeds."""
-    rec = _load("channels_loss_levels_newton_g_nobias.json")
-    old = _load("channels_loss_levels_paper_g_nobias.json")["records"]
+def _loss_levels_newton(new_name: str, old_name: str) -> str:
+    """A loss-levels group run again through flow then Newton with the Newton stage solve, the
+    authors' criteria beside ours, against the committed study on the same seeds."""
+    rec = _load(new_name)
+    old = _load(old_name)["records"]
     new = rec["records"]
     prev = {
-        (r, s): (inf, ch, cf)
-        for r, s, inf, ch, cf in zip(old["r"], old["seed"], old["infinite"], old["channel_paper"], old["confirmed"])
+        (r, s): (inf, ch, cf, stop, wn)
+        for r, s, inf, ch, cf, stop, wn in zip(
+            old["r"],
+            old["seed"],
+            old["infinite"],
+            old["channel_paper"],
+            old["confirmed"],
+            old["stopped_by"],
+            old["weightnorm"],
+        )
     }
     lines = [
         f"Flow then Newton, the study's pipeline with the Newton stage solve (`{rec['command']}`; "
         f"{rec['total_seconds'] / 60:.0f} min, seeds in rounds of {rec['settings']['seeds_per_round']} "
-        "until the time budget), against the committed study on the same seeds "
-        "(`channels_loss_levels_paper_g_nobias.json`):",
+        f"until the time budget), against the committed study on the same seeds (`{old_name}`):",
         "",
         "| r | runs | ODE phase passed maxnorm | infinite (before: the study) | paper channel (before) "
         "| confirmed (before) | jump filter keeps | authors' Fig. 4 criterion among kept |",
@@ -344,7 +351,33 @@ def channels_loss_levels_newton() -> str:
             f"| {row['confirmed']} ({sum(bool(b[2]) for b in before)}) | {row['kept']} "
             f"| {row['authors_channel']} / {row['kept']} |"
         )
+    differ = [
+        f"r = {r}, seed {sd}: {prev[r, sd][3]} at `weightnorm` {prev[r, sd][4]:.4g} before, "
+        f"{new['stopped_by'][i]} at {new['weightnorm'][i]:.4g} now"
+        for i, (r, sd) in enumerate(zip(new["r"], new["seed"]))
+        if bool(new["infinite"][i]) != bool(prev[r, sd][0])
+    ]
+    stops = {k: new["stopped_by"].count(k) for k in sorted(set(new["stopped_by"]))}
+    lines += [
+        "",
+        f"Newton phase stops now: {', '.join(f'{k} {v}' for k, v in stops.items())}. "
+        f"Verdicts that differ from the study ({len(differ)} of {len(new['r'])}): "
+        + ("; ".join(differ) if differ else "none")
+        + ".",
+    ]
     return "\n".join(lines) + "\n"
+
+
+def channels_loss_levels_newton() -> str:
+    """docs/channels.md: the g-without-bias group through the whole pipeline again."""
+    return _loss_levels_newton("channels_loss_levels_newton_g_nobias.json", "channels_loss_levels_paper_g_nobias.json")
+
+
+def channels_loss_levels_newton_softplus_bias() -> str:
+    """docs/channels.md: the softplus-with-bias group through the whole pipeline again."""
+    return _loss_levels_newton(
+        "channels_loss_levels_newton_softplus_bias.json", "channels_loss_levels_paper_softplus_bias_cpu_seeds100.json"
+    )
 
 
 def channels_hover() -> str:
@@ -1536,6 +1569,7 @@ BLOCKS = {
     "channels-flow-budget": channels_flow_budget,
     "channels-flow-budget-roughness": channels_flow_budget_roughness,
     "channels-loss-levels-newton": channels_loss_levels_newton,
+    "channels-loss-levels-newton-softplus-bias": channels_loss_levels_newton_softplus_bias,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
