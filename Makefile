@@ -27,7 +27,9 @@ EXACTNESS_ISA ?= SSE4_2
 # compiles on one thread, so 2 workers on 2 cores nearly halve the time): a whole file goes
 # to one worker, so its module fixtures compile once and a docs page's blocks stay
 # together; tests/conftest.py starts the costliest files first. `make test PYTEST_N=0`
-# runs everything in one process; PYTEST_ARGS adds pytest options. Both runs share one
+# runs everything in one process; PYTEST_ARGS adds pytest options. A worker that crashes ends
+# the run (--max-worker-restart=0): with a replacement worker, xdist's loadfile scheduling was
+# seen to wait forever. Both runs share one
 # persistent compilation cache in a temporary folder that lives for this `make test` only
 # (conftest.py).
 #
@@ -46,7 +48,7 @@ EXACTNESS_ISA ?= SSE4_2
 TEST_FAST_COMPILE ?= 1
 FAST_XLA_FLAGS := --xla_cpu_use_fusion_emitters=false
 PYTEST_N ?= logical
-XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+XDIST := -n $(PYTEST_N) --maxprocesses=4 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 $(PYTEST_ARGS)
 
 # Both workers keep the cores busy, so SciPy's OpenBLAS (the implicit solvers' LU) runs on
 # one thread, as the CLI does (benchmarks/results/blas_threads.json).
