@@ -718,41 +718,39 @@ class FlowPhaseResult(eqx.Module):
         return is_success(self.result)
 
 
-@eqx.filter_jit
-def _vmapped_flow(
-    nets,
-    X,
-    Y,
-    t1,
-    solver,
-    rtol,
-    atol,
-    max_steps,
-    ceiling,
-    loss,
-    *,
-    maxnorm=None,
-    hover_steps=0,
-    n_record=0,
-    wall_time=None,
-):
-    """The flow phase of a batch, vmapped. `t1` is a Python float (static). `ceiling`: the
-    hard stop on `||theta||` (None: none); `maxnorm`: the flow runs on the loss plus
-    `MaxnormPenalty(maxnorm)` to the first step end past `maxnorm`, then hovers on for
-    `hover_steps` steps at most (None: no penalty); `n_record`: rows of the log-spaced
-    `TrajectoryRecord` (0: none); `wall_time`: seconds per call, before the passage."""
-    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
-    if maxnorm is not None:
-        objective = Objective(loss, regularizer=MaxnormPenalty(maxnorm), strength=1.0)
-        ceiling = float(np.sqrt(2 * maxnorm * nets.edge_weights().shape[-1]))  # weightnorm > maxnorm
-    else:
-        objective = loss
-    stop = StopRules(max_param_norm=ceiling, max_wall_time=wall_time)
-    # the record's times: 0, then geometric from 1e-2 (or t1/10) to t1 (gradient-flow time)
+def _pieces(nets, X, Y, t1, loss, maxnorm, n_record):
+    """What a batch's flow and its hover share: the objective (with `MaxnormPenalty(maxnorm)`
+    unless `maxnorm` is None), the record's times (0, then geometric from 1e-2 or t1/10 to
+    t1; None without a record) and `flow -> TrajectoryRecord`."""
+    objective = Objective(loss, regularizer=MaxnormPenalty(maxnorm), strength=1.0) if maxnorm is not None else loss
     grid = log_times(0.0, t1, n_record, first=min(1e-2, t1 / 10)) if n_record else None
     one_net = _one_net(nets)
     loss_fn = edge_loss_fn(one_net, X, Y, loss)
     record = lambda f: TrajectoryRecord.from_flow(one_net, f.ts, f.thetas, f.losses, loss_fn)  # noqa: E731
+    return objective, grid, record
+
+
+def _with_record_max(res: FlowPhaseResult) -> FlowPhaseResult:
+    if res.record is None:
+        return res
+    wn = jnp.max(jnp.nan_to_num(res.record.weightnorm, nan=-jnp.inf), axis=-1)
+    return dataclasses.replace(res, weightnorm_max=jnp.fmax(res.weightnorm_max, wn))
+
+
+@eqx.filter_jit
+def _vmapped_flow(
+    nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, *, maxnorm=None, n_record=0, wall_time=None
+):
+    """The flow phase of a batch, vmapped, up to its hover. `t1` is a Python float
+    (static). `ceiling`: the hard stop on `||theta||` (None: none); `maxnorm`: the flow runs
+    on the loss plus `MaxnormPenalty(maxnorm)` and stops at the first step end past
+    `maxnorm` (None: no penalty); `n_record`: rows of the log-spaced `TrajectoryRecord` (0:
+    none); `wall_time`: seconds per call."""
+    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
+    if maxnorm is not None:
+        ceiling = float(np.sqrt(2 * maxnorm * nets.edge_weights().shape[-1]))  # weightnorm > maxnorm
+    stop = StopRules(max_param_norm=ceiling, max_wall_time=wall_time)
+    objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, n_record)
 
     def one(n):
         f = gradient_flow(
@@ -765,7 +763,7 @@ def _vmapped_flow(
             stop=stop,
             loss=objective,
         )
-        out = FlowPhaseResult(
+        return FlowPhaseResult(
             theta_final=f.theta_final,
             loss_final=f.loss_final,
             t_final=f.t_final,
@@ -775,16 +773,23 @@ def _vmapped_flow(
             n_steps=f.stats["num_steps"],
             weightnorm_max=weightnorm(f.theta_final),
         )
-        if maxnorm is None or hover_steps == 0:
-            return out
-        hover = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=hover_steps)
-        return _hover(n, X, Y, t1, hover, objective, grid, record, out)
 
-    res = eqx.filter_vmap(one)(nets)
-    if res.record is not None:
-        wn = jnp.max(jnp.nan_to_num(res.record.weightnorm, nan=-jnp.inf), axis=-1)
-        res = dataclasses.replace(res, weightnorm_max=jnp.fmax(res.weightnorm_max, wn))
-    return res
+    return _with_record_max(eqx.filter_vmap(one)(nets))
+
+
+@eqx.filter_jit
+def _vmapped_hover(nets, X, Y, res: FlowPhaseResult, t1, solver, rtol, atol, hover_steps, loss, *, maxnorm, n_record):
+    """The hover of a batch after `_vmapped_flow` (`res`), vmapped: compiled only when a run
+    passed `maxnorm`."""
+    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=hover_steps)
+    objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, n_record)
+    hovered = eqx.filter_vmap(lambda n, out: _hover(n, X, Y, t1, opts, objective, grid, record, out))(nets, res)
+    return _with_record_max(hovered)
+
+
+def _passed(res: FlowPhaseResult) -> bool:
+    """Whether any run of a batch stopped at its first step end past `maxnorm` (concrete)."""
+    return bool(np.any(np.asarray(result_code(res.result)) == int(result_code(RESULTS.stopped_param_norm))))
 
 
 def _hover(n, X, Y, t1, opts, objective, grid, record, out: FlowPhaseResult) -> FlowPhaseResult:
@@ -871,16 +876,23 @@ def flow_phase(
         )
     X, Y = check_data(nets.graph, X, Y)
     one_net = _one_net(nets)
-    kw = dict(maxnorm=pen, hover_steps=int(flow.hover_steps), n_record=int(flow.n_record), wall_time=wall)
-    args = (float(flow.t1), flow.solver, float(flow.rtol), float(flow.atol), int(flow.max_flow_steps), ceiling, loss)
+    kw = dict(maxnorm=pen, n_record=int(flow.n_record))
+    t1, name, rtol, atol = float(flow.t1), flow.solver, float(flow.rtol), float(flow.atol)
+    hover = (t1, name, rtol, atol, int(flow.hover_steps), loss)
+
+    def run(batch: Array) -> FlowPhaseResult:
+        nets_b = eqx.filter_vmap(one_net.with_edge_weights)(batch)
+        res = _vmapped_flow(
+            nets_b, X, Y, t1, name, rtol, atol, int(flow.max_flow_steps), ceiling, loss, wall_time=wall, **kw
+        )
+        if pen is not None and flow.hover_steps > 0 and _passed(res):
+            res = _vmapped_hover(nets_b, X, Y, res, *hover, **kw)
+        return res
+
     if engine == "vmap":
-        return _vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta), X, Y, *args, **kw)
+        return run(theta)
     # one run at a time through one compiled program of batch 1 (each run its own wall clock)
-    parts = [
-        _vmapped_flow(eqx.filter_vmap(one_net.with_edge_weights)(theta[n : n + 1]), X, Y, *args, **kw)
-        for n in range(theta.shape[0])
-    ]
-    return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
+    return jax.tree.map(lambda *a: jnp.concatenate(a), *[run(theta[n : n + 1]) for n in range(theta.shape[0])])
 
 
 def flow_then_newton(
