@@ -282,9 +282,14 @@ def channels_flow_budget_roughness() -> str:
     rough = _load("channels_flow_budget_roughness_newton.json")
     study = _load("channels_roughness_paper_cpu_runs100.json")["records"]
     old = {
-        (lab, t, s): (inf, ch)
-        for lab, t, s, inf, ch in zip(
-            study["label"], study["teacher"], study["seed"], study["infinite"], study["channel_paper"]
+        (lab, t, s): (inf, ch, stop)
+        for lab, t, s, inf, ch, stop in zip(
+            study["label"],
+            study["teacher"],
+            study["seed"],
+            study["infinite"],
+            study["channel_paper"],
+            study["stopped_by"],
         )
     }
     lines = [
@@ -309,7 +314,16 @@ def channels_flow_budget_roughness() -> str:
             f"| {sum(r['passed'] and not p[0] for p, r in zip(prev, c))} "
             f"| {sum(bool(p[0]) and not r['passed'] for p, r in zip(prev, c))} | {steps} |"
         )
-    lines += ["", _budget_curves(rough, "study")]
+    before = [old[f"s={r['scaling']:g}", r["teacher"], r["init"]] for r in rough["runs"]]
+    late = [p[2] for p, r in zip(before, rough["runs"]) if r["passed"] and not p[0]]
+    counts = ", ".join(f"{k} {late.count(k)}" for k in sorted(set(late)))
+    lines += [
+        "",
+        f"How the study's Newton phase had ended the {len(late)} runs that pass here but were finite there: "
+        f"{counts or 'none'}.",
+        "",
+        _budget_curves(rough, "study"),
+    ]
     return "\n".join(lines) + "\n"
 
 
