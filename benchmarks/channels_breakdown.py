@@ -49,6 +49,7 @@ import invariant_jax as ij  # noqa: E402
 import invariant_jax.channels._converge as converge  # noqa: E402 (patched for the counting run)
 import invariant_jax.losses as losses  # noqa: E402 (patched for the counting run)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from channels_hover import study_run  # noqa: E402
 from converge_cost import median_ms  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 
@@ -171,9 +172,8 @@ def main():
     newton = ij.NewtonOptions()
     for pair in args.runs.split(","):
         r, seed = (int(v) for v in pair.split(":"))
-        g = ij.mlp([2, r, 1], bias=False)
-        net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, seed + 1)[seed])
-        Xc, Yc = losses.check_data(g, X, Y)
+        net = study_run(r, seed)
+        Xc, Yc = losses.check_data(net.graph, X, Y)
         res = ch.flow_phase(net, Xc, Yc, flow)
         end = res.theta_final[0]
         runs = dict(

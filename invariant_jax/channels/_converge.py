@@ -12,8 +12,9 @@ budget of `hover_steps` solver steps: there the implicit stages converge slowly 
 flow time advances slowly (see `FlowPhaseOptions`). Every run records whether the ODE
 phase alone passed `maxnorm` (the paper's Fig. 4 criterion reads the ODE phase's end),
 a log-spaced `TrajectoryRecord` of the flow, and at its final point the converged
-gradient inf-norm and the minimum Hessian eigenvalue (a minimum has it >= 0, a saddle < 0). `flow_stop="stop"` is the earlier
-scheme: no penalty, the flow stops where `weightnorm` reaches `maxnorm`.
+gradient inf-norm and the minimum Hessian eigenvalue (a minimum has it >= 0, a saddle
+< 0). `flow_stop="stop"` is the earlier scheme: no penalty, the flow stops where
+`weightnorm` reaches `maxnorm`.
 
 The Newton phase is optimistix's (`ClassicalTrustRegion` search, `DampedNewtonDescent`:
 `(H + lambda I) p = -g` with `lambda = 1/radius`, i.e. Levenberg-Marquardt-damped
