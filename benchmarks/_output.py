@@ -6,6 +6,13 @@ path there to replace them on purpose. Every JSON written through `write_json` s
 with `"command"` (the exact command line, with `PYTHONPATH`) and `"provenance"`: the git
 commit and whether the tree was dirty, package versions, platform, devices, and the start
 and end times of the run.
+
+A script replaces only files it wrote (`written_by`: a JSON whose command runs the same
+script, or a PNG that says so in its metadata (`save_figure`) or lies beside such a JSON),
+and files committed unchanged to this repository (git keeps them). Any other file at
+`--out` (or `--png`, or the `.png` beside an `--out` JSON) is refused when this module is
+imported, before any work; one that appears during the run is kept, and `write_json` and
+`save_figure` write beside it instead.
 """
 
 from __future__ import annotations
@@ -47,6 +54,110 @@ PACKAGES = (
     "scikit-learn",
     "pyarrow",
 )
+
+
+def _script() -> str | None:
+    """`benchmarks/<name>.py` of the running script (None when something else imported this)."""
+    if not sys.argv or not sys.argv[0]:
+        return None
+    script = Path(sys.argv[0]).resolve()
+    return f"benchmarks/{script.name}" if script.parent == HERE and script.suffix == ".py" else None
+
+
+def _json_command(path: Path) -> str | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("command") if isinstance(record, dict) and isinstance(record.get("command"), str) else None
+
+
+def _png_description(path: Path) -> str | None:
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            return getattr(image, "text", {}).get("Description")
+    except Exception:  # noqa: BLE001 (not a PNG we can read: not ours)
+        return None
+
+
+def written_by(path: str | os.PathLike, script: str | None) -> bool:
+    """Whether `path` is absent, or results that `script` (`benchmarks/<name>.py`) wrote:
+    a JSON whose `"command"` runs it, or a PNG whose metadata `Description` does or whose
+    same-named JSON is such a file."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    if script is None or not path.is_file():
+        return False
+    runs = lambda cmd: cmd is not None and f" {script} " in f" {cmd} "  # noqa: E731
+    if path.suffix == ".png":
+        json_twin = path.with_suffix(".json")
+        return runs(_png_description(path)) or (json_twin.is_file() and runs(_json_command(json_twin)))
+    return runs(_json_command(path))
+
+
+def _committed(path: Path) -> bool:
+    """Whether `path` is tracked by this repository's git and unchanged (git keeps a copy)."""
+    try:
+        rel = path.resolve().relative_to(ROOT)
+    except ValueError:
+        return False
+    tracked = _git("ls-files", "--error-unmatch", str(rel)) is not None
+    return tracked and _git("diff", "--quiet", "HEAD", "--", str(rel)) is not None
+
+
+def replaceable(path: str | os.PathLike, script: str | None) -> bool:
+    """Whether a run of `script` may replace `path`: absent, `written_by(path, script)`, or
+    committed unchanged to this repository (so git keeps it)."""
+    return written_by(path, script) or _committed(Path(path))
+
+
+def _outputs_in(argv: list[str]) -> list[Path]:
+    """The paths given to `--out` and `--png` in `argv`, and the `.png` beside an `--out` JSON."""
+    paths = []
+    for i, arg in enumerate(argv):
+        for flag in ("--out", "--png"):
+            if arg == flag and i + 1 < len(argv):
+                paths.append(Path(argv[i + 1]))
+            elif arg.startswith(flag + "="):
+                paths.append(Path(arg.split("=", 1)[1]))
+    return paths + [p.with_suffix(".png") for p in paths if p.suffix == ".json"]
+
+
+def refuse_foreign_outputs(argv: list[str], script: str | None) -> None:
+    """Exit (status 2) before any work if an output path in `argv` holds a file that
+    `script` did not write."""
+    foreign = [p for p in _outputs_in(argv) if not replaceable(p, script)]
+    if foreign:
+        names = ", ".join(str(p) for p in foreign)
+        sys.exit(
+            f"{script or 'this script'}: refusing to replace {names}: not results that this script wrote "
+            "(no JSON whose command runs it, no PNG that records it) and not committed unchanged to git. Pass "
+            "another --out, or move the file "
+            "away yourself if it is yours to replace."
+        )
+
+
+def _free_name(path: Path) -> Path:
+    """`path` with the first `.<k>` before its suffix that names no file."""
+    k = 1
+    while (candidate := path.with_name(f"{path.stem}.{k}{path.suffix}")).exists():
+        k += 1
+    return candidate
+
+
+def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
+    """`fig.savefig(path)` with the command line in the PNG's metadata (so a later run of
+    the same script may replace it); beside a file it did not write, it writes to a free
+    name instead, and says so."""
+    path = Path(path)
+    if not replaceable(path, _script()):
+        kept, path = path, _free_name(path)
+        print(f"{kept} is not this script's; writing {path} instead", file=sys.stderr)
+    fig.savefig(path, metadata={"Description": command()}, **kw)
+    return path
 
 
 def output_path(out: str | os.PathLike | None, name: str) -> Path:
@@ -135,6 +246,9 @@ def write_json(path: str | os.PathLike, data: dict, **dumps) -> Path:
     temporary file, then a rename) and say where."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not replaceable(path, _script()):  # (appeared during the run: keep it, and the results)
+        kept, path = path, _free_name(path)
+        print(f"{kept} is not this script's; writing {path} instead", file=sys.stderr)
     dumps.setdefault("indent", 1)
     record = {"command": data.get("command", command()), "provenance": provenance(), **data}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -154,6 +268,8 @@ def _limit_blas_threads() -> None:
 
 
 _limit_blas_threads()
+if _script() is not None:  # a benchmark run as a script
+    refuse_foreign_outputs(sys.argv[1:], _script())
 
 
 class CompileCounter:

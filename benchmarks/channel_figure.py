@@ -20,7 +20,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 
 import invariant_jax as ij  # noqa: E402
-from _output import command, output_path  # noqa: E402
+from _output import output_path, save_figure  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def main(argv=None) -> None:
     )
     fig = ch.channel_figure(flow, (0, 1), title="toy channel (erf students, population loss)")
     out = output_path(args.out, "channel_figure.png")
-    fig.savefig(out, dpi=90, metadata={"Description": command()})  # the PNG records its command
+    out = save_figure(fig, out, dpi=90)  # the PNG records its command
     print(
         f"wrote {out} in {time.perf_counter() - t:.1f} s ({int(flow.num_steps)} steps, "
         f"final loss {float(flow.loss_final):.6g})"

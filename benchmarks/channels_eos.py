@@ -31,7 +31,7 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax import channels as ch  # noqa: E402
 
 
@@ -194,7 +194,7 @@ def main():
     axes[2].set_xlabel("eps")
     axes[2].set_ylabel("loss decrease per update")
     fig.tight_layout()
-    fig.savefig(out_path.with_suffix(".png"), dpi=110)
+    save_figure(fig, out_path.with_suffix(".png"), dpi=110)
     print(f"wrote {out_path.with_suffix('.png')}")
 
 

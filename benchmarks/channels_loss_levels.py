@@ -35,7 +35,7 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax import channels as ch  # noqa: E402
 
 
@@ -165,7 +165,7 @@ def figures(study, out_png):
             ax.set_xlabel("network size r")
             ax.set_ylabel(title + " (Wilson 95%)")
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
+    out_png = save_figure(fig, out_png, dpi=110)
     print(f"wrote {out_png}")
 
 

@@ -54,7 +54,7 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax import channels as ch  # noqa: E402
 
 CURVES = {"ccurve": 0.0, "acurve": 0.0, "simcurve": 0.0, "approxcurve": -2.0, "losscurve": -2.0, "maxeigvals": 2.0}
@@ -572,7 +572,7 @@ def _figure(path, landscape, theirs, ours, functions):
     axs[2].legend(fontsize=7)
     axs[2].set_title("function.csv (ours black dashed)", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    path = save_figure(fig, path, dpi=110)
     plt.close(fig)
     print(f"wrote {path}")
 

@@ -36,7 +36,7 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax import channels as ch  # noqa: E402
 from invariant_jax.datasets import PAPER_GP_SCALINGS  # noqa: E402
 
@@ -158,7 +158,7 @@ def figure(summ, scalings, path):
     ax.set_xlabel("GP kernel input scaling (roughness)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".png"), dpi=110)
+    save_figure(fig, path.with_suffix(".png"), dpi=110)
     print(f"wrote {path.with_suffix('.png')}")
 
 

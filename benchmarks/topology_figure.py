@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jax
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -95,7 +95,7 @@ def main():
         ij.plot_invariant_set(g, [ck], edges=axes_edges, trajectories=trajs, n=4000, seed=j, ax=ax)
     fig.tight_layout()
     Path(args.png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.png, dpi=110)
+    save_figure(fig, args.png, dpi=110)
     for r in rows:
         print(
             f"c_k = {r['c_k']:+.1f}: {r['label_start']:>10} -> {r['label_end']:>10}, final loss "

@@ -31,7 +31,7 @@ import time
 
 import jax
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -384,7 +384,7 @@ def plot(results, png):
         axes[1, j].set_ylabel("error of theta(t1)")
         axes[0, j].legend(fontsize=7)  # methods differ per case
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    save_figure(fig, png, dpi=110)
 
 
 if __name__ == "__main__":

@@ -168,13 +168,15 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
 def test_every_benchmark_writes_through_output(script):
     """No script writes its results JSON by itself (that is how committed results got
     overwritten and commands went unrecorded): each takes `--out` and goes through
-    `_output.output_path` / `write_json`, and none names a committed results file as a default."""
+    `_output.output_path` / `write_json` / `save_figure`, and none names a committed results file as a default."""
     import re
 
     src = (ROOT / "benchmarks" / script).read_text()
-    assert "output_path(" in src and ("write_json(" in src or "command()" in src), (
-        f"{script}: write results via benchmarks/_output.py (output_path, and write_json or command())"
+    writes = ("write_json(", "save_figure(", "command()")
+    assert "output_path(" in src and any(w in src for w in writes), (
+        f"{script}: write results via benchmarks/_output.py (output_path, and write_json, save_figure or command())"
     )
+    assert ".savefig(" not in src, f"{script}: save figures with _output.save_figure (it records the command)"
     assert '"--out"' in src, f"{script}: no --out option"
     assert not re.search(r'"results"\s*/', src), f"{script}: builds a path into benchmarks/results/ itself"
 

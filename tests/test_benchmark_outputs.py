@@ -1,0 +1,73 @@
+"""A benchmark replaces only what it wrote (`benchmarks/_output.py`): a user's file at
+`--out` is refused before any work, and one that appears during a run is kept."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = r"""
+import json, sys
+sys.path.insert(0, "benchmarks")
+import _output as o
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+d = sys.argv[1]
+mine, other, user = f"{d}/mine.json", f"{d}/other.json", f"{d}/user.json"
+fig = plt.figure()
+fig.savefig(f"{d}/mine.png", metadata={"Description": "PYTHONPATH=. python benchmarks/foo.py --out x"})
+fig.savefig(f"{d}/plain.png")
+out = {
+    "mine": o.written_by(mine, "benchmarks/foo.py"),
+    "mine_other_script": o.written_by(mine, "benchmarks/fo.py"),
+    "other": o.written_by(other, "benchmarks/foo.py"),
+    "user": o.written_by(user, "benchmarks/foo.py"),
+    "absent": o.written_by(f"{d}/absent.json", "benchmarks/foo.py"),
+    "png_metadata": o.written_by(f"{d}/mine.png", "benchmarks/foo.py"),
+    "png_plain": o.written_by(f"{d}/plain.png", "benchmarks/foo.py"),
+    "committed": o.replaceable("benchmarks/results/first_calls.json", None),
+    "outputs": [str(p) for p in o._outputs_in(["--out", "a/b.json", "--png=c.png", "--n", "3"])],
+    "written": str(o.write_json(user, {"x": 1})),
+}
+print("PROBE " + json.dumps(out))
+"""
+
+
+def test_ownership_rules(tmp_path):
+    (tmp_path / "mine.json").write_text(json.dumps({"command": "PYTHONPATH=. python benchmarks/foo.py --out m"}))
+    (tmp_path / "other.json").write_text(json.dumps({"command": "python benchmarks/bar.py"}))
+    (tmp_path / "user.json").write_text('{"my": "data"}')
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.split("PROBE ", 1)[1])
+    assert out["mine"] and not out["mine_other_script"] and not out["other"] and not out["user"]
+    assert out["absent"] and out["png_metadata"] and not out["png_plain"]
+    assert out["committed"]  # tracked and unchanged: git keeps it
+    assert out["outputs"] == ["a/b.json", "c.png", "a/b.png"]
+    # the user's file is kept; the results go beside it
+    assert (tmp_path / "user.json").read_text() == '{"my": "data"}'
+    assert out["written"] == str(tmp_path / "user.1.json")
+    assert json.loads((tmp_path / "user.1.json").read_text())["x"] == 1
+
+
+def test_user_file_at_out_refused_before_work(tmp_path):
+    user = tmp_path / "results.json"
+    user.write_text('{"my": "data"}')
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/first_calls.py", "--rounds", "1", "--out", str(user)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "refusing to replace" in proc.stderr and str(user) in proc.stderr
+    assert "RESULT" not in proc.stdout  # nothing was measured
+    assert user.read_text() == '{"my": "data"}'
