@@ -655,20 +655,36 @@ def channels_loss_levels() -> str:
     )
 
 
+NO_VERDICT = ("max_steps", "max_time", "nonfinite")  # Newton-phase stops that decide nothing
+
+
+def _undecided(rec: dict, **cell) -> int:
+    """Runs of a cell (records matching `cell`) that are not infinite and whose Newton phase
+    stopped at a budget or a non-finite state: no verdict (as `ConvergenceStudy.summary`)."""
+    r = rec["records"]
+    return sum(
+        1
+        for i, stop in enumerate(r["stopped_by"])
+        if stop in NO_VERDICT and not r["infinite"][i] and all(r[k][i] == v for k, v in cell.items())
+    )
+
+
 def channels_loss_levels_details() -> str:
     """docs/channels.md: per cell of the loss-levels study, how runs stopped and the authors'
     post-processing (the `g`-without-bias file predates the jump-filter records)."""
     rows = [
         "| activation | bias | r | paper criterion | unique (Hungarian) | kept by jump filter "
-        "| authors' Fig. 4 channel | stopped by |",
-        "|---|---|---|---|---|---|---|---|",
+        "| authors' Fig. 4 channel | undecided (budget, not infinite) | stopped by |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, name in LOSS_LEVEL_STUDIES:
-        for c in _load(name)["summary"]:
+        rec = _load(name)
+        for c in rec["summary"]:
             get = lambda k: str(c[k]) if k in c else "-"  # noqa: E731
+            und = _undecided(rec, activation=c["activation"], bias=c["bias"], r=c["r"])
             rows.append(
                 f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['channel_paper']} | "
-                f"{get('n_unique')} | {get('kept')} | {get('authors_channel')} | {_stopped(c['stopped_by'])} |"
+                f"{get('n_unique')} | {get('kept')} | {get('authors_channel')} | {und} | {_stopped(c['stopped_by'])} |"
             )
     return "\n".join(rows) + "\n"
 
@@ -679,8 +695,8 @@ def channels_roughness() -> str:
     spread = rec["teacher_spread"]
     rows = [
         "| scaling s | infinite [Wilson 95%] | paper's channel criterion [Wilson 95%] | teacher bootstrap 95% "
-        "| confirmed channels | sharpened neuron | stopped by |",
-        "|---|---|---|---|---|---|---|",
+        "| undecided (budget, not infinite) | confirmed channels | sharpened neuron | stopped by |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     ss = sorted(rec["summary"], key=lambda c: float(c["label"].removeprefix("s=")))
     for i, c in enumerate(ss):
@@ -691,7 +707,8 @@ def channels_roughness() -> str:
             f"| {s}{tag} | {100 * c['infinite_fraction']:.0f}% [{100 * c['infinite_ci'][0]:.1f}, "
             f"{100 * c['infinite_ci'][1]:.1f}] | {100 * c['channel_paper_fraction']:.0f}% "
             f"[{100 * c['channel_paper_ci'][0]:.1f}, {100 * c['channel_paper_ci'][1]:.1f}] | "
-            f"[{100 * lo:.0f}, {100 * hi:.0f}] | {c['confirmed']} | {c['sharpened']} | {_stopped(c['stopped_by'])} |"
+            f"[{100 * lo:.0f}, {100 * hi:.0f}] | {_undecided(rec, label=c['label'])} | {c['confirmed']} | "
+            f"{c['sharpened']} | {_stopped(c['stopped_by'])} |"
         )
     per = "; ".join(
         f"s = {c['label'].removeprefix('s=')}: {','.join(map(str, spread[c['label']]['channel_paper_per_teacher']))}"

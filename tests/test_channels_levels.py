@@ -222,6 +222,9 @@ def test_convergence_study_tiny_records_follow_the_criteria():
     assert not np.any(rec["confirmed"] & ~rec["infinite"])
     row = st.summary()[0]
     assert row["n"] == 3 and row["infinite"] == int(rec["infinite"].sum())
+    budget = np.isin(rec["stopped_by"], ["max_steps", "max_time", "nonfinite"]) & ~rec["infinite"]
+    assert row["undecided"] == int(budget.sum())
+    assert "undec." in st.table()
 
 
 def test_study_inits_depend_on_the_seed_alone():

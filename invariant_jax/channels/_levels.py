@@ -341,7 +341,9 @@ class ConvergenceStudy(eqx.Module):
 
     def summary(self, by=("activation", "bias", "r"), unique: bool = True) -> list[dict]:
         """Per group: n, infinite / duplicate / confirmed / paper-channel counts,
-        fractions and Wilson 95% intervals, and the number of loss levels. The authors'
+        fractions and Wilson 95% intervals, `undecided` (runs not infinite whose Newton
+        phase ended by a budget or a non-finite state: no verdict, so the infinite count is
+        a lower bound), and the number of loss levels. The authors'
         post-processing (`_solutions`): `kept` (runs passing the jump filter
         `jump_cos < 1e-2`), `authors_channel` among the kept runs (`weightnorm` at the end
         of the flow `> maxnorm` and closest first-layer pair at cosine distance < 1e-2,
@@ -365,6 +367,12 @@ class ConvergenceStudy(eqx.Module):
                 row[f"{name}_fraction"] = k / n if n else float("nan")
                 row[f"{name}_ci"] = (lo, hi)
             rec = self.records
+            # no verdict: the Newton phase ended by a budget or a non-finite state short of
+            # `maxnorm`, so "not infinite" says nothing (a lower bound on the infinite count)
+            und = int((m & ~self.success & ~np.asarray(rec["infinite"], bool)).sum())
+            row["undecided"] = und
+            row["undecided_fraction"] = und / n if n else float("nan")
+            row["undecided_ci"] = wilson_interval(und, n)
             if "jump_cos" in rec:
                 kept = m & (rec["jump_cos"] < JUMP_MAX_COS)
                 nk = int(kept.sum())
@@ -408,7 +416,8 @@ class ConvergenceStudy(eqx.Module):
     def table(self, by=("activation", "bias", "r")) -> str:
         head = (
             " ".join(f"{b:>10}" for b in by) + f" {'n':>4} {'% inf':>6} {'95% CI':>13} {'confirmed':>9} "
-            f"{'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'sharp':>5} {'stopped by'}"
+            f"{'undec.':>6} {'% dup':>6} {'95% CI':>13} {'levels':>6} {'unique':>6} {'kept':>4} {'ch.':>4} {'sharp':>5} "
+            f"{'stopped by'}"
         )
         rows = [head, "-" * len(head)]
         for s in self.summary(by):
@@ -416,7 +425,7 @@ class ConvergenceStudy(eqx.Module):
             rows.append(
                 " ".join(f"{str(s[b]):>10}" for b in by)
                 + f" {s['n']:>4} {100 * s['infinite_fraction']:>6.1f} [{100 * ci[0]:>4.1f}, {100 * ci[1]:>5.1f}]"
-                f" {s['confirmed']:>4}/{s['infinite']:<4} {100 * s['duplicate_fraction']:>6.1f}"
+                f" {s['confirmed']:>4}/{s['infinite']:<4} {s['undecided']:>6} {100 * s['duplicate_fraction']:>6.1f}"
                 f" [{100 * cd[0]:>4.1f}, {100 * cd[1]:>5.1f}] {s['n_levels']:>6} {s.get('n_unique', '-'):>6}"
                 f" {s.get('kept', '-'):>4} {s.get('authors_channel', '-'):>4} {s.get('sharpened', '-'):>5}"
                 f" {s['stopped_by']}"
