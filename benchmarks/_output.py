@@ -127,23 +127,24 @@ def _outputs_in(argv: list[str]) -> list[Path]:
 
 
 def refuse_foreign_outputs(argv: list[str], script: str | None) -> None:
-    """Exit (status 2) before any work if an output path in `argv` holds a file that
-    `script` did not write."""
+    """Exit (status 1, the reason on stderr) before any work if an output path in `argv`
+    holds a file that a run of `script` may not replace (`replaceable`)."""
     foreign = [p for p in _outputs_in(argv) if not replaceable(p, script)]
     if foreign:
         names = ", ".join(str(p) for p in foreign)
         sys.exit(
             f"{script or 'this script'}: refusing to replace {names}: not results that this script wrote "
-            "(no JSON whose command runs it, no PNG that records it) and not committed unchanged to git. Pass "
-            "another --out, or move the file "
-            "away yourself if it is yours to replace."
+            "(no JSON whose command runs it, no PNG that records it) and not committed unchanged to git. "
+            "Pass another --out, or move the file away yourself if it is yours to replace."
         )
 
 
-def _free_name(path: Path) -> Path:
-    """`path` with the first `.<k>` before its suffix that names no file."""
+def _beside(path: Path) -> Path:
+    """Where results go when `path` holds a file that is not this script's: `path` with the
+    first `.<k>` before its suffix that names no file or one this script wrote (so a script
+    that writes after every round keeps writing to one file)."""
     k = 1
-    while (candidate := path.with_name(f"{path.stem}.{k}{path.suffix}")).exists():
+    while not written_by(candidate := path.with_name(f"{path.stem}.{k}{path.suffix}"), _script()):
         k += 1
     return candidate
 
@@ -154,7 +155,7 @@ def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
     name instead, and says so."""
     path = Path(path)
     if not replaceable(path, _script()):
-        kept, path = path, _free_name(path)
+        kept, path = path, _beside(path)
         print(f"{kept} is not this script's; writing {path} instead", file=sys.stderr)
     fig.savefig(path, metadata={"Description": command()}, **kw)
     return path
@@ -247,7 +248,7 @@ def write_json(path: str | os.PathLike, data: dict, **dumps) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not replaceable(path, _script()):  # (appeared during the run: keep it, and the results)
-        kept, path = path, _free_name(path)
+        kept, path = path, _beside(path)
         print(f"{kept} is not this script's; writing {path} instead", file=sys.stderr)
     dumps.setdefault("indent", 1)
     record = {"command": data.get("command", command()), "provenance": provenance(), **data}

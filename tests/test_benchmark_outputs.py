@@ -34,6 +34,9 @@ out = {
     "outputs": [str(p) for p in o._outputs_in(["--out", "a/b.json", "--png=c.png", "--n", "3"])],
     "written": str(o.write_json(user, {"x": 1})),
 }
+sys.argv[0] = "benchmarks/foo.py"  # as that script: its second write goes to the same file
+out["again"] = str(o.write_json(user, {"x": 2}))
+out["again_2"] = str(o.write_json(user, {"x": 3}))
 print("PROBE " + json.dumps(out))
 """
 
@@ -55,6 +58,9 @@ def test_ownership_rules(tmp_path):
     assert (tmp_path / "user.json").read_text() == '{"my": "data"}'
     assert out["written"] == str(tmp_path / "user.1.json")
     assert json.loads((tmp_path / "user.1.json").read_text())["x"] == 1
+    # a script that writes after every round keeps writing beside it, to one file
+    assert out["again"] == out["again_2"] == str(tmp_path / "user.2.json")
+    assert json.loads((tmp_path / "user.2.json").read_text())["x"] == 3
 
 
 def test_user_file_at_out_refused_before_work(tmp_path):
