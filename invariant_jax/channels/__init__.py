@@ -47,6 +47,7 @@ from ._glu import (
     predecessor_values,
     set_channel_coordinates,
 )
+from ._group import ChannelGroup, group_coordinates, group_limit, group_output
 from ._jump import GLUConvergence, JumpResult, PowerLaw, glu_convergence, jump_procedure, power_law_fit
 from ._levels import (
     STUDY_FLOW,

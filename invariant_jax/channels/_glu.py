@@ -12,6 +12,7 @@ computes `c sigma(w.u) + a (Delta.u) sigma'(w.u)`, with `u` the predecessors' va
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -103,6 +104,10 @@ class ChannelPair(eqx.Module):
     @property
     def nodes(self) -> tuple:
         return (self.graph.hidden[self.i], self.graph.hidden[self.j])
+
+    def limit(self, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N k"]:
+        """`glu_limit(self, X, net=net)` (a `ChannelGroup` answers the same call)."""
+        return glu_limit(self, X, net=net)
 
     def with_eps(self, eps) -> ChannelPair:
         """The same `(w, Delta, c, a)` at another `eps` (a jump along the channel)."""
@@ -205,9 +210,20 @@ def _node_values(net: DAGNetwork, X) -> Float[Array, "N m"]:
     return jnp.concatenate([jnp.stack(cols, axis=1), acts], axis=1)
 
 
-def predecessor_values(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N p"]:
-    """The values `u` of the pair's predecessors on inputs `X` (`(N, d_in)`). When every
-    predecessor is an input (or bias) node, `net` is not needed."""
+class _Merging(Protocol):
+    """A pair or a group of neurons (`ChannelPair`, `ChannelGroup`): what
+    `predecessor_values` reads."""
+
+    @property
+    def graph(self) -> DAG: ...
+
+    @property
+    def predecessors(self) -> tuple: ...
+
+
+def predecessor_values(pair: _Merging, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N p"]:
+    """The values `u` of the predecessors of a pair (or a `ChannelGroup`) on inputs `X`
+    (`(N, d_in)`). When every predecessor is an input (or bias) node, `net` is not needed."""
     g = pair.graph
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[1] != g.n_in:
@@ -264,14 +280,16 @@ def pair_output(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = Non
 
 
 class CollapsedNetwork(eqx.Module):
-    """A network whose channel pair is replaced by its GLU limit (see `collapse_channel`).
+    """A network whose channel pair (or group) is replaced by its GLU limit (see
+    `collapse_channel`).
 
-    **Fields:** `base` (the network with the pair's output weights set to 0), `pair`.
-    Evaluate with `forward(X)` or `__call__(x)`, like a `DAGNetwork`.
+    **Fields:** `base` (the network with the pair's output weights set to 0), `pair` (a
+    `ChannelPair`, or a `ChannelGroup`). Evaluate with `forward(X)` or `__call__(x)`, like
+    a `DAGNetwork`.
     """
 
     base: DAGNetwork
-    pair: ChannelPair
+    pair: ChannelPair  # or a ChannelGroup: anything with `graph`, `nodes`, `successors`, `limit`
 
     @property
     def graph(self) -> DAG:
@@ -280,7 +298,7 @@ class CollapsedNetwork(eqx.Module):
     def forward(self, X: Float[Array, "N d_in"]) -> Float[Array, "N d_out"]:
         g = self.base.graph
         out = self.base.forward(X)
-        glu = glu_limit(self.pair, X, net=self.base)
+        glu = self.pair.limit(X, net=self.base)
         cols = np.array([g.outputs.index(v) for v in self.pair.successors])
         return out.at[:, cols].add(glu.astype(out.dtype))
 
@@ -289,24 +307,28 @@ class CollapsedNetwork(eqx.Module):
 
 
 def collapse_channel(net: DAGNetwork, pair: ChannelPair) -> CollapsedNetwork:
-    """Replace the pair by its limit `c sigma(w.u) + a (Delta.u) sigma'(w.u)`.
+    """Replace the pair by its limit `c sigma(w.u) + a (Delta.u) sigma'(w.u)` (a group by
+    `c sigma(w.u) + (V u) sigma'(w.u)`, `group_limit`).
 
-    **Arguments:** `net`; `pair` (from `channel_coordinates` or `detect_channels`). The
-    pair's successors must be output nodes (the last hidden layer), so that the limit
-    adds to the output.
+    **Arguments:** `net`; `pair` (from `channel_coordinates` or `detect_channels`), or a
+    `ChannelGroup` (from `group_coordinates`). Its successors must be output nodes (the
+    last hidden layer), so that the limit adds to the output.
 
     **Returns:** a `CollapsedNetwork`; its loss is the limit loss `L0`.
     """
     require_smooth(net, "collapse_channel")
     g = net.graph
     if g != pair.graph:
-        raise ValueError("The pair belongs to another graph; compute it with channel_coordinates(net, i, j).")
+        raise ValueError(
+            "The pair belongs to another graph; compute it with channel_coordinates(net, i, j) "
+            "(a group with group_coordinates(net, neurons))."
+        )
     if not all(v in g.outputs for v in pair.successors):
         raise ValueError(
             f"collapse_channel needs a pair whose successors are output nodes; {pair.nodes} feed "
             f"{[v for v in pair.successors if v not in g.outputs]}. Pick a pair in the last hidden layer."
         )
-    vi, vj = pair.nodes
     S = np.array([g.index[u] for u in pair.successors])
-    W = net.weights.at[g.index[vi], S].set(0.0).at[g.index[vj], S].set(0.0)
+    rows = np.array([g.index[v] for v in pair.nodes])
+    W = net.weights.at[rows[:, None], S[None, :]].set(0.0)
     return CollapsedNetwork(base=eqx.tree_at(lambda n: n.weights, net, W), pair=pair)
