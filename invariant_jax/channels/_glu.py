@@ -105,6 +105,12 @@ class ChannelPair(eqx.Module):
     def nodes(self) -> tuple:
         return (self.graph.hidden[self.i], self.graph.hidden[self.j])
 
+    @property
+    def V(self) -> Float[Array, "k p"]:
+        """The limit's linear part `a Delta^T` (successors x predecessors), as a
+        `ChannelGroup`'s `V`."""
+        return jnp.outer(self.a, self.Delta)
+
     def limit(self, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N k"]:
         """`glu_limit(self, X, net=net)` (a `ChannelGroup` answers the same call)."""
         return glu_limit(self, X, net=net)
@@ -281,26 +287,37 @@ def pair_output(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = Non
 
 class CollapsedNetwork(eqx.Module):
     """A network whose channel pair (or group) is replaced by its GLU limit (see
-    `collapse_channel`).
+    `collapse_channel`), in any layer.
 
-    **Fields:** `base` (the network with the pair's output weights set to 0), `pair` (a
-    `ChannelPair`, or a `ChannelGroup`). Evaluate with `forward(X)` or `__call__(x)`, like
-    a `DAGNetwork`.
+    **Fields:** `base`: the network with the merged neurons rewired to carry the limit's
+    signals: the first (the gate, position `gate`) has input weights `w`, output weights
+    `c` and its activation, `sigma(w.u)`; the others (positions `linear`) have input
+    weights `d_m`, output weights `s_m o_m` (the SVD `V = sum_m s_m o_m d_m^T` of the
+    limit's linear part) and the activation `(d_m.u) sigma'(w.u)`; `pair` (a
+    `ChannelPair`, or a `ChannelGroup`). Evaluate with `forward(X)` or `__call__(x)`,
+    like a `DAGNetwork`.
     """
 
     base: DAGNetwork
-    pair: ChannelPair  # or a ChannelGroup: anything with `graph`, `nodes`, `successors`, `limit`
+    pair: ChannelPair  # or a ChannelGroup: anything with `graph`, `nodes`, `w`, `c`, `V`, `limit`
+    gate: int = eqx.field(static=True)
+    linear: tuple[int, ...] = eqx.field(static=True)
 
     @property
     def graph(self) -> DAG:
         return self.base.graph
 
+    def _activate(self, z, k0, k1):
+        out = self.base._apply(z, k0, k1)
+        if not k0 <= self.gate < k1:
+            return out
+        dsigma = self.pair.activation.derivative(z[:, self.gate - k0])
+        for m in self.linear:
+            out = out.at[:, m - k0].set(z[:, m - k0] * dsigma)
+        return out
+
     def forward(self, X: Float[Array, "N d_in"]) -> Float[Array, "N d_out"]:
-        g = self.base.graph
-        out = self.base.forward(X)
-        glu = self.pair.limit(X, net=self.base)
-        cols = np.array([g.outputs.index(v) for v in self.pair.successors])
-        return out.at[:, cols].add(glu.astype(out.dtype))
+        return self.base.evaluate(X, activate=self._activate)[0]
 
     def __call__(self, x: Float[Array, " d_in"]) -> Float[Array, " d_out"]:
         return self.forward(jnp.asarray(x)[None])[0]
@@ -308,11 +325,11 @@ class CollapsedNetwork(eqx.Module):
 
 def collapse_channel(net: DAGNetwork, pair: ChannelPair) -> CollapsedNetwork:
     """Replace the pair by its limit `c sigma(w.u) + a (Delta.u) sigma'(w.u)` (a group by
-    `c sigma(w.u) + (V u) sigma'(w.u)`, `group_limit`).
+    `c sigma(w.u) + (V u) sigma'(w.u)`, `group_limit`), in any hidden layer: the limit
+    feeds the pair's successors, output or hidden.
 
     **Arguments:** `net`; `pair` (from `channel_coordinates` or `detect_channels`), or a
-    `ChannelGroup` (from `group_coordinates`). Its successors must be output nodes (the
-    last hidden layer), so that the limit adds to the output.
+    `ChannelGroup` (from `group_coordinates`).
 
     **Returns:** a `CollapsedNetwork`; its loss is the limit loss `L0`.
     """
@@ -323,12 +340,17 @@ def collapse_channel(net: DAGNetwork, pair: ChannelPair) -> CollapsedNetwork:
             "The pair belongs to another graph; compute it with channel_coordinates(net, i, j) "
             "(a group with group_coordinates(net, neurons))."
         )
-    if not all(v in g.outputs for v in pair.successors):
-        raise ValueError(
-            f"collapse_channel needs a pair whose successors are output nodes; {pair.nodes} feed "
-            f"{[v for v in pair.successors if v not in g.outputs]}. Pick a pair in the last hidden layer."
-        )
+    # the limit's linear part V (successors x predecessors) has rank <= k - 1 for k neurons
+    # (its rows are combinations of the k centred input weights, which sum to 0)
+    o, sv, d = jnp.linalg.svd(pair.V, full_matrices=False)
+    gate, *linear = (g.index[v] for v in pair.nodes)
+    P = np.array([g.index[u] for u in pair.predecessors])
     S = np.array([g.index[u] for u in pair.successors])
-    rows = np.array([g.index[v] for v in pair.nodes])
-    W = net.weights.at[rows[:, None], S[None, :]].set(0.0)
-    return CollapsedNetwork(base=eqx.tree_at(lambda n: n.weights, net, W), pair=pair)
+    W = net.weights.at[P, gate].set(pair.w).at[gate, S].set(pair.c)
+    for m, col in enumerate(linear):
+        keep = m < sv.shape[0]
+        W = W.at[P, col].set(d[m] if keep else 0.0).at[col, S].set(sv[m] * o[:, m] if keep else 0.0)
+    pos = [g.hidden.index(v) for v in pair.nodes]
+    return CollapsedNetwork(
+        base=eqx.tree_at(lambda n: n.weights, net, W), pair=pair, gate=pos[0], linear=tuple(pos[1:])
+    )
