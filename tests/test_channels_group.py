@@ -83,6 +83,8 @@ def test_bad_groups_are_refused():
         ch.group_coordinates(net, [1])
     with pytest.raises(ValueError, match="two or more different"):
         ch.group_coordinates(net, [1, 1])
+    with pytest.raises(ValueError, match="a sequence of two or more"):
+        ch.group_coordinates(net, "h1_0")
     deep = ij.DAGNetwork(ij.mlp([2, 2, 2, 1]), "softplus", key=jr.key(0))
     with pytest.raises(ValueError, match="same layer"):
         ch.group_coordinates(deep, [0, 1, 2])

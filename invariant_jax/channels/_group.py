@@ -81,9 +81,11 @@ def group_coordinates(net: DAGNetwork, neurons) -> ChannelGroup:
     the activation (the neurons of one layer of an MLP do; `detect_channels` reports
     `groups` of merging neurons as positions)."""
     g = net.graph
+    if isinstance(neurons, (str, int, np.integer)):
+        raise ValueError(f"neurons must be a sequence of two or more hidden neurons; got {neurons!r}.")
     ks = [hidden_position(g, v) for v in neurons]
     if len(ks) < 2 or len(set(ks)) != len(ks):
-        raise ValueError(f"A channel group needs two or more different hidden neurons; got {list(neurons)!r}.")
+        raise ValueError(f"A channel group needs two or more different hidden neurons; got positions {ks}.")
     P, S = pair_structure(g, ks[0], ks[1])[2:]
     for k in ks[2:]:
         pair_structure(g, ks[0], k)  # (raises unless they share predecessors and successors)
