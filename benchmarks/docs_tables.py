@@ -394,6 +394,46 @@ def channels_loss_levels_newton_softplus_bias() -> str:
     )
 
 
+def channels_loss_levels_newton_g_bias() -> str:
+    """docs/channels.md: the g-with-bias group through the whole pipeline again."""
+    return _loss_levels_newton(
+        "channels_loss_levels_newton_g_bias.json", "channels_loss_levels_paper_g_bias_cpu_seeds100.json"
+    )
+
+
+def channels_groups() -> str:
+    """docs/channels.md: groups of 3+ merging neurons in the loss-levels studies' end points."""
+    rec = _load("channels_groups.json")
+    tol = rec["glu_tol"]
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}), over the end points with r >= 3 of "
+        + ", ".join(f"`{n}` ({rec['scanned'][n]})" for n in rec["studies"])
+        + ":",
+        "",
+        "| activation | bias | r | groups (runs) | sizes | merged (spread < norm of w / 10) "
+        f"| group fits its limit (< {100 * tol:g}%) | median group error | median spread / norm of w "
+        "| pair-confirmed runs among them |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in rec["summary"]:
+        lines.append(
+            f"| {c['activation']} | {'yes' if c['bias'] else 'no'} | {c['r']} | {c['groups']} ({c['runs_with_group']}) "
+            f"| {', '.join(map(str, c['sizes']))} | {c['merged']} | {c['group_fits']} | {c['median_group_error']:.2g} "
+            f"| {c['median_relative_spread']:.2g} | {c['pair_confirmed']} |"
+        )
+    rows = rec["groups"]
+    both = sum(x["relative_spread"] < 0.1 and x["group_error"] < tol for x in rows)
+    merged = sum(x["relative_spread"] < 0.1 for x in rows)
+    fits = sum(x["group_error"] < tol for x in rows)
+    lines += [
+        "",
+        f"Of the {len(rows)} groups, {merged} are merged (spread under a tenth of the norm of `w`) and {fits} fit their "
+        f"limit to {100 * tol:g}%; {both} are both. The studies without groups in the table found none "
+        f"({rec['seconds']:.0f} s).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def channels_hover() -> str:
     """docs/channels.md: the penalized flow phase's hover past maxnorm, its cost and what it moves."""
     rec = _load("channels_hover.json")
@@ -1619,6 +1659,8 @@ BLOCKS = {
     "channels-flow-budget-roughness": channels_flow_budget_roughness,
     "channels-loss-levels-newton": channels_loss_levels_newton,
     "channels-loss-levels-newton-softplus-bias": channels_loss_levels_newton_softplus_bias,
+    "channels-loss-levels-newton-g-bias": channels_loss_levels_newton_g_bias,
+    "channels-groups": channels_groups,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
