@@ -12,8 +12,9 @@ Taylor's theorem gives
 Along a channel the input weights merge (`w_i - w = O(eps)`) while the output weights
 diverge (`a_i = O(1/eps)`) with `c` and `V` finite, so `R = O(eps)` and the group tends to
 the gated linear unit `c sigma(w.u) + (V u) sigma'(w.u)`. For a pair, `V = a Delta^T` and
-this is `glu_limit`; for three or more neurons `V` may have rank above one (one gate, several
-linear directions per successor).
+this is `glu_limit`; for three or more neurons `V` may have rank above one (one gate, and
+successors that see different linear directions; a pair shows them all the one direction
+`Delta`).
 """
 
 from __future__ import annotations
