@@ -394,6 +394,14 @@ def channels_loss_levels_newton_softplus_bias() -> str:
     )
 
 
+def channels_loss_levels_newton_softplus_nobias() -> str:
+    """docs/channels.md: the softplus-without-bias group through the whole pipeline again."""
+    return _loss_levels_newton(
+        "channels_loss_levels_newton_softplus_nobias.json",
+        "channels_loss_levels_paper_softplus_nobias_cpu_seeds100.json",
+    )
+
+
 def channels_loss_levels_newton_g_bias() -> str:
     """docs/channels.md: the g-with-bias group through the whole pipeline again."""
     return _loss_levels_newton(
@@ -1660,6 +1668,7 @@ BLOCKS = {
     "channels-loss-levels-newton": channels_loss_levels_newton,
     "channels-loss-levels-newton-softplus-bias": channels_loss_levels_newton_softplus_bias,
     "channels-loss-levels-newton-g-bias": channels_loss_levels_newton_g_bias,
+    "channels-loss-levels-newton-softplus-nobias": channels_loss_levels_newton_softplus_nobias,
     "channels-groups": channels_groups,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
