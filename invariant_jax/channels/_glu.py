@@ -218,13 +218,25 @@ def _node_values(net: DAGNetwork, X) -> Float[Array, "N m"]:
 
 class _Merging(Protocol):
     """A pair or a group of neurons (`ChannelPair`, `ChannelGroup`): what
-    `predecessor_values` reads."""
+    `predecessor_values` and `gated_linear_limit` read."""
 
     @property
     def graph(self) -> DAG: ...
 
     @property
     def predecessors(self) -> tuple: ...
+
+    @property
+    def activation(self) -> Activation: ...
+
+    @property
+    def w(self) -> Array: ...
+
+    @property
+    def c(self) -> Array: ...
+
+    @property
+    def V(self) -> Array: ...
 
 
 def predecessor_values(pair: _Merging, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N p"]:
@@ -262,18 +274,21 @@ def glu_limit(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None)
 
     **Returns:** `(N, k)`.
     """
-    if not pair.activation.smooth:
+    return gated_linear_limit(pair, X, net=net, caller="glu_limit", unit_name="pair")
+
+
+def gated_linear_limit(unit: _Merging, X: ArrayLike, *, net=None, caller: str, unit_name: str = "") -> Array:
+    """`c sigma(w.u) + (V u) sigma'(w.u)` of a pair (`V = a Delta^T`) or a group: the one
+    formula of `glu_limit` and `group_limit` (`caller` names it in the error)."""
+    if not unit.activation.smooth:
         raise ValueError(
-            f"glu_limit needs a smooth activation; {pair.activation.name!r} is not smooth "
-            "(piecewise linear): sigma' jumps at 0, so the pair has no gated-linear limit. "
+            f"{caller} needs a smooth activation; {unit.activation.name!r} is not smooth "
+            f"(piecewise linear): sigma' jumps at 0, so the {unit_name or 'pair'} has no gated-linear limit. "
             "Use softplus, erf, g, tanh or gelu."
         )
-    U = predecessor_values(pair, X, net=net)
-    z = U @ pair.w
-    return (
-        pair.activation(z)[:, None] * pair.c[None, :]
-        + ((U @ pair.Delta) * _sigma_prime(pair.activation)(z))[:, None] * pair.a[None, :]
-    )
+    U = predecessor_values(unit, X, net=net)
+    z = U @ unit.w
+    return unit.activation(z)[:, None] * unit.c[None, :] + _sigma_prime(unit.activation)(z)[:, None] * (U @ unit.V.T)
 
 
 def pair_output(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None) -> Float[Array, "N k"]:

@@ -27,7 +27,7 @@ from jaxtyping import Array, ArrayLike, Float
 from ..activations import Activation
 from ..graph import DAG
 from ..network import DAGNetwork
-from ._glu import hidden_position, pair_structure, predecessor_values
+from ._glu import gated_linear_limit, hidden_position, pair_structure, predecessor_values
 
 __all__ = ["ChannelGroup", "group_coordinates", "group_output", "group_limit"]
 
@@ -122,12 +122,4 @@ def group_limit(group: ChannelGroup, X: ArrayLike, *, net: DAGNetwork | None = N
 
     **Returns:** `(N, s)`.
     """
-    if not group.activation.smooth:
-        raise ValueError(
-            f"group_limit needs a smooth activation; {group.activation.name!r} is not smooth "
-            "(piecewise linear): sigma' jumps at 0, so the group has no gated-linear limit. "
-            "Use softplus, erf, g, tanh or gelu."
-        )
-    U = predecessor_values(group, X, net=net)
-    z = U @ group.w
-    return group.activation(z)[:, None] * group.c[None, :] + group.activation.derivative(z)[:, None] * (U @ group.V.T)
+    return gated_linear_limit(group, X, net=net, caller="group_limit", unit_name="group")
