@@ -409,6 +409,32 @@ def channels_loss_levels_newton_g_bias() -> str:
     )
 
 
+def channels_deep() -> str:
+    """docs/channels.md: the loss-levels pipeline on MLPs with two and three hidden layers."""
+    rec = _load("channels_deep.json")
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}): {rec['activation']}, "
+        f"{'with' if rec['bias'] else 'without'} biases, {rec['data']}; flow phase `{rec['flow']['solver']}` "
+        f'(`flow_stop="{rec["flow"]["flow_stop"]}"`, {rec["flow"]["flow_wall_time"]:.0f} s per run), then up to '
+        f"{rec['newton']['max_steps']} Newton iterations, `maxnorm` {rec['newton']['maxnorm']:g}:",
+        "",
+        "| network | edges | runs | infinite | ODE phase passed maxnorm | undecided | runs with a channel "
+        "| ... in layer 1 / 2 / 3 | merging pairs in layer 1 / 2 / 3 | runs with a group of 3+ "
+        "| saddles (min eigenvalue < -1e-8) | stopped by | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in rec["architectures"]:
+        s = a["summary"]
+        per = lambda d: " / ".join(str(v) for v in d.values())  # noqa: E731
+        lines.append(
+            f"| {'-'.join(map(str, s['sizes']))} | {s['edges']} | {s['runs']} | {s['infinite']} "
+            f"| {s['passed_maxnorm_ode']} | {s['undecided']} | {s['runs_with_channel']} "
+            f"| {per(s['runs_with_channel_per_layer'])} | {per(s['merging_pairs_per_layer'])} "
+            f"| {s['runs_with_group']} | {s['saddles']} | {_stopped(s['stopped_by'])} | {s['seconds']:.0f} s |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def channels_groups() -> str:
     """docs/channels.md: groups of 3+ merging neurons in the loss-levels studies' end points."""
     rec = _load("channels_groups.json")
@@ -1669,6 +1695,7 @@ BLOCKS = {
     "channels-loss-levels-newton-softplus-bias": channels_loss_levels_newton_softplus_bias,
     "channels-loss-levels-newton-g-bias": channels_loss_levels_newton_g_bias,
     "channels-loss-levels-newton-softplus-nobias": channels_loss_levels_newton_softplus_nobias,
+    "channels-deep": channels_deep,
     "channels-groups": channels_groups,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
