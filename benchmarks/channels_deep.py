@@ -152,38 +152,45 @@ def main():
     ap.add_argument("--max-steps", type=int, default=2000, help="Newton iterations")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_deep.json)")
     args = ap.parse_args()
-    if args.seeds < 1:
-        raise SystemExit(f"--seeds must be >= 1; got {args.seeds}.")
+    try:
+        depths = [int(d) for d in args.depths.split(",")]
+        widths = [int(v) for v in args.widths.split(",")]
+    except ValueError:
+        raise SystemExit(
+            f"--depths and --widths take comma lists of integers; got {args.depths!r}, {args.widths!r}."
+        ) from None
+    if args.seeds < 1 or min(depths) < 1 or min(widths) < 1:
+        raise SystemExit(f"--seeds, --depths and --widths must be >= 1; got {args.seeds}, {depths}, {widths}.")
     path = output_path(args.out, "channels_deep.json")
     X, Y = ij.rosenbrock_grid()
+    shapes = [[X.shape[1], *([w] * depth), 1] for depth in depths for w in widths]
     flow = ij.FlowPhaseOptions(flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, slots=None, engine="loop")
     newton = ij.NewtonOptions(max_steps=args.max_steps)
     t = time.perf_counter()
     archs = []
-    for depth in (int(d) for d in args.depths.split(",")):
-        for w in (int(v) for v in args.widths.split(",")):
-            sizes = [X.shape[1], *([w] * depth), 1]
-            archs.append(run_arch(sizes, args.activation, args.bias, args.seeds, X, Y, flow, newton))
-            s = archs[-1]["summary"]
-            print(
-                f"{sizes}: {s['runs_with_channel']}/{s['runs']} runs with a channel, per layer "
-                f"{s['runs_with_channel_per_layer']}; infinite {s['infinite']}; {s['seconds']:.0f} s",
-                flush=True,
-            )
-    figure(archs, path.with_suffix(".png"))
-    write_json(
-        path,
-        dict(
-            benchmark="channels_deep",
-            activation=args.activation,
-            bias=args.bias,
-            data=f"ij.rosenbrock_grid(): {X.shape[0]} points",
-            flow=dict(solver=flow.solver, flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time),
-            newton=dict(max_steps=newton.max_steps, maxnorm=newton.maxnorm),
-            architectures=archs,
-            total_seconds=time.perf_counter() - t,
-        ),
-    )
+    for sizes in shapes:
+        archs.append(run_arch(sizes, args.activation, args.bias, args.seeds, X, Y, flow, newton))
+        s = archs[-1]["summary"]
+        print(
+            f"{sizes}: {s['runs_with_channel']}/{s['runs']} runs with a channel, per layer "
+            f"{s['runs_with_channel_per_layer']}; infinite {s['infinite']}; {s['seconds']:.0f} s",
+            flush=True,
+        )
+        figure(archs, path.with_suffix(".png"))
+        write_json(  # after every architecture: finished ones survive
+            path,
+            dict(
+                benchmark="channels_deep",
+                activation=args.activation,
+                bias=args.bias,
+                data=f"ij.rosenbrock_grid(): {X.shape[0]} points",
+                flow=dict(solver=flow.solver, flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time),
+                newton=dict(max_steps=newton.max_steps, maxnorm=newton.maxnorm),
+                architectures=archs,
+                not_run=[list(x) for x in shapes[len(archs) :]],
+                total_seconds=time.perf_counter() - t,
+            ),
+        )
 
 
 if __name__ == "__main__":
