@@ -54,10 +54,11 @@ def groups_of(name: str, X, Y) -> tuple[list, int]:
         scanned += 1
         g = ij.mlp([X.shape[1], rec["r"][i], 1], bias=bool(rec["bias"][i]))
         net = ij.DAGNetwork(g, rec["activation"][i], edge_weights=th)
-        for members in ch.detect_channels(net).groups:
+        groups = ch.detect_channels(net).groups
+        loss = float(network_loss(net, X, Y)) if groups else float("nan")
+        for members in groups:
             grp = ch.group_coordinates(net, members)
             out, lim = np.asarray(ch.group_output(grp, X)), np.asarray(grp.limit(X))
-            loss = float(network_loss(net, X, Y))
             rows.append(
                 dict(
                     study=name,
@@ -83,7 +84,7 @@ def groups_of(name: str, X, Y) -> tuple[list, int]:
     return rows, scanned
 
 
-def summarize(rows: list, scanned: dict) -> list:
+def summarize(rows: list) -> list:
     cells = defaultdict(list)
     for row in rows:
         cells[(row["activation"], row["bias"], row["r"])].append(row)
@@ -164,7 +165,7 @@ def main():
             data=f"ij.rosenbrock_grid(): {X.shape[0]} points",
             glu_tol=GLU_TOL,
             scanned=scanned,
-            summary=summarize(rows, scanned),
+            summary=summarize(rows),
             groups=rows,
             seconds=time.perf_counter() - t,
         ),

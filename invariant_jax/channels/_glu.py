@@ -274,16 +274,16 @@ def glu_limit(pair: ChannelPair, X: ArrayLike, *, net: DAGNetwork | None = None)
 
     **Returns:** `(N, k)`.
     """
-    return gated_linear_limit(pair, X, net=net, caller="glu_limit", unit_name="pair")
+    return gated_linear_limit(pair, X, net=net, caller="glu_limit")
 
 
-def gated_linear_limit(unit: _Merging, X: ArrayLike, *, net=None, caller: str, unit_name: str = "") -> Array:
+def gated_linear_limit(unit: _Merging, X: ArrayLike, *, net=None, caller: str) -> Array:
     """`c sigma(w.u) + (V u) sigma'(w.u)` of a pair (`V = a Delta^T`) or a group: the one
     formula of `glu_limit` and `group_limit` (`caller` names it in the error)."""
     if not unit.activation.smooth:
         raise ValueError(
             f"{caller} needs a smooth activation; {unit.activation.name!r} is not smooth "
-            f"(piecewise linear): sigma' jumps at 0, so the {unit_name or 'pair'} has no gated-linear limit. "
+            "(piecewise linear): sigma' jumps at 0, so there is no gated-linear limit. "
             "Use softplus, erf, g, tanh or gelu."
         )
     U = predecessor_values(unit, X, net=net)

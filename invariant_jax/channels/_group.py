@@ -122,4 +122,4 @@ def group_limit(group: ChannelGroup, X: ArrayLike, *, net: DAGNetwork | None = N
 
     **Returns:** `(N, s)`.
     """
-    return gated_linear_limit(group, X, net=net, caller="group_limit", unit_name="group")
+    return gated_linear_limit(group, X, net=net, caller="group_limit")
