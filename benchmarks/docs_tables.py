@@ -23,6 +23,7 @@ import math
 import re
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -432,6 +433,86 @@ def channels_deep() -> str:
             f"| {per(s['runs_with_channel_per_layer'])} | {per(s['merging_pairs_per_layer'])} "
             f"| {s['runs_with_group']} | {s['saddles']} | {_stopped(s['stopped_by'])} | {s['seconds']:.0f} s |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def channels_scaling() -> str:
+    """docs/channels.md: the authors' Fig. 4 design (pooled D_in x r, fresh data per seed)."""
+    rec = _load("channels_scaling.json")
+    fl, nw = rec["flow"], rec["newton"]
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}): {rec['activation']} with biases; {rec['data']}; "
+        f'flow phase `{fl["solver"]}` (`flow_stop="{fl["flow_stop"]}"`, {fl["flow_wall_time"]:.0f} s per run), '
+        f"then up to {nw['max_steps']} Newton iterations or {nw['max_time']:.0f} s, `maxnorm` {nw['maxnorm']:g}. "
+        "The authors' criterion counts, among the runs their jump filter keeps, those whose ODE phase "
+        f"passed `maxnorm` with a closest first-layer pair at cosine distance < {rec['channel_cos']:g}:",
+        "",
+        "| D_in | r | edges | runs | ODE phase passed maxnorm | kept by jump filter | authors' Fig. 4 criterion "
+        "among kept | infinite | confirmed channel | undecided | saddles (min eigenvalue < -1e-8) | stopped by | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    tot = Counter()
+    for c in rec["cells"]:
+        s = c["summary"]
+        for k in ("runs", "kept", "undecided", "saddles"):
+            tot[k] += s[k]
+        for k in ("passed_maxnorm_ode", "authors_channel", "infinite", "confirmed"):
+            tot[k] += s[k]["k"]
+        lines.append(
+            f"| {s['din']} | {s['r']} | {s['edges']} | {s['runs']} | {s['passed_maxnorm_ode']['k']} | {s['kept']} "
+            f"| {s['authors_channel']['k']} / {s['kept']} | {s['infinite']['k']} | {s['confirmed']['k']} "
+            f"| {s['undecided']} | {s['saddles']} | {_stopped(s['stopped_by'])} | {s['seconds']:.0f} s |"
+        )
+    lines.append(
+        f"| all | | | {tot['runs']} | {tot['passed_maxnorm_ode']} | {tot['kept']} "
+        f"| {tot['authors_channel']} / {tot['kept']} | {tot['infinite']} | {tot['confirmed']} "
+        f"| {tot['undecided']} | {tot['saddles']} | | {rec['total_seconds']:.0f} s |"
+    )
+    if rec["not_run"]:
+        lines += ["", "Cells not run (budget): " + ", ".join(f"D_in={d} r={r}" for d, r in rec["not_run"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def channels_paper_run() -> str:
+    """docs/channels.md: the authors' committed scaling run, rerun from their init on their data."""
+    rec = _load("channels_paper_run.json")
+    src, st = rec["source"], rec["setting"]
+    ids = ", ".join(f"{i['point']} {i['theirs']:.12g} ({i['rel_diff']:.0e})" for i in rec["identities"])
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}), reading `{src['path']}` at the authors' commit "
+        f"{src['commit'][:7]}: D_in = {st['din']}, r = {st['r']}, activation `{st['activation']}`, biases, "
+        f"{st['n_samples']} inputs. Our MSE at their three points equals their recorded losses "
+        f"(their value, our relative difference): {ids}.",
+        "",
+        "| | ODE phase end: theirs | ours | final: theirs | ours |",
+        "|---|---|---|---|---|",
+    ]
+    ode, fin = rec["rows"]["ode_end"], rec["rows"]["final"]
+
+    def row(label, key, fmt):
+        vals = [d.get(key) for d in (ode["theirs"], ode["ours"], fin["theirs"], fin["ours"])]
+        cells = ["-" if v is None else fmt(v) for v in vals]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    short = lambda v: f"{v:.3g}"  # noqa: E731
+    row("MSE", "mse", lambda v: f"{v:.13g}")
+    row("weightnorm", "weightnorm", lambda v: f"{v:.8g}")
+    row("closest first-layer pair (cosine distance)", "closest_pair_cos", short)
+    row("that pair", "pair", lambda v: f"{v[0]}, {v[1]}")
+    row("its class (`detect_channels`)", "pair_class", str)
+    row("its `c = a_i + a_j`", "pair_c", lambda v: f"{v:.7g}")
+    row("its `eps = norm(w_i - w_j) / 2`", "pair_eps", lambda v: f"{v:.7g}")
+    row("confirmed channel (`ch.confirm_channel`)", "confirmed_channel", lambda v: "yes" if v else "no")
+    row("GLU error", "glu_error", short)
+    row("iterations", "iterations", str)
+    row("stopped by", "stopped_by", str)
+    row("seconds (ours: compilation included)", "seconds", lambda v: f"{v:.1f}")
+    lines += [
+        "",
+        f"Distance between their point and ours, relative (cosine): ODE phase end {ode['relative_distance']:.2g} "
+        f"({ode['cosine_distance']:.2g}), final {fin['relative_distance']:.2g} ({fin['cosine_distance']:.2g}). "
+        f"Our run: {rec['seconds']:.0f} s in all.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -1697,6 +1778,8 @@ BLOCKS = {
     "channels-loss-levels-newton-softplus-nobias": channels_loss_levels_newton_softplus_nobias,
     "channels-deep": channels_deep,
     "channels-groups": channels_groups,
+    "channels-scaling": channels_scaling,
+    "channels-paper-run": channels_paper_run,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
