@@ -24,7 +24,7 @@ Newton with `ij.NewtonOptions` defaults (theirs: an optimizer with 1 h and patie
 
 Usage: python benchmarks/channels_scaling.py [--dins 2,4,8,16] [--widths 2,4,8,16]
        [--seeds 4] [--activation softplus] [--flow-wall-time 60] [--max-steps 2000]
-       [--newton-max-time inf] [--samples 10000] [--out benchmarks/results/channels_scaling.json]
+       [--newton-max-time inf] [--t1 1e12] [--samples 10000] [--out benchmarks/results/channels_scaling.json]
 """
 
 from __future__ import annotations
@@ -168,6 +168,9 @@ def main():
     ap.add_argument("--activation", default="softplus")
     ap.add_argument("--samples", type=int, default=10**4, help="inputs per seed (the authors': 10^4)")
     ap.add_argument("--flow-wall-time", type=float, default=60.0, help="ODE-phase budget per run, seconds")
+    ap.add_argument(
+        "--t1", type=float, default=ij.FlowPhaseOptions().t1, help="ODE-phase flow-time budget (the authors': 1e300)"
+    )
     ap.add_argument("--max-steps", type=int, default=2000, help="Newton iterations")
     ap.add_argument("--newton-max-time", type=float, default=float("inf"), help="Newton-phase seconds per run")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_scaling.json)")
@@ -182,7 +185,9 @@ def main():
     if args.activation not in ij.ACTIVATIONS:
         raise SystemExit(f"--activation must be one of {sorted(ij.ACTIVATIONS)}; got {args.activation!r}.")
     path = output_path(args.out, "channels_scaling.json")
-    flow = ij.FlowPhaseOptions(flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, slots=None, engine="loop")
+    flow = ij.FlowPhaseOptions(
+        t1=args.t1, flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, slots=None, engine="loop"
+    )
     newton = ij.NewtonOptions(max_steps=args.max_steps, max_time=args.newton_max_time)
     grid = [(d, r) for d in dins for r in widths]
     t = time.perf_counter()
@@ -208,7 +213,7 @@ def main():
                     "modified Rosenbrock of the first two coordinates, z-scored (ddof 1)"
                 ),
                 inits="ch.study_inits (MLPGradientFlow glorot_normal, zero biases), seeds 0..n-1",
-                flow=dict(solver=flow.solver, flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time),
+                flow=dict(solver=flow.solver, flow_stop=flow.flow_stop, flow_wall_time=flow.flow_wall_time, t1=flow.t1),
                 newton=newton.settings(),
                 channel_cos=CHANNEL_COS,
                 jump_max_cos=ch.JUMP_MAX_COS,
