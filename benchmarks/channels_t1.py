@@ -123,7 +123,12 @@ def figure(runs: list[dict], t1_study: float, path):
     fig, ax = plt.subplots(figsize=(5.6, 4))
     for k, r in enumerate(runs):
         a, b = r["study"], r["rerun"]
-        ax.plot([a["t_flow"], b["t_flow"]], [a["weightnorm_flow_max"], b["weightnorm_flow_max"]], color="0.6", lw=0.8)
+        ax.plot(
+            [np.log10(a["t_flow"]), np.log10(b["t_flow"])],
+            [a["weightnorm_flow_max"], b["weightnorm_flow_max"]],
+            color="0.6",
+            lw=0.8,
+        )
         ax.scatter(
             a["t_flow"],
             a["weightnorm_flow_max"],
@@ -131,11 +136,10 @@ def figure(runs: list[dict], t1_study: float, path):
             s=16,
             label=f"study (t1 = {t1_study:.0e})" if k == 0 else None,
         )
-        ax.scatter(b["t_flow"], b["weightnorm_flow_max"], color="C3", s=16, label="rerun" if k == 0 else None)
+        ax.scatter(np.log10(b["t_flow"]), b["weightnorm_flow_max"], color="C3", s=16, label="rerun" if k == 0 else None)
     ax.axhline(1e3, color="k", lw=0.6, ls="--")
-    ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("flow time reached by the ODE phase")
+    ax.set_xlabel("log10 of the flow time reached by the ODE phase")
     ax.set_ylabel("largest weightnorm of the ODE phase")
     ax.legend(fontsize=8)
     fig.tight_layout()
