@@ -130,7 +130,7 @@ def figure(runs: list[dict], t1_study: float, path):
             lw=0.8,
         )
         ax.scatter(
-            a["t_flow"],
+            np.log10(a["t_flow"]),
             a["weightnorm_flow_max"],
             color="C0",
             s=16,

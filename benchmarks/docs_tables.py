@@ -516,6 +516,48 @@ def channels_paper_run() -> str:
     return "\n".join(lines) + "\n"
 
 
+def channels_t1() -> str:
+    """docs/channels.md: studies' runs cut off at t1 = 1e12, rerun with only t1 changed."""
+    lines = []
+    for name in ("channels_t1.json", "channels_t1_g_bias.json"):
+        rec = _load(name)
+        s = rec["summary"]
+        lines += [
+            f"`{rec['command']}` (commit {_commit(rec)}): of `{Path(rec['study']).name}`'s runs, "
+            f"{rec['candidates']} ended the flow at t1 = {rec['study_t1']:g} short of `maxnorm` with a merged "
+            f"closest pair; they share {rec['end_states']} end states, and the first run of each was rerun "
+            f"with t1 = {rec['t1']:g}, every other setting the study's:",
+            "",
+            "| activation | bias | r | seed | runs sharing its end state | study: flow time, steps, ODE max "
+            "weightnorm | verdict | rerun: flow time, steps, ODE max weightnorm | ODE passed maxnorm | verdict "
+            "| confirmed | wall |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rec["runs"]:
+            a, b = r["study"], r["rerun"]
+
+            def verdict(x):
+                return ("infinite" if x["infinite"] else "finite") + f" ({x['stopped_by']})"
+
+            lines.append(
+                f"| {r['activation']} | {'yes' if r['bias'] else 'no'} | {r['r']} | {r['seed']} "
+                f"| {r['runs_sharing_end_state']} | {a['t_flow']:.2g}, {a['flow_steps']}, "
+                f"{a['weightnorm_flow_max']:.4g} | {verdict(a)} | {b['t_flow']:.2g}, {b['flow_steps']}, "
+                f"{b['weightnorm_flow_max']:.4g} | {'yes' if b['passed_maxnorm_ode'] else 'no'} | {verdict(b)} "
+                f"| {'yes' if b['confirmed'] else 'no'} | {b['seconds']:.0f} s |"
+            )
+        lines += [
+            "",
+            f"Rerun: {s['rerun']} end states; ODE phase passed `maxnorm` in {s['passed_maxnorm_ode']}; "
+            f"infinite {s['infinite_before']} before, {s['infinite_after']} after; confirmed after "
+            f"{s['confirmed_after']}.",
+        ]
+        if rec["not_run"]:
+            lines.append(f"End states not rerun (`--max-runs`): {rec['not_run']}.")
+        lines.append("")
+    return "\n".join(lines[:-1]) + "\n"
+
+
 def channels_groups() -> str:
     """docs/channels.md: groups of 3+ merging neurons in the loss-levels studies' end points."""
     rec = _load("channels_groups.json")
@@ -1780,6 +1822,7 @@ BLOCKS = {
     "channels-groups": channels_groups,
     "channels-scaling": channels_scaling,
     "channels-paper-run": channels_paper_run,
+    "channels-t1": channels_t1,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
