@@ -208,6 +208,7 @@ def main():
             ),
             relative_distance=rel(ours_end, point["x"]),
             cosine_distance=float(ch.jump_distance(ours_end, point["x"])[0]),
+            their_ode_end_to_final=rel(point["ode_x"], point["x"]),  # how far their optimizer moved
         ),
     )
     init_jump = dict(

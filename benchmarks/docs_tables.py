@@ -510,7 +510,8 @@ def channels_paper_run() -> str:
     lines += [
         "",
         f"Distance between their point and ours, relative (cosine): ODE phase end {ode['relative_distance']:.2g} "
-        f"({ode['cosine_distance']:.2g}), final {fin['relative_distance']:.2g} ({fin['cosine_distance']:.2g}). "
+        f"({ode['cosine_distance']:.2g}), final {fin['relative_distance']:.2g} ({fin['cosine_distance']:.2g}); "
+        f"their optimizer moved their point by {fin['their_ode_end_to_final']:.2g} (relative). "
         f"Our run: {rec['seconds']:.0f} s in all.",
     ]
     return "\n".join(lines) + "\n"
