@@ -161,6 +161,20 @@ def test_benchmark_output_defaults_to_an_ignored_folder(tmp_path, monkeypatch):
     assert "/benchmarks/results/local/" in ignore, "benchmarks/results/local/ must be ignored by git"
 
 
+def test_benchmarks_readme_lists_every_script():
+    """DESIGN.md: benchmarks/ holds standalone scripts and "README.md lists them" (a row of
+    its script table each)."""
+    rows = {
+        line.split("`")[1]
+        for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
+    missing = sorted(
+        p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "_output.py" and p.name not in rows
+    )
+    assert not missing, f"benchmarks/README.md's script table does not list {missing}"
+
+
 @pytest.mark.parametrize(
     "script",
     sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name not in ("_output.py", "docs_tables.py")),
