@@ -26,6 +26,8 @@ import equinox as eqx
 # environment variable read once at import; `cacheable_checks` below switches it for
 # one trace, which needs the module attribute.
 import equinox._errors as _eqx_errors
+import jax
+import jax.numpy as jnp
 
 # Sentinel that an implicit solver's root finder leaves in its rtol / atol / norm fields
 # to say "take them from the step-size controller". `diffeqsolve` substitutes them; the
@@ -114,10 +116,9 @@ def t1_clip_floor(t1):
     which `diffeqsolve`'s loop rounds the end of the next step up to `t1`
     (`diffrax/_integrate.py`, `t1_clip_floor`). Code that steps diffrax solvers itself (the
     sweep engine, kink-aware segments) uses it to take `diffeqsolve`'s last step bit for bit."""
-    floor = t1
-    for _ in range(100):
-        floor = prevbefore(floor)
-    return floor
+    # (a loop, not unrolled: 100 inlined copies were 1,500 instructions of every program
+    # that holds a segment)
+    return jax.lax.fori_loop(0, 100, lambda _, floor: prevbefore(floor), jnp.asarray(t1))
 
 
 def with_controller_tols(solver, controller):

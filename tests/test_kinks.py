@@ -93,6 +93,41 @@ def test_constructed_sliding_case_stays_on_surface():
     np.testing.assert_allclose(th[j, 1:], ref.y[:, -1], atol=1e-6)
 
 
+def test_gauss_stage_solve_with_the_frozen_jacobian():
+    """Gauss steps of a kink-aware flow iterate with the pattern-frozen field's Jacobian,
+    not the Filippov field's. While a pair slides the two differ, and the step must still
+    be the Gauss collocation solution, which SciPy's `fsolve` finds independently."""
+    from invariant_jax.kinks import make_kink_integrator
+    from invariant_jax.kinks._filippov import no_ties
+    from invariant_jax.solvers import gauss_legendre_tableau, gl_step
+
+    net, X, Y = sliding_case()
+    prob = make_kink_integrator(net, X, Y, 1.0).prob
+    theta = jnp.array([0.0, 0.2, 1.0])  # sample 0 on its surface w0 = 0, sliding
+    P = jnp.array([[False], [True]])
+    slots = jnp.full((prob.max_sliding,), -1).at[0].set(0)
+    field = jax.jit(lambda th: prob.field(th, P, slots, no_ties(prob.max_sliding, th.dtype))[0])
+    J_exact = jax.jit(jax.jacfwd(field))(theta)
+    J_frozen = eqx.filter_jit(prob.frozen_jacobian)(theta, P)  # what the flow's Gauss steps use
+    assert float(jnp.max(jnp.abs(J_exact - J_frozen))) > 0.1
+
+    h = 0.2
+    A, b, _ = gauss_legendre_tableau(2)
+    f = lambda y: np.asarray(field(jnp.asarray(y)))  # noqa: E731
+
+    def stage_residual(z):
+        Z = z.reshape(2, 3)
+        return (Z - h * A @ np.stack([f(theta + Zi) for Zi in Z])).ravel()
+
+    Z = scipy.optimize.fsolve(stage_residual, np.zeros(6), xtol=1e-15).reshape(2, 3)
+    reference = np.asarray(theta) + h * b @ np.stack([f(theta + Zi) for Zi in Z])
+    step = jax.jit(lambda J: gl_step(lambda t, y: field(y), J, 0.0, theta, h, ij.GaussLegendre(stages=2)))
+    for J in (J_exact, J_frozen):
+        y1, ok = step(J)
+        assert bool(ok)
+        np.testing.assert_allclose(np.asarray(y1), reference, rtol=0, atol=1e-14)
+
+
 @pytest.mark.slow
 def test_sliding_mode_conserves_with_gauss():
     net, X, Y = sliding_case()

@@ -228,7 +228,8 @@ class KinkIntegrator(eqx.Module):
 
         inner = self.inner
         if isinstance(inner, GaussLegendre):  # self.is_gl
-            inner = dataclasses.replace(inner, keep_jacobian=True)
+            jac = lambda t, theta, args: prob.frozen_jacobian(theta, args[0])  # noqa: E731
+            inner = dataclasses.replace(inner, keep_jacobian=True, newton_jacobian=jac)
         tclip = jnp.clip(ts, c.t, t1)
         # step_ts: diffrax 0.7's metaclass wraps it in a ClipStepSizeController; diffrax 0.6 knows only this spelling
         controller = diffrax.PIDController(

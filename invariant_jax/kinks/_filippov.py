@@ -148,6 +148,12 @@ class KinkProblem(eqx.Module):
         theta = count_evaluations(theta)
         return -jax.grad(lambda th: self.loss(_forward_D(self.net, th, self.X, D)[0], self.Y))(theta)
 
+    def frozen_jacobian(self, theta, P):
+        """The Jacobian of the pattern-frozen field of `P` (sliding pairs at their base
+        slope): the Newton matrix of Gauss steps. It is the field's own while no pair
+        slides, and needs no derivative of the Filippov solve when some do."""
+        return jax.jacfwd(self.grad)(theta, self.D_of(P))
+
     def Z(self, theta, D):
         return _forward_D(self.net, theta, self.X, D)[1]
 
