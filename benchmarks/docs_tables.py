@@ -132,7 +132,8 @@ def first_calls() -> str:
         f"{lead[:1].upper() + lead[1:]}importing takes {s['import_s']:.1f} s; the first `gradient_flow` call "
         f"{s['gradient_flow_first_s']:.1f} s (nearly all compiling) and the same call again "
         f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
-        f"{s['kink_aware_flow_first_s']:.1f} s and again {s['kink_aware_flow_again_s']:.3f} s "
+        f"{s['kink_aware_flow_first_s']:.1f} s ({s['kink_aware_flow_first_compile_s']:.1f} s of it compiling) "
+        f"and again {s['kink_aware_flow_again_s']:.3f} s "
         f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}; `{rec['command']}`, "
         f"`benchmarks/results/first_calls.json`).\n"
     )
@@ -974,6 +975,48 @@ def sweep_recompile() -> str:
         f"a new teacher with a fresh engine (what every call did before) took {fresh['compilations']} "
         f"compilations, {fresh['compile_seconds']:.1f} s of compiling and {fresh['wall_seconds']:.1f} s of wall "
         f"time; with the engine reused, {reused['compilations']} compilations and {reused['wall_seconds']:.1f} s:\n"
+    )
+
+
+def kink_compile_newton() -> str:
+    """docs/sweep.md: one `kink_aware_flow`'s compile, the code before and after the Newton
+    matrix, stage-loop and clip-floor changes, side by side on two workloads."""
+    med = statistics.median
+    lines = [
+        "| workload | solver | compile before (s) | compile after (s) | CPU before (s) | CPU after (s) "
+        "| run before (ms) | run after (ms) | events |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    cmds, loads = [], []
+    for name, workload in (("kink_compile_newton.json", "5-20-1 MLP"), ("kink_compile_newton_example.json", "demo DAG")):
+        rec = _load(name)
+        cmds.append(f"`{rec['command']}` at {rec['provenance']['commit'][:7]}")
+        loads += [r["load_average_before"][0] for r in rec["rows"]]
+        for solver in rec["settings"]["solvers"]:
+            by = {
+                code: [r for r in rec["rows"] if r["code"] == code and r["solver"] == solver]
+                for code in ("before", "this checkout")
+            }
+            b, a = by["before"], by["this checkout"]
+
+            def m(rows, key, scale=1.0):
+                return med(r[key] for r in rows) * scale
+
+            events = sorted({r["events"] for r in b + a})
+            lines.append(
+                f"| {workload} | {solver} | {m(b, 'compile_s'):.1f} | {m(a, 'compile_s'):.1f} "
+                f"| {m(b, 'compile_cpu_s'):.1f} | {m(a, 'compile_cpu_s'):.1f} "
+                f"| {m(b, 'run_median_s', 1e3):.1f} | {m(a, 'run_median_s', 1e3):.1f} "
+                f"| {', '.join(map(str, events))} |"
+            )
+    rounds = _load("kink_compile_newton.json")["settings"]["rounds"]
+    return (
+        f"Medians of {rounds} alternating rounds, each measurement in a fresh process without the "
+        f"compilation cache; compile = trace + lower + XLA, wall and process CPU time; load average "
+        f"{min(loads):.1f} to {max(loads):.1f} before each ({'; '.join(cmds)}; "
+        "`benchmarks/results/kink_compile_newton.json`, `kink_compile_newton_example.json`):\n\n"
+        + "\n".join(lines)
+        + "\n"
     )
 
 
@@ -1833,6 +1876,7 @@ BLOCKS = {
     "channels-roughness": channels_roughness,
     "sweep-batch-sizes": sweep_batch_sizes,
     "sweep-recompile": sweep_recompile,
+    "kink-compile-newton": kink_compile_newton,
     "sweep-cores": sweep_cores,
     "sweep-million": sweep_million,
     "coupled-pairs": coupled_pairs,

@@ -6,6 +6,9 @@ process (no compilation cache, nothing warm):
 - the first `ij.gradient_flow(...)` call (trace, compile, run) and the same call again;
 - the first `ij.kink_aware_flow(net, X, Y, 2.0)` call (its default inner solver) and again.
 
+Each call also records its compile time (`*_compile_s`: tracing, lowering and XLA, summed
+over every program it compiled, from JAX's monitoring events; `*_xla_s`: XLA alone).
+
 Rounds alternate the measurements, so a change of machine load hits all of them; the
 table gives the median and range over rounds. README's Cost paragraph is generated from
 the JSON (`benchmarks/docs_tables.py`).
@@ -43,11 +46,27 @@ if what != "import":
         call = lambda: ij.gradient_flow(net, X, Y, t1=2.0, rtol=1e-8, atol=1e-8)
     else:
         call = lambda: ij.kink_aware_flow(net, X, Y, 2.0)
-    for key in ("first_s", "again_s"):
+    compiling = {"trace": 0.0, "lower": 0.0, "xla": 0.0}
+    events = {
+        "/jax/core/compile/jaxpr_trace_duration": "trace",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+        "/jax/core/compile/backend_compile_duration": "xla",
+    }
+
+    def listen(event, duration, **kw):
+        if event in events:
+            compiling[events[event]] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    for key in ("first", "again"):
+        for k in compiling:
+            compiling[k] = 0.0
         t = time.perf_counter()
         f = call()
         jax.block_until_ready(f.theta_final)
-        out[key] = time.perf_counter() - t
+        out[key + "_s"] = time.perf_counter() - t
+        out[key + "_compile_s"] = sum(compiling.values())  # every program the call traced and compiled
+        out[key + "_xla_s"] = compiling["xla"]
     out["success"] = bool(f.success)
 print("RESULT " + json.dumps(out))
 """
@@ -79,7 +98,7 @@ def main(argv=None):
     summary = {"import_s": statistics.median(x["import_s"] for x in runs["import"])}
     for w in WHAT[1:]:
         assert all(x["success"] for x in runs[w]), f"{w} failed"
-        for key in ("first_s", "again_s"):
+        for key in ("first_s", "first_compile_s", "first_xla_s", "again_s", "again_compile_s"):
             vals = [x[key] for x in runs[w]]
             summary[f"{w}_{key}"] = statistics.median(vals)
             summary[f"{w}_{key}_range"] = [min(vals), max(vals)]
