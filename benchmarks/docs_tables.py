@@ -988,16 +988,19 @@ def kink_compile_newton() -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     cmds, loads = [], []
-    for name, workload in (("kink_compile_newton.json", "5-20-1 MLP"), ("kink_compile_newton_example.json", "demo DAG")):
+    for name, workload in (
+        ("kink_compile_newton.json", "5-20-1 MLP"),
+        ("kink_compile_newton_example.json", "demo DAG"),
+    ):
         rec = _load(name)
         cmds.append(f"`{rec['command']}` at {rec['provenance']['commit'][:7]}")
         loads += [r["load_average_before"][0] for r in rec["rows"]]
         for solver in rec["settings"]["solvers"]:
             by = {
                 code: [r for r in rec["rows"] if r["code"] == code and r["solver"] == solver]
-                for code in ("before", "this checkout")
+                for code in ("before", "after")
             }
-            b, a = by["before"], by["this checkout"]
+            b, a = by["before"], by["after"]
 
             def m(rows, key, scale=1.0):
                 return med(r[key] for r in rows) * scale
