@@ -82,6 +82,23 @@ def test_kept_jacobian_is_the_fields_jacobian_at_the_last_steps_start():
     np.testing.assert_allclose(J, jax.jacfwd(lambda y: f(t_prev, y, None))(y_prev), rtol=1e-12, atol=1e-14)
 
 
+def test_newton_jacobian_changes_the_iteration_not_the_solution():
+    # `newton_jacobian` replaces the Newton matrix (the kink-aware flow passes the frozen
+    # field's): the stage values it converges to, so the steps and the solution, are the
+    # default's to round-off; with few iterations allowed, a poor matrix shows it is used
+    def f(t, y, a):
+        return jnp.stack([y[1], -jnp.sin(y[0]) - 0.1 * y[1] * y[0] ** 2])
+
+    zero = lambda t, y, args: jnp.zeros((2, 2))  # noqa: E731  (plain fixed-point iteration)
+    kw = dict(stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8), throw=False)
+    solve = lambda solver: diffrax.diffeqsolve(diffrax.ODETerm(f), solver, 0.0, 3.0, None, jnp.array([1.2, 0.3]), **kw)  # noqa: E731
+    a, b = solve(GaussLegendre()), solve(GaussLegendre(newton_jacobian=zero))
+    assert int(a.stats["num_steps"]) == int(b.stats["num_steps"]) > 5
+    np.testing.assert_allclose(a.ys[-1], b.ys[-1], rtol=0, atol=1e-12)
+    c, d = solve(GaussLegendre(max_newton=3)), solve(GaussLegendre(max_newton=3, newton_jacobian=zero))
+    assert int(c.stats["num_rejected_steps"]) < int(d.stats["num_rejected_steps"])
+
+
 def test_nonconverged_stage_solve_is_never_accepted():
     # One Newton iteration cannot reach the round-off tolerance on a nonlinear field.
     term = diffrax.ODETerm(lambda t, y, a: -(y**3))
