@@ -111,13 +111,13 @@ def cacheable_checks():
         _eqx_errors.EQX_ON_ERROR = old
 
 
+@jax.jit  # (one program per dtype: called eagerly, a fresh fori_loop would compile per call)
 def t1_clip_floor(t1):
     """`t1` less 100 ULPs (100 steps of `equinox.internal.prevbefore`): the threshold above
     which `diffeqsolve`'s loop rounds the end of the next step up to `t1`
     (`diffrax/_integrate.py`, `t1_clip_floor`). Code that steps diffrax solvers itself (the
     sweep engine, kink-aware segments) uses it to take `diffeqsolve`'s last step bit for bit."""
-    # (a loop, not unrolled: 100 inlined copies were 1,500 instructions of every program
-    # that holds a segment)
+    # (a loop: unrolled, the 100 steps were inlined into every program that holds a segment)
     return jax.lax.fori_loop(0, 100, lambda _, floor: prevbefore(floor), jnp.asarray(t1))
 
 
