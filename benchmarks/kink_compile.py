@@ -3,6 +3,8 @@ of the compiled call.
 
 Workload: issue 13's ReLU workload -- a 5-20-1 relu MLP without bias, 20 teacher points
 (key 1234), init PRNGKey(0), t1 = 1, float64, rtol = atol = 1e-8, default `KinkOptions`.
+`--graph example` takes the demo DAG instead, `--graph sliding` the tests' constructed
+sliding case (one pair slides for three quarters of the flow: the Filippov solve's run time).
 Per solver, in one process: the program that `kink_aware_flow` jits, compiled ahead of
 time (`compile_s` = wall time of `lower` (trace + lower to StableHLO) + `compile` (XLA)),
 then `--repeats` runs of the compiled program after one warm-up run (median and best
@@ -54,16 +56,28 @@ _EVENTS = {
 }
 
 
-GRAPH = "mlp"  # `--graph`: "mlp" (the workload above) or "example" (the demo DAG)
+GRAPH = "mlp"  # `--graph`: "mlp" (the workload above), "example" (the demo DAG) or "sliding"
+WORKLOADS = {
+    "mlp": "5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0), t1=1",
+    "example": "the demo DAG (SweepConfig(graph='example')): its data, sweep init 0, t1=1",
+    "sliding": "tests/test_kinks.py's sliding_case (x -> h -> y, 2 samples; one pair slides from t ~ 1), t1=4",
+}
 
 
 def workload(solver: str):
-    """`(net, integrator, theta0)`: what `kink_aware_flow(net, X, Y, 1.0, solver=opts,
-    saveat=ij.SaveTimes(n_save=11))` compiles and runs, on the workload above."""
+    """`(net, integrator, theta0)`: what `kink_aware_flow(net, X, Y, t1, solver=opts,
+    saveat=ij.SaveTimes(n_save=11))` compiles and runs, on the workload above (`GRAPH`)."""
+    import jax.numpy as jnp
+
     import invariant_jax as ij
     from invariant_jax.kinks import make_kink_integrator
 
-    if GRAPH == "example":  # the CLI's default sweep: the demo DAG, its data, init 0
+    t1 = 1.0
+    if GRAPH == "sliding":  # the tests' constructed case: one pair slides for three quarters of the flow
+        g = ij.mlp([2, 1, 1], bias=False)
+        net = ij.DAGNetwork(g, "relu", edge_weights=jnp.array([0.3, 0.2, 1.0]))
+        X, Y, t1 = jnp.array([[1.0, 0.0], [1.0, 1.0]]), jnp.array([-1.0, 1.0]), 4.0
+    elif GRAPH == "example":  # the CLI's default sweep: the demo DAG, its data, init 0
         cfg = ij.sweep.SweepConfig(graph="example", n_inits=1)
         X, Y = cfg.build_data()
         net = ij.sweep.sweep_network(cfg, 0)
@@ -72,7 +86,7 @@ def workload(solver: str):
         X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
         net = ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(0))
     opts = ij.SolverOptions(solver, rtol=1e-8, atol=1e-8, max_steps=10_000)
-    integ = make_kink_integrator(net, X, Y, 1.0, options=opts, saveat=ij.SaveTimes(n_save=11))
+    integ = make_kink_integrator(net, X, Y, t1, options=opts, saveat=ij.SaveTimes(n_save=11))
     return net, integ, net.edge_weights().astype(integ.prob.X.dtype)
 
 
@@ -284,7 +298,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--solvers", nargs="+", default=["tsit5", "gauss4"])
     ap.add_argument(
-        "--graph", choices=["mlp", "example"], default="mlp", help="the workload: 5-20-1 MLP, or the demo DAG"
+        "--graph", choices=sorted(WORKLOADS), default="mlp", help="the workload: 5-20-1 MLP, demo DAG, or sliding"
     )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before", default=None, help="PYTHONPATH of the old code to measure side by side")
@@ -335,12 +349,7 @@ def main():
         cpu_count=os.cpu_count(),
         jax=jax.__version__,
         backend=jax.default_backend(),
-        workload=(
-            "the demo DAG (SweepConfig(graph='example')): its data, sweep init 0"
-            if args.graph == "example"
-            else "5-20-1 relu mlp (no bias), 20 teacher points (key 1234), init PRNGKey(0)"
-        )
-        + ", t1=1, rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
+        workload=WORKLOADS[args.graph] + ", rtol=atol=1e-8, n_save=11, default KinkOptions, float64",
         note="measured on a shared 2-core machine (other jobs running: see the load averages); "
         "compile_s = lower + compile wall time, compile_cpu_s the same in process CPU time; persistent compilation cache off",
     )
