@@ -980,7 +980,7 @@ def sweep_recompile() -> str:
 
 def kink_compile_newton() -> str:
     """docs/sweep.md: one `kink_aware_flow`'s compile, the code before and after the Newton
-    matrix, stage-loop and clip-floor changes, side by side on two workloads."""
+    matrix, stage-loop and clip-floor changes, side by side on three workloads."""
     med = statistics.median
     lines = [
         "| workload | solver | compile before (s) | compile after (s) | CPU before (s) | CPU after (s) "
@@ -991,6 +991,7 @@ def kink_compile_newton() -> str:
     for name, workload in (
         ("kink_compile_newton.json", "5-20-1 MLP"),
         ("kink_compile_newton_example.json", "demo DAG"),
+        ("kink_compile_newton_sliding.json", "sliding case"),
     ):
         rec = _load(name)
         cmds.append(f"`{rec['command']}` at {rec['provenance']['commit'][:7]}")
@@ -1017,9 +1018,8 @@ def kink_compile_newton() -> str:
         f"Medians of {rounds} alternating rounds, each measurement in a fresh process without the "
         f"compilation cache; compile = trace + lower + XLA, wall and process CPU time; load average "
         f"{min(loads):.1f} to {max(loads):.1f} before each ({'; '.join(cmds)}; "
-        "`benchmarks/results/kink_compile_newton.json`, `kink_compile_newton_example.json`):\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "`benchmarks/results/kink_compile_newton.json`, `kink_compile_newton_example.json`, "
+        "`kink_compile_newton_sliding.json`):\n\n" + "\n".join(lines) + "\n"
     )
 
 
