@@ -18,8 +18,8 @@ alike), or with `--parallel` both at the same time, and records each run's load 
 (a library user's default).
 
 `--ablate` compiles the whole program once per piece with that piece replaced by a stub
-(the event resolution, its pivots, its node-origin exit, the Gauss restart, its GL step,
-its linearization), each in a fresh process: what each piece adds to the whole.
+(the event resolution, its pivots, its node-origin exit, the Gauss restart), each in a
+fresh process: what each piece adds to the whole.
 
 `--parts` compiles the pieces of one segment one by one instead (the trajectory loop,
 one segment on an abstract state, the field, its Jacobian, the event condition, the Flow
@@ -192,15 +192,12 @@ PIECES = {
     "event resolution (resolve_event)": ("tsit5", "gauss4"),
     "its pivots (resolve; one rates call kept)": ("tsit5", "gauss4"),
     "its node-origin exit (leave_origin)": ("tsit5", "gauss4"),
-    "Gauss restart (_gauss_restart)": ("gauss4",),
-    "Gauss restart: its GL step": ("gauss4",),
-    "Gauss restart: its linearization of cond_and_field": ("gauss4",),
+    "Gauss restart (the segment's refinement)": ("gauss4",),
 }
 
 
 def _stub(piece: str) -> None:
     """Replace `piece` (a key of `PIECES`) by a stub in this process."""
-    import types
 
     import equinox as eqx
     import jax.numpy as jnp
@@ -234,14 +231,9 @@ def _stub(piece: str) -> None:
             margin,
             Zev,
         )
-    elif piece == "Gauss restart (_gauss_restart)":
-        _driver.KinkIntegrator._gauss_restart = lambda self, c, sol, event, t_end, y_end: (t_end, y_end)
-    elif piece == "Gauss restart: its GL step":
-        _driver.gl_step = lambda f, J, t0, y0, h, inner: (y0 + 0 * h, jnp.asarray(True))
-    elif piece == "Gauss restart: its linearization of cond_and_field":
-        fake = lambda f, x: (f(x), lambda t: (jnp.zeros((), x.dtype), t))  # noqa: E731
-        names = {k: getattr(jax, k) for k in dir(jax) if not k.startswith("__")}
-        _driver.jax = types.SimpleNamespace(**{**names, "linearize": fake})
+    elif piece == "Gauss restart (the segment's refinement)":
+        segment = _driver.solve_segment
+        _driver.solve_segment = lambda *a, **k: segment(*a, **{**k, "refine": False})
     elif piece != "nothing":
         raise ValueError(f"unknown piece {piece!r}")
 

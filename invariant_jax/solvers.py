@@ -115,7 +115,7 @@ def gauss_legendre_tableau(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return A, b, c
 
 
-_State = tuple  # (f0, t_prev, y_prev), and the step's Jacobian J with keep_jacobian
+_State = tuple  # (f0, t_prev, y_prev), and with keep_jacobian the step's Jacobian J and a restep flag
 
 
 class GaussLegendre(diffrax.AbstractAdaptiveSolver):
@@ -137,7 +137,7 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
     - `max_newton`: iteration cap of the stage solve.
     - `keep_jacobian`: also keep the last step's Jacobian (at its start) in the solver
         state, for a caller that repeats part of the step (the kink-aware flow's event
-        restart); default False.
+        restart, `restep_state`); default False.
     - `newton_jacobian`: the matrix `J` of the simplified Newton iteration, as a function
         `(t0, y0_flat, args) -> J` of the step's start; default None, the vector field's
         Jacobian by `jax.jacfwd`. The iteration converges to the same stage values with
@@ -176,8 +176,16 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
     def init(self, terms, t0, t1, y0, args) -> _State:
         if self.keep_jacobian:
             n = jfu.ravel_pytree(y0)[0].shape[0]
-            return (terms.vf(t0, y0, args), t0, y0, jnp.zeros((n, n), jfu.ravel_pytree(y0)[0].dtype))
+            J0 = jnp.zeros((n, n), jfu.ravel_pytree(y0)[0].dtype)
+            return (terms.vf(t0, y0, args), t0, y0, J0, jnp.asarray(False))
         return (terms.vf(t0, y0, args), t0, y0)
+
+    def restep_state(self, solver_state) -> _State:
+        """With `keep_jacobian`: the state that makes the next `step` a *restep* of the last
+        one, from its start `(t_prev, y_prev)` (the state's) to a new end: one Gauss step
+        with the kept Jacobian, no step doubling (error estimate 0). The caller steps from
+        `(t_prev, y_prev)`; the kink-aware flow's event restart uses it."""
+        return solver_state[:4] + (jnp.asarray(True),)
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
@@ -193,10 +201,18 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
             return jfu.ravel_pytree(terms.vf(t, unravel(yf), args))[0]
 
         h = t1 - t0
-        if self.newton_jacobian is None:
-            J = jax.jacfwd(lambda yf: f_flat(t0, yf))(y_flat)
+
+        def jacobian():
+            if self.newton_jacobian is None:
+                return jax.jacfwd(lambda yf: f_flat(t0, yf))(y_flat)
+            return self.newton_jacobian(t0, y_flat, args)
+
+        if self.keep_jacobian:  # a restep (`restep_state`): the kept Jacobian, the full step only
+            restep = solver_state[4]
+            J = jax.lax.cond(restep, lambda: solver_state[3], jacobian)
+            n_sub = jnp.where(restep, 1, 3)
         else:
-            J = self.newton_jacobian(t0, y_flat, args)
+            restep, J, n_sub = False, jacobian(), 3
 
         # the full step, then two half steps, as one loop: the field (often large) is
         # compiled once instead of three times
@@ -216,18 +232,19 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
 
         false = jnp.asarray(False)
         y_full, ok_full, y_half, ok_1, y1, ok_2 = jax.lax.fori_loop(
-            0, 3, sub, (y_flat, false, y_flat, false, y_flat, false)
+            0, n_sub, sub, (y_flat, false, y_flat, false, y_flat, false)
         )
-        ok = ok_full & ok_1 & ok_2
-        err = (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0)
+        ok = jnp.where(restep, ok_full, ok_full & ok_1 & ok_2)
+        err = jnp.where(restep, 0.0, (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0))
         err = jnp.where(ok, err, jnp.inf)
+        y1 = jnp.where(restep, y_full, y1)
         y1_tree = unravel(y1)
         f1 = terms.vf(t1, y1_tree, args)
         dense_info = dict(y0=y0, y1=y1_tree, k0=jax.tree.map(lambda a: h * a, f0), k1=jax.tree.map(lambda a: h * a, f1))
         result = diffrax.RESULTS.where(
             ok, diffrax.RESULTS.successful, diffrax.RESULTS.promote(optx.RESULTS.nonlinear_divergence)
         )
-        state = (f1, t0, y0, J) if self.keep_jacobian else (f1, t0, y0)
+        state = (f1, t0, y0, J, jnp.asarray(False)) if self.keep_jacobian else (f1, t0, y0)
         return y1_tree, unravel(err), dense_info, state, result
 
 

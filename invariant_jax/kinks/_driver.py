@@ -32,7 +32,7 @@ from ..solvers import GaussLegendre, gl_step
 from ._filippov import KinkProblem, no_ties, slot_mask
 from ._illinois import Illinois
 from ._modes import resolve_event
-from ._segment import SegmentSolution, solve_segment
+from ._segment import Refine, SegmentSolution, solve_segment
 
 
 class KinkFlow(eqx.Module):
@@ -112,14 +112,6 @@ class KinkFlow(eqx.Module):
     def loss_final(self) -> Float[Array, ""]:
         """The loss at the end of the flow (`flow.loss_final`)."""
         return self.flow.loss_final
-
-
-RESTART_ITERATIONS = 5
-"""Gauss steps of the event restart of a Gauss-Legendre kink-aware flow (`_gauss_restart`):
-at the interpolant's root, just before it, two secant steps, and the one kept."""
-SECANT_OFFSET = 1e-6
-"""Where the event restart's second secant point lies before the interpolant's root, as a
-fraction of the last step."""
 
 
 class KinkState(eqx.Module):
@@ -254,10 +246,11 @@ class KinkIntegrator(eqx.Module):
                 max_steps=self.max_steps,
                 event_tol=self.event_tol,
                 one_site=self.one_site and self.is_gl,
+                refine=self.one_site and self.is_gl,  # (the event restart, in the segment's loop)
             )
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
-        if self.is_gl:
+        if self.is_gl and (self.reference_solve or not self.one_site):
             t_end, y_end = self._gauss_restart(c, sol, event, t_end, y_end)
         # merge saves made in this segment
         seg_ok = sol.saved & (ts >= c.t) & (ts <= t_end) & ~c.filled
@@ -325,61 +318,24 @@ class KinkIntegrator(eqx.Module):
         )
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
-        # Recompute the event state by one Gauss step from the last step's start, so the
-        # restart point conserves c exactly (the interpolant does not). The event time is
-        # then refined by the secant method on the Gauss solution itself, started at the
-        # interpolant's root and a point just before it (`SECANT_OFFSET` of the step), so
-        # the restart is on the surface (the root of the interpolant can be ~h^4 off,
-        # which costs a spurious event). Both starting points are near the root, on the
-        # piece of `g` (a minimum over pairs) that the crossing pair defines; the step's
-        # start is not one, as `g` there is often another pair's. The time kept is the
-        # one where |g| was smallest, unless it would move the event across a save. The
-        # secant method needs no derivative of g, whose Filippov solve would double the
-        # compiled program's largest piece (benchmarks/results/kink_compile_ablation.json).
+        # The event restart where the segment did not refine the event time itself (vmap
+        # mode's two loops, the diffeqsolve reference): the same refinement (`Refine`: the
+        # secant method on g of a Gauss step from the last step's start, so the restart
+        # conserves c exactly and lies on the surface), its Gauss steps by `gl_step` with
+        # the kept Jacobian, in a loop of its own.
         prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
         assert isinstance(inner, GaussLegendre)  # the restart of Gauss-Legendre flows only
-        # the Jacobian of the last step's start, kept by the solver (`keep_jacobian`)
-        _, t_prev, y_prev, J = sol.solver_state
+        _, t_prev, y_prev, J, _ = sol.solver_state  # (`keep_jacobian`)
         f = lambda tt, yy: prob.field(yy, c.P, c.slots, c.ties)[0]  # noqa: E731
-        t_seg = t_end
 
-        def choose(t_ref):  # the refined time, unless it crosses a save
-            lo, hi = jnp.minimum(t_ref, t_seg), jnp.maximum(t_ref, t_seg)
-            use_ref = event & (t_ref > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
-            return jnp.where(use_ref, t_ref, t_seg)
-
-        def g(yy):
-            return prob.cond_value(yy, c.P, c.slots, c.ties, c.margin)
-
-        # g at the interpolant's root (i = 0) and just before it (i = 1), two secant
-        # steps, then (the last) the Gauss step to the chosen time: one loop, so the
-        # Gauss step and g (and the Filippov solves in them) are compiled once
-        last = RESTART_ITERATIONS - 1
-        before = t_seg - SECANT_OFFSET * (t_seg - t_prev)
-
-        def secant(i, carry):
-            tt, _, _, ta, va, tbest, vbest = carry
-            tt = jnp.where(i == last, choose(tbest), tt)
+        def body(R):
+            tt = R.time(t_end, t_prev, ts, event)
             yy, ok = gl_step(f, J, t_prev, y_prev, tt - t_prev, inner)
-            v = g(yy)
-            better = jnp.abs(v) < jnp.abs(vbest)  # (NaN is never better)
-            slope = (v - va) / (tt - ta)
-            t_new = tt - v / jnp.where(slope == 0, jnp.inf, slope)
-            t_new = jnp.where(i == 0, before, jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt))
-            return (
-                jnp.where(i == last, tt, t_new),
-                yy,
-                ok,
-                tt,
-                v,
-                jnp.where(better, tt, tbest),
-                jnp.where(better, v, vbest),
-            )
+            v = prob.cond_value(yy, c.P, c.slots, c.ties, c.margin)
+            return R.update(tt, yy, ok, v, t_end, t_prev, t1)
 
-        inf = jnp.asarray(jnp.inf, y_end.dtype)
-        init = (t_seg, y_end, jnp.asarray(False), t_seg, inf, t_seg, inf)
-        t_end, y_gl, ok, _, _, _, _ = jax.lax.fori_loop(0, RESTART_ITERATIONS, secant, init)
-        return t_end, jnp.where(event & ok & (t_end > t_prev), y_gl, y_end)
+        R = jax.lax.while_loop(lambda R: R.going(), body, Refine.start(t_end, y_end))
+        return R.tt, jnp.where(event & R.ok & (R.tt > t_prev), R.y, y_end)
 
     def _restart(self, c: KinkState, t_ev, th) -> KinkState:
         # (the segment's start: the direction a node that reached its origin came from)

@@ -133,10 +133,69 @@ class _Carry(eqx.Module):
     ev_value: Array
     ev_tprev: Array
     ev_tnext: Array
+    ev_y: Array
     ev_dense: dict
 
 
-_INIT, _STEP, _ROOT, _DONE = 0, 1, 2, 3
+_INIT, _STEP, _ROOT, _REFINE, _DONE = 0, 1, 2, 3, 4
+
+RESTART_ITERATIONS = 5
+"""Steps of the event-time refinement (`refine=True`): at the interpolant's root, just
+before it, two secant steps, and the one kept."""
+SECANT_OFFSET = 1e-6
+"""Where the refinement's second point lies before the interpolant's root, as a fraction of
+the last step."""
+
+
+class Refine(eqx.Module):
+    """The event-time refinement: the secant method on `g(y(t))`, `y(t)` the solver's own
+    step from the last step's start `t_prev` to `t` (not the interpolant). Iteration `i`
+    steps to `time(...)`; then `update` with the condition there. `tt` ends as the time
+    kept and `y`, `ok` as the step to it."""
+
+    i: Array
+    tt: Array
+    ta: Array  # the previous iteration's time and condition value
+    va: Array
+    tbest: Array  # where |g| was smallest so far
+    vbest: Array
+    y: Array
+    ok: Array
+
+    @classmethod
+    def start(cls, t_root, y):
+        inf = jnp.asarray(jnp.inf, y.dtype)
+        return cls(jnp.asarray(0), t_root, t_root, inf, t_root, inf, y, jnp.asarray(False))
+
+    def going(self):
+        return self.i < RESTART_ITERATIONS
+
+    def time(self, t_root, t_prev, ts, event):
+        """This iteration's time: the secant's, and in the last iteration the best time
+        unless that moves the event across a save time (then the interpolant's root)."""
+        lo, hi = jnp.minimum(self.tbest, t_root), jnp.maximum(self.tbest, t_root)
+        use = event & (self.tbest > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
+        return jnp.where(self.i == RESTART_ITERATIONS - 1, jnp.where(use, self.tbest, t_root), self.tt)
+
+    def update(self, tt, y, ok, v, t_root, t_prev, t1) -> Refine:
+        """After the step to `tt` (`y`, `ok`) and the condition `v` there: g at the
+        interpolant's root (i = 0), just before it (i = 1), two secant steps, the last."""
+        better = jnp.abs(v) < jnp.abs(self.vbest)  # (NaN is never better)
+        slope = (v - self.va) / (tt - self.ta)
+        t_new = tt - v / jnp.where(slope == 0, jnp.inf, slope)
+        before = t_root - SECANT_OFFSET * (t_root - t_prev)
+        t_new = jnp.where(self.i == 0, before, jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt))
+        last = self.i == RESTART_ITERATIONS - 1
+        return Refine(
+            self.i + 1,
+            jnp.where(last, tt, t_new),
+            tt,
+            v,
+            jnp.where(better, tt, self.tbest),
+            jnp.where(better, v, self.vbest),
+            y,
+            ok,
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -206,6 +265,7 @@ class _Stepper:
             ev_value=c.ev_value,
             ev_tprev=c.tprev,
             ev_tnext=c.tnext,
+            ev_y=c.y,
             ev_dense=dense_info,
         )
 
@@ -260,6 +320,7 @@ def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: in
         ev_value=jnp.zeros((), dtype),
         ev_tprev=t0,
         ev_tnext=t0,
+        ev_y=y0,
         ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
     )
     stepper = _Stepper(
@@ -283,23 +344,45 @@ def _checked(c_old: _Carry, c: _Carry, value) -> _Carry:
     return eqx.tree_at(lambda c: (c.result, c.ev_value), c, (result, value))
 
 
-def _one_site_loop(st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: float) -> tuple[_Carry, _Root]:
-    """The condition at `y0`, the steps and the root find as iterations of one
-    `while_loop` (phases `_INIT`, `_STEP`, `_ROOT`), the condition evaluated in one place.
-    Returns the last carry and the root find's state."""
+def _restep(st: _Stepper, c: _Carry, refining, t) -> _Carry:
+    """While `refining`, the carry whose `advance` retakes the last step from its start to
+    `t` (`restep_state`); otherwise `c`."""
+    re = eqx.tree_at(
+        lambda c: (c.tprev, c.tnext, c.y, c.solver_state),
+        c,
+        (c.ev_tprev, t, c.ev_y, st.solver.restep_state(c.solver_state)),
+    )
+    return jtu.tree_map(lambda a, b: jnp.where(refining, a, b), re, c)
+
+
+def _one_site_loop(
+    st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: float, refine: bool
+) -> tuple[_Carry, _Root, Refine]:
+    """The condition at `y0`, the steps, the root find and (`refine`) the event time's
+    refinement as iterations of one `while_loop` (phases `_INIT`, `_STEP`, `_ROOT`,
+    `_REFINE`), the condition evaluated in one place and the step taken in one place.
+    Returns the last carry, the root find's state and the refinement's."""
     dtype = jnp.result_type(init.y)
     finder = Illinois(atol=event_tol)
 
     def body(carry):
-        phase, c, r = carry
-        c_new = jax.lax.cond(phase == _STEP, st.advance, lambda c: c, c)
+        phase, c, r, R = carry
+        refining = phase == _REFINE
+        event = c.result == diffrax.RESULTS.event_occurred
+        t_re = R.time(r.y, c.ev_tprev, st.ts, event)
+        c_in = _restep(st, c, refining, t_re) if refine else c
+        c_new = jax.lax.cond((phase == _STEP) | refining, st.advance, lambda c: c, c_in)
         point = jtu.tree_map(
-            lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where(phase == _STEP, b, d)),
+            lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where((phase == _STEP) | refining, b, d)),
             c.y,
             c_new.y,
             st.dense_at(c, _root_point(r)),
         )
         value = cond(point, st.args)  # the one evaluation site
+        if refine:
+            accepted = c_new.num_accepted > c_in.num_accepted
+            R_new = R.update(t_re, c_new.y, accepted, value, r.y, c.ev_tprev, st.t1)
+            R = jtu.tree_map(lambda a, b: jnp.where(refining, a, b), R_new, R)
         c_new = jtu.tree_map(
             lambda a, b: jnp.where(phase == _STEP, a, b),
             _checked(c, c_new, value),
@@ -309,19 +392,28 @@ def _one_site_loop(st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: fl
         more = st.going(c_new)
         enter_root = ~more & (c_new.result == diffrax.RESULTS.event_occurred)
         r_next = jtu.tree_map(
-            lambda a, b: jnp.where(phase == _ROOT, a, b), r_new, _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype)
+            lambda a, b, d: jnp.where(phase == _ROOT, a, jnp.where(refining, b, d)),
+            r_new,
+            r,
+            _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype),
         )
+        # (the refinement starts at the root find's last iterate)
+        R = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), Refine.start(r_new.y, c.y), R)
+        after_root = _REFINE if refine else _DONE
         phase_next = jnp.where(
-            phase == _ROOT,
-            jnp.where(_root_going(r_new), _ROOT, _DONE),
-            jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)),
+            phase == _REFINE,
+            jnp.where(R.going(), _REFINE, _DONE),
+            jnp.where(
+                phase == _ROOT,
+                jnp.where(_root_going(r_new), _ROOT, after_root),
+                jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)),
+            ),
         )
-        return phase_next, c_new, r_next
+        return phase_next, c_new, r_next, R
 
-    _, f, r = jax.lax.while_loop(
-        lambda carry: carry[0] != _DONE, body, (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype))
-    )
-    return f, r
+    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y))
+    _, f, r, R = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body, carry)
+    return f, r, R
 
 
 def _step_loop(st: _Stepper, cond: Callable, init: _Carry) -> _Carry:
@@ -356,6 +448,7 @@ def solve_segment(
     max_steps: int,
     event_tol: float,
     one_site: bool = True,
+    refine: bool = False,
 ) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
@@ -363,7 +456,12 @@ def solve_segment(
     **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
     `max_steps` (steps budget) and `event_tol` (time tolerance of the root find);
-    `one_site`: evaluate the condition in one place (see below).
+    `one_site`: evaluate the condition in one place (see below); `refine` (with
+    `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time on the
+    solver's own step from the last step's start (`Refine`), not on the interpolant, so
+    the end state is a Gauss step (it conserves quadratic invariants) and on the
+    surface. The refinement's steps and conditions are iterations of the same loop, so
+    neither the step nor the condition is compiled twice.
 
     With `one_site=True` the condition at `y0`, after every step and in the root find
     is evaluated in one place: a single `while_loop` whose iterations are, in turn, the
@@ -380,8 +478,10 @@ def solve_segment(
     t0 = jnp.asarray(t0, dtype)
     t1 = jnp.asarray(t1, dtype)
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps)
+    if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
+        raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
     if one_site:
-        f, r = _one_site_loop(st, cond, init, t0, event_tol)
+        f, r, R = _one_site_loop(st, cond, init, t0, event_tol, refine)
         result = _loop_result(f, t1)
         event = result == diffrax.RESULTS.event_occurred
         t_root, root_result = r.y, _root_result(r)
@@ -396,6 +496,10 @@ def solve_segment(
         event & (root_result != optx.RESULTS.successful), diffrax.RESULTS.promote(root_result), result
     )
     saved = f.saved & ~(event & (ts > t_end))
+    if refine:  # (the refined time crosses no save time: `Refine.time`)
+        event = event & (root_result == optx.RESULTS.successful)
+        y_end = jnp.where(event & R.ok & (R.tt > f.ev_tprev), R.y, y_end)
+        t_end = jnp.where(event, R.tt, t_end)
     return SegmentSolution(
         t=t_end,
         y=y_end,
