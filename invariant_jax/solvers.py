@@ -207,12 +207,14 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
                 return jax.jacfwd(lambda yf: f_flat(t0, yf))(y_flat)
             return self.newton_jacobian(t0, y_flat, args)
 
+        restep: bool | jax.Array = False
+        n_sub: int | jax.Array = 3  # (a Python int: a scan, which reverse-mode AD can go through)
         if self.keep_jacobian:  # a restep (`restep_state`): the kept Jacobian, the full step only
             restep = solver_state[4]
             J = jax.lax.cond(restep, lambda: solver_state[3], jacobian)
             n_sub = jnp.where(restep, 1, 3)
         else:
-            restep, J, n_sub = False, jacobian(), 3
+            J = jacobian()
 
         # the full step, then two half steps, as one loop: the field (often large) is
         # compiled once instead of three times

@@ -248,3 +248,32 @@ def test_gauss_restart_lands_on_the_surface():
     assert_within_tolerance(
         np.asarray(kf.event_times)[:5], newton, rtol=cfg.rtol, atol=cfg.atol, scale=cfg.t1, num_steps=steps
     )
+
+
+@pytest.mark.slow  # (two Gauss4 programs of the demo DAG: 30 s of compiling)
+def test_restart_in_the_loop_is_the_separate_restarts():
+    """The Gauss event restart runs as a phase of the segment's one-site loop (the step
+    retaken by `GaussLegendre.restep_state`); vmap mode's two loops run it as a loop of
+    its own (`gl_step` with the kept Jacobian). On init 23 above (17 events), both give
+    the same events, and event times and final weights within the tolerance bound (two
+    compiled programs)."""
+    import dataclasses
+
+    from invariant_jax.kinks import integrate_kink_flow, make_kink_integrator
+
+    jax.config.update("jax_enable_x64", True)
+    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1000, solver="gauss4")
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    net = ij.sweep.sweep_network(cfg, 23)
+    integ = make_kink_integrator(net, X, Y, cfg.t1, options=cfg.solver_options, kinks=cfg.kink_options)
+    theta0 = net.edge_weights().astype(integ.prob.X.dtype)
+    loop, separate = (
+        integrate_kink_flow(dataclasses.replace(integ, one_site=one_site), net, theta0, "mse")
+        for one_site in (True, False)
+    )
+    assert int(loop.num_events) == int(separate.num_events) == 17
+    steps = int(loop.flow.stats["num_steps"])
+    check = dict(rtol=cfg.rtol, atol=cfg.atol, scale=cfg.t1, num_steps=steps)
+    assert_within_tolerance(np.asarray(loop.event_times)[:17], np.asarray(separate.event_times)[:17], **check)
+    assert_within_tolerance(loop.theta_final, separate.theta_final, **check)

@@ -10,7 +10,7 @@ import pytest
 import scipy.linalg
 
 import invariant_jax as ij
-from invariant_jax.solvers import GaussLegendre, Projected, gauss_legendre_tableau, rescale_to_conserved
+from invariant_jax.solvers import GaussLegendre, Projected, gauss_legendre_tableau, gl_step, rescale_to_conserved
 from scipy_reference import scipy_flow
 
 
@@ -218,3 +218,21 @@ def test_newton_kvaerno5_matches_scipy_radau():
     ref = scipy_flow(net, X, Y, 3.0, method="Radau", rtol=1e-11, atol=1e-12)
     assert bool(f.success) and ref.success
     assert float(np.max(np.abs(np.asarray(f.theta_final) - ref.y[:, -1]))) < 1e-7
+
+
+def test_restep_is_one_gauss_step_with_the_kept_jacobian():
+    # `restep_state` makes the next step retake the last one from its start to a new end:
+    # the single Gauss step `gl_step` computes with the kept Jacobian, error estimate 0
+    def f(t, y, a):
+        return jnp.stack([y[1], -jnp.sin(y[0]) - 0.1 * y[1] * y[0] ** 2])
+
+    solver, term = GaussLegendre(keep_jacobian=True), diffrax.ODETerm(f)
+    y0 = jnp.array([1.2, 0.3])
+    state = solver.init(term, 0.0, 0.2, y0, None)
+    _, _, _, state, _ = solver.step(term, 0.0, 0.2, y0, None, state, False)
+    _, t_prev, y_prev, J, _ = state
+    y1, err, _, _, result = solver.step(term, t_prev, 0.13, y_prev, None, solver.restep_state(state), False)
+    ref, ok = gl_step(lambda t, y: f(t, y, None), J, t_prev, y_prev, 0.13 - t_prev, solver)
+    assert bool(ok) and result == diffrax.RESULTS.successful
+    np.testing.assert_array_equal(np.asarray(err), 0.0)
+    np.testing.assert_allclose(y1, ref, rtol=0, atol=1e-15)

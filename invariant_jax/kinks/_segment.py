@@ -350,7 +350,7 @@ def _restep(st: _Stepper, c: _Carry, refining, t) -> _Carry:
     re = eqx.tree_at(
         lambda c: (c.tprev, c.tnext, c.y, c.solver_state),
         c,
-        (c.ev_tprev, t, c.ev_y, st.solver.restep_state(c.solver_state)),
+        (c.ev_tprev, t, c.ev_y, st.solver.restep_state(c.solver_state)),  # type: ignore[attr-defined]
     )
     return jtu.tree_map(lambda a, b: jnp.where(refining, a, b), re, c)
 
