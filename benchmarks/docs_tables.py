@@ -978,30 +978,25 @@ def sweep_recompile() -> str:
     )
 
 
-def kink_compile_newton() -> str:
-    """docs/sweep.md: one `kink_aware_flow`'s compile, the code before and after the Newton
-    matrix, stage-loop and clip-floor changes, side by side on three workloads."""
+def _compile_ab(files: tuple[tuple[str, str], ...]) -> str:
+    """A table of `kink_compile.py --before` runs (one file per workload): median compile
+    and run times of the code before and after, side by side."""
     med = statistics.median
     lines = [
         "| workload | solver | compile before (s) | compile after (s) | CPU before (s) | CPU after (s) "
         "| run before (ms) | run after (ms) | events |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    cmds, loads = [], []
-    for name, workload in (
-        ("kink_compile_newton.json", "5-20-1 MLP"),
-        ("kink_compile_newton_example.json", "demo DAG"),
-        ("kink_compile_newton_sliding.json", "sliding case"),
-    ):
+    cmds, loads, rounds = [], [], set()
+    for name, workload in files:
         rec = _load(name)
         cmds.append(f"`{rec['command']}` at {rec['provenance']['commit'][:7]}")
         loads += [r["load_average_before"][0] for r in rec["rows"]]
+        rounds.add(rec["settings"]["rounds"])
         for solver in rec["settings"]["solvers"]:
-            by = {
-                code: [r for r in rec["rows"] if r["code"] == code and r["solver"] == solver]
-                for code in ("before", "after")
-            }
-            b, a = by["before"], by["after"]
+            b, a = (
+                [r for r in rec["rows"] if r["code"] == code and r["solver"] == solver] for code in ("before", "after")
+            )
 
             def m(rows, key, scale=1.0):
                 return med(r[key] for r in rows) * scale
@@ -1013,13 +1008,36 @@ def kink_compile_newton() -> str:
                 f"| {m(b, 'run_median_s', 1e3):.1f} | {m(a, 'run_median_s', 1e3):.1f} "
                 f"| {', '.join(map(str, events))} |"
             )
-    rounds = _load("kink_compile_newton.json")["settings"]["rounds"]
+    paths = ", ".join(f"`benchmarks/results/{name}`" for name, _ in files)
     return (
-        f"Medians of {rounds} alternating rounds, each measurement in a fresh process without the "
-        f"compilation cache; compile = trace + lower + XLA, wall and process CPU time; load average "
-        f"{min(loads):.1f} to {max(loads):.1f} before each ({'; '.join(cmds)}; "
-        "`benchmarks/results/kink_compile_newton.json`, `kink_compile_newton_example.json`, "
-        "`kink_compile_newton_sliding.json`):\n\n" + "\n".join(lines) + "\n"
+        f"Medians of {'/'.join(map(str, sorted(rounds)))} alternating rounds, each measurement in a fresh "
+        f"process without the compilation cache; compile = trace + lower + XLA, wall and process CPU time; "
+        f"load average {min(loads):.1f} to {max(loads):.1f} before each ({'; '.join(cmds)}; {paths}):\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def kink_compile_newton() -> str:
+    """docs/sweep.md: one `kink_aware_flow`'s compile, the code before and after the Newton
+    matrix, stage-loop and clip-floor changes, side by side on three workloads."""
+    return _compile_ab(
+        (
+            ("kink_compile_newton.json", "5-20-1 MLP"),
+            ("kink_compile_newton_example.json", "demo DAG"),
+            ("kink_compile_newton_sliding.json", "sliding case"),
+        )
+    )
+
+
+def kink_compile_restart() -> str:
+    """docs/sweep.md: the same, before and after the event restart moved into the loop."""
+    return _compile_ab(
+        (
+            ("kink_compile_restart_mlp.json", "5-20-1 MLP"),
+            ("kink_compile_restart_example.json", "demo DAG"),
+            ("kink_compile_restart_sliding.json", "sliding case"),
+        )
     )
 
 
@@ -1880,6 +1898,7 @@ BLOCKS = {
     "sweep-batch-sizes": sweep_batch_sizes,
     "sweep-recompile": sweep_recompile,
     "kink-compile-newton": kink_compile_newton,
+    "kink-compile-restart": kink_compile_restart,
     "sweep-cores": sweep_cores,
     "sweep-million": sweep_million,
     "coupled-pairs": coupled_pairs,
