@@ -13,9 +13,10 @@ last step's dense output, the saves after the event dropped), but a segment is s
 `benchmarks/sweep_throughput.py`): set-up and checks, output buffers, the root finder's
 implicit-function machinery. The event condition (which holds a Filippov solve) is
 evaluated in one place, so compiled once instead of five times as in `diffeqsolve`:
-the condition at the start, after each step and in the root find are iterations of one
-`while_loop` (`one_site=True`, unbatched), or in two places under `vmap` (a step loop,
-then a root-find loop, `one_site=False`; see `solve_segment`).
+the condition at the start, after each step, in the root find and (`refine`) in the
+event time's refinement on the solver's own step are iterations of one `while_loop`
+(`one_site=True`, unbatched), or in two places under `vmap` (a step loop, then a
+root-find loop, `one_site=False`; see `solve_segment`).
 """
 
 from __future__ import annotations
