@@ -110,6 +110,14 @@ def test_gauss_stage_solve_with_the_frozen_jacobian():
     J_exact = jax.jit(jax.jacfwd(field))(theta)
     J_frozen = eqx.filter_jit(prob.frozen_jacobian)(theta, P)  # what the flow's Gauss steps use
     assert float(jnp.max(jnp.abs(J_exact - J_frozen))) > 0.1
+    # with no pair sliding it is the field's own Jacobian: central differences of the
+    # field, inside one pattern (both pairs active at the network's own weights)
+    th = jnp.array([0.3, 0.2, 1.0])
+    P1, free = jnp.array([[True], [True]]), jnp.full((prob.max_sliding,), -1)
+    f1 = jax.jit(lambda t: prob.field(t, P1, free, no_ties(prob.max_sliding, t.dtype))[0])
+    e = 1e-6 * np.eye(3)
+    J_fd = np.stack([(np.asarray(f1(th + e[k])) - np.asarray(f1(th - e[k]))) / 2e-6 for k in range(3)], axis=1)
+    np.testing.assert_allclose(eqx.filter_jit(prob.frozen_jacobian)(th, P1), J_fd, rtol=0, atol=1e-7)
 
     h = 0.2
     A, b, _ = gauss_legendre_tableau(2)
