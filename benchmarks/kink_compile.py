@@ -4,7 +4,7 @@ of the compiled call.
 Workload: issue 13's ReLU workload -- a 5-20-1 relu MLP without bias, 20 teacher points
 (key 1234), init PRNGKey(0), t1 = 1, float64, rtol = atol = 1e-8, default `KinkOptions`.
 `--graph example` takes the demo DAG instead, `--graph sliding` the tests' constructed
-sliding case (one pair slides for three quarters of the flow: the Filippov solve's run time).
+sliding case (one pair slides for most of the flow: the Filippov solve's run time).
 Per solver, in one process: the program that `kink_aware_flow` jits, compiled ahead of
 time (`compile_s` = wall time of `lower` (trace + lower to StableHLO) + `compile` (XLA)),
 then `--repeats` runs of the compiled program after one warm-up run (median and best
@@ -73,7 +73,7 @@ def workload(solver: str):
     from invariant_jax.kinks import make_kink_integrator
 
     t1 = 1.0
-    if GRAPH == "sliding":  # the tests' constructed case: one pair slides for three quarters of the flow
+    if GRAPH == "sliding":  # the tests' constructed case: one pair slides for most of the flow
         g = ij.mlp([2, 1, 1], bias=False)
         net = ij.DAGNetwork(g, "relu", edge_weights=jnp.array([0.3, 0.2, 1.0]))
         X, Y, t1 = jnp.array([[1.0, 0.0], [1.0, 1.0]]), jnp.array([-1.0, 1.0]), 4.0
