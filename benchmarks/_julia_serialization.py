@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUPPORTED_VERSIONS = range(8, 31)  # the stream's header byte 3; 20 in the authors' files
+SUPPORTED_VERSIONS = range(8, 31)  # the header's byte 3; tested on 20 (the authors' files)
 
 _N_INT_LITERALS = 33
 _SYMBOL_LITERALS = (
@@ -143,7 +143,7 @@ STRUCTS = {
 """The structs this reader knows: their field names in order, and whether they are mutable
 (a mutable struct takes a back-reference slot). Add a type here to read it."""
 
-_PARAMETRIC = {"Array", "Tuple", "NamedTuple", "Dict", "OrderedDict", "Vector", "Matrix", "Type", "Val"}
+_PARAMETRIC = {"Array", "Tuple", "NamedTuple", "Dict", "OrderedDict", "Type", "Val"}
 _PARAMETRIC |= {"UnitRange", "ComponentArray", "Axis", "ViewAxis", "ShapedAxis", "Shaped1DAxis", "LinearSubspace"}
 _PLAIN = {"String", "Symbol", "Nothing", "Missing", "Float64", "Float32", "Int64", "Int32", "Bool", "Any"}
 _PLAIN |= {"FlatAxis", "NullAxis", "Char", "Module", "DataType"}
@@ -372,7 +372,7 @@ def read(data: bytes):
 
 
 def _axis_layout(ax) -> dict:
-    """`{name: (first, last, shape)}` of an `Axis` type's index map (1-based ranges)."""
+    """An `Axis` type's index map: `{name: a 1-based index, or a ViewAxis struct}`."""
     if ax.name == "Axis":
         (index_map,) = ax.params
         return index_map

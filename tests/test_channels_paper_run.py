@@ -1,6 +1,7 @@
 """The layouts the authors' data come in: MLPGradientFlow's layer matrices mapped to our
-edge weights (`benchmarks/channels_paper_run.py`), and the scaling study's teacher
-(`benchmarks/channels_scaling.py`), each against a hand computation in NumPy."""
+edge weights (`benchmarks/channels_paper_run.py`), the scaling study's teacher
+(`benchmarks/channels_scaling.py`), and Fig. 2's neuron split and its coordinates
+(`benchmarks/channels_saddle_split.py`), each against a hand computation in NumPy."""
 
 import sys
 
@@ -14,6 +15,7 @@ import invariant_jax as ij  # noqa: E402
 
 sys.path.insert(0, "benchmarks")
 from channels_paper_run import to_theta  # noqa: E402
+from channels_saddle_split import _mu_coordinates, _split, _theta  # noqa: E402
 from channels_scaling import seed_data  # noqa: E402
 
 
@@ -41,3 +43,21 @@ def test_scaling_teacher_is_the_authors_rosenbrock_of_two_coordinates():
     y = np.log10(3 * (X[:, 1] + 1 - X[:, 0] ** 2) ** 2 + (1 - X[:, 0]) ** 2 + 0.1)
     np.testing.assert_allclose(np.asarray(Y)[:, 0], (y - y.mean()) / y.std(ddof=1), rtol=1e-12, atol=1e-12)
     assert abs(X.mean()) < 0.05 and abs(X.std() - 1) < 0.05  # standard-normal inputs
+
+
+def test_fig2_split_keeps_the_function_and_sits_on_the_mu_line():
+    """`split(x, 2, mu)` (their neuron split) computes the network `x` computes, and panel G's
+    coordinates of the split are `(mu, 0)`; a step of size h off the line, orthogonal to its
+    direction, is at distance h."""
+    rng = np.random.default_rng(1)
+    w1, w2 = rng.normal(size=(2, 2)), rng.normal(size=(1, 2))
+    X = rng.normal(size=(9, 2))
+    act = lambda z: np.logaddexp(0.0, z)  # noqa: E731
+    for mu in (-1.5, 0.0, 0.3, 2.0):
+        w1s, w2s = _split(w1, w2, mu)
+        np.testing.assert_allclose(w2s @ act(w1s @ X.T), w2 @ act(w1 @ X.T), rtol=1e-13, atol=1e-13)
+        P = _theta(dict(w1=w1s, w2=w2s))[None]
+        np.testing.assert_allclose(_mu_coordinates(P, w1, w2), [[mu, 0.0]], atol=1e-13)
+        off = dict(w1=w1s.copy(), w2=w2s)
+        off["w1"][0, 1] += 1e-3  # an input weight: orthogonal to the line's direction
+        np.testing.assert_allclose(_mu_coordinates(_theta(off)[None], w1, w2), [[mu, 1e-3]], atol=1e-13)
