@@ -16,7 +16,7 @@
   `1/eps`: 0, 0, 0, -2, -2, 2). This is a weaker comparison, and the JSON says so.
 - Fig. 6a-b (`function.csv`, `losslandscape.csv`, `projected_dynamics.csv`). The plane and
   the start points are in `paper_data/edge_of_stability/initialization.dat` (a Julia
-  `Serialization` of `(p, v2, ls)`, read here at fixed byte offsets and checked):
+  `Serialization` of `(p, v2, ls)`, read by `_julia_serialization.py` and checked):
   `ls = LinearSubspace(ref, v1, v2)`, `ref` the saddle point `(w*, w*, a*/2, a*/2)`,
   `v1 = (0, 0, 1, -1)/sqrt2` along the saddle line, `v2` the perturbation direction;
   MLPGradientFlow's `to_local_coords` gives `gamma = v1.(theta - ref)`, `proj =
@@ -144,17 +144,15 @@ def _curves(repo, commit):
 INIT_PATH = "paper_data/edge_of_stability/initialization.dat"
 INIT_OFFSETS = dict(p=0x16E, v2=0x19C, ref=0x217, v1=0x245, ls_v2=0x273)
 """Byte offsets of the five Float64 4-vectors in `initialization.dat` (Julia `Serialization`
-of the tuple `(p, v2, ls)`, `ls` an MLPGradientFlow `LinearSubspace(ref, v1, v2, u, b)`):
-the parameters are ordered `(w1, w2, a1, a2)` as in this package's `toy_network`. The reader
-checks what it reads (unit vectors, `ls.v2 == v2`, `v1 = (0, 0, 1, -1)/sqrt2`, and the CSV's
-first rows), so a wrong offset fails loudly."""
+of the tuple `(p, v2, ls)`, `ls` an MLPGradientFlow `LinearSubspace(ref, v1, v2, u, b)`), as
+this script read them before `_julia_serialization.py` existed; `tests/test_julia_serialization.py`
+checks that the reader gives the same bytes. The parameters are ordered `(w1, w2, a1, a2)` as
+in this package's `toy_network`."""
 
 NOT_READ = {
     "paper_data/fig1A_saddle_perturbation/**/res_*.dat": "Julia Serialization of whole MLPGradientFlow "
-    "result dictionaries (443 kB each, nested Julia types); decoding them needs a Julia-serializer "
-    "reader this project does not have, and Fig. 1A is not one of the figures compared here.",
-    "paper_data/scaling/*.jld2": "JLD2, an HDF5-based format: reading it needs h5py, which is not a "
-    "dependency of this project and is not added for this.",
+    "result dictionaries (Fig. 2(c, d)); compared by benchmarks/channels_saddle_split.py.",
+    "paper_data/scaling/*.jld2": "JLD2 (HDF5); compared by benchmarks/channels_paper_run.py.",
 }
 
 TRAJECTORIES = ("saddle", "i1", "i2", "1", "2", "sgd1", "sgd2", "adam1", "adam2")
@@ -175,8 +173,11 @@ def _read_csv(repo, commit, path):
 
 
 def _initialization(repo, commit):
-    raw = _read_bytes(repo, commit, INIT_PATH)
-    v = {k: np.frombuffer(raw, "<f8", count=4, offset=o).copy() for k, o in INIT_OFFSETS.items()}
+    import _julia_serialization as js
+
+    p, v2, ls = js.read(_read_bytes(repo, commit, INIT_PATH))
+    vec = lambda x: np.asarray(x.fields["data"] if isinstance(x, js.JlStruct) else x, float).ravel()  # noqa: E731
+    v = dict(p=vec(p), v2=vec(v2), ref=vec(ls.fields["ref"]), v1=vec(ls.fields["v1"]), ls_v2=vec(ls.fields["v2"]))
     s = 1 / np.sqrt(2.0)
     assert np.allclose(np.abs(v["v1"]), [0, 0, s, s], rtol=0, atol=1e-15), v["v1"]
     assert abs(np.linalg.norm(v["v2"]) - 1) < 1e-12 and np.allclose(v["v2"], v["ls_v2"], rtol=0, atol=1e-13)
@@ -663,8 +664,7 @@ def main():
             "against the predicted scaling only, not reproduced from their start point",
             initialization=dict(
                 path=INIT_PATH,
-                format="Julia Serialization of (p, v2, ls); five Float64 4-vectors read at fixed byte offsets and "
-                "checked",
+                format="Julia Serialization of (p, v2, ls), read by benchmarks/_julia_serialization.py and checked",
                 **{k: v.tolist() for k, v in init.items()},
                 coordinates="gamma = v1 . (theta - ref), proj = v2 . (theta - ref) (MLPGradientFlow "
                 "to_local_coords with u[:, 1:2] = -(v1, v2)); theta = (w1, w2, a1, a2)",
