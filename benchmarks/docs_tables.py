@@ -528,10 +528,10 @@ def channels_saddle_split() -> str:
         f"{rec['their_commit'][:7]}; {rec['wall_seconds'] / 60:.0f} minutes on 2 processes. The reading's "
         f"{sum(len(r['identities']) for r in runs)} identities (MSE at their points against their records, along "
         f"their first-order phase against `loss_trj`, `xs` against the split of `x`) hold to {worst:.0e} "
-        f"(relative). Our flow: Kvaerno5, rtol = atol = {rec['rtol']:g}, their rows up to their time "
-        f"{rec['t_cut']:g}.",
+        f"(relative; `xs` exactly). Our flow: Kvaerno5, rtol = atol = {rec['rtol']:g}, at most "
+        f"{rec['max_steps']} steps, their rows up to their time {rec['t_cut']:g}.",
         "",
-        "| mu | their ODE phase stopped by | rows compared | max distance (relative) | max \\|MSE diff\\| "
+        "| mu | their ODE phase stopped by | rows compared (to their t) | max distance (relative) | max \\|MSE diff\\| "
         "| MSE at the last row: theirs / ours | weightnorm there: theirs / ours | our negative eigenvalues at `xs` "
         "| their ODE end: closest pair, our class, confirmed | their final MSE |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -540,7 +540,8 @@ def channels_saddle_split() -> str:
         end = r["their_ode_end"]
         pair = "-" if end["closest_pair"] is None else f"{end['closest_pair'][0]}, {end['closest_pair'][1]}"
         lines.append(
-            f"| {r['mu']:g} | {r['their_ode']['stopped_by']} | {r['rows_compared']} | "
+            f"| {r['mu']:g} | {r['their_ode']['stopped_by']} | {r['rows_compared']} ({r['t_last_compared']:.3g}"
+            f"{', our step budget' if 'maximum number of solver steps' in r['our_result'] else ''}) | "
             f"{r['max_distance']:.1e} ({r['max_relative_distance']:.0e}) | {r['max_loss_diff']:.0e} | "
             f"{r['loss_at_last']['theirs']:.10f} / {r['loss_at_last']['ours']:.10f} | "
             f"{r['weightnorm_at_last']['theirs']:.4f} / {r['weightnorm_at_last']['ours']:.4f} | "
