@@ -131,22 +131,19 @@ STRUCTS = {
     # ComponentArrays.jl: the array and its axes (the axes' layout is in their type).
     "ComponentArray": _Struct(("data", "axes")),
     "Axis": _Struct(()),
-    "FlatAxis": _Struct(()),
     "NullAxis": _Struct(()),
     "ViewAxis": _Struct(("ax",)),
     "ShapedAxis": _Struct(()),
-    "Shaped1DAxis": _Struct(()),
     # MLPGradientFlow.jl's `LinearSubspace`, in `edge_of_stability/initialization.dat`.
     "LinearSubspace": _Struct(("ref", "v1", "v2", "u", "b")),
-    "TypeVar": _Struct(("name", "lb", "ub"), mutable=True),
 }
 """The structs this reader knows: their field names in order, and whether they are mutable
-(a mutable struct takes a back-reference slot). Add a type here to read it."""
+(a mutable struct takes a back-reference slot). Add a type here to read it. All but those in
+`_PLAIN` have type parameters."""
 
-_PARAMETRIC = {"Array", "Tuple", "NamedTuple", "Dict", "OrderedDict", "Type", "Val"}
-_PARAMETRIC |= {"UnitRange", "ComponentArray", "Axis", "ViewAxis", "ShapedAxis", "Shaped1DAxis", "LinearSubspace"}
+_PARAMETRIC = {"Array", "Tuple", "NamedTuple", "Dict", "Type", "Val"}  # besides STRUCTS
 _PLAIN = {"String", "Symbol", "Nothing", "Missing", "Float64", "Float32", "Int64", "Int32", "Bool", "Any"}
-_PLAIN |= {"FlatAxis", "NullAxis", "Char", "Module", "DataType"}
+_PLAIN |= {"NullAxis", "Char", "Module", "DataType"}
 
 
 class JuliaSerializationError(ValueError):
@@ -159,7 +156,6 @@ class _Reader:
         self.refs: dict[int, object] = {}
         self.counter = 0
         self.pending: list[int] = []
-        self.version: int | None = None
 
     # -- raw bytes ---------------------------------------------------------------------
     def raw(self, n: int) -> memoryview:
@@ -241,9 +237,6 @@ class _Reader:
         if b == HEADER:
             self.header()
             return self.value()
-        if b == _T["TypeVar"]:
-            self.pending.append(self.slot())
-            return self.instance(_TAGS[b - 1])
         name = _TAGS[b - 1].name if b <= 40 else f"tag {b}"
         self.fail(f"{name} values are not read by this reader (Julia code and internals are not data)")
 
@@ -258,7 +251,6 @@ class _Reader:
             )
         if flags & 3 != 0 or (flags >> 2) & 3 != 1:
             self.fail(f"header flags {flags:#x}: only little-endian 64-bit streams are read")
-        self.version = version
 
     def module(self) -> tuple[str, ...]:
         key = self.value()
@@ -300,17 +292,17 @@ class _Reader:
             elty, d = d, self.value()
         dims = (d,) if isinstance(d, int) else tuple(d)
         n = int(np.prod(dims))
-        if elty.name in _BITS and elty.name != "Bool":
-            dt = _BITS[elty.name]
-            a = np.frombuffer(self.raw(n * dt.itemsize), dt).reshape(dims, order="F").copy()
-        elif elty.name == "Bool":
+        if elty.name == "Bool":  # run-length coded: (value << 7) | count per byte
             flat = []
             while len(flat) < n:
                 byte = self.u8()
                 flat += [bool(byte >> 7)] * (byte & 0x7F)
             a = np.array(flat, bool).reshape(dims, order="F")
-        elif elty.name in STRUCTS and not STRUCTS[elty.name].mutable and elty.name != "ComponentArray":
-            self.fail(f"an array of {elty!r}: arrays of bits structs are stored raw, which this reader does not decode")
+        elif elty.name in _BITS:
+            dt = _BITS[elty.name]
+            a = np.frombuffer(self.raw(n * dt.itemsize), dt).reshape(dims, order="F").copy()
+        elif elty.name in STRUCTS:
+            self.fail(f"an array of {elty!r}: arrays of structs (raw when they are bits types) are not read")
         else:
             a = []
             self.refs[s] = a

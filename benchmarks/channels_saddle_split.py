@@ -37,6 +37,7 @@ Usage: python benchmarks/channels_saddle_split.py --repo /path/to/channels-to-in
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -65,16 +66,22 @@ def _read(repo: str, commit: str, path: str) -> dict:
     return js.read(blob)
 
 
+@functools.cache
+def _graph(din: int, k: int):
+    import invariant_jax as ij
+
+    return ij.mlp([din, k, 1])
+
+
 def _theta(p) -> np.ndarray:
     """MLPGradientFlow's `(w1, w2)` (hidden x inputs, 1 x hidden), as a dict or a
     `ComponentArray`, as this package's edge weights of `ij.mlp([2, k, 1])`."""
-    import invariant_jax as ij
     from channels_paper_run import to_theta
 
     if not isinstance(p, dict):
         p = _read_components(p)
     w1, w2 = np.atleast_2d(p["w1"]), np.atleast_2d(p["w2"])
-    return to_theta(ij.mlp([w1.shape[1], w1.shape[0], 1]), w1, w2)
+    return to_theta(_graph(*w1.shape[::-1]), w1, w2)
 
 
 def _split(w1: np.ndarray, w2: np.ndarray, mu: float):
