@@ -16,10 +16,15 @@ This script
 1. checks the reading by exact identities: our MSE at their `init`, `ode_x` and `x`
    against their recorded losses, our MSE along `trj` against `loss_trj`, `xs` against
    the split of their unsplit network, and the split's MSE against the unsplit one's;
-2. runs our gradient flow (`ij.gradient_flow`, Kvaerno5) from the start of their ODE phase
-   and compares it with their saved rows up to their time `--t-cut`. Their ODE is
+2. runs our gradient flow (`ij.gradient_flow`, Kvaerno5 with Newton stage solves) from the
+   start of their ODE phase, with their `maxnorm` penalty, and compares it with their saved
+   rows up to their time `--t-cut` (default: all, to t > 1e300). Their ODE is
    `dx/dt = -grad sum_i (f_i - y_i)^2` (MLPGradientFlow's `train` docstring), ours
-   `-grad (1/2N) sum_i (f_i - y_i)^2`: their time t is our time 2 N t;
+   `-grad (1/2N) sum_i (f_i - y_i)^2`: their time t is our time 2 N t. Their penalty
+   (`--penalty`): MLPGradientFlow's `(nx - maxnorm)^3/3` was multiplied by `n_samples` only
+   from jbrea/MLPGradientFlow.jl 2be60bf (2025-03-27) on. Where their runs hover at
+   `maxnorm`, the script solves the radial balance of loss and penalty gradients at their
+   last row for the excess `nx - maxnorm` each form predicts, beside the excess they show;
 3. computes, at each of their `xs`, the eigenvalues of our Hessian (panel I's quantity;
    their values are not committed) and at the end of their ODE phase what
    `ch.detect_channels` and `ch.confirm_channel` say;
@@ -30,7 +35,8 @@ The data are read from a local git mirror of the authors' repository (`--repo`),
 copied here; the JSON records the commit read.
 
 Usage: python benchmarks/channels_saddle_split.py --repo /path/to/channels-to-infinity.git
-       [--t-cut 15] [--rtol 1e-8] [--max-steps 5000] [--workers 2] [--mus=-1.0,0.5]
+       [--t-cut inf] [--rtol 1e-8] [--max-steps 20000] [--solver kvaerno5_newton]
+       [--maxnorm 1e3] [--penalty unscaled] [--workers 2] [--mus=-1.0,0.5]
        [--out benchmarks/results/channels_saddle_split.json] (the PNG goes beside the JSON)
 """
 
@@ -50,6 +56,10 @@ from _output import output_path, save_figure, write_json  # benchmarks/_output.p
 DIR = "paper_data/fig1A_saddle_perturbation/86/split_2"
 SPLIT = 2  # their `split_id`: the hidden neuron split (1-based)
 IDENTITY_RTOL = 1e-10
+PENALTIES = ("unscaled", "n_samples")
+"""Their penalty's two forms: `(nx - maxnorm)^3/3` added to `sum (f - y)^2` before
+MLPGradientFlow.jl 2be60bf, times `n_samples` after it. In our units (their loss / 2N):
+`ch.maxnorm_penalty` at strength `1/N` and `1`."""
 
 
 def _files(repo: str, commit: str) -> dict[float, str]:
@@ -111,7 +121,18 @@ def _mu_coordinates(P: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray
     return np.stack([mu, dist], axis=1)
 
 
-def one_run(repo: str, commit: str, path: str, mu: float, t_cut: float, rtol: float, max_steps: int) -> dict:
+def one_run(
+    repo: str,
+    commit: str,
+    path: str,
+    mu: float,
+    t_cut: float,
+    rtol: float,
+    max_steps: int,
+    solver: str,
+    maxnorm: float,
+    penalty: str,
+) -> dict:
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -156,13 +177,16 @@ def one_run(repo: str, commit: str, path: str, mu: float, t_cut: float, rtol: fl
     their_loss = np.asarray(r["loss_curve"])[: len(ts)]  # one more entry when their ODE hit t > 1e300
     keep = ts <= t_cut
     t0 = time.perf_counter()
+    strength = {"unscaled": 1 / n, "n_samples": 1.0}[penalty]
     flow = ij.gradient_flow(
         net,
         X,
         Y,
         2 * n * ts[keep][-1],
-        solver=ij.SolverOptions("kvaerno5", rtol=rtol, atol=rtol, max_steps=max_steps),
+        loss=ij.Objective("mse", regularizer=ch.MaxnormPenalty(maxnorm), strength=strength),
+        solver=ij.SolverOptions(solver, rtol=rtol, atol=rtol, max_steps=max_steps),
         saveat=ij.SaveTimes(2 * n * ts[keep]),
+        throw=False,
     )
     wall = time.perf_counter() - t0
     reached = np.all(np.isfinite(np.asarray(flow.thetas)), axis=1)  # rows past a failure are not saved
@@ -178,6 +202,24 @@ def one_run(repo: str, commit: str, path: str, mu: float, t_cut: float, rtol: fl
     rep = ch.detect_channels(end, pair_tol=1e-2)
     ok, glu_err, _ = ch.confirm_channel(end, X, Y, pair_tol=1e-2)
     pair = rep.pairs[int(np.argmin(rep.cosine_distances))] if rep.pairs else None
+
+    # the hover: the excess nx - maxnorm at which each penalty form's radial gradient
+    # balances the loss gradient's, at their last row (our units; ch.maxnorm_penalty's
+    # gradient is strength * excess^2 / 2 * theta / E)
+    last = jnp.asarray(P[-1])
+    g = jax.grad(lambda th: ij.network_loss(net.with_edge_weights(th), X, Y))(last)
+    push = -float(g @ last)  # > 0: the loss pulls outward
+    E = last.size
+    excess = {
+        form: (float(np.sqrt(2 * E * push / (s * float(last @ last)))) if push > 0 else 0.0)
+        for form, s in (("unscaled", 1 / n), ("n_samples", 1.0))
+    }
+    theirs_excess = float(ch.weightnorm(last)) - maxnorm
+    hover = dict(
+        theirs_excess=theirs_excess,
+        predicted_excess=excess if theirs_excess > 0 else None,  # None: their run does not hover
+        ours_excess=float(ch.weightnorm(jnp.asarray(Q[-1]))) - maxnorm,
+    )
 
     # panel G: their rows (first-order phase, then ODE) and ours, in their coordinates
     theirs_G = _mu_coordinates(np.vstack([trj, P]), before["w1"], before["w2"])
@@ -206,6 +248,8 @@ def one_run(repo: str, commit: str, path: str, mu: float, t_cut: float, rtol: fl
         weightnorm_at_last=dict(theirs=float(np.linalg.norm(P[keep][-1])), ours=float(np.linalg.norm(Q[-1]))),
         our_seconds=wall,
         our_steps=int(np.asarray(flow.stats["num_steps"])),
+        our_rejected_steps=int(np.asarray(flow.stats["num_rejected_steps"])),
+        hover=hover,
         hessian_eigenvalues_at_xs=[float(e) for e in eig],
         n_negative_eigenvalues=int((eig < -1e-10).sum()),
         their_ode_end=dict(
@@ -243,8 +287,15 @@ def _figure(path, runs):
     g.legend(fontsize=7)
     mus = [r["mu"] for r in runs]
     h.plot(mus, [r["their_final_loss"] for r in runs], "D", ms=4, color="0.4", label="theirs: final loss")
-    h.plot(mus, [r["loss_at_last"]["theirs"] for r in runs], "s", mfc="none", color="k", label="theirs at t_cut")
-    h.plot(mus, [r["loss_at_last"]["ours"] for r in runs], "x", color="C3", label="ours at t_cut")
+    h.plot(
+        mus,
+        [r["loss_at_last"]["theirs"] for r in runs],
+        "s",
+        mfc="none",
+        color="k",
+        label="theirs at the last row compared",
+    )
+    h.plot(mus, [r["loss_at_last"]["ours"] for r in runs], "x", color="C3", label="ours there")
     h.set(xlabel="mu", ylabel="MSE", title="panel H")
     h.legend(fontsize=7)
     for r in runs:
@@ -257,13 +308,20 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repo", required=True, help="git directory of flavio-martinelli/channels-to-infinity")
     p.add_argument("--commit", default="HEAD")
-    p.add_argument("--t-cut", type=float, default=15.0, help="compare their rows up to this time of theirs")
-    p.add_argument("--rtol", type=float, default=1e-8, help="our Kvaerno5 rtol = atol")
-    p.add_argument("--max-steps", type=int, default=5_000, help="our solver's step budget per run")
+    p.add_argument("--t-cut", type=float, default=np.inf, help="compare their rows up to this time of theirs")
+    p.add_argument("--rtol", type=float, default=1e-8, help="our solver's rtol = atol")
+    p.add_argument("--max-steps", type=int, default=20_000, help="our solver's step budget per run")
+    p.add_argument("--solver", default="kvaerno5_newton", help="a name in ij.SOLVERS")
+    p.add_argument("--maxnorm", type=float, default=1e3, help="their maxnorm (their rows hover at 1e3)")
+    p.add_argument("--penalty", choices=PENALTIES, default="unscaled", help="their penalty's form (see PENALTIES)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--mus", default=None, help="comma-separated subset of mu (default: every file)")
     p.add_argument("--out", default=None, help="default: benchmarks/results/local/channels_saddle_split.json")
     args = p.parse_args()
+    import invariant_jax as ij
+
+    if args.solver not in ij.SOLVERS:
+        raise SystemExit(f"--solver {args.solver!r}: not a solver name; use one of {sorted(ij.SOLVERS)}.")
     out = output_path(args.out, "channels_saddle_split.json")
     commit = subprocess.run(
         ["git", "-C", args.repo, "rev-parse", args.commit], capture_output=True, text=True, check=True
@@ -283,9 +341,12 @@ def main():
             dict(
                 their_repo="flavio-martinelli/channels-to-infinity",
                 their_commit=commit,
-                t_cut=args.t_cut,
+                t_cut=None if np.isinf(args.t_cut) else args.t_cut,  # None: every row
                 rtol=args.rtol,
                 max_steps=args.max_steps,
+                solver=args.solver,
+                maxnorm=args.maxnorm,
+                penalty=args.penalty,
                 time_scale="our t = 2 N x their t (their ODE: -grad sum (f - y)^2; ours: -grad (1/2N) sum (f - y)^2)",
                 wall_seconds=time.perf_counter() - t,
                 complete=done,
@@ -296,7 +357,19 @@ def main():
     runs = []
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
         futures = [
-            pool.submit(one_run, args.repo, commit, f, m, args.t_cut, args.rtol, args.max_steps)
+            pool.submit(
+                one_run,
+                args.repo,
+                commit,
+                f,
+                m,
+                args.t_cut,
+                args.rtol,
+                args.max_steps,
+                args.solver,
+                args.maxnorm,
+                args.penalty,
+            )
             for m, f in sorted(files.items())
         ]
         for f in as_completed(futures):
