@@ -203,17 +203,10 @@ def one_run(
     ok, glu_err, _ = ch.confirm_channel(end, X, Y, pair_tol=1e-2)
     pair = rep.pairs[int(np.argmin(rep.cosine_distances))] if rep.pairs else None
 
-    # the hover: the excess nx - maxnorm at which each penalty form's radial gradient
-    # balances the loss gradient's, at their last row (our units; ch.maxnorm_penalty's
-    # gradient is strength * excess^2 / 2 * theta / E)
+    # the hover: the excess at which each penalty form balances the loss's pull, at their last row
     last = jnp.asarray(P[-1])
-    g = jax.grad(lambda th: ij.network_loss(net.with_edge_weights(th), X, Y))(last)
-    push = -float(g @ last)  # > 0: the loss pulls outward
-    E = last.size
-    excess = {
-        form: (float(np.sqrt(2 * E * push / (s * float(last @ last)))) if push > 0 else 0.0)
-        for form, s in (("unscaled", 1 / n), ("n_samples", 1.0))
-    }
+    g = np.asarray(jax.grad(lambda th: ij.network_loss(net.with_edge_weights(th), X, Y))(last))
+    excess = {form: hover_excess(g, P[-1], s) for form, s in (("unscaled", 1 / n), ("n_samples", 1.0))}
     theirs_excess = float(ch.weightnorm(last)) - maxnorm
     hover = dict(
         theirs_excess=theirs_excess,
@@ -260,6 +253,15 @@ def one_run(
         ),
         panel_G=dict(theirs=theirs_G.tolist(), ours=ours_G.tolist()),
     )
+
+
+def hover_excess(grad_loss: np.ndarray, theta: np.ndarray, strength: float) -> float:
+    """The excess `e = weightnorm(theta) - maxnorm` at which `strength * ch.maxnorm_penalty`
+    (gradient `strength * e^2 / 2 * theta / E`) cancels the radial part of `grad_loss` at
+    `theta`: `e = sqrt(-2 E (grad_loss . theta) / (strength |theta|^2))`; 0 where the loss
+    pulls inward."""
+    push = -float(grad_loss @ theta)
+    return float(np.sqrt(2 * theta.size * push / (strength * float(theta @ theta)))) if push > 0 else 0.0
 
 
 def _read_components(ca) -> dict:

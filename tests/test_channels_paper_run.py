@@ -1,7 +1,8 @@
 """The layouts the authors' data come in: MLPGradientFlow's layer matrices mapped to our
 edge weights (`benchmarks/channels_paper_run.py`), the scaling study's teacher
 (`benchmarks/channels_scaling.py`), and Fig. 2's neuron split and its coordinates
-(`benchmarks/channels_saddle_split.py`), each against a hand computation in NumPy."""
+(`benchmarks/channels_saddle_split.py`), each against a hand computation in NumPy, and
+the hover's balance against the penalty's own gradient."""
 
 import sys
 
@@ -15,7 +16,7 @@ import invariant_jax as ij  # noqa: E402
 
 sys.path.insert(0, "benchmarks")
 from channels_paper_run import to_theta  # noqa: E402
-from channels_saddle_split import _mu_coordinates, _split, _theta  # noqa: E402
+from channels_saddle_split import _mu_coordinates, _split, _theta, hover_excess  # noqa: E402
 from channels_scaling import seed_data  # noqa: E402
 
 
@@ -61,3 +62,21 @@ def test_fig2_split_keeps_the_function_and_sits_on_the_mu_line():
         off = dict(w1=w1s.copy(), w2=w2s)
         off["w1"][0, 1] += 1e-3  # an input weight: orthogonal to the line's direction
         np.testing.assert_allclose(_mu_coordinates(_theta(off)[None], w1, w2), [[mu, 1e-3]], atol=1e-13)
+
+
+def test_hover_excess_cancels_the_radial_pull_with_the_penalty_gradient():
+    """At the excess `hover_excess` returns, `strength * grad ch.maxnorm_penalty` (autodiff)
+    cancels the radial part of the loss gradient; a loss that pulls inward gives 0."""
+    import invariant_jax.channels as ch
+
+    rng = np.random.default_rng(2)
+    theta = rng.normal(size=9) * 40
+    for strength in (1.0, 1 / 10201):
+        g = rng.normal(size=9) * 1e-3
+        g -= (g @ theta / (theta @ theta) + 1e-6) * theta  # a pull outward (-g . theta > 0)
+        e = hover_excess(g, theta, strength)
+        maxnorm = float(ch.weightnorm(theta)) - e
+        pen = strength * np.asarray(jax.grad(ch.maxnorm_penalty)(theta, maxnorm))
+        assert e > 0
+        np.testing.assert_allclose((g + pen) @ theta, 0.0, atol=1e-12 * abs(g @ theta) * 1e3)
+    assert hover_excess(-g, theta, 1.0) == 0.0
