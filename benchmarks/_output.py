@@ -219,10 +219,13 @@ def _blas_threads() -> dict:
 
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
-    tracked files, `null` outside a git checkout), versions, machine (with its load
-    average when the results were written: other work on a shared machine slows
-    timings) and times."""
+    tracked files outside `benchmarks/results/`, `null` outside a git checkout: a script
+    that rewrites its committed JSON as it goes must not mark itself dirty), versions,
+    machine (with its load average when the results were written: other work on a
+    shared machine slows timings) and times."""
     status = _git("status", "--porcelain", "--untracked-files=no")
+    if status is not None:
+        status = [ln for ln in status.splitlines() if not ln.split(None, 1)[-1].startswith("benchmarks/results/")]
     return {
         "commit": _git("rev-parse", "HEAD"),
         "dirty": None if status is None else bool(status),

@@ -523,28 +523,41 @@ def channels_saddle_split() -> str:
     rec = _load("channels_saddle_split.json")
     runs = rec["runs"]
     worst = max(max(r["identities"].values()) for r in runs)
+    upto = "all their rows" if rec["t_cut"] is None else f"their rows up to their time {rec['t_cut']:g}"
+    form = {"unscaled": "`(nx - maxnorm)^3/3`, without `n_samples`", "n_samples": "`(nx - maxnorm)^3/3 * n_samples`"}
     lines = [
         f"`{rec['command']}` (commit {_commit(rec)}), reading {len(runs)} files at the authors' commit "
         f"{rec['their_commit'][:7]}; {rec['wall_seconds'] / 60:.0f} minutes on 2 processes. The reading's "
         f"{sum(len(r['identities']) for r in runs)} identities (MSE at their points against their records, along "
         f"their first-order phase against `loss_trj`, `xs` against the split of `x`) hold to {worst:.0e} "
-        f"(relative; `xs` exactly). Our flow: Kvaerno5, rtol = atol = {rec['rtol']:g}, at most "
-        f"{rec['max_steps']} steps, their rows up to their time {rec['t_cut']:g}.",
+        f"(relative; `xs` exactly). Our flow: `{rec['solver']}`, rtol = atol = {rec['rtol']:g}, at most "
+        f"{rec['max_steps']} steps, with their penalty {form[rec['penalty']]}, maxnorm = {rec['maxnorm']:g}; "
+        f"{upto}. Norms are Euclidean; the hover's excess is `weightnorm - maxnorm` at the last row "
+        "(theirs, ours) and the excess at which each penalty form balances the loss gradient's pull there.",
         "",
-        "| mu | their ODE phase stopped by | rows compared (to their t) | max distance (relative) | max \\|MSE diff\\| "
-        "| MSE at the last row: theirs / ours | weightnorm there: theirs / ours | our negative eigenvalues at `xs` "
+        "| mu | their ODE phase: stopped by, iterations, seconds | our steps (rejected), seconds "
+        "| rows compared (to their t) | max distance (relative) | max \\|MSE diff\\| "
+        "| MSE at the last row: theirs / ours | norm there: theirs / ours "
+        "| hover excess: theirs / ours / balance without, with `n_samples` | our negative eigenvalues at `xs` "
         "| their ODE end: closest pair, our class, confirmed | their final MSE |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        end = r["their_ode_end"]
+        end, ode, hv = r["their_ode_end"], r["their_ode"], r["hover"]
         pair = "-" if end["closest_pair"] is None else f"{end['closest_pair'][0]}, {end['closest_pair'][1]}"
+        if hv["predicted_excess"] is None:
+            hover = "- (below maxnorm)"
+        else:
+            pe = hv["predicted_excess"]
+            hover = f"{hv['theirs_excess']:.6f} / {hv['ours_excess']:.6f} / {pe['unscaled']:.6f}, {pe['n_samples']:.1e}"
         lines.append(
-            f"| {r['mu']:g} | {r['their_ode']['stopped_by']} | {r['rows_compared']} ({r['t_last_compared']:.3g}"
+            f"| {r['mu']:g} | {ode['stopped_by']}, {ode['iterations']}, {ode['seconds']:.0f} "
+            f"| {r['our_steps']} ({r['our_rejected_steps']}), {r['our_seconds']:.0f} "
+            f"| {r['rows_compared']} ({r['t_last_compared']:.3g}"
             f"{', our step budget' if 'maximum number of solver steps' in r['our_result'] else ''}) | "
             f"{r['max_distance']:.1e} ({r['max_relative_distance']:.0e}) | {r['max_loss_diff']:.0e} | "
             f"{r['loss_at_last']['theirs']:.10f} / {r['loss_at_last']['ours']:.10f} | "
-            f"{r['weightnorm_at_last']['theirs']:.4f} / {r['weightnorm_at_last']['ours']:.4f} | "
+            f"{r['weightnorm_at_last']['theirs']:.6f} / {r['weightnorm_at_last']['ours']:.6f} | {hover} | "
             f"{r['n_negative_eigenvalues']} | {pair}, {end['kind']}, {'yes' if end['confirmed_channel'] else 'no'} | "
             f"{r['their_final_loss']:.10f} |"
         )

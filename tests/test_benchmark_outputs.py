@@ -77,3 +77,20 @@ def test_user_file_at_out_refused_before_work(tmp_path):
     assert "refusing to replace" in proc.stderr and str(user) in proc.stderr
     assert "RESULT" not in proc.stdout  # nothing was measured
     assert user.read_text() == '{"my": "data"}'
+
+
+def test_dirty_flag_ignores_results_files(monkeypatch):
+    """`provenance()["dirty"]`: a changed results file (a script rewriting its own committed
+    JSON as it goes) is not a dirty tree; a changed source file is."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import _output as o
+
+    for status, dirty in (
+        (" M benchmarks/results/a.json\n M benchmarks/results/a.png", False),
+        (" M benchmarks/results/a.json\n M invariant_jax/flow.py", True),
+        (" M benchmarks/foo.py", True),
+        ("", False),
+    ):
+        stripped = status.strip()  # as _git returns it
+        monkeypatch.setattr(o, "_git", lambda *a, s=stripped: s if a[0] == "status" else "abc")
+        assert o.provenance()["dirty"] is dirty
