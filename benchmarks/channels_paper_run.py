@@ -213,15 +213,15 @@ def main():
     )
     # their ODE end's excess over maxnorm beside where each form of their penalty balances
     # the loss's pull (channels_saddle_split.py's hover_excess; docs: "Which penalty")
-    from channels_saddle_split import hover_excess
+    from channels_saddle_split import hover_excess, penalty_strength
 
     n = X.shape[0]
     grad = np.asarray(jax.grad(lambda th: ij.network_loss(net.with_edge_weights(th), X, Y))(point["ode_x"]))
     hover = dict(
         theirs_excess=float(ch.weightnorm(point["ode_x"])) - maxnorm,
         ours_excess=float(ch.weightnorm(ours_ode)) - maxnorm,
-        balance_without_n_samples=hover_excess(grad, point["ode_x"], 1 / n),
-        balance_with_n_samples=hover_excess(grad, point["ode_x"], 1.0),
+        balance_without_n_samples=hover_excess(grad, point["ode_x"], penalty_strength("unscaled", n)),
+        balance_with_n_samples=hover_excess(grad, point["ode_x"], penalty_strength("n_samples", n)),
     )
     init_jump = dict(
         theirs=float(ch.jump_distance(point["ode_x"], point["x"])[0]),

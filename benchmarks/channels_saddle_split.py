@@ -58,8 +58,13 @@ SPLIT = 2  # their `split_id`: the hidden neuron split (1-based)
 IDENTITY_RTOL = 1e-10
 PENALTIES = ("unscaled", "n_samples")
 """Their penalty's two forms: `(nx - maxnorm)^3/3` added to `sum (f - y)^2` before
-MLPGradientFlow.jl 2be60bf, times `n_samples` after it. In our units (their loss / 2N):
-`ch.maxnorm_penalty` at strength `1/N` and `1`."""
+MLPGradientFlow.jl 2be60bf, times `n_samples` after it (`penalty_strength`)."""
+
+
+def penalty_strength(form: str, n: int) -> float:
+    """The strength of `ch.maxnorm_penalty` (our units: their loss / 2N) that is their
+    penalty `form` on `n` samples: `1/n` without `n_samples`, `1` with it."""
+    return {"unscaled": 1 / n, "n_samples": 1.0}[form]
 
 
 def _files(repo: str, commit: str) -> dict[float, str]:
@@ -177,7 +182,7 @@ def one_run(
     their_loss = np.asarray(r["loss_curve"])[: len(ts)]  # one more entry when their ODE hit t > 1e300
     keep = ts <= t_cut
     t0 = time.perf_counter()
-    strength = {"unscaled": 1 / n, "n_samples": 1.0}[penalty]
+    strength = penalty_strength(penalty, n)
     flow = ij.gradient_flow(
         net,
         X,
@@ -206,7 +211,7 @@ def one_run(
     # the hover: the excess at which each penalty form balances the loss's pull, at their last row
     last = jnp.asarray(P[-1])
     g = np.asarray(jax.grad(lambda th: ij.network_loss(net.with_edge_weights(th), X, Y))(last))
-    excess = {form: hover_excess(g, P[-1], s) for form, s in (("unscaled", 1 / n), ("n_samples", 1.0))}
+    excess = {form: hover_excess(g, P[-1], penalty_strength(form, n)) for form in PENALTIES}
     theirs_excess = float(ch.weightnorm(last)) - maxnorm
     hover = dict(
         theirs_excess=theirs_excess,

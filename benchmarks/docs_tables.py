@@ -515,14 +515,13 @@ def channels_paper_run() -> str:
         f"their optimizer moved their point by {fin['their_ode_end_to_final']:.2g} (relative). "
         f"Our run: {rec['seconds']:.0f} s in all.",
     ]
-    if "hover" in rec:
-        hv = rec["hover"]
-        lines += [
-            "",
-            f"Excess `weightnorm - maxnorm` at the ODE phase's end: theirs {hv['theirs_excess']:.3g}, ours "
-            f"{hv['ours_excess']:.3g}; where the loss's pull at their point balances the penalty without "
-            f"`n_samples` {hv['balance_without_n_samples']:.3g}, with it {hv['balance_with_n_samples']:.3g}.",
-        ]
+    hv = rec["hover"]
+    lines += [
+        "",
+        f"Excess `weightnorm - maxnorm` at the ODE phase's end: theirs {hv['theirs_excess']:.3g}, ours "
+        f"{hv['ours_excess']:.3g}; where the loss's pull at their point balances the penalty without "
+        f"`n_samples` {hv['balance_without_n_samples']:.3g}, with it {hv['balance_with_n_samples']:.3g}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
