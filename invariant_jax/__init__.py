@@ -115,6 +115,7 @@ if TYPE_CHECKING:
     )
     from .solvers import (
         SOLVERS,
+        FilteredError,
         GaussLegendre,
         Projected,
         get_solver,
@@ -245,6 +246,7 @@ __all__ = [
     "SOLVERS",
     "get_solver",
     "GaussLegendre",
+    "FilteredError",
     "Projected",
     "hessian_kvaerno5",
     "newton_kvaerno5",

@@ -16,6 +16,9 @@
 - `newton_kvaerno5()`: diffrax's `Kvaerno5` whose stage equations are solved by Newton's
   method, the Jacobian evaluated afresh at every iteration. Registered as
   `"kvaerno5_newton"`: the solver of the flat-channels flow phase.
+- `FilteredError(solver)`: an implicit solver whose error estimate is filtered along the
+  field's stable directions (Shampine's filter). Registered, around `newton_kvaerno5()`,
+  as `"kvaerno5_newton_filtered"`.
 
 Step-size control of `GaussLegendre` is by **step doubling**: every step is taken once
 with `h` and twice with `h/2`; the two-half-step result is kept and the difference,
@@ -40,12 +43,15 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
+from ._checks import check_positive
+
 __all__ = [
     "SOLVERS",
     "get_solver",
     "is_implicit",
     "GaussLegendre",
     "Projected",
+    "FilteredError",
     "hessian_kvaerno5",
     "newton_kvaerno5",
     "gauss_legendre_tableau",
@@ -386,6 +392,96 @@ class Projected(diffrax.AbstractAdaptiveSolver):
         return y1p, err, dense, state, res
 
 
+# ------------------------------------------------------------------ filtered error estimate
+
+
+class FilteredError(diffrax.AbstractImplicitSolver, diffrax.AbstractAdaptiveSolver):
+    """Wrap an implicit Runge-Kutta solver (e.g. `diffrax.Kvaerno5`): the same steps,
+    with the error estimate `e` filtered along the field's stable directions (Shampine's
+    filter, Hairer & Wanner, *Solving ODEs II*, IV.8):
+
+        e <- V diag(1 / max(1, 1 + gamma h lambda_i)) V^T e,
+
+    where `-(J + J^T)/2 = V diag(lambda) V^T` at the step's start and `gamma` is the
+    method's diagonal coefficient. For a gradient flow `J = -Hessian` is symmetric, and
+    on its stable directions (`lambda_i > 0`) this is `(I - gamma h J)^-1 e`, the filter
+    that OrdinaryDiffEq.jl's ESDIRK methods (KenCarp58 among them) apply by default. On
+    unstable or flat directions the estimate is left as it is: there the full filter
+    would shrink the estimate of a growing error once `gamma h lambda_i < -2`.
+
+    Why: along a stiff direction an ESDIRK method damps the solution, but its embedded
+    estimate does not decay as `h -> infinity`, so the controller keeps `h` small where
+    nothing is left to resolve (on a hover at `maxnorm`, for example). Solution, dense
+    output and stage solves are the wrapped solver's; only the accept/reject decision
+    and the next step size change. Costs one Jacobian (`jax.jacfwd` of the field) and
+    one symmetric eigendecomposition per step. A non-finite estimate is passed through
+    unchanged, and so is every estimate whose Jacobian is not finite.
+
+    **Arguments:**
+
+    - `solver`: the implicit solver to wrap (a diffrax Runge-Kutta method with a
+        diagonal coefficient, or any implicit solver given `gamma`).
+    - `gamma`: the diagonal coefficient; default None, read from the solver's tableau.
+    """
+
+    solver: diffrax.AbstractImplicitSolver
+    gamma: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if not isinstance(self.solver, diffrax.AbstractImplicitSolver):
+            raise ValueError(
+                f"FilteredError wraps an implicit solver (e.g. diffrax.Kvaerno5()); got {type(self.solver).__name__}."
+            )
+        check_positive("FilteredError's gamma (the diagonal coefficient)", self._gamma())
+
+    def _gamma(self) -> float:
+        if self.gamma is not None:
+            return float(self.gamma)
+        diagonal = getattr(getattr(self.solver, "tableau", None), "a_diagonal", None)
+        if diagonal is None:
+            raise ValueError(f"{type(self.solver).__name__} has no diagonal coefficient to read; pass gamma=.")
+        return float(np.max(diagonal))
+
+    @property
+    def root_finder(self):  # type: ignore[override]
+        return self.solver.root_finder
+
+    @property
+    def root_find_max_steps(self):  # type: ignore[override]
+        return self.solver.root_find_max_steps
+
+    @property
+    def term_structure(self):
+        return self.solver.term_structure
+
+    @property
+    def interpolation_cls(self):  # type: ignore[override]
+        return self.solver.interpolation_cls
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        y_flat, unravel = jfu.ravel_pytree(y0)
+        e = jfu.ravel_pytree(err)[0]
+        J = jax.jacfwd(lambda yf: jfu.ravel_pytree(terms.vf(t0, unravel(yf), args))[0])(y_flat)
+        usable = jnp.all(jnp.isfinite(J)) & jnp.all(jnp.isfinite(e))
+        lam, V = jnp.linalg.eigh(jnp.where(usable, -(J + J.T) / 2, 0.0))  # (zeroed when unusable: no NaN)
+        factor = 1 / jnp.maximum(1.0, 1 + self._gamma() * (t1 - t0) * lam)
+        filtered = V @ (factor * (V.T @ jnp.where(usable, e, 0.0)))
+        return y1, unravel(jnp.where(usable, filtered, e)), dense, state, result
+
+
 # ------------------------------------------------------------------ Kvaerno5 + Hessian
 
 
@@ -462,6 +558,7 @@ SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
     "gauss6": lambda: GaussLegendre(stages=3),
     "kvaerno5_hessian": hessian_kvaerno5,
     "kvaerno5_newton": newton_kvaerno5,
+    "kvaerno5_newton_filtered": lambda: FilteredError(newton_kvaerno5()),
 }
 """Solver names accepted wherever a solver is chosen (`SolverOptions(solver=...)`,
 `SweepConfig.solver`, the CLI's `--solver`), each mapped to a factory of a fresh

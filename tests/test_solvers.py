@@ -236,3 +236,83 @@ def test_restep_is_one_gauss_step_with_the_kept_jacobian():
     assert bool(ok) and result == diffrax.RESULTS.successful
     np.testing.assert_array_equal(np.asarray(err), 0.0)
     np.testing.assert_allclose(y1, ref, rtol=0, atol=1e-15)
+
+
+def test_filtered_error_is_shampines_filter_on_a_linear_flow():
+    # y' = -A y: the solution is the wrapped solver's, bit for bit; the estimate is
+    # (I + gamma h A)^-1 e for an SPD A (SciPy's solve) and, for an indefinite A, left as
+    # it is along the unstable eigenvector.
+    rng = np.random.default_rng(0)
+    Q = np.linalg.qr(rng.normal(size=(4, 4)))[0]
+    plain = diffrax.Kvaerno5(root_finder=diffrax.VeryChord(rtol=1e-13, atol=1e-13))
+    gamma, y0 = float(np.max(plain.tableau.a_diagonal)), jnp.asarray(rng.normal(size=4))
+    t0, h = jnp.asarray(0.0), jnp.asarray(0.3)
+    for lams in ([1e-2, 1.0, 30.0, 1e4], [-2.0, 1.0, 30.0, 1e4]):
+        A = Q @ np.diag(lams) @ Q.T
+        term = diffrax.ODETerm(lambda t, y, args: -jnp.asarray(A) @ y)
+        steps = [
+            s.step(term, t0, h, y0, None, s.init(term, t0, h, y0, None), False)
+            for s in (plain, ij.FilteredError(plain))
+        ]
+        (y1, e, *_), (y1f, ef, *_) = steps
+        np.testing.assert_array_equal(y1f, y1)
+        if lams[0] > 0:
+            np.testing.assert_allclose(
+                ef, scipy.linalg.solve(np.eye(4) + gamma * h * A, e, assume_a="pos"), rtol=1e-10, atol=1e-16
+            )
+        else:
+            # in A's eigenbasis: the unstable component unchanged, the others divided
+            np.testing.assert_allclose(
+                Q.T @ ef, (Q.T @ e) / np.maximum(1, 1 + gamma * h * np.array(lams)), rtol=1e-9, atol=1e-14
+            )
+
+
+def _hover(z):
+    # An outward pull (-log r) held by a stiff wall, (r - R)^3 above R = 10, while the
+    # angle creeps towards 2 along a quartic: in polar coordinates r and phi decouple,
+    # r -> r* (1/r* = s (r* - R)^2) and (phi - 2)^-2 = 1/4 + 8 int_0^t r^-2 dt exactly.
+    r, phi = jnp.linalg.norm(z), jnp.arctan2(z[1], z[0])
+    return -jnp.log(r) + (phi - 2.0) ** 4 + 1e3 * jnp.maximum(r - 10.0, 0.0) ** 3 / 3
+
+
+def test_filtered_error_crosses_a_hover_that_stalls_the_plain_estimate():
+    from scipy.integrate import quad, solve_ivp
+    from scipy.optimize import brentq
+
+    ts = jnp.array([1e2, 1e4, 1e8, 1e12, 1e15])
+    term = diffrax.ODETerm(lambda t, z, args: -jax.grad(_hover)(z))  # to t = 1e16
+    kw = dict(saveat=diffrax.SaveAt(ts=ts), stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8))
+
+    def solve(s):
+        return diffrax.diffeqsolve(term, s, 0.0, 1e16, None, jnp.array([1.0, 0.0]), max_steps=2000, throw=False, **kw)
+
+    # Past t ~ 1e14 the plain estimate is the stiff wall's round-off times h: every step is rejected
+    plain, filtered = solve(ij.newton_kvaerno5()), solve(ij.get_solver("kvaerno5_newton_filtered"))
+    assert plain.result == diffrax.RESULTS.max_steps_reached
+    assert filtered.result == diffrax.RESULTS.successful and int(filtered.stats["num_steps"]) < 500
+
+    r_star = brentq(lambda r: 1 / r - 1e3 * (r - 10) ** 2, 10.0, 11.0)
+    T = 200.0  # r = r* to round-off from here on
+    r = solve_ivp(
+        lambda t, r: 1 / r - 1e3 * np.maximum(r - 10, 0) ** 2,
+        (0, T),
+        [1.0],
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-12,
+        dense_output=True,
+    )
+    integral = (
+        quad(lambda t: r.sol(t)[0] ** -2, 0, T, limit=500, epsabs=1e-13, epsrel=1e-13)[0]
+        + (np.asarray(ts) - T) / r_star**2
+    )
+    phi = 2 - (0.25 + 8 * integral) ** -0.5
+    exact = r_star * np.stack([np.cos(phi), np.sin(phi)], axis=1)
+    np.testing.assert_allclose(filtered.ys, exact, rtol=0, atol=1e-5)  # (plain: 7e-7 up to where it stalls)
+
+
+def test_filtered_error_refuses_what_it_cannot_filter():
+    with pytest.raises(ValueError, match="implicit solver.*Tsit5"):
+        ij.FilteredError(diffrax.Tsit5())
+    with pytest.raises(ValueError, match="gamma.*positive"):
+        ij.FilteredError(diffrax.Kvaerno5(), gamma=-1.0)
