@@ -1760,6 +1760,72 @@ def work_precision_stiff() -> str:
     return "\n".join(out) + "\n"
 
 
+def filtered_error() -> str:
+    """docs/solvers.md: `ij.FilteredError` beside the plain estimate on Fig. 2's committed runs."""
+    rec = _load("filtered_error.json")
+    plain, filtered = rec["solvers"]
+    by = {(r["mu"], r["solver"]): r for r in rec["runs"]}
+    mus = sorted({r["mu"] for r in rec["runs"]})
+
+    def cell(r):
+        warm = "-" if r["warm_seconds"] is None else f"{r['warm_seconds']:.1f} s"
+        failed = "" if r["success"] else f", **{r['rows_reached']} of {r['rows']} rows** (max_steps)"
+        return (
+            f"{r['steps']} ({r['rejected_steps']}){failed} | {r['first_call_seconds']:.0f} s "
+            f"({r['compilations']['seconds']:.0f} s compiling) | {warm} | {r['max_distance']:.1e}"
+        )
+
+    out = [
+        f"`{rec['command']}` ({_commit_of(rec)}), reading the authors' commit {rec['their_commit'][:7]}; "
+        f"rtol = atol = {_tol(rec['rtol'])}, at most {rec['max_steps']} steps, their penalty without `n_samples`, "
+        f"maxnorm = {rec['maxnorm']:g}; every run to their last saved time; {rec['wall_seconds'] / 60:.0f} minutes "
+        f"of wall time in all (shared 2-core machine). Per solver: steps (rejected), first call (its XLA compilation), "
+        f"a warm second call where the first took under {rec['warm_below']:g} s, and the largest distance to their "
+        "saved rows. A worker that had compiled the same program for an earlier run compiles nothing (0 s).",
+        "",
+        f"| mu | `{plain}`: steps | first call | warm | distance | `{filtered}`: steps | first call | warm | distance "
+        "| steps, plain / filtered | MSE at the last row: theirs / plain / filtered |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mu in mus:
+        a, b = by[(mu, plain)], by[(mu, filtered)]
+        mse = (
+            f"{a['loss_at_last']['theirs']:.10f} / {a['loss_at_last']['ours']:.10f} / {b['loss_at_last']['ours']:.10f}"
+        )
+        ratio = f"{a['steps'] / b['steps']:.2f}" if a["success"] and b["success"] else "-"
+        out.append(f"| {mu:g} | {cell(a)} | {cell(b)} | {ratio} | {mse} |")
+
+    def same_end(r):  # the last row's MSE as theirs, to 1e-8 (relative)
+        return abs(r["loss_at_last"]["ours"] - r["loss_at_last"]["theirs"]) <= 1e-8 * r["loss_at_last"]["theirs"]
+
+    both = [mu for mu in mus if by[(mu, plain)]["success"] and by[(mu, filtered)]["success"]]
+    fewer = [mu for mu in both if by[(mu, filtered)]["steps"] < by[(mu, plain)]["steps"]]
+    more = [mu for mu in both if by[(mu, filtered)]["steps"] > by[(mu, plain)]["steps"]]
+    ratios = [by[(mu, plain)]["steps"] / by[(mu, filtered)]["steps"] for mu in fewer]
+    said = [
+        f"Where both finished, the filtered estimate took fewer steps at mu = {_mus(fewer)} "
+        f"({min(ratios):.1f}x to {max(ratios):.1f}x fewer)" + (f" and more at mu = {_mus(more)}" if more else "") + "."
+    ]
+    for name, other in ((plain, filtered), (filtered, plain)):
+        for mu in mus:
+            r, o = by[(mu, name)], by[(mu, other)]
+            if not r["success"]:
+                said.append(
+                    f"At mu = {mu:g}, `{name}` ran out of steps after {r['rows_reached']} of {r['rows']} rows, "
+                    f"where `{other}` {'finished' if o['success'] else 'ran out too'}."
+                )
+            if r["success"] and not same_end(r):
+                said.append(
+                    f"At mu = {mu:g}, `{name}` ended at MSE {r['loss_at_last']['ours']:.10f}, not at theirs "
+                    f"({r['loss_at_last']['theirs']:.10f}), {r['distance_at_last']:.3g} from their last row."
+                )
+    return "\n".join(out) + "\n\n" + " ".join(said) + "\n"
+
+
+def _mus(mus: list) -> str:
+    return ", ".join(f"{m:g}" for m in mus)
+
+
 def _strength(x: float) -> str:
     return "0" if x == 0 else _tol(x)
 
@@ -1972,6 +2038,7 @@ BLOCKS = {
     "work-precision-goal": work_precision_goal,
     "work-precision-softplus": work_precision_softplus,
     "work-precision-stiff": work_precision_stiff,
+    "filtered-error": filtered_error,
     "pruning-breast-cancer": pruning_breast_cancer,
     "pruning-dag": pruning_dag,
     "pruning-dag-cost": pruning_dag_cost,
