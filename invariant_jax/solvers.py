@@ -350,7 +350,25 @@ def rescale_to_conserved(
     return jax.lax.fori_loop(0, sweeps, sweep, theta)
 
 
-class Projected(diffrax.AbstractAdaptiveSolver):
+class _Wrapper(diffrax.AbstractAdaptiveSolver):
+    """A solver around `solver` whose order, initial state and field evaluation are its."""
+
+    solver: eqx.AbstractVar[diffrax.AbstractSolver]
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+
+class Projected(_Wrapper):
     """Wrap a solver: after each step, restore `c = B~ theta^2` to `c0` exactly by
     neuron-wise rescaling (`rescale_to_conserved`). Cheap, and the network function is
     unchanged by the rescaling, but **the conservation drift reported by
@@ -370,18 +388,6 @@ class Projected(diffrax.AbstractAdaptiveSolver):
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation
 
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def error_order(self, terms):
-        return self.solver.error_order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        return self.solver.init(terms, t0, t1, y0, args)
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
-
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         # The wrapped solver must not reuse a derivative from before the projection.
         y1, err, _, state, res = self.solver.step(terms, t0, t1, y0, args, solver_state, True)
@@ -395,7 +401,7 @@ class Projected(diffrax.AbstractAdaptiveSolver):
 # ------------------------------------------------------------------ filtered error estimate
 
 
-class FilteredError(diffrax.AbstractImplicitSolver, diffrax.AbstractAdaptiveSolver):
+class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
     """Wrap an implicit Runge-Kutta solver (e.g. `diffrax.Kvaerno5`): the same steps,
     with the error estimate `e` filtered along the field's stable directions (Shampine's
     filter, Hairer & Wanner, *Solving ODEs II*, IV.8):
@@ -457,18 +463,6 @@ class FilteredError(diffrax.AbstractImplicitSolver, diffrax.AbstractAdaptiveSolv
     @property
     def interpolation_cls(self):  # type: ignore[override]
         return self.solver.interpolation_cls
-
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def error_order(self, terms):
-        return self.solver.error_order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        return self.solver.init(terms, t0, t1, y0, args)
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
