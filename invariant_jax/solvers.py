@@ -415,9 +415,11 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
     unstable or flat directions the estimate is left as it is: there the full filter
     would shrink the estimate of a growing error once `gamma h lambda_i < -2`.
 
-    Why: along a stiff direction an ESDIRK method damps the solution, but its embedded
-    estimate does not decay as `h -> infinity`, so the controller keeps `h` small where
-    nothing is left to resolve (on a hover at `maxnorm`, for example). Solution, dense
+    Why: along a stiff direction the method damps any perturbation, but the plain
+    estimate does not shrink with it; late on a hover at `maxnorm` it is the stiff
+    wall's round-off times `h`, so the controller rejects steps and keeps `h` small where
+    nothing is left to resolve. It is not the default: near a saddle its larger steps
+    can change which way the flow leaves (docs/solvers.md has the measurement). Solution, dense
     output and stage solves are the wrapped solver's; only the accept/reject decision
     and the next step size change. Costs one Jacobian (`jax.jacfwd` of the field) and
     one symmetric eigendecomposition per step. A non-finite estimate is passed through
