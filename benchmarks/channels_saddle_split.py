@@ -67,6 +67,14 @@ def penalty_strength(form: str, n: int) -> float:
     return {"unscaled": 1 / n, "n_samples": 1.0}[form]
 
 
+def their_files(repo: str, rev: str) -> tuple[str, dict[float, str]]:
+    """The commit `rev` names in their mirror `repo`, and its files by mu."""
+    commit = subprocess.run(
+        ["git", "-C", repo, "rev-parse", rev], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return commit, _files(repo, commit)
+
+
 def _files(repo: str, commit: str) -> dict[float, str]:
     names = subprocess.run(
         ["git", "-C", repo, "ls-tree", "--name-only", f"{commit}:{DIR}"], capture_output=True, text=True, check=True
@@ -330,10 +338,7 @@ def main():
     if args.solver not in ij.SOLVERS:
         raise SystemExit(f"--solver {args.solver!r}: not a solver name; use one of {sorted(ij.SOLVERS)}.")
     out = output_path(args.out, "channels_saddle_split.json")
-    commit = subprocess.run(
-        ["git", "-C", args.repo, "rev-parse", args.commit], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    files = _files(args.repo, commit)
+    commit, files = their_files(args.repo, args.commit)
     if args.mus:
         want = [float(m) for m in args.mus.split(",")]
         missing = [m for m in want if m not in files]

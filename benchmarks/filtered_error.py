@@ -25,7 +25,6 @@ Usage: python benchmarks/filtered_error.py --repo /path/to/channels-to-infinity.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -33,7 +32,7 @@ from multiprocessing import get_context
 import numpy as np
 
 from _output import CompileCounter, output_path, write_json  # benchmarks/_output.py
-from channels_saddle_split import _files, _read, _theta, penalty_strength
+from channels_saddle_split import _read, _theta, penalty_strength, their_files
 
 MUS = "1,-1.6,-1,0,2.2,1.4,-2,0.5"  # the longest first: two workers finish together
 SOLVERS = "kvaerno5_newton,kvaerno5_newton_filtered"
@@ -133,10 +132,7 @@ def main():
     if unknown:
         raise SystemExit(f"--solvers {unknown}: not solver names; use names from {sorted(ij.SOLVERS)}.")
     out = output_path(args.out, "filtered_error.json")
-    commit = subprocess.run(
-        ["git", "-C", args.repo, "rev-parse", args.commit], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    files = _files(args.repo, commit)
+    commit, files = their_files(args.repo, args.commit)
     mus = [float(m) for m in args.mus.split(",")]
     missing = [m for m in mus if m not in files]
     if missing:
