@@ -1822,6 +1822,28 @@ def filtered_error() -> str:
     return "\n".join(out) + "\n\n" + " ".join(said) + "\n"
 
 
+def filtered_error_hover() -> str:
+    """docs/solvers.md: both estimates on the two-weight hover with an exact solution."""
+    rec = _load("filtered_error_hover.json")
+    out = [
+        f"`{rec['command']}` ({_commit_of(rec)}); rtol = atol = {_tol(rec['rtol'])}, at most {rec['max_steps']} steps. "
+        "Error: the largest |difference| from the exact solution over the saved times the run reached.",
+        "",
+        "| t1 | solver | steps (rejected) | first call (compiling) | warm | largest error | error at the last time "
+        "reached | saved times reached |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rec["rows"]:
+        errs = [e for e in r["errors"].values() if e is not None]
+        steps = f"{r['steps']} ({r['rejected_steps']})" + ("" if r["success"] else ", max_steps")
+        out.append(
+            f"| {r['t1']:g} | `{r['solver']}` | {steps} | {r['first_call_seconds']:.1f} s "
+            f"({r['compilations']['seconds']:.1f} s) | {r['warm_seconds'] * 1e3:.0f} ms | {max(errs):.1e} | "
+            f"{errs[-1]:.1e} | {len(errs)} of {len(r['errors'])} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def _mus(mus: list) -> str:
     return ", ".join(f"{m:g}" for m in mus)
 
@@ -2039,6 +2061,7 @@ BLOCKS = {
     "work-precision-softplus": work_precision_softplus,
     "work-precision-stiff": work_precision_stiff,
     "filtered-error": filtered_error,
+    "filtered-error-hover": filtered_error_hover,
     "pruning-breast-cancer": pruning_breast_cancer,
     "pruning-dag": pruning_dag,
     "pruning-dag-cost": pruning_dag_cost,
