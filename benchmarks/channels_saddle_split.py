@@ -243,7 +243,7 @@ def one_run(
             end_weightnorm=float(np.linalg.norm(_theta(r["ode_x"]))),
         ),
         their_final_loss=float(r["loss"]),
-        our_result=str(flow.result),
+        our_result=str(ij.result_name(flow.result)),
         rows_compared=int(keep.sum()),
         t_last_compared=float(ts[keep][-1]),
         max_distance=float(dist.max()),

@@ -95,7 +95,7 @@ def one_run(
     return dict(
         mu=mu,
         solver=solver,
-        result=str(f.result),
+        result=str(ij.result_name(f.result)),
         success=bool(f.success),
         steps=int(np.asarray(f.stats["num_steps"])),
         rejected_steps=int(np.asarray(f.stats["num_rejected_steps"])),

@@ -468,6 +468,10 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
+
+    def filter(self, terms, t0, t1, y0, args, err):
+        """The filtered estimate of a step from `(t0, y0)` to `t1` whose plain estimate is `err`."""
         y_flat, unravel = jfu.ravel_pytree(y0)
         e = jfu.ravel_pytree(err)[0]
         J = jax.jacfwd(lambda yf: jfu.ravel_pytree(terms.vf(t0, unravel(yf), args))[0])(y_flat)
@@ -475,7 +479,7 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         lam, V = jnp.linalg.eigh(jnp.where(usable, -(J + J.T) / 2, 0.0))  # (zeroed when unusable: no NaN)
         factor = 1 / jnp.maximum(1.0, 1 + self._gamma() * (t1 - t0) * lam)
         filtered = V @ (factor * (V.T @ jnp.where(usable, e, 0.0)))
-        return y1, unravel(jnp.where(usable, filtered, e)), dense, state, result
+        return unravel(jnp.where(usable, filtered, e))
 
 
 # ------------------------------------------------------------------ Kvaerno5 + Hessian
