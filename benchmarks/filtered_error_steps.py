@@ -5,14 +5,17 @@ by side, and the true local error of the suspect steps.
 `filtered_error.py` found that `kvaerno5_newton_filtered` runs out of steps at mu = 0
 after 17 of the authors' 500 rows, where the plain estimate finishes. This script runs
 the same flow (their start, their `maxnorm` penalty, rtol = atol = `--rtol`) for
-`--max-steps` attempted steps with each estimate deciding, and logs every attempt
+`--max-steps` attempted steps in three arms (`ARMS`): the plain estimate; the filtered
+one with diffrax's stage solves (`FilteredError(stage_tolerance=None)`, the solver that
+stalled); and `kvaerno5_newton_filtered`, whose stages are solved to a tenth of the
+step's tolerance in `y` (`ij.StageNewton`). It logs every attempt
 through `jax.debug.callback`: t, h, whether the stage solves converged, both scaled
 error norms (diffrax's RMS norm, the one the step-size controller compares with 1), the
 weight norm, and the extreme eigenvalues of `-(J + J^T)/2` at the step's start.
 
-Per solver it reports the attempts, the rejections by cause (stage solve failed: the
+Per arm it reports the attempts, the rejections by cause (stage solve failed: the
 estimate is `inf`; estimate above 1), and, per decade of t, the attempts and median h.
-Then it probes up to `--probes` accepted steps at `t >= --probe-after`, evenly spaced
+Then it probes up to `--probes` accepted steps with `--probe-after <= t < --probe-before`, evenly spaced
 among them: each is integrated again from its start over the same h at rtol = atol =
 `--reference-rtol` (Kvaerno5 with Newton stage solves), and the scaled distance of the
 logged `y1` to that reference is the step's true local error, beside the two estimates
@@ -20,7 +23,7 @@ and the relative change of the Jacobian over the step. The probes are summarised
 groups: steps the raw estimate would have accepted too, and steps only the filter did.
 
 Usage: python benchmarks/filtered_error_steps.py --repo /path/to/channels-to-infinity.git
-       [--mu 0] [--rtol 1e-8] [--max-steps 3000] [--probe-after 1e9] [--probes 40]
+       [--mu 0] [--rtol 1e-8] [--max-steps 3000] [--probe-after 1e9] [--probe-before 1e14] [--probes 40]
        [--reference-rtol 1e-12] [--out benchmarks/results/filtered_error_steps.json]
 """
 
@@ -34,7 +37,12 @@ import numpy as np
 from _output import output_path, write_json  # benchmarks/_output.py
 from channels_saddle_split import _read, _theta, penalty_strength, their_files
 
-SOLVERS = ("kvaerno5_newton", "kvaerno5_newton_filtered")
+# arm: (estimate the controller sees, FilteredError's stage_tolerance)
+ARMS = {
+    "kvaerno5_newton": ("raw", None),
+    "filtered, diffrax's stage solves": ("filtered", None),
+    "kvaerno5_newton_filtered": ("filtered", 0.1),
+}
 FIELDS = ("t", "h", "stage_solve_ok", "raw", "filtered", "weightnorm", "lambda_min", "lambda_max")
 
 
@@ -53,7 +61,7 @@ def _problem(repo: str, commit: str, path: str, maxnorm: float):
     return field, jnp.asarray(_theta(r["init"])), (jnp.asarray(X), jnp.asarray(Y)), 2 * len(Y) * ts[-1]
 
 
-def _logged_run(field, theta0, args, t1, *, filtered: bool, rtol: float, max_steps: int):
+def _logged_run(field, theta0, args, t1, *, filtered: bool, stage_tolerance, rtol: float, max_steps: int):
     """Every attempted step of the flow (rows of `FIELDS`, then y0 and y1)."""
     import diffrax
     import equinox as eqx
@@ -71,7 +79,10 @@ def _logged_run(field, theta0, args, t1, *, filtered: bool, rtol: float, max_ste
         use_filtered: bool = eqx.field(static=True, default=True)
 
         def step(self, terms, t0, t1, y0, args, state, made_jump):
-            y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, state, made_jump)
+            solver = self.stage_solver(t0, t1, y0)
+            y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, state, made_jump)
+            failed = result != diffrax.RESULTS.successful
+            y1 = jnp.where(failed, y0, y1)  # as FilteredError.step
             ferr = self.filter(terms, t0, t1, y0, args, err)
             J = jax.jacfwd(lambda y: terms.vf(t0, y, args))(y0)
             lam = jnp.linalg.eigvalsh(jnp.where(jnp.all(jnp.isfinite(J)), -(J + J.T) / 2, 0.0))
@@ -86,7 +97,7 @@ def _logged_run(field, theta0, args, t1, *, filtered: bool, rtol: float, max_ste
     t = time.perf_counter()
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
-        Logged(ij.newton_kvaerno5(), use_filtered=filtered),
+        Logged(ij.newton_kvaerno5(), stage_tolerance=stage_tolerance, use_filtered=filtered),
         0.0,
         t1,
         None,
@@ -137,7 +148,16 @@ def _summary(log: np.ndarray, filtered: bool) -> dict:
 
 
 def _probes(
-    field, args, log: np.ndarray, *, filtered: bool, rtol: float, after: float, n: int, reference_rtol: float
+    field,
+    args,
+    log: np.ndarray,
+    *,
+    filtered: bool,
+    rtol: float,
+    after: float,
+    before: float,
+    n: int,
+    reference_rtol: float,
 ) -> list[dict]:
     import diffrax
     import jax
@@ -149,7 +169,7 @@ def _probes(
     t, h, ok, raw, filt = (log[:, i] for i in range(5))
     Y0, Y1 = log[:, len(FIELDS) : len(FIELDS) + d // 2], log[:, len(FIELDS) + d // 2 :]
     deciding = filt if filtered else raw
-    accepted = np.flatnonzero(ok.astype(bool) & (deciding <= 1) & (t >= after))
+    accepted = np.flatnonzero(ok.astype(bool) & (deciding <= 1) & (t >= after) & (t < before))
     pick = accepted[np.unique(np.linspace(0, len(accepted) - 1, min(n, len(accepted))).astype(int))]
 
     @jax.jit
@@ -210,9 +230,10 @@ def main():
     p.add_argument("--commit", default="HEAD")
     p.add_argument("--mu", type=float, default=0.0)
     p.add_argument("--rtol", type=float, default=1e-8, help="rtol = atol")
-    p.add_argument("--max-steps", type=int, default=3000, help="attempted steps per solver")
+    p.add_argument("--max-steps", type=int, default=3000, help="attempted steps per arm")
     p.add_argument("--probe-after", type=float, default=1e9, help="probe accepted steps from this t on")
-    p.add_argument("--probes", type=int, default=40, help="at most this many probed steps per solver")
+    p.add_argument("--probe-before", type=float, default=1e14, help="and before this t")
+    p.add_argument("--probes", type=int, default=40, help="at most this many probed steps per arm")
     p.add_argument("--reference-rtol", type=float, default=1e-12)
     p.add_argument("--maxnorm", type=float, default=1e3)
     p.add_argument("--out", default=None, help="default: benchmarks/results/local/filtered_error_steps.json")
@@ -236,10 +257,19 @@ def main():
         raise SystemExit(f"--mu {args.mu}: no such file; the files have mu in {sorted(files)}.")
     field, theta0, data, t1 = _problem(args.repo, commit, files[args.mu], args.maxnorm)
     runs = []
-    for solver in SOLVERS:
-        filtered = solver.endswith("filtered")
-        log, run = _logged_run(field, theta0, data, t1, filtered=filtered, rtol=args.rtol, max_steps=args.max_steps)
-        run.update(solver=solver, **_summary(log, filtered))
+    for arm, (estimate, stage_tolerance) in ARMS.items():
+        filtered = estimate == "filtered"
+        log, run = _logged_run(
+            field,
+            theta0,
+            data,
+            t1,
+            filtered=filtered,
+            stage_tolerance=stage_tolerance,
+            rtol=args.rtol,
+            max_steps=args.max_steps,
+        )
+        run.update(arm=arm, estimate=estimate, stage_tolerance=stage_tolerance, **_summary(log, filtered))
         run["probes"] = _probes(
             field,
             data,
@@ -247,13 +277,14 @@ def main():
             filtered=filtered,
             rtol=args.rtol,
             after=args.probe_after,
+            before=args.probe_before,
             n=args.probes,
             reference_rtol=args.reference_rtol,
         )
         run["probed"] = _probed(run["probes"])
         runs.append(run)
         print(
-            f"{solver}: {run['steps']} attempts to t = {run['t_end']:.3g}; rejected {run['rejected_stage_solve']} "
+            f"{arm}: {run['steps']} attempts to t = {run['t_end']:.3g}; rejected {run['rejected_stage_solve']} "
             f"by the stage solve, {run['rejected_estimate']} by the estimate; {len(run['probes'])} probes",
             flush=True,
         )
@@ -269,6 +300,7 @@ def main():
             maxnorm=args.maxnorm,
             penalty="unscaled",
             probe_after=args.probe_after,
+            probe_before=args.probe_before,
             reference_rtol=args.reference_rtol,
             runs=runs,
         ),

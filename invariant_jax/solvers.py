@@ -52,6 +52,7 @@ __all__ = [
     "GaussLegendre",
     "Projected",
     "FilteredError",
+    "StageNewton",
     "hessian_kvaerno5",
     "newton_kvaerno5",
     "gauss_legendre_tableau",
@@ -419,21 +420,32 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
     estimate does not shrink with it; late on a hover at `maxnorm` it is the stiff
     wall's round-off times `h`, so the controller rejects steps and keeps `h` small where
     nothing is left to resolve. It is not the default: near a saddle its larger steps
-    can change which way the flow leaves (docs/solvers.md has the measurement). Solution, dense
-    output and stage solves are the wrapped solver's; only the accept/reject decision
-    and the next step size change. Costs one Jacobian (`jax.jacfwd` of the field) and
-    one symmetric eigendecomposition per step. A non-finite estimate is passed through
-    unchanged, and so is every estimate whose Jacobian is not finite.
+    can change which way the flow leaves (docs/solvers.md has the measurement). Solution
+    and dense output are the wrapped solver's; the accept/reject decision, the next step
+    size and the stage solves' stopping rule change. Costs one Jacobian (`jax.jacfwd` of
+    the field) and one symmetric eigendecomposition per step. A non-finite estimate is
+    passed through unchanged, and so is every estimate whose Jacobian is not finite.
+
+    The filter is only as good as the stage solves. diffrax solves stage `i` for its
+    derivative `f_i` to the controller's `atol` in `f`, which is `gamma h atol` in `y`:
+    at large `h` the stage values are then wrong by far more than the step's tolerance,
+    along stiff directions too, and the filter hides that error (docs/solvers.md, "Why
+    the filtered run stalled"). So the stages are solved by `StageNewton` to
+    `stage_tolerance` times the step's tolerance in `y`.
 
     **Arguments:**
 
     - `solver`: the implicit solver to wrap (a diffrax Runge-Kutta method with a
         diagonal coefficient, or any implicit solver given `gamma`).
     - `gamma`: the diagonal coefficient; default None, read from the solver's tableau.
+    - `stage_tolerance`: the stage solves' tolerance in `y`, as a fraction of the step's
+        (`rtol`, `atol` and norm of the wrapped root finder, which diffrax takes from the
+        step-size controller); default 0.1. None keeps the wrapped solver's root finder.
     """
 
     solver: diffrax.AbstractImplicitSolver
     gamma: float | None = eqx.field(static=True, default=None)
+    stage_tolerance: float | None = eqx.field(static=True, default=0.1)
 
     def __check_init__(self):
         if not isinstance(self.solver, diffrax.AbstractImplicitSolver):
@@ -441,6 +453,8 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
                 f"FilteredError wraps an implicit solver (e.g. diffrax.Kvaerno5()); got {type(self.solver).__name__}."
             )
         check_positive("FilteredError's gamma (the diagonal coefficient)", self._gamma())
+        if self.stage_tolerance is not None:
+            check_positive("FilteredError's stage_tolerance", self.stage_tolerance)
 
     def _gamma(self) -> float:
         if self.gamma is not None:
@@ -467,8 +481,26 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         return self.solver.interpolation_cls
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        solver = self.stage_solver(t0, t1, y0)
+        y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        # a failed stage solve is rejected; its y1 may be NaN, which would poison the
+        # controller's error scale (max(|y0|, |y1|)) and so the next step size
+        failed = result != diffrax.RESULTS.successful
+        y1 = jax.tree.map(lambda a, b: jnp.where(failed, b, a), y1, y0)
         return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
+
+    def stage_solver(self, t0, t1, y0) -> diffrax.AbstractImplicitSolver:
+        """The wrapped solver, its stages solved by `StageNewton` to `stage_tolerance` times
+        the step's tolerance in `y` for a step from `(t0, y0)` to `t1`."""
+        fraction = self.stage_tolerance
+        if fraction is None:
+            return self.solver
+        rf = self.solver.root_finder
+        width = jnp.maximum(self._gamma() * jnp.abs(t1 - t0), jnp.finfo(jnp.result_type(t0, t1, float)).tiny)
+        atol = jax.tree.map(lambda y: fraction * (rf.atol + rf.rtol * jnp.abs(y)) / width, y0)
+        linear = getattr(rf, "linear_solver", lx.AutoLinearSolver(well_posed=None))
+        stages = StageNewton(rtol=0.0, atol=atol, norm=rf.norm, linear_solver=linear)
+        return eqx.tree_at(lambda s: s.root_finder, self.solver, stages)
 
     def filter(self, terms, t0, t1, y0, args, err):
         """The filtered estimate of a step from `(t0, y0)` to `t1` whose plain estimate is `err`."""
@@ -480,6 +512,18 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         factor = 1 / jnp.maximum(1.0, 1 + self._gamma() * (t1 - t0) * lam)
         filtered = V @ (factor * (V.T @ jnp.where(usable, e, 0.0)))
         return unravel(jnp.where(usable, filtered, e))
+
+
+class StageNewton(optx.Newton):
+    """`optx.Newton` for an implicit stage, stopped when its last update is below 1 in
+    `norm(diff / atol)` (give `rtol=0`), after at least one update. The residual is not
+    tested: in `f`-space it cannot fall below the field's round-off, and `FilteredError`
+    sets `atol` to a tolerance in `y` divided by `gamma h`, far below that round-off when
+    `h` is large."""
+
+    def terminate(self, fn, y, args, options, state, tags):
+        ok = state.result == optx.RESULTS.successful
+        return ~ok | ((state.step >= 1) & (state.diffsize < 1)), state.result
 
 
 # ------------------------------------------------------------------ Kvaerno5 + Hessian

@@ -243,12 +243,13 @@ def test_restep_is_one_gauss_step_with_the_kept_jacobian():
 
 
 def test_filtered_error_is_shampines_filter_on_a_linear_flow():
-    # y' = -A y: the solution is the wrapped solver's, bit for bit; the estimate is
+    # y' = -A y: with the wrapped solver's stage solves the solution is its, bit for bit;
+    # with StageNewton's (to a tenth of 1e-10 in y) it agrees to 1e-11. The estimate is
     # (I + gamma h A)^-1 e for an SPD A (SciPy's solve) and, for an indefinite A, left as
     # it is along the unstable eigenvector.
     rng = np.random.default_rng(0)
     Q = np.linalg.qr(rng.normal(size=(4, 4)))[0]
-    plain = diffrax.Kvaerno5(root_finder=diffrax.VeryChord(rtol=1e-13, atol=1e-13))
+    plain = diffrax.Kvaerno5(root_finder=diffrax.VeryChord(rtol=1e-10, atol=1e-10))
     gamma, y0 = float(np.max(plain.tableau.a_diagonal)), jnp.asarray(rng.normal(size=4))
     t0, h = jnp.asarray(0.0), jnp.asarray(0.3)
     for lams in ([1e-2, 1.0, 30.0, 1e4], [-2.0, 1.0, 30.0, 1e4]):
@@ -256,10 +257,12 @@ def test_filtered_error_is_shampines_filter_on_a_linear_flow():
         term = diffrax.ODETerm(lambda t, y, args: -jnp.asarray(A) @ y)
         steps = [
             s.step(term, t0, h, y0, None, s.init(term, t0, h, y0, None), False)
-            for s in (plain, ij.FilteredError(plain))
+            for s in (plain, ij.FilteredError(plain, stage_tolerance=None), ij.FilteredError(plain))
         ]
-        (y1, e, *_), (y1f, ef, *_) = steps
+        (y1, e, *_), (y1f, ef, *_), (y1s, efs, _, _, result) = steps
         np.testing.assert_array_equal(y1f, y1)
+        assert result == diffrax.RESULTS.successful
+        np.testing.assert_allclose(y1s, y1, rtol=0, atol=1e-11)
         if lams[0] > 0:
             np.testing.assert_allclose(
                 ef, scipy.linalg.solve(np.eye(4) + gamma * h * A, e, assume_a="pos"), rtol=1e-10, atol=1e-16
@@ -285,7 +288,9 @@ def test_filtered_error_crosses_a_hover_that_stalls_the_plain_estimate():
     # 1e16 with SSE4.2), hence a horizon far beyond both.
     plain, filtered = solve(ij.newton_kvaerno5()), solve(ij.get_solver("kvaerno5_newton_filtered"))
     assert plain.result == diffrax.RESULTS.max_steps_reached
-    assert filtered.result == diffrax.RESULTS.successful and int(filtered.stats["num_steps"]) < 500
+    # (266 steps with diffrax's stage solves, 607 with StageNewton's: late on, the stage
+    # solves fail at the largest steps, as they cannot beat the field's round-off times h)
+    assert filtered.result == diffrax.RESULTS.successful and int(filtered.stats["num_steps"]) < 1000
 
     exact = hover_exact(np.asarray(ts))
     np.testing.assert_allclose(
