@@ -420,11 +420,12 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
     estimate does not shrink with it; late on a hover at `maxnorm` it is the stiff
     wall's round-off times `h`, so the controller rejects steps and keeps `h` small where
     nothing is left to resolve. It is not the default: near a saddle its larger steps
-    can change which way the flow leaves (docs/solvers.md has the measurement). Solution
-    and dense output are the wrapped solver's; the accept/reject decision, the next step
-    size and the stage solves' stopping rule change. Costs one Jacobian (`jax.jacfwd` of
-    the field) and one symmetric eigendecomposition per step. A non-finite estimate is
-    passed through unchanged, and so is every estimate whose Jacobian is not finite.
+    can change which way the flow leaves (docs/solvers.md has the measurement). The
+    method, its dense output and its linear solver are the wrapped solver's; the
+    accept/reject decision, the next step size and the stage solves' stopping rule change.
+    Costs one Jacobian (`jax.jacfwd` of the field) and one symmetric eigendecomposition
+    per step. A non-finite estimate is passed through unchanged, and so is every estimate
+    whose Jacobian is not finite. A step whose stage solve failed (rejected) returns `y0`.
 
     The filter is only as good as the stage solves. diffrax solves stage `i` for its
     derivative `f_i` to the controller's `atol` in `f`, which is `gamma h atol` in `y`:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.optimize
 
 import invariant_jax as ij
 from invariant_jax.solvers import GaussLegendre, Projected, gauss_legendre_tableau, gl_step, rescale_to_conserved
@@ -303,3 +304,18 @@ def test_filtered_error_refuses_what_it_cannot_filter():
         ij.FilteredError(diffrax.Tsit5())
     with pytest.raises(ValueError, match="gamma.*positive"):
         ij.FilteredError(diffrax.Kvaerno5(), gamma=-1.0)
+
+
+def test_stage_newton_stops_on_its_update_in_the_given_units():
+    # x^3 + x = b (a root SciPy's brentq finds): StageNewton stops once an update is below
+    # atol, so its root is within atol of SciPy's; with atol below the round-off of the
+    # iterates (1e-30) it never stops, and the solve fails at max_steps.
+    import optimistix as optx
+
+    b = 3.0
+    fn = lambda x, _: x**3 + x - b  # noqa: E731
+    ref = scipy.optimize.brentq(lambda x: x**3 + x - b, 0.0, 2.0, xtol=1e-15)
+    sol = optx.root_find(fn, ij.StageNewton(rtol=0.0, atol=1e-6), jnp.array(0.5), max_steps=20, throw=False)
+    assert sol.result == optx.RESULTS.successful and abs(float(sol.value) - ref) < 1e-6
+    stuck = optx.root_find(fn, ij.StageNewton(rtol=0.0, atol=1e-30), jnp.array(0.5), max_steps=20, throw=False)
+    assert stuck.result == optx.RESULTS.nonlinear_max_steps_reached
