@@ -1765,7 +1765,21 @@ def filtered_error() -> str:
     rec = _load("filtered_error.json")
     plain, filtered = rec["solvers"]
     by = {(r["mu"], r["solver"]): r for r in rec["runs"]}
-    mus = sorted({r["mu"] for r in rec["runs"]})
+    ran = sorted({r["mu"] for r in rec["runs"]})
+    mus = [mu for mu in ran if (mu, plain) in by and (mu, filtered) in by]
+    missing = (
+        ""
+        if rec["complete"]
+        else (
+            f" **Incomplete:** the run stopped at its time limit with {len(rec['runs'])} of its runs done; "
+            + (
+                f"mu = {_mus([mu for mu in ran if mu not in mus])} finished for one solver only, and "
+                if len(mus) < len(ran)
+                else ""
+            )
+            + "the mus it did not reach are not in the table."
+        )
+    )
 
     def cell(r):
         warm = "-" if r["warm_seconds"] is None else f"{r['warm_seconds']:.1f} s"
@@ -1781,7 +1795,7 @@ def filtered_error() -> str:
         f"maxnorm = {rec['maxnorm']:g}; every run to their last saved time; {rec['wall_seconds'] / 60:.0f} minutes "
         f"of wall time in all (shared 2-core machine). Per solver: steps (rejected), first call (its XLA compilation), "
         f"a warm second call where the first took under {rec['warm_below']:g} s, and the largest distance to their "
-        "saved rows. A worker that had compiled the same program for an earlier run compiles nothing (0 s).",
+        "saved rows. A worker that had compiled the same program for an earlier run compiles nothing (0 s)." + missing,
         "",
         f"| mu | `{plain}`: steps | first call | warm | distance | `{filtered}`: steps | first call | warm | distance "
         "| steps, plain / filtered | MSE at the last row: theirs / plain / filtered |",
@@ -1803,8 +1817,16 @@ def filtered_error() -> str:
     more = [mu for mu in both if by[(mu, filtered)]["steps"] > by[(mu, plain)]["steps"]]
     ratios = [by[(mu, plain)]["steps"] / by[(mu, filtered)]["steps"] for mu in fewer]
     said = [
-        f"Where both finished, the filtered estimate took fewer steps at mu = {_mus(fewer)} "
-        f"({min(ratios):.1f}x to {max(ratios):.1f}x fewer)" + (f" and more at mu = {_mus(more)}" if more else "") + "."
+        (
+            f"Where both finished, the filtered estimate took fewer steps at mu = {_mus(fewer)} "
+            f"({min(ratios):.1f}x to {max(ratios):.1f}x fewer)"
+            if fewer
+            else "Where both finished, the filtered estimate never took fewer steps"
+            if both
+            else "No mu finished with both solvers"
+        )
+        + (f" and more at mu = {_mus(more)}" if more else "")
+        + "."
     ]
     for name, other in ((plain, filtered), (filtered, plain)):
         for mu in mus:
@@ -1820,6 +1842,39 @@ def filtered_error() -> str:
                     f"({r['loss_at_last']['theirs']:.10f}), {r['distance_at_last']:.3g} from their last row."
                 )
     return "\n".join(out) + "\n\n" + " ".join(said) + "\n"
+
+
+def filtered_error_steps() -> str:
+    """docs/solvers.md: every attempted step at one mu, three arms, and the probed steps' true error."""
+    rec = _load("filtered_error_steps.json")
+    out = [
+        f"`{rec['command']}` ({_commit_of(rec)}), reading the authors' commit {rec['their_commit'][:7]}: mu = "
+        f"{rec['mu']:g}, rtol = atol = {_tol(rec['rtol'])}, {rec['max_steps']} attempted steps per arm. Probes: "
+        f"accepted steps with {rec['probe_after']:g} <= t < {rec['probe_before']:g}, evenly spaced, each integrated "
+        f"again over the same h at rtol = atol = {_tol(rec['reference_rtol'])}; true error: the scaled RMS distance "
+        "of the step's y1 to that reference (above 1: the step missed its tolerance).",
+        "",
+        "| arm | stage tolerance in y | t reached | rejected: stage solve | rejected: estimate | accepted with raw "
+        "estimate > 1 | probed steps | true error > 1 | largest true error | median true / estimate that decided |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rec["runs"]:
+        groups = r["probed"].values()
+        n = sum(g["steps"] for g in groups)
+        above = sum(g["true_above_1"] for g in groups)
+        largest = max((g["max_true"] for g in groups if g["max_true"] is not None), default=float("nan"))
+        key = "median_true_over_filtered" if r["estimate"] == "filtered" else "median_true_over_raw"
+        ratios = [f"{g[key]:.2g}" for g in r["probed"].values() if g[key] is not None]
+        tol = "diffrax's (atol in f)" if r["stage_tolerance"] is None else f"{r['stage_tolerance']:g} x step's"
+        out.append(
+            f"| `{r['arm']}` | {tol} | {r['t_end']:.2g} | {r['rejected_stage_solve']} | {r['rejected_estimate']} | "
+            f"{r['accepted_with_raw_above_1']} | {n} | {above} | {largest:.2g} | {' / '.join(ratios)} |"
+        )
+    note = (
+        "The last column gives the median over the probed steps the raw estimate accepted too, "
+        "then over those only the filter accepted (where there are any)."
+    )
+    return "\n".join(out) + "\n\n" + note + "\n"
 
 
 def filtered_error_hover() -> str:
@@ -2062,6 +2117,7 @@ BLOCKS = {
     "work-precision-stiff": work_precision_stiff,
     "filtered-error": filtered_error,
     "filtered-error-hover": filtered_error_hover,
+    "filtered-error-steps": filtered_error_steps,
     "pruning-breast-cancer": pruning_breast_cancer,
     "pruning-dag": pruning_dag,
     "pruning-dag-cost": pruning_dag_cost,
