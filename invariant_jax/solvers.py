@@ -419,8 +419,9 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
     Why: along a stiff direction the method damps any perturbation, but the plain
     estimate does not shrink with it; late on a hover at `maxnorm` it is the stiff
     wall's round-off times `h`, so the controller rejects steps and keeps `h` small where
-    nothing is left to resolve. It is not the default: near a saddle its larger steps
-    can change which way the flow leaves (docs/solvers.md has the measurement). The
+    nothing is left to resolve. It is not the default: with its stages solved to the
+    step's tolerance it loses its gain on the long hovers of the flat-channels runs, and
+    stalls where the plain estimate finishes (docs/solvers.md has the measurement). The
     method, its dense output and its linear solver are the wrapped solver's; the
     accept/reject decision, the next step size and the stage solves' stopping rule change.
     Costs one Jacobian (`jax.jacfwd` of the field) and one symmetric eigendecomposition
