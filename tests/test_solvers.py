@@ -289,9 +289,11 @@ def test_filtered_error_crosses_a_hover_that_stalls_the_plain_estimate():
     # 1e16 with SSE4.2), hence a horizon far beyond both.
     plain, filtered = solve(ij.newton_kvaerno5()), solve(ij.get_solver("kvaerno5_newton_filtered"))
     assert plain.result == diffrax.RESULTS.max_steps_reached
-    # (266 steps with diffrax's stage solves, 607 with StageNewton's: late on, the stage
-    # solves fail at the largest steps, as they cannot beat the field's round-off times h)
-    assert filtered.result == diffrax.RESULTS.successful and int(filtered.stats["num_steps"]) < 1000
+    # The filtered solver finishes within the same 2000 steps: 607 in
+    # filtered_error_hover.json (266 with diffrax's stage solves), 1064 in a test run under
+    # SSE4.2. Late on, its stage solves fail at the largest steps, where the field's
+    # round-off times h is above the stage tolerance, so the count depends on round-off.
+    assert filtered.result == diffrax.RESULTS.successful
 
     exact = hover_exact(np.asarray(ts))
     np.testing.assert_allclose(
