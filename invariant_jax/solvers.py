@@ -483,13 +483,19 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         return self.solver.interpolation_cls
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, err, dense, state, result = self.unfiltered_step(terms, t0, t1, y0, args, solver_state, made_jump)
+        return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
+
+    def unfiltered_step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        """The wrapped solver's step with this wrapper's stage solves, its error estimate
+        not yet filtered."""
         solver = self.stage_solver(t0, t1, y0)
         y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
         # a failed stage solve is rejected; its y1 may be NaN, which would poison the
         # controller's error scale (max(|y0|, |y1|)) and so the next step size
         failed = result != diffrax.RESULTS.successful
         y1 = jax.tree.map(lambda a, b: jnp.where(failed, b, a), y1, y0)
-        return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
+        return y1, err, dense, state, result
 
     def stage_solver(self, t0, t1, y0) -> diffrax.AbstractImplicitSolver:
         """The wrapped solver, its stages solved by `StageNewton` to `stage_tolerance` times

@@ -2,6 +2,7 @@
 
 import sys
 import warnings
+from pathlib import Path
 
 import diffrax
 import jax
@@ -15,7 +16,7 @@ import invariant_jax as ij
 from invariant_jax.solvers import GaussLegendre, Projected, gauss_legendre_tableau, gl_step, rescale_to_conserved
 from scipy_reference import scipy_flow
 
-sys.path.insert(0, "benchmarks")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from filtered_error_hover import hover_exact, hover_loss  # noqa: E402
 
 
@@ -321,3 +322,30 @@ def test_stage_newton_stops_on_its_update_in_the_given_units():
     assert sol.result == optx.RESULTS.successful and abs(float(sol.value) - ref) < 1e-6
     stuck = optx.root_find(fn, ij.StageNewton(rtol=0.0, atol=1e-30), jnp.array(0.5), max_steps=20, throw=False)
     assert stuck.result == optx.RESULTS.nonlinear_max_steps_reached
+
+
+def test_filtered_error_solves_its_stages_to_a_tolerance_in_y():
+    # The stage root finder's atol is stage_tolerance (atol + rtol |y0|) / (gamma h), by
+    # hand; and the step uses it: with a stage tolerance of 1e30 StageNewton stops after
+    # one Newton update, which leaves the cubic's stages off, while 0.1 agrees with the
+    # wrapped root finder's converged solve.
+    import optimistix as optx
+
+    inner = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-6, atol=1e-8))
+    gamma = float(np.max(inner.tableau.a_diagonal))
+    t0, t1, y0 = jnp.asarray(0.0), jnp.asarray(0.1), jnp.array([1.0, -2.0])
+    rf = ij.FilteredError(inner, stage_tolerance=0.5).stage_solver(t0, t1, y0).root_finder
+    assert isinstance(rf, ij.StageNewton) and rf.rtol == 0.0
+    np.testing.assert_allclose(rf.atol, 0.5 * (1e-8 + 1e-6 * np.array([1.0, 2.0])) / (gamma * 0.1), rtol=1e-14)
+
+    term = diffrax.ODETerm(lambda t, y, args: -(y**3) - y)
+
+    def y1(stage_tolerance):
+        s = ij.FilteredError(inner, stage_tolerance=stage_tolerance)
+        y, _, _, _, result = s.step(term, t0, t1, y0, None, s.init(term, t0, t1, y0, None), False)
+        assert result == diffrax.RESULTS.successful
+        return np.asarray(y)
+
+    converged = y1(None)
+    assert np.max(np.abs(y1(1e30) - converged)) > 1e-6
+    np.testing.assert_allclose(y1(0.1), converged, rtol=1e-7, atol=1e-9)
