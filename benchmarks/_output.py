@@ -217,6 +217,18 @@ def _blas_threads() -> dict:
     return {Path(i["filepath"]).name: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name (Linux's `/proc/cpuinfo`), or `platform.processor()`: compile
+    and run times differ between the machines a session may get."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
     tracked files outside `benchmarks/results/`, `null` outside a git checkout: a script
@@ -234,6 +246,7 @@ def provenance() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
         "devices": _devices(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "blas_threads": _blas_threads(),
