@@ -112,6 +112,12 @@ def test_suite_time() -> str:
     )
 
 
+def _on_cpu(prov: dict) -> str:
+    """", on a 2-core <model>" from a provenance that records the CPU model (older ones do not)."""
+    model = prov.get("cpu_model")
+    return f", on a {prov['cpu_count']}-core {model}" if model else ""
+
+
 def first_calls() -> str:
     """README's Cost paragraph: fresh-process first calls of its example."""
     rec = _load("first_calls.json")
@@ -134,7 +140,7 @@ def first_calls() -> str:
         f"{s['gradient_flow_again_s']:.3f} s; the first `ij.kink_aware_flow(net, X, Y, 2.0)` "
         f"{s['kink_aware_flow_first_s']:.1f} s ({s['kink_aware_flow_first_compile_s']:.1f} s of it compiling) "
         f"and again {s['kink_aware_flow_again_s']:.3f} s "
-        f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}; `{rec['command']}`, "
+        f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}{_on_cpu(prov)}; `{rec['command']}`, "
         f"`benchmarks/results/first_calls.json`).\n"
     )
 
