@@ -159,7 +159,18 @@ def test_old_npz_folder_loads_and_resumes(tmp_path, reference):
 # ------------------------------------------------------ many writers (item 2)
 
 
-def test_two_writers_never_write_the_same_chunk_name(folder, reference):
+@pytest.fixture(params=["kept", "read again"])
+def cache(request, monkeypatch):
+    """Chunk records kept in memory after verification, or none (a sweep larger than
+    `CACHE_BYTES`): loading must give the same records and errors either way."""
+    import invariant_jax.sweep._store._folder as folder_module
+
+    if request.param == "read again":
+        monkeypatch.setattr(folder_module, "CACHE_BYTES", 0)
+    return request.param
+
+
+def test_two_writers_never_write_the_same_chunk_name(folder, reference, cache):
     """Repro: two processes resuming one folder numbered chunks alike and overwrote each other."""
     man = manifest_for(SweepConfig.from_dict(CFG))
     a, b = ResultsStore(folder), ResultsStore(folder)
@@ -172,7 +183,7 @@ def test_two_writers_never_write_the_same_chunk_name(folder, reference):
     _same(res, reference)
 
 
-def test_different_duplicate_records_are_an_error_naming_both(folder, reference):
+def test_different_duplicate_records_are_an_error_naming_both(folder, reference, cache):
     rec = _records(reference, [4])
     rec["loss_final"] = rec["loss_final"] + 1.0
     store = ResultsStore(folder)
@@ -181,6 +192,38 @@ def test_different_duplicate_records_are_an_error_naming_both(folder, reference)
     with pytest.raises(ValueError, match="Index 4 has different records") as e:
         load_sweep(folder)
     assert bad.name in str(e.value) and str(e.value).count(".parquet") == 2
+
+
+def test_loading_holds_one_copy_of_the_records(folder, reference, monkeypatch):
+    """Peak memory of `load_records` on 12,000 records beyond the cache: the sorted
+    arrays plus one chunk, not the three copies (cache, concatenation, reordering) it
+    once made. Measured by tracemalloc, which sees NumPy's allocations."""
+    import tracemalloc
+
+    import invariant_jax.sweep._store._folder as folder_module
+
+    monkeypatch.setattr(folder_module, "CACHE_BYTES", 0)
+    store = ResultsStore(folder)
+    store.open(manifest_for(SweepConfig.from_dict(CFG)), resume=True)
+    one = _records(reference, np.arange(6))
+    rng = np.random.default_rng(0)
+    for c in rng.permutation(20):  # chunks out of index order, each interleaved
+        rec = {k: np.repeat(v, 100, axis=0) for k, v in one.items()}
+        rec["index"] = (6 + c + 20 * np.arange(600)).astype(rec["index"].dtype)
+        store.write_chunk(rec)
+    fresh = ResultsStore(folder)
+    tracemalloc.start()
+    try:
+        rec = fresh.load_records()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = sum(v.nbytes for v in rec.values())
+    assert len(rec["index"]) == 12_006 and np.all(np.diff(rec["index"]) == 1)
+    assert peak < 1.5 * size, (peak, size)  # 3.1x before
+    row = np.arange(12_000) // 20 // 100  # index 6 + m: chunk m % 20, its row m // 20, a repeat of one's row // 100
+    for k in ("loss_final", "theta_final", "status"):
+        np.testing.assert_array_equal(rec[k][6:], one[k][row], err_msg=k)
 
 
 def test_claims_busy_stale_dead_and_done(tmp_path):

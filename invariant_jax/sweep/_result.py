@@ -132,7 +132,8 @@ def results_of_codes(codes) -> RESULTS:
 
 def result_from_records(rec: dict[str, np.ndarray], stats: dict, rtol: float, atol: float) -> SweepResult:
     """A `SweepResult` of harvested (or loaded) records, sorted by `index`."""
-    order = np.argsort(rec["index"], kind="stable")
+    index = np.asarray(rec["index"])
+    order = slice(None) if np.all(index[1:] >= index[:-1]) else np.argsort(index, kind="stable")  # loaded: sorted
     kink = {k: np.asarray(rec[k])[order] for k in KINK_FIELDS if k in rec} or None
     columns = {k: np.asarray(rec[k])[order] for k in DERIVED if k in rec and k != "drift_in_tol"} or None
     fields: dict[str, Any] = {k: np.asarray(v)[order] for k, v in rec.items() if k in FIELDS}

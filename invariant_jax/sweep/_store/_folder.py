@@ -12,6 +12,7 @@ import os
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,6 +60,22 @@ def _is_chunk(name: str) -> bool:
     return name.startswith("chunk-") and name.endswith((".parquet", ".npz"))
 
 
+CACHE_BYTES = 256 * 2**20
+"""Records a store keeps in memory after verifying their chunks; beyond this it keeps only
+their indices and reads the records again when it loads them (peak memory does not grow
+with the number of records)."""
+
+
+class VerifiedChunk(NamedTuple):
+    """A chunk that `ResultsStore.scan` verified: its indices, metadata, fields (`name ->
+    (dtype, trailing shape)`) and records (`None` when not kept in memory)."""
+
+    indices: np.ndarray
+    meta: dict
+    fields: dict
+    records: dict | None
+
+
 class ResultsStore:
     """A results folder. `open(manifest, resume=, overwrite=)` checks it before any work.
 
@@ -73,7 +90,7 @@ class ResultsStore:
         self.writer = new_writer() if writer is None else dict(writer)
         self.notes: list[str] = []  # what open/load did to the folder, in words
         self._n_written = 0
-        self._cache: dict[str, tuple[dict, dict]] = {}  # chunk name -> (records, metadata)
+        self._cache: dict[str, VerifiedChunk] = {}  # chunk name -> what its verification found
         self._seen_indices: dict[str, np.ndarray] = {}
         self.manifest: dict | None = None
         self.created = False  # whether this writer created the manifest
@@ -437,16 +454,19 @@ class ResultsStore:
                 man = None
         return None if man is None else config_hash(man["config"])
 
-    def scan(self, *, quarantine: bool = False) -> dict[str, tuple[dict, dict]]:
-        """Read and verify every chunk (cached by name). A damaged chunk is moved to
-        `quarantine/` (with `quarantine=True`) or skipped with a warning; both name it.
+    def scan(self, *, quarantine: bool = False) -> dict[str, VerifiedChunk]:
+        """Read and verify every chunk (cached by name; their records up to `CACHE_BYTES`).
+        A damaged chunk is moved to `quarantine/` (with `quarantine=True`) or skipped with a
+        warning; both name it.
 
         **Raises:** `ValueError` naming a chunk of another sweep (other config hash)."""
         expected = self._expected_hash()
-        live = {}
+        live: dict[str, VerifiedChunk] = {}
+        kept = 0  # bytes of records kept in memory
         for f in self.chunk_files():
             if f.name in self._cache:
-                live[f.name] = self._cache[f.name]
+                live[f.name] = c = self._cache[f.name]
+                kept += 0 if c.records is None else _nbytes(c.records)
                 continue
             try:
                 rec, meta = read_chunk(f)
@@ -466,37 +486,74 @@ class ResultsStore:
                     f"Chunk {str(f)!r} belongs to another sweep (config hash {h}, this folder's is {expected}; "
                     f"differs in {_diff(meta.get('config') or {}, cfg)}). Move it out of {str(self.chunk_dir)!r}."
                 )
-            self._cache[f.name] = live[f.name] = (rec, meta)
+            keep = kept + _nbytes(rec) <= CACHE_BYTES
+            kept += _nbytes(rec) if keep else 0
+            self._cache[f.name] = live[f.name] = VerifiedChunk(
+                indices=rec["index"],
+                meta=meta,
+                fields={k: (v.dtype, v.shape[1:]) for k, v in rec.items()},
+                records=rec if keep else None,
+            )
         self._cache = dict(live)
         return live
 
+    def _records(self, name: str, chunk: VerifiedChunk) -> dict[str, np.ndarray]:
+        """The records of a verified chunk: kept in memory, or read (and verified) again."""
+        if chunk.records is not None:
+            return chunk.records
+        try:
+            return read_chunk(self.chunk_dir / name)[0]
+        except DamagedChunk as e:
+            raise ValueError(
+                f"{str(self.chunk_dir / name)!r} changed while the sweep was being loaded ({e.reason}); "
+                "rerun with --resume, which sets damaged chunks aside and recomputes them."
+            ) from None
+
     def load_records(self, *, quarantine: bool = False) -> dict[str, np.ndarray] | None:
-        """All finished records, sorted by index, each index once.
+        """All finished records, sorted by index, each index once. Built chunk by chunk
+        into the sorted arrays: one copy of the records in memory, not three.
 
         **Raises:** `ValueError` if two chunks hold different records for one index."""
         chunks = self.scan(quarantine=quarantine)
         if not chunks:
             return None
         names = list(chunks)
-        keys = [k for k in chunks[names[0]][0] if all(k in chunks[n][0] for n in names)]
-        rec = {k: np.concatenate([chunks[n][0][k] for n in names]) for k in keys}
-        source = np.concatenate([np.full(len(chunks[n][0]["index"]), i) for i, n in enumerate(names)])
-        order = np.lexsort((source, rec["index"]))
-        idx = rec["index"][order]
+        sizes = [len(chunks[n].indices) for n in names]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        source = np.repeat(np.arange(len(names)), sizes)
+        index = np.concatenate([chunks[n].indices for n in names])
+        order = np.lexsort((source, index))
+        idx = index[order]
         first = np.ones(len(idx), bool)
         first[1:] = idx[1:] != idx[:-1]
+        keys = [k for k in chunks[names[0]].fields if all(k in chunks[n].fields for n in names)]
         for j in np.flatnonzero(~first):  # duplicates must be identical records
             a, b = order[np.searchsorted(idx, idx[j])], order[j]
+            ra = self._records(names[source[a]], chunks[names[source[a]]])
+            rb = self._records(names[source[b]], chunks[names[source[b]]])
             for k in keys:
-                va, vb = rec[k][a], rec[k][b]
+                va, vb = ra[k][a - offsets[source[a]]], rb[k][b - offsets[source[b]]]
                 if not np.array_equal(va, vb, equal_nan=np.issubdtype(np.asarray(va).dtype, np.inexact)):
                     raise ValueError(
                         f"Index {int(idx[j])} has different records in {str(self.chunk_dir / names[source[a]])!r} "
                         f"and {str(self.chunk_dir / names[source[b]])!r} (field {k!r}); results are "
                         "deterministic, so one of these files is wrong: move it out of the folder."
                     )
-        keep = order[first]
-        return {k: v[keep] for k, v in rec.items()}
+        dest = np.full(len(index), -1)
+        dest[order[first]] = np.arange(int(first.sum()))
+        out = {
+            k: np.empty(
+                (int(first.sum()),) + chunks[names[0]].fields[k][1],
+                np.result_type(*[chunks[n].fields[k][0] for n in names]),
+            )
+            for k in keys
+        }
+        for i, name in enumerate(names):
+            rec = self._records(name, chunks[name])
+            d = dest[offsets[i] : offsets[i + 1]]
+            for k in keys:
+                out[k][d[d >= 0]] = rec[k][d >= 0]
+        return out
 
     def done_indices(self) -> np.ndarray:
         """Indices with a finished record (verified chunks)."""
@@ -511,7 +568,7 @@ class ResultsStore:
                 continue
             try:
                 self._seen_indices[f.name] = idx = (
-                    self._cache[f.name][0]["index"] if f.name in self._cache else read_indices(f)
+                    self._cache[f.name].indices if f.name in self._cache else read_indices(f)
                 )
             except DamagedChunk:
                 continue
@@ -621,3 +678,7 @@ class ResultsStore:
             "foreign": self.inventory().foreign,
             "manifest": "ok" if why is None else why,
         }
+
+
+def _nbytes(records: dict[str, np.ndarray]) -> int:
+    return sum(np.asarray(v).nbytes for v in records.values())
