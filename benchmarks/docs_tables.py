@@ -113,7 +113,7 @@ def test_suite_time() -> str:
 
 
 def _on_cpu(prov: dict) -> str:
-    """", on a 2-core <model>" from a provenance that records the CPU model (older ones do not)."""
+    """ ", on a 2-core <model>" from a provenance that records the CPU model (older ones do not)."""
     model = prov.get("cpu_model")
     return f", on a {prov['cpu_count']}-core {model}" if model else ""
 
@@ -1183,12 +1183,21 @@ def sweep_million() -> str:
     rec = _load("sweep_million.json")
     r = rec["rows"][0]
     st = ", ".join(f"{k.removeprefix('status_')} {v:,}" for k, v in sorted(r["statuses"].items()) if v)
-    return (
+    text = (
         f"`invariant-jax sweep --graph example --n-inits {r['n_inits']:,}` (figures off, no compilation cache, "
-        f"{r['devices']} CPU devices) at {_commit(rec)}: {r['wall_s']:.0f} s wall (engine {r['engine_s']:.0f} s, "
+        f"{r['devices']} CPU devices) at {_commit(rec)}{_on_cpu(rec['provenance'])}: {r['wall_s']:.0f} s wall "
+        f"(engine {r['engine_s']:.0f} s, "
         f"{r['trajectories_per_s']:,.0f} trajectories/s), peak RSS {r['peak_rss_mb'] / 1024:.1f} GB; statuses: {st}; "
         f"{r['ambiguous_events']:,} ambiguous events. Load average {r['load_average_before'][0]:.1f} before; "
         f"`{rec['command']}` (`benchmarks/results/sweep_million.json`).\n"
+    )
+    small = _load("sweep_hundred_thousand.json")
+    s = small["rows"][0]
+    return text + (
+        f"\nThe same at {s['n_inits']:,} ({_commit(small)}): {s['wall_s']:.0f} s wall, peak RSS "
+        f"{s['peak_rss_mb'] / 1024:.2f} GB; ten times the initializations took "
+        f"{r['wall_s'] / s['wall_s']:.1f}x the time and {r['peak_rss_mb'] / s['peak_rss_mb']:.1f}x the memory "
+        f"(`{small['command']}`).\n"
     )
 
 
@@ -1212,7 +1221,7 @@ def coupled_pairs() -> str:
     out.append(
         f"At {_commit(rec)}: `{rec['command']}` (`benchmarks/results/coupled_pairs.json`). The result, events "
         "and pairs come from the sweep's own options. The distance is `max |theta_beta(t) - theta_kink(t)|` "
-        "over 6 times in [0, 1], with both flows at rtol = atol = 1e-10."
+        "over the 6 times in [0, 1] that the exact flow reached, with both flows at rtol = atol = 1e-10."
     )
     if "initial_pattern" in rec:
         p = rec["initial_pattern"]
