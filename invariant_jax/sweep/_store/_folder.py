@@ -61,9 +61,9 @@ def _is_chunk(name: str) -> bool:
 
 
 CACHE_BYTES = 256 * 2**20
-"""Records a store keeps in memory after verifying their chunks; beyond this it keeps only
-their indices and reads the records again when it loads them (peak memory does not grow
-with the number of records)."""
+"""Bytes of records a store keeps in memory after verifying their chunks; beyond this it
+keeps only their indices and reads the records again when it loads them, so the cache does
+not grow with the number of records."""
 
 
 class VerifiedChunk(NamedTuple):
@@ -527,10 +527,18 @@ class ResultsStore:
         first = np.ones(len(idx), bool)
         first[1:] = idx[1:] != idx[:-1]
         keys = [k for k in chunks[names[0]].fields if all(k in chunks[n].fields for n in names)]
+        recent: dict[int, dict] = {}  # the last two chunks read for the duplicates
+
+        def records_of(i: int) -> dict[str, np.ndarray]:
+            if i not in recent:
+                while len(recent) >= 2:
+                    recent.pop(next(iter(recent)))
+                recent[i] = self._records(names[i], chunks[names[i]])
+            return recent[i]
+
         for j in np.flatnonzero(~first):  # duplicates must be identical records
             a, b = order[np.searchsorted(idx, idx[j])], order[j]
-            ra = self._records(names[source[a]], chunks[names[source[a]]])
-            rb = self._records(names[source[b]], chunks[names[source[b]]])
+            ra, rb = records_of(source[a]), records_of(source[b])
             for k in keys:
                 va, vb = ra[k][a - offsets[source[a]]], rb[k][b - offsets[source[b]]]
                 if not np.array_equal(va, vb, equal_nan=np.issubdtype(np.asarray(va).dtype, np.inexact)):
@@ -539,6 +547,7 @@ class ResultsStore:
                         f"and {str(self.chunk_dir / names[source[b]])!r} (field {k!r}); results are "
                         "deterministic, so one of these files is wrong: move it out of the folder."
                     )
+        recent.clear()
         dest = np.full(len(index), -1)
         dest[order[first]] = np.arange(int(first.sum()))
         out = {
