@@ -1150,7 +1150,7 @@ def sweep_cores() -> str:
     rows = [r for r in rec["rows"] if r["round"] == 0]
     n = rec["settings"]["n_inits"]
     lines = [
-        f"`invariant-jax sweep --graph example --n-inits {n:,}` (figures off) at {_commit(rec)}, each arm a "
+        f"`invariant-jax sweep --graph example --n-inits {n:,}` (figures off) at {_commit(rec)}{_on_cpu(rec['provenance'])}, each arm a "
         f"fresh process; `{rec['command']}` (`benchmarks/results/sweep_cores.json`).",
         "",
         "| compilation cache | processes x devices | wall | engine | trajectories/s | peak RSS | load before |",
