@@ -509,9 +509,10 @@ class ResultsStore:
                 "rerun with --resume, which sets damaged chunks aside and recomputes them."
             ) from None
 
-    def load_records(self, *, quarantine: bool = False) -> dict[str, np.ndarray] | None:
-        """All finished records, sorted by index, each index once. Built chunk by chunk
-        into the sorted arrays: one copy of the records in memory, not three.
+    def _layout(self, quarantine: bool = False):
+        """The verified chunks in sorted order, duplicates checked: `(chunks, names,
+        offsets, dest, keys)`, `dest` giving each row (chunks one after another) its place
+        in the sorted records, or -1 for a duplicate; `None` when there is no chunk.
 
         **Raises:** `ValueError` if two chunks hold different records for one index."""
         chunks = self.scan(quarantine=quarantine)
@@ -547,14 +548,22 @@ class ResultsStore:
                         f"and {str(self.chunk_dir / names[source[b]])!r} (field {k!r}); results are "
                         "deterministic, so one of these files is wrong: move it out of the folder."
                     )
-        recent.clear()
         dest = np.full(len(index), -1)
         dest[order[first]] = np.arange(int(first.sum()))
+        return chunks, names, offsets, dest, keys
+
+    def load_records(self, *, quarantine: bool = False) -> dict[str, np.ndarray] | None:
+        """All finished records, sorted by index, each index once. Built chunk by chunk
+        into the sorted arrays: one copy of the records in memory, not three.
+
+        **Raises:** `ValueError` if two chunks hold different records for one index."""
+        layout = self._layout(quarantine)
+        if layout is None:
+            return None
+        chunks, names, offsets, dest, keys = layout
+        n = int(np.sum(dest >= 0))
         out = {
-            k: np.empty(
-                (int(first.sum()),) + chunks[names[0]].fields[k][1],
-                np.result_type(*[chunks[n].fields[k][0] for n in names]),
-            )
+            k: np.empty((n,) + chunks[names[0]].fields[k][1], np.result_type(*[chunks[c].fields[k][0] for c in names]))
             for k in keys
         }
         for i, name in enumerate(names):
@@ -565,9 +574,14 @@ class ResultsStore:
         return out
 
     def done_indices(self) -> np.ndarray:
-        """Indices with a finished record (verified chunks)."""
-        rec = self.load_records()
-        return np.zeros(0, np.int64) if rec is None else rec["index"].astype(np.int64)
+        """Indices with a finished record (verified chunks; different records for one
+        index are refused, as by `load_records`, which this does not need to call)."""
+        layout = self._layout()
+        if layout is None:
+            return np.zeros(0, np.int64)
+        chunks, names, _, dest, _ = layout
+        index = np.concatenate([chunks[n].indices for n in names]).astype(np.int64)
+        return np.sort(index[dest >= 0])
 
     def new_indices(self) -> np.ndarray:
         """Indices in chunk files not seen before by this method (cheap: not verified)."""
