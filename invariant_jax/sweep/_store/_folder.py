@@ -553,8 +553,8 @@ class ResultsStore:
         return chunks, names, offsets, dest, keys
 
     def load_records(self, *, quarantine: bool = False) -> dict[str, np.ndarray] | None:
-        """All finished records, sorted by index, each index once. Built chunk by chunk
-        into the sorted arrays: one copy of the records in memory, not three.
+        """All finished records, sorted by index, each index once, built chunk by chunk
+        into the sorted arrays (one copy of the records in memory).
 
         **Raises:** `ValueError` if two chunks hold different records for one index."""
         layout = self._layout(quarantine)
@@ -569,13 +569,14 @@ class ResultsStore:
         for i, name in enumerate(names):
             rec = self._records(name, chunks[name])
             d = dest[offsets[i] : offsets[i + 1]]
+            kept = d >= 0
             for k in keys:
-                out[k][d[d >= 0]] = rec[k][d >= 0]
+                out[k][d[kept]] = rec[k][kept]
         return out
 
     def done_indices(self) -> np.ndarray:
-        """Indices with a finished record (verified chunks; different records for one
-        index are refused, as by `load_records`, which this does not need to call)."""
+        """Indices with a finished record, sorted (verified chunks; different records for
+        one index are refused, as in `load_records`), without loading the records."""
         layout = self._layout()
         if layout is None:
             return np.zeros(0, np.int64)
