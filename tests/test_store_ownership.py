@@ -369,7 +369,7 @@ def test_cli_prints_one_line_on_sigterm(tmp_path, monkeypatch, capsys):
     def killed(config, out, **k):
         raise SweepInterrupted("SIGTERM", out)
 
-    monkeypatch.setattr(sweep_cli, "run_sweep", killed)
+    monkeypatch.setattr(sweep_cli, "run_in_folder", killed)
     assert main(["sweep", *FLAGS, "--out", str(tmp_path / "run")]) == 143
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"invariant-jax sweep: SIGTERM: progress saved in {str(tmp_path / 'run')!r}; rerun with --resume"]

@@ -151,6 +151,12 @@ def test_old_npz_folder_loads_and_resumes(tmp_path, reference):
     np.savez(out / "chunks" / "chunk-p000-000000.npz", **_records(reference, [0, 1, 2]))
     cfg2, part = load_sweep(out)
     assert cfg2 == cfg and list(part.index) == [0, 1, 2]
+    from invariant_jax.sweep import summarize_sweep
+
+    whole = summarize_sweep(cfg, part)
+    streamed = summarize_sweep(cfg, out)  # no derived columns in the chunks: computed
+    for k in whole.rows:
+        np.testing.assert_array_equal(whole.rows[k], streamed.rows[k], err_msg=k)
     res = run_sweep(cfg, out, resume=True, **KW)
     _same(res, reference)
     assert res.stats["useful_steps"] == int(reference.num_steps[3:].sum())  # npz records were kept
@@ -531,3 +537,78 @@ def test_status_shows_progress_across_writers(folder, reference, capsys):
     assert f"of {CFG['n_inits']} initializations done" in out
     assert f"{other.writer['host']}:{other.writer['pid']}:{other.writer['id']}" in out
     assert f"damaged (set aside by the next --resume): {victim.name}" in out
+
+
+# ------------------------------------------------------------ summaries from the folder (issue 27)
+
+
+def test_load_records_selects_fields_and_indices(folder):
+    """`keys` and `indices` give exactly those columns and rows of the full load."""
+    store = ResultsStore(folder)
+    full = store.load_records()
+    part = store.load_records(keys=["loss_final", "theta0"], indices=[5, 0, 3, 99])
+    assert sorted(part) == ["index", "loss_final", "theta0"]
+    np.testing.assert_array_equal(part["index"], [0, 3, 5])
+    for k in ("loss_final", "theta0"):
+        np.testing.assert_array_equal(part[k], full[k][[0, 3, 5]], err_msg=k)
+    with pytest.raises(ValueError, match=r"No field \['nope'\]"):
+        store.load_records(keys=["nope"])
+
+
+def test_folder_summary_is_the_loaded_results_summary(folder):
+    """`summarize_sweep(config, folder)` (only the table's columns read) gives the rows,
+    aggregates and example weights of `summarize_sweep(config, load_sweep(folder)[1])`."""
+    from invariant_jax.sweep import summarize_sweep
+
+    cfg, res = load_sweep(folder)
+    whole, streamed = summarize_sweep(cfg, res), summarize_sweep(cfg, folder)
+    assert json.dumps(whole.aggregate, sort_keys=True) == json.dumps(streamed.aggregate, sort_keys=True)
+    assert sorted(whole.rows) == sorted(streamed.rows)
+    for k in whole.rows:
+        np.testing.assert_array_equal(whole.rows[k], streamed.rows[k], err_msg=k)
+    picks = np.array([4, 0, 2])
+    np.testing.assert_array_equal(streamed.theta0(picks), whole.theta0[picks])
+
+
+def _summary_peak(tmp_path, reference, n: int) -> int:
+    """tracemalloc peak of `summarize_sweep(config, folder)` over a folder of `n` records
+    (the reference's rows repeated, derived columns included), in 20 chunks out of order."""
+    import tracemalloc
+
+    from invariant_jax.sweep import summarize_sweep, with_columns
+
+    cfg = SweepConfig.from_dict({**CFG, "n_inits": n})
+    store = ResultsStore(tmp_path / f"n{n}")
+    store.open(manifest_for(cfg))
+    one = with_columns(cfg, cfg.build_graph(), _records(reference, np.arange(6)))
+    for c in np.random.default_rng(0).permutation(20):
+        rows = np.arange(c, n, 20)
+        rec = {k: v[rows % 6] for k, v in one.items()}
+        rec["index"] = rows.astype(one["index"].dtype)
+        store.write_chunk(rec)
+    tracemalloc.start()
+    try:
+        summary = summarize_sweep(cfg, tmp_path / f"n{n}", check_rows=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert summary.aggregate["initializations"] == n
+    return peak
+
+
+def test_folder_summary_memory_grows_by_the_table_columns_only(tmp_path, reference, monkeypatch):
+    """A summary from the folder holds the table's columns, not the records: between
+    10^3 and 10^4 records its peak grows by less than half a full record per record
+    (a full record is ~600 B here, mostly `theta0`, `theta_final`, `c0` and names; the
+    store's cache, bounded by `CACHE_BYTES`, is off)."""
+    import invariant_jax.sweep._store._folder as folder_module
+
+    monkeypatch.setattr(folder_module, "CACHE_BYTES", 0)
+    small, large = (_summary_peak(tmp_path, reference, n) for n in (1_000, 10_000))
+    from invariant_jax.sweep import with_columns
+
+    cfg = SweepConfig.from_dict(CFG)
+    one = with_columns(cfg, cfg.build_graph(), _records(reference, np.arange(6)))
+    record = sum(v.nbytes for v in one.values()) / 6
+    per_record = (large - small) / 9_000
+    assert per_record < 0.5 * record, (per_record, record)

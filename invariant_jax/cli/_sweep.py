@@ -21,7 +21,7 @@ from ..sweep import (
     graph_fields,
     is_no_space,
     job_array_share,
-    run_sweep,
+    run_in_folder,
     summarize_sweep,
 )
 from ._common import check_option, read_config_file
@@ -265,7 +265,7 @@ def run_config(
     print(f"engine: {mode_line}")
     try:
         batch = BatchOptions(slots=slots, steps_per_call=steps_per_call, exact=exact, progress=progress)
-        result = run_sweep(
+        _, stats = run_in_folder(
             config,
             out,
             resume=resume,
@@ -275,10 +275,10 @@ def run_config(
             process_count=process_count,
             tag=tag,
         )
-        summary = summarize_sweep(config, result)
+        summary = summarize_sweep(config, out, stats=stats)  # from the chunks: the weights stay on disk
         print(summary.table(max_rows=rows))
         print(summary.aggregate_table())
-        for line in failure_lines(result.result):
+        for line in failure_lines(summary.rows["result"]):
             print(line)
         _write_outputs(ResultsStore(out), summary, figures, trajectories)
     except SweepInterrupted as e:

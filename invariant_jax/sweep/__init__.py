@@ -2,10 +2,12 @@
 per-trajectory statistics, persistence with resume, and sharding over devices.
 
 - `sweep_flows(nets, X, Y, t1, ...)`: flows from a batch of networks, in memory.
-- `run_sweep(config, out, ...)`: a `SweepConfig` run into a resumable results folder.
+- `run_sweep(config, out, ...)`: a `SweepConfig` run into a resumable results folder;
+  `run_in_folder` does the same without loading the records back (for sweeps larger
+  than memory: `summarize_sweep(config, out)` reads only the table's columns).
 - `BatchOptions`, `StoreOptions`: how the engine runs a batch and how the folder is
   written (neither changes a number).
-- `load_sweep(out)`, `summarize_sweep(config, result)`: read and summarise a sweep.
+- `load_sweep(out)`, `summarize_sweep(config, result_or_folder)`: read and summarise a sweep.
 - `sweep_network(config_or_folder, i, final=False)`: the network of row `i`.
 - `Engine`, `KinkEngine` (both `SweepEngine`s) and `make_problem`: the engines
   themselves, for a caller that feeds its own queue of initializations (the benchmarks
@@ -25,7 +27,7 @@ from ._load import SweepStoreWarning, load_sweep
 from ._options import BatchOptions, StoreOptions
 from ._result import SweepResult, with_columns
 from ._rows import sweep_network
-from ._run import SweepInterrupted, manifest_for, run_sweep
+from ._run import SweepInterrupted, manifest_for, run_in_folder, run_sweep
 from ._store import (
     ResultsStore,
     atomic_write_json,
@@ -67,6 +69,7 @@ __all__ = [
     "manifest_for",
     "read_config_toml",
     "resolve_kinks",
+    "run_in_folder",
     "run_sweep",
     "status_code",
     "status_is",

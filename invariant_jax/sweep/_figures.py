@@ -363,7 +363,7 @@ def _trajectory_row(axs, flow, row: dict, g: DAG, bn: np.ndarray, rtol: float, a
         axs[2].legend(fontsize=7)
 
 
-def trajectory_figure(config: SweepConfig, rows: dict, theta0: np.ndarray, *, k: int = 3, n_save: int = 201):
+def trajectory_figure(config: SweepConfig, rows: dict, theta0, *, k: int = 3, n_save: int = 201):
     """Example trajectories of a sweep over time, re-integrated from their rows
     (`pick_examples`, `reintegrate`): per trajectory, the loss, `c(t) - c(0)` in
     tolerance units and the bottleneck weights (frozen ones solid).
@@ -372,7 +372,8 @@ def trajectory_figure(config: SweepConfig, rows: dict, theta0: np.ndarray, *, k:
 
     - `config`: the sweep's `SweepConfig`.
     - `rows`: `SweepSummary.rows`.
-    - `theta0`: the initial weights, one row per entry of `rows` (`SweepResult.theta0`).
+    - `theta0`: the initial weights, one row per entry of `rows` (`SweepResult.theta0`),
+        or a function of an array of positions into `rows` giving their rows.
     - `k`: how many trajectories.
     - `n_save`: saved times per trajectory.
 
@@ -389,8 +390,9 @@ def trajectory_figure(config: SweepConfig, rows: dict, theta0: np.ndarray, *, k:
     fig, axs = plt.subplots(
         len(picks), ncol, figsize=(4.6 * ncol, 3.0 * len(picks)), layout="constrained", squeeze=False
     )
-    for ax_row, p in zip(axs, picks):
-        flow = reintegrate(config, theta0[p], n_save=n_save)
+    starts = theta0(np.asarray(picks)) if callable(theta0) else np.asarray(theta0)[picks]
+    for ax_row, p, start in zip(axs, picks, starts):
+        flow = reintegrate(config, start, n_save=n_save)
         row = {key: np.asarray(v)[p] for key, v in rows.items()}
         _trajectory_row(list(ax_row), flow, row, g, bn, config.rtol, config.atol)
     fig.suptitle("example trajectories (re-integrated) | " + config_title(config, len(rows["index"])), fontsize=10)

@@ -107,22 +107,63 @@ def run_sweep(
     old = take_deprecated("run_sweep", deprecated, _DEPRECATED)
     batch = fold_options(BatchOptions, batch, old, BATCH_KEYWORDS, "run_sweep")
     store = fold_options(StoreOptions, store, old, STORE_KEYWORDS, "run_sweep")
+    if out is None:
+        _check_run(config, resume, overwrite)
+        pi, pc = writer_share(process_index, process_count)
+        _, engine = _checked_engine(config, batch)
+        return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], batch.show_progress(True))
+    share = dict(process_index=process_index, process_count=process_count)
+    results, stats = run_in_folder(
+        config, out, resume=resume, overwrite=overwrite, batch=batch, store=store, on_chunk=on_chunk, tag=tag, **share
+    )
+    rec = results.load_records()
+    if rec is None:
+        raise ValueError("The sweep produced no records.")
+    return result_from_records(with_columns(config, config.build_graph(), rec), stats, config.rtol, config.atol)
+
+
+def run_in_folder(
+    config: SweepConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    batch: BatchOptions,
+    store: StoreOptions | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    on_chunk: Callable[[Path], None] | None = None,
+    tag: str | None = None,
+) -> tuple[ResultsStore, dict]:
+    """`run_sweep` into the folder `out` without loading its records (the CLI summarizes
+    the folder chunk by chunk: `summarize_sweep(config, out)`). Open the folder (the
+    writers of a multi-process sweep join one folder, so they resume) and run this
+    writer's claims.
+
+    **Returns:** the folder's `ResultsStore` and the engine's statistics (`SweepResult.stats`).
+    """
     _check_run(config, resume, overwrite)
     pi, pc = writer_share(process_index, process_count)
-    graph, engine = _checked_engine(config, batch)  # before the folder is touched
-    progress = batch.show_progress(True)
-    if out is None:
-        return _run_in_memory(config, engine, np.arange(config.n_inits)[pi::pc], progress)
-    return _run_in_folder(
-        config,
-        graph,
-        engine,
-        out,
+    _, engine = _checked_engine(config, batch)  # before the folder is touched
+    results = ResultsStore(out)
+    results.open(
+        {**manifest_for(config), "block_size": default_block_size(config.n_inits)},
         resume=resume or pc > 1,
         overwrite=overwrite,
         tag=tag,
-        claim=dict(pi=pi, pc=pc, progress=progress, options=store, on_chunk=on_chunk),
     )
+    for note in results.notes:
+        warnings.warn(note, SweepStoreWarning, stacklevel=3)  # the caller of run_sweep
+    options, progress = store or StoreOptions(), batch.show_progress(True)
+    try:
+        with signals_interrupt(results.folder):
+            stats = run_claimed(
+                config, engine, results, pi=pi, pc=pc, progress=progress, options=options, on_chunk=on_chunk
+            )
+    except Exception:
+        results.discard_if_unused()  # failed before any record: the corrected command starts afresh
+        raise
+    return results, stats
 
 
 def _checked_engine(config: SweepConfig, batch: BatchOptions):
@@ -139,31 +180,6 @@ def _run_in_memory(config, engine, indices, progress) -> SweepResult:
     rec, st = run_engine(engine, indices, progress)
     rec = with_columns(config, config.build_graph(), rec)
     return result_from_records(rec, stats_dict(st, engine), config.rtol, config.atol)
-
-
-def _run_in_folder(config, graph, engine, out, *, resume, overwrite, tag, claim: dict) -> SweepResult:
-    """Open the folder `out` (the writers of a multi-process sweep join one folder, so
-    they resume), run this writer's claims (`claim`: `run_claimed`'s keywords), and
-    return every record in it."""
-    results = ResultsStore(out)
-    results.open(
-        {**manifest_for(config), "block_size": default_block_size(config.n_inits)},
-        resume=resume,
-        overwrite=overwrite,
-        tag=tag,
-    )
-    for note in results.notes:
-        warnings.warn(note, SweepStoreWarning, stacklevel=3)
-    try:
-        with signals_interrupt(results.folder):
-            stats = run_claimed(config, engine, results, **claim)
-    except Exception:
-        results.discard_if_unused()  # failed before any record: the corrected command starts afresh
-        raise
-    rec = results.load_records()
-    if rec is None:
-        raise ValueError("The sweep produced no records.")
-    return result_from_records(with_columns(config, graph, rec), stats, config.rtol, config.atol)
 
 
 def _check_run(config, resume: bool, overwrite: bool) -> None:

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .._defaults import DRIFT_TOL_UNITS
-from .._results import STATUSES, status_is, status_is_success
+from .._results import STATUSES, result_code, result_name, status_is, status_is_success
 from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
 from ._figures import config_title, graph_figure, save_overview, trajectory_figure
+from ._kink import KINK_FIELDS
 from ._result import SweepResult
+from ._store import ResultsStore
 
 COLUMNS = (
     "index",
@@ -46,7 +52,8 @@ class SweepSummary:
     **Attributes:**
 
     - `rows`: a dict of equal-length NumPy arrays: `index`, `status` (the `STATUSES`
-        code), `steps` (`num_steps`), `drift`, `loss_initial`, `loss_final`, and the
+        code), `result` (the `ij.RESULTS` code), `steps` (`num_steps`), `drift`,
+        `loss_initial`, `loss_final`, and the
         derived columns of the tidy table (`ij.sweep.trajectory_columns`, the same
         values the chunks store): `drift_in_tol = drift / (atol + rtol *
         conservation_scale)`; `rank_start`, `rank_end`: the rank of `J_G` at `theta0`
@@ -61,7 +68,9 @@ class SweepSummary:
     - `aggregate`: a dict of sweep-level numbers (counts per status, fraction
         disconnected, drift/tol quantiles, steps quantiles, work efficiency, ...).
     - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
-        the figures' titles and re-integrated trajectories; `None` when not known).
+        the figures' titles and re-integrated trajectories; `None` when not known): an
+        array with one row per row, or a function of an array of positions into `rows`
+        giving their weights (a folder summary reads them from the chunks).
     """
 
     def __init__(
@@ -70,7 +79,7 @@ class SweepSummary:
         aggregate: dict,
         *,
         config: SweepConfig | None = None,
-        theta0: np.ndarray | None = None,
+        theta0: np.ndarray | Callable | None = None,
     ):
         self.rows = rows
         self.aggregate = aggregate
@@ -165,50 +174,109 @@ def _cell(v):
     return str(v)
 
 
-def summarize_sweep(config: SweepConfig, result: SweepResult, *, check_rows: int = 32) -> SweepSummary:
+def summarize_sweep(
+    config: SweepConfig, result: SweepResult | str | os.PathLike, *, check_rows: int = 32, stats: dict | None = None
+) -> SweepSummary:
     """Per-trajectory statistics and aggregates of a sweep.
 
     **Arguments:**
 
     - `config`: the sweep's `SweepConfig` (graph and activation).
-    - `result`: its `SweepResult`.
+    - `result`: its `SweepResult`, or its results folder. From a folder only the columns
+        the summary shows are read, chunk by chunk (a few hundred bytes per trajectory
+        instead of every record with its weight vectors); the initial weights of the
+        example trajectories are read when `save_figures` draws them.
     - `check_rows`: re-derive the connectivity verdict of this many rows with the
         per-trajectory `ij.connectivity` (combinatorial + LP) and count disagreements
         with the batched `frozen_mask` in `aggregate["connectivity_mismatches"]`.
+    - `stats`: the engine's statistics (`SweepResult.stats`: seconds, slots, work
+        efficiency, ...) for the `engine_*` aggregates; default: the result's own (none
+        for a folder).
 
     **Returns:** a `SweepSummary`.
     """
     g = config.build_graph()
-    c0 = np.asarray(result.c0, dtype=np.float64)
-    derived = _derived_columns(g, result)
-    n_check = min(int(check_rows), len(c0))
-    mismatches = _connectivity_mismatches(g, c0, np.asarray(derived["frozen"], bool), n_check)
-    rows = _rows(result, derived)
+    if isinstance(result, SweepResult):
+        rec = _result_columns(g, result)
+        theta0: np.ndarray | Callable | None = np.asarray(result.theta0, np.float64)
+        stats, n_check = stats or result.stats, min(int(check_rows), len(result.index))
+        c0 = np.asarray(result.c0, np.float64)[:n_check]
+    elif isinstance(result, (str, os.PathLike)):
+        store = ResultsStore(Path(result))
+        rec = _folder_columns(store, config, g)
+        n_check = min(int(check_rows), len(rec["index"]))
+        c0 = _load(store, keys=["c0"], indices=rec["index"][:n_check])["c0"]
+        theta0 = partial(_folder_theta0, store, rec["index"])
+    else:
+        raise TypeError(f"result must be a SweepResult or a results folder; got {type(result).__name__}.")
+    rows = _rows(rec)
     agg = {
         **_aggregate(rows),
         "connectivity_checked": n_check,
-        "connectivity_mismatches": int(mismatches),
+        "connectivity_mismatches": _connectivity_mismatches(g, c0, rows["frozen"], n_check),
     }
-    if result.kink is not None:
-        agg.update(_kink_aggregate(result.kink, len(rows["status"])))
-    for k in ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices"):
-        if k in result.stats:
-            agg[f"engine_{k}"] = result.stats[k]
-    return SweepSummary(
-        rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=np.asarray(result.theta0, np.float64)
-    )
+    if "events" in rows:
+        agg.update(_kink_aggregate(rec, len(rows["status"])))
+    keys = ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices")
+    engine = stats or {}
+    agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
+    return SweepSummary(rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=theta0)
 
 
-def _derived_columns(g, result: SweepResult) -> dict:
-    """The derived columns: the result's own when it has them all, else computed here."""
+_SUMMARY_FIELDS = (
+    "status",
+    "result",
+    "num_steps",
+    "drift",
+    "scale",
+    "loss_initial",
+    "loss_final",
+    *(k for k in DERIVED if k not in ("result_name", "status_name")),
+    *KINK_FIELDS,
+)
+"""The record fields a summary reads from a folder."""
+
+
+def _result_columns(g, result: SweepResult) -> dict:
+    """The summary's fields of a `SweepResult` (its derived columns computed when missing)."""
+    rec = {
+        k: getattr(result, k) for k in ("index", "status", "num_steps", "drift", "scale", "loss_initial", "loss_final")
+    }
+    rec["result"] = np.asarray(result_code(result.result))
+    rec["drift_in_tol"] = result.drift_in_tol
     if result.columns is not None and all(k in result.columns for k in DERIVED if k != "drift_in_tol"):
-        return result.columns
-    return trajectory_columns(
-        g,
-        {k: getattr(result, k) for k in ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")},
-        rtol=result.rtol,
-        atol=result.atol,
-    )
+        rec.update(result.columns)
+    else:
+        fields = ("theta0", "theta_final", "c0", "drift", "scale", "result", "status")
+        rec.update(trajectory_columns(g, {k: getattr(result, k) for k in fields}, rtol=result.rtol, atol=result.atol))
+    return {**rec, **(result.kink or {})}
+
+
+def _folder_columns(store: ResultsStore, config: SweepConfig, g) -> dict:
+    """The summary's fields of a results folder, sorted by index. Folders written before
+    the derived columns existed are loaded whole and the columns computed."""
+    chunks = store.scan()
+    if not chunks:
+        raise ValueError(f"{str(store.folder)!r} holds no finished trajectories yet; run it with --resume.")
+    have = set.intersection(*(set(c.fields) for c in chunks.values()))
+    if all(k in have for k in _SUMMARY_FIELDS if k not in KINK_FIELDS):
+        return _load(store, keys=[k for k in _SUMMARY_FIELDS if k in have])
+    rec = _load(store)
+    return {**rec, **trajectory_columns(g, rec, rtol=config.rtol, atol=config.atol)}
+
+
+def _load(store: ResultsStore, **kw) -> dict[str, np.ndarray]:
+    rec = store.load_records(**kw)
+    if rec is None:  # the chunks went away after the scan
+        raise ValueError(f"{str(store.folder)!r} holds no finished trajectories any more.")
+    return rec
+
+
+def _folder_theta0(store: ResultsStore, index: np.ndarray, positions) -> np.ndarray:
+    """`theta0` of the rows at `positions` of a folder summary (read from its chunks)."""
+    wanted = np.asarray(index)[np.asarray(positions, np.int64)]
+    rec = _load(store, keys=["theta0"], indices=wanted)
+    return np.asarray(rec["theta0"], np.float64)[np.searchsorted(rec["index"], wanted)]
 
 
 def _connectivity_mismatches(g, c0: np.ndarray, frozen: np.ndarray, n_check: int) -> int:
@@ -219,21 +287,26 @@ def _connectivity_mismatches(g, c0: np.ndarray, frozen: np.ndarray, n_check: int
     )
 
 
-def _rows(result: SweepResult, derived: dict) -> dict[str, np.ndarray]:
-    """`SweepSummary.rows`."""
+def _rows(rec: dict) -> dict[str, Any]:
+    """`SweepSummary.rows` of the summary's fields."""
+    status = np.asarray(rec["status"], np.int64)
+    result = np.asarray(rec["result"], np.int32)
+    drift = np.asarray(rec["drift"], float)
     rows = dict(
-        index=np.asarray(result.index, np.int64),
-        status=np.asarray(result.status, np.int64),
-        steps=np.asarray(result.num_steps, np.int64),
-        drift=np.asarray(result.drift, float),
-        drift_in_tol=np.asarray(result.drift_in_tol, float),
-        **{k: np.asarray(derived[k]) for k in DERIVED if k != "drift_in_tol"},
-        loss_initial=np.asarray(result.loss_initial, float),
-        loss_final=np.asarray(result.loss_final, float),
+        index=np.asarray(rec["index"], np.int64),
+        status=status,
+        result=result,
+        steps=np.asarray(rec["num_steps"], np.int64),
+        drift=drift,
+        **{k: np.asarray(rec[k]) for k in DERIVED if k not in ("result_name", "status_name")},
+        result_name=_names(result),
+        status_name=np.asarray(STATUSES, object)[status],
+        loss_initial=np.asarray(rec["loss_initial"], float),
+        loss_final=np.asarray(rec["loss_final"], float),
     )
-    if result.kink is not None:  # kink-aware sweeps: events and time on sliding modes
-        rows["events"] = np.asarray(result.kink["num_events"], np.int64)
-        rows["sliding_time"] = np.asarray(result.kink["sliding_time"], float)
+    if "num_events" in rec:  # kink-aware sweeps: events and time on sliding modes
+        rows["events"] = np.asarray(rec["num_events"], np.int64)
+        rows["sliding_time"] = np.asarray(rec["sliding_time"], float)
     return rows
 
 
@@ -260,6 +333,12 @@ def _aggregate(rows: dict[str, np.ndarray]) -> dict:
         "steps_median": float(np.median(rows["steps"])) if len(st) else 0.0,
         "steps_max": int(rows["steps"].max()) if len(st) else 0,
     }
+
+
+def _names(codes: np.ndarray) -> np.ndarray:
+    """`result_name` of each code, as an object array (one `str` per distinct code)."""
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    return np.asarray(result_name(distinct), object)[inverse.reshape(codes.shape)]
 
 
 def _kink_aggregate(kk: dict, n: int) -> dict:

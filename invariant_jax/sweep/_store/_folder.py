@@ -552,25 +552,45 @@ class ResultsStore:
         dest[order[first]] = np.arange(int(first.sum()))
         return chunks, names, offsets, dest, keys
 
-    def load_records(self, *, quarantine: bool = False) -> dict[str, np.ndarray] | None:
-        """All finished records, sorted by index, each index once, built chunk by chunk
+    def load_records(self, *, quarantine: bool = False, keys=None, indices=None) -> dict[str, np.ndarray] | None:
+        """The finished records, sorted by index, each index once, built chunk by chunk
         into the sorted arrays (one copy of the records in memory).
 
-        **Raises:** `ValueError` if two chunks hold different records for one index."""
+        **Arguments:**
+
+        - `quarantine`: move damaged chunks to `quarantine/` (else skip them, warning).
+        - `keys`: only these fields (`index` is always given); default: every field.
+        - `indices`: only the records of these initialization indices; default: all.
+
+        **Raises:** `ValueError` if two chunks hold different records for one index, or a
+        key no chunk has."""
         layout = self._layout(quarantine)
         if layout is None:
             return None
-        chunks, names, offsets, dest, keys = layout
+        chunks, names, offsets, dest, fields = layout
+        if keys is not None:
+            unknown = sorted(set(keys) - set(fields))
+            if unknown:
+                raise ValueError(f"No field {unknown} in the chunks of {str(self.folder)!r}; they have {fields}.")
+            fields = ["index", *(k for k in fields if k in set(keys) - {"index"})]
+        if indices is not None:  # keep only the wanted rows, in their sorted order
+            index = np.concatenate([chunks[n].indices for n in names])
+            wanted = (dest >= 0) & np.isin(index, np.asarray(indices))
+            kept_dest = dest[wanted]
+            dest = np.full(len(dest), -1)
+            dest[wanted] = np.argsort(np.argsort(kept_dest))
         n = int(np.sum(dest >= 0))
         out = {
             k: np.empty((n,) + chunks[names[0]].fields[k][1], np.result_type(*[chunks[c].fields[k][0] for c in names]))
-            for k in keys
+            for k in fields
         }
         for i, name in enumerate(names):
-            rec = self._records(name, chunks[name])
             d = dest[offsets[i] : offsets[i + 1]]
             kept = d >= 0
-            for k in keys:
+            if not kept.any():
+                continue
+            rec = self._records(name, chunks[name])
+            for k in fields:
                 out[k][d[kept]] = rec[k][kept]
         return out
 
