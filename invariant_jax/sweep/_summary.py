@@ -202,7 +202,7 @@ def summarize_sweep(
         stats, n_check = stats or result.stats, min(int(check_rows), len(result.index))
         c0 = np.asarray(result.c0, np.float64)[:n_check]
     elif isinstance(result, (str, os.PathLike)):
-        store = ResultsStore(Path(result))
+        store = ResultsStore(Path(result), cache_bytes=0)  # one pass: keep no records
         rec = _folder_columns(store, config, g)
         n_check = min(int(check_rows), len(rec["index"]))
         c0 = _load(store, keys=["c0"], indices=rec["index"][:n_check])["c0"]

@@ -83,10 +83,13 @@ class ResultsStore:
 
     - `folder`: the results folder.
     - `writer`: this writer's identity (`host`, `pid`, `id`); default: a new one.
+    - `cache_bytes`: bytes of verified records to keep in memory (default `CACHE_BYTES`;
+        0 for one pass over the folder, as a summary makes).
     """
 
-    def __init__(self, folder: str | Path, *, writer: dict | None = None):
+    def __init__(self, folder: str | Path, *, writer: dict | None = None, cache_bytes: int | None = None):
         self.folder = Path(folder)
+        self.cache_bytes = cache_bytes
         self.writer = new_writer() if writer is None else dict(writer)
         self.notes: list[str] = []  # what open/load did to the folder, in words
         self._n_written = 0
@@ -455,7 +458,7 @@ class ResultsStore:
         return None if man is None else config_hash(man["config"])
 
     def scan(self, *, quarantine: bool = False) -> dict[str, VerifiedChunk]:
-        """Read and verify every chunk (cached by name; their records up to `CACHE_BYTES`).
+        """Read and verify every chunk (cached by name; their records up to `cache_bytes`).
         A damaged chunk is moved to `quarantine/` (with `quarantine=True`) or skipped with a
         warning; both name it.
 
@@ -486,7 +489,7 @@ class ResultsStore:
                     f"Chunk {str(f)!r} belongs to another sweep (config hash {h}, this folder's is {expected}; "
                     f"differs in {_diff(meta.get('config') or {}, cfg)}). Move it out of {str(self.chunk_dir)!r}."
                 )
-            keep = kept + _nbytes(rec) <= CACHE_BYTES
+            keep = kept + _nbytes(rec) <= (CACHE_BYTES if self.cache_bytes is None else self.cache_bytes)
             kept += _nbytes(rec) if keep else 0
             self._cache[f.name] = live[f.name] = VerifiedChunk(
                 indices=rec["index"],
