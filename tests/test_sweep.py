@@ -266,6 +266,26 @@ def test_summary_against_independent_references(tmp_path):
     assert len((tmp_path / "t.csv").read_text().splitlines()) == len(res) + 1
 
 
+def test_summary_lists_each_failure_with_its_record(tmp_path):
+    """Trajectories cut off by `max_steps` are listed in `SweepSummary.failures` (and
+    `summary.json`), each with its own record, and counted per `ij.RESULTS` member."""
+    from invariant_jax.sweep import run_in_folder
+
+    cfg = SweepConfig.from_dict({**SMALL, "n_inits": 8, "max_steps": 6})
+    _, stats = run_in_folder(cfg, tmp_path / "run", batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
+    s = summarize_sweep(cfg, tmp_path / "run", stats=stats)
+    _, res = load_sweep(tmp_path / "run")
+    names = ij.result_name(res.result)
+    bad = np.flatnonzero(~ij.is_success(res.result))
+    assert 0 < bad.size < len(res)  # some, not all, ran out of steps
+    assert [f["index"] for f in s.failures] == res.index[bad].tolist()
+    for f, i in zip(s.failures, bad):
+        assert f["result"] == names[i] == "max_steps_reached"
+        assert f["num_steps"] == res.num_steps[i] == 6 and f["t_final"] == res.t_final[i] < cfg.t1
+    assert s.aggregate["result_max_steps_reached"] == bad.size
+    assert s.failure_lines()[0].startswith(f"init {res.index[bad[0]]}: max_steps_reached at t = ")
+
+
 # ------------------------------------------------------------------ bad input
 
 

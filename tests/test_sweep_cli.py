@@ -37,6 +37,7 @@ def test_sweep_flags_write_results_folder(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["initializations"] == 4 and summary["status_ok"] + summary["status_max_steps"] <= 4
     assert all(k.isidentifier() for k in summary), list(summary)  # keys are identifiers, not display text
+    assert len(summary["failures"]) == 4 - summary["status_ok"] - summary["status_stopped"]
     assert (out / "figures" / "overview.png").stat().st_size > 1000
     cfg, res = load_sweep(out)
     assert list(res.index) == [0, 1, 2, 3]

@@ -278,7 +278,7 @@ def run_config(
         summary = summarize_sweep(config, out, stats=stats)  # from the chunks: the weights stay on disk
         print(summary.table(max_rows=rows))
         print(summary.aggregate_table())
-        for line in failure_lines(summary.rows["result"]):
+        for line in failure_lines(summary.rows["result"]) + summary.failure_lines():
             print(line)
         _write_outputs(ResultsStore(out), summary, figures, trajectories)
     except SweepInterrupted as e:
@@ -302,7 +302,8 @@ def _write_outputs(store: ResultsStore, summary, figures: bool, trajectories: in
     with tempfile.TemporaryDirectory() as tmp:
         summary.to_csv(Path(tmp) / "table.csv")
         store.write_output(out / "table.csv", (Path(tmp) / "table.csv").read_bytes())
-        store.write_output(out / "summary.json", dumps_strict(summary.aggregate, indent=2, sort_keys=True).encode())
+        text = dumps_strict({**summary.aggregate, "failures": summary.failures}, indent=2, sort_keys=True)
+        store.write_output(out / "summary.json", text.encode())
         if figures:
             paths = [
                 store.write_output(out / "figures" / p.name, p.read_bytes())

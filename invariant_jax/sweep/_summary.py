@@ -67,6 +67,11 @@ class SweepSummary:
         sweeps add `events` (`num_events`) and `sliding_time`.
     - `aggregate`: a dict of sweep-level numbers (counts per status, fraction
         disconnected, drift/tol quantiles, steps quantiles, work efficiency, ...).
+    - `failures`: one dict per trajectory that did not succeed (the first
+        `FAILURES_LISTED` by index): `index`, `result` (the `ij.RESULTS` name),
+        `t_final`, `num_steps`, and for kink-aware sweeps `num_events`, `num_ambiguous`,
+        `num_sliding_entries`, `max_sliding_pairs`, `sliding_time`: what a cause is
+        read from. `summary.json` holds them under `"failures"`.
     - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
         the figures' titles and re-integrated trajectories; `None` when not known): an
         array with one row per row, or a function of an array of positions into `rows`
@@ -80,11 +85,31 @@ class SweepSummary:
         *,
         config: SweepConfig | None = None,
         theta0: np.ndarray | Callable | None = None,
+        failures: list[dict] | None = None,
     ):
         self.rows = rows
         self.aggregate = aggregate
         self.config = config
         self.theta0 = theta0
+        self.failures = [] if failures is None else failures
+
+    def failure_lines(self, max_lines: int = 5) -> list[str]:
+        """The first `max_lines` failures, one line each, with what their records say
+        (time reached, steps; events, ambiguous events and sliding pairs when kink-aware)."""
+        lines = []
+        for f in self.failures[:max_lines]:
+            line = f"init {f['index']}: {f['result']} at t = {f['t_final']:.4g} after {f['num_steps']} steps"
+            if "num_events" in f:
+                line += (
+                    f", {f['num_events']} kink events ({f['num_ambiguous']} ambiguous), "
+                    f"up to {f['max_sliding_pairs']} pairs sliding at once"
+                )
+            lines.append(line)
+        n_failed = int(np.sum(~status_is_success(self.rows["status"])))
+        if n_failed > len(lines):
+            listed = f"the first {len(self.failures)}" if n_failed > len(self.failures) else "all"
+            lines.append(f'... {n_failed - len(lines)} more ({listed} in summary.json, "failures")')
+        return lines
 
     def table(self, max_rows: int = 20) -> str:
         """The per-trajectory table (first `max_rows` rows) as text."""
@@ -220,11 +245,45 @@ def summarize_sweep(
     keys = ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices")
     engine = stats or {}
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
-    return SweepSummary(rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=theta0)
+    failures = _failures(rec)
+    for name in sorted({f["result"] for f in failures}):
+        agg[f"result_{name}"] = int(np.sum(rows["result_name"] == name))
+    return SweepSummary(
+        rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=theta0, failures=failures
+    )
+
+
+FAILURES_LISTED = 100
+"""How many failed trajectories a summary lists (`SweepSummary.failures`), by index."""
+
+_FAILURE_FIELDS = (
+    "t_final",
+    "num_steps",
+    "num_events",
+    "num_ambiguous",
+    "num_sliding_entries",
+    "max_sliding_pairs",
+    "sliding_time",
+)
+
+
+def _failures(rec: dict) -> list[dict]:
+    """`SweepSummary.failures` of the summary's fields (sorted by index)."""
+    bad = np.flatnonzero(~status_is_success(np.asarray(rec["status"])))[:FAILURES_LISTED]
+    keys = [k for k in _FAILURE_FIELDS if k in rec]
+    return [
+        {
+            "index": int(rec["index"][i]),
+            "result": str(result_name(int(rec["result"][i]))),
+            **{k: np.asarray(rec[k][i]).item() for k in keys},
+        }
+        for i in bad
+    ]
 
 
 _SUMMARY_FIELDS = (
     "status",
+    "t_final",
     "result",
     "num_steps",
     "drift",
@@ -239,9 +298,8 @@ _SUMMARY_FIELDS = (
 
 def _result_columns(g, result: SweepResult) -> dict:
     """The summary's fields of a `SweepResult` (its derived columns computed when missing)."""
-    rec = {
-        k: getattr(result, k) for k in ("index", "status", "num_steps", "drift", "scale", "loss_initial", "loss_final")
-    }
+    own = ("index", "status", "t_final", "num_steps", "drift", "scale", "loss_initial", "loss_final")
+    rec = {k: getattr(result, k) for k in own}
     rec["result"] = np.asarray(result_code(result.result))
     rec["drift_in_tol"] = result.drift_in_tol
     if result.columns is not None and all(k in result.columns for k in DERIVED if k != "drift_in_tol"):
