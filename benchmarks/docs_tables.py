@@ -480,6 +480,36 @@ def channels_scaling() -> str:
     return "\n".join(lines) + "\n"
 
 
+def channels_scaling_t1() -> str:
+    """docs/channels.md: the Fig. 4 cells whose flow ended at `t1 = 1e12`, run again side by
+    side with `t1 = 1e12` and the authors' 1e300 on one machine (two files, one per `t1`)."""
+    arms = [_load(f"channels_scaling_t1_{t}.json") for t in ("1e12", "1e300")]
+    lines = [
+        f"`{a['command']}` (commit {_commit(a)})" + (";" if k == 0 else ".") for k, a in enumerate(arms)
+    ]
+    lines += [
+        "",
+        "| D_in | r | seed | t1 | flow time reached | flow steps | largest weightnorm of the ODE phase | passed maxnorm "
+        "| closest-pair cosine | verdict | stopped by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    passed = [0, 0]
+    for cells in zip(*(a["cells"] for a in arms)):
+        s = cells[0]["summary"]
+        for runs in zip(*(c["runs"] for c in cells)):
+            for k, (a, r) in enumerate(zip(arms, runs)):
+                passed[k] += bool(r["passed_maxnorm_ode"])
+                verdict = "infinite" if r["infinite"] else "finite"
+                lines.append(
+                    f"| {s['din']} | {s['r']} | {r['seed']} | {a['flow']['t1']:g} | {r['t_flow']:.3g} | {r['flow_steps']} "
+                    f"| {r['weightnorm_flow_max']:.4g} | {'yes' if r['passed_maxnorm_ode'] else 'no'} "
+                    f"| {r['min_cos']:.2g} | {verdict} | {r['stopped_by']} |"
+                )
+    n = sum(len(c["runs"]) for c in arms[0]["cells"])
+    lines += ["", f"ODE phase passed `maxnorm`: {passed[0]} of {n} runs at t1 = 1e12, {passed[1]} of {n} at 1e300."]
+    return "\n".join(lines) + "\n"
+
+
 def channels_paper_run() -> str:
     """docs/channels.md: the authors' committed scaling run, rerun from their init on their data."""
     rec = _load("channels_paper_run.json")
@@ -2097,6 +2127,7 @@ BLOCKS = {
     "channels-deep": channels_deep,
     "channels-groups": channels_groups,
     "channels-scaling": channels_scaling,
+    "channels-scaling-t1": channels_scaling_t1,
     "channels-paper-run": channels_paper_run,
     "channels-saddle-split": channels_saddle_split,
     "channels-t1": channels_t1,
