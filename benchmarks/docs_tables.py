@@ -484,9 +484,7 @@ def channels_scaling_t1() -> str:
     """docs/channels.md: the Fig. 4 cells whose flow ended at `t1 = 1e12`, run again side by
     side with `t1 = 1e12` and the authors' 1e300 on one machine (two files, one per `t1`)."""
     arms = [_load(f"channels_scaling_t1_{t}.json") for t in ("1e12", "1e300")]
-    lines = [
-        f"`{a['command']}` (commit {_commit(a)})" + (";" if k == 0 else ".") for k, a in enumerate(arms)
-    ]
+    lines = [f"`{a['command']}` (commit {_commit(a)})" + (";" if k == 0 else ".") for k, a in enumerate(arms)]
     lines += [
         "",
         "| D_in | r | seed | t1 | flow time reached | flow steps | largest weightnorm of the ODE phase | passed maxnorm "
