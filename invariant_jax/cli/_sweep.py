@@ -8,9 +8,7 @@ import tempfile
 from pathlib import Path
 
 import jax
-import numpy as np
 
-from .._results import is_success, result_code, result_message, result_name
 from ..sweep import (
     BatchOptions,
     ResultsStore,
@@ -212,18 +210,6 @@ def _job_share(process_index, process_count):
     return process_index, process_count
 
 
-def failure_lines(codes) -> list[str]:
-    """One line per failure kind among `RESULTS` (an item with one entry per trajectory,
-    as `SweepResult.result`, or integer codes): count, name and the message that says the
-    fix (stops by a rule are successes and are not listed)."""
-    codes = np.asarray(result_code(codes))
-    lines = []
-    for code in np.unique(codes[~np.asarray(is_success(codes))]):
-        n = int(np.sum(codes == code))
-        lines.append(f"{n} trajector{'y' if n == 1 else 'ies'} {result_name(code)}: {result_message(code)}")
-    return lines
-
-
 def run_config(
     config,
     *,
@@ -278,7 +264,7 @@ def run_config(
         summary = summarize_sweep(config, out, stats=stats)  # from the chunks: the weights stay on disk
         print(summary.table(max_rows=rows))
         print(summary.aggregate_table())
-        for line in failure_lines(summary.rows["result"]) + summary.failure_lines():
+        for line in summary.failure_kinds() + summary.failure_lines():
             print(line)
         _write_outputs(ResultsStore(out), summary, figures, trajectories)
     except SweepInterrupted as e:

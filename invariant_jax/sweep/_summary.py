@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._defaults import DRIFT_TOL_UNITS
-from .._results import STATUSES, result_code, result_name, status_is, status_is_success
+from .._results import STATUSES, is_success, result_code, result_message, result_name, status_is, status_is_success
 from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
@@ -93,10 +93,18 @@ class SweepSummary:
         self.theta0 = theta0
         self.failures = [] if failures is None else failures
 
+    def failure_kinds(self) -> list[str]:
+        """One line per failure kind: count, `ij.RESULTS` name and the message that says
+        the fix (stops by a rule are successes and are not listed)."""
+        return [
+            f"{n} trajector{'y' if n == 1 else 'ies'} {result_name(code)}: {result_message(code)}"
+            for code, n in _failure_counts(self.rows["result"])
+        ]
+
     def failure_lines(self, max_lines: int = 5) -> list[str]:
         """The first `max_lines` failures, one line each, with what their records say
         (time reached, steps; events, ambiguous events and sliding pairs when kink-aware)."""
-        lines = []
+        lines: list[str] = []
         for f in self.failures[:max_lines]:
             line = f"init {f['index']}: {f['result']} at t = {f['t_final']:.4g} after {f['num_steps']} steps"
             if "num_events" in f:
@@ -245,9 +253,8 @@ def summarize_sweep(
     keys = ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices")
     engine = stats or {}
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
+    agg.update({f"result_{result_name(code)}": n for code, n in _failure_counts(rows["result"])})
     failures = _failures(rec)
-    for name in sorted({f["result"] for f in failures}):
-        agg[f"result_{name}"] = int(np.sum(rows["result_name"] == name))
     return SweepSummary(
         rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=theta0, failures=failures
     )
@@ -265,6 +272,13 @@ _FAILURE_FIELDS = (
     "max_sliding_pairs",
     "sliding_time",
 )
+
+
+def _failure_counts(codes: np.ndarray) -> list[tuple[int, int]]:
+    """`(code, count)` of each `ij.RESULTS` member that is not a success among `codes`."""
+    codes = np.asarray(codes)
+    failed, counts = np.unique(codes[~np.asarray(is_success(codes))], return_counts=True)
+    return [(int(c), int(n)) for c, n in zip(failed, counts)]
 
 
 def _failures(rec: dict) -> list[dict]:
