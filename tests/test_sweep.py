@@ -286,6 +286,23 @@ def test_summary_lists_each_failure_with_its_record(tmp_path):
     assert s.failure_lines()[0].startswith(f"init {res.index[bad[0]]}: max_steps_reached at t = ")
 
 
+def test_failure_counts_cover_failures_beyond_the_listed_ones(tmp_path, monkeypatch):
+    """`result_<name>` and the kind lines count every failed row, not only the
+    `FAILURES_LISTED` that `failures` lists."""
+    import invariant_jax.sweep._summary as summary_module
+
+    monkeypatch.setattr(summary_module, "FAILURES_LISTED", 1)
+    cfg = SweepConfig.from_dict({**SMALL, "n_inits": 8, "max_steps": 6})
+    res = run_sweep(cfg, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
+    s = summarize_sweep(cfg, res)
+    n_bad = int(np.sum(~ij.is_success(res.result)))
+    assert n_bad > 1 and len(s.failures) == 1
+    assert s.aggregate["result_max_steps_reached"] == n_bad
+    assert s.failure_kinds() == [
+        f"{n_bad} trajectories max_steps_reached: {ij.result_message(ij.RESULTS.max_steps_reached)}"
+    ]
+
+
 # ------------------------------------------------------------------ bad input
 
 
