@@ -76,6 +76,20 @@ class VerifiedChunk(NamedTuple):
     records: dict | None
 
 
+class _Layout(NamedTuple):
+    """The verified chunks of a folder in sorted order (`ResultsStore._layout`): `chunks`
+    by name, their `names` in order, `offsets` of each chunk's rows in `row_index` (their
+    indices one after another), `dest` (each row's place in the sorted records, -1 for a
+    duplicate) and `keys` (the fields every chunk has)."""
+
+    chunks: dict[str, VerifiedChunk]
+    names: list[str]
+    offsets: np.ndarray
+    row_index: np.ndarray
+    dest: np.ndarray
+    keys: list[str]
+
+
 class ResultsStore:
     """A results folder. `open(manifest, resume=, overwrite=)` checks it before any work.
 
@@ -512,10 +526,9 @@ class ResultsStore:
                 "rerun with --resume, which sets damaged chunks aside and recomputes them."
             ) from None
 
-    def _layout(self, quarantine: bool = False):
-        """The verified chunks in sorted order, duplicates checked: `(chunks, names,
-        offsets, dest, keys)`, `dest` giving each row (chunks one after another) its place
-        in the sorted records, or -1 for a duplicate; `None` when there is no chunk.
+    def _layout(self, quarantine: bool = False) -> _Layout | None:
+        """The verified chunks in sorted order, duplicates checked; `None` when there is
+        no chunk.
 
         **Raises:** `ValueError` if two chunks hold different records for one index."""
         chunks = self.scan(quarantine=quarantine)
@@ -553,7 +566,7 @@ class ResultsStore:
                     )
         dest = np.full(len(index), -1)
         dest[order[first]] = np.arange(int(first.sum()))
-        return chunks, names, offsets, dest, keys
+        return _Layout(chunks, names, offsets, index, dest, keys)
 
     def load_records(self, *, quarantine: bool = False, keys=None, indices=None) -> dict[str, np.ndarray] | None:
         """The finished records, sorted by index, each index once, built chunk by chunk
@@ -570,15 +583,14 @@ class ResultsStore:
         layout = self._layout(quarantine)
         if layout is None:
             return None
-        chunks, names, offsets, dest, fields = layout
+        chunks, names, offsets, row_index, dest, fields = layout
         if keys is not None:
             unknown = sorted(set(keys) - set(fields))
             if unknown:
                 raise ValueError(f"No field {unknown} in the chunks of {str(self.folder)!r}; they have {fields}.")
             fields = ["index", *(k for k in fields if k in set(keys) - {"index"})]
         if indices is not None:  # keep only the wanted rows, in their sorted order
-            index = np.concatenate([chunks[n].indices for n in names])
-            wanted = (dest >= 0) & np.isin(index, np.asarray(indices))
+            wanted = (dest >= 0) & np.isin(row_index, np.asarray(indices))
             kept_dest = dest[wanted]
             dest = np.full(len(dest), -1)
             dest[wanted] = np.argsort(np.argsort(kept_dest))
@@ -603,9 +615,7 @@ class ResultsStore:
         layout = self._layout()
         if layout is None:
             return np.zeros(0, np.int64)
-        chunks, names, _, dest, _ = layout
-        index = np.concatenate([chunks[n].indices for n in names]).astype(np.int64)
-        return np.sort(index[dest >= 0])
+        return np.sort(layout.row_index[layout.dest >= 0].astype(np.int64))
 
     def new_indices(self) -> np.ndarray:
         """Indices in chunk files not seen before by this method (cheap: not verified)."""
