@@ -153,7 +153,7 @@ def run_in_folder(
         tag=tag,
     )
     for note in results.notes:
-        warnings.warn(note, SweepStoreWarning, stacklevel=3)  # the caller of run_sweep
+        warnings.warn(note, SweepStoreWarning, stacklevel=3)  # run_sweep's caller (the CLI calls this directly)
     options, progress = store or StoreOptions(), batch.show_progress(True)
     try:
         with signals_interrupt(results.folder):
