@@ -3,7 +3,8 @@ trajectories that did not end `ok` (`benchmarks/results/sweep_million.json` as c
 in 9a3003c), each of which slid on a pair of one sample while a pair upstream or
 downstream of it on the same sample reached its surface (issue 27), init 827265,
 which started from a wrong activation pattern (fixed in 86a1b4e), and init 589768, the
-one trajectory of the rerun at 36327d7 that did not end `ok` (six pairs sliding; open).
+one trajectory of the rerun at 36327d7 that did not end `ok` (six pairs sliding on one
+surface until a pair upstream split it; fixed after 9c86d57).
 Per init:
 
 - the exact flow with the sweep's own options (`SweepConfig` defaults: Tsit5 inside,

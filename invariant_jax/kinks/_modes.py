@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._filippov import KinkProblem, no_ties, parallel, slot_mask, slot_ties
+from ._filippov import TIE_PROBES, KinkProblem, no_ties, parallel, slot_mask, slot_ties
 
 
 class EventOutcome(eqx.Module):
@@ -64,7 +64,18 @@ def _same_surface(proj, cand, k):
     return grp, dots < 0
 
 
-def resolve(prob: KinkProblem, th, P, slots, cand, proj, surface_tol):
+def _crossings_only(prob: KinkProblem, th, P, slots, cand, surface_tol):
+    """`resolve` without sliding slots: every pushed candidate crosses."""
+    N, H = prob.shape
+    ties = no_ties(0, th.dtype)
+    lam, u = prob.rates(th, P, slots, ties)
+    utol = _rate_tol(prob, u, surface_tol)
+    P = P ^ _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol).reshape(N, H)
+    lam, u = prob.rates(th, P, slots, ties)
+    return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam, None
+
+
+def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     """Modes of the pairs at a surface point: each candidate pair either stays on a
     side whose field keeps it there, or slides with weight in (0, 1) (a
     box-constrained complementarity problem). Single pivots on the least-index
@@ -74,20 +85,24 @@ def resolve(prob: KinkProblem, th, P, slots, cand, proj, surface_tol):
     For one pair, with its rate affine in its weight, that ends on the side its rate
     points to from the inactive side, whichever way the weight left.
 
-    `proj` holds the candidates' `normal_projections` at `th` (`_surface_projections`):
-    they tell which pairs share a surface, both here and in the sliding solve.
+    Which pairs share a surface (here and in the sliding solve) is told by the
+    candidates' `normal_projections` (`_surface_projections`), evaluated with each
+    pivot's pattern: a normal carries the slopes of the pairs upstream of it, so a pair
+    that crosses can split a surface that several samples shared.
 
     The field and the rates are evaluated once per pivot, in one place (the loop
     body): the first evaluation, at the current modes, also gives the rate tolerance;
     the last, at the final modes (after at most `4 max_sliding + 16` pivots), the
-    verdict. Returns `(P, slots, bad, lam)`: the final modes, the mask of pairs still
-    inconsistent (none when resolved) and the sliding weights there."""
+    verdict. Returns `(P, slots, bad, lam, proj)`: the final modes, the mask of pairs
+    still inconsistent (none when resolved), the sliding weights and the projections
+    there."""
     N, H = prob.shape
     M = prob.max_sliding
     cap = 4 * M + 16
 
     def body(s):
-        P, slots, tried, left, it, _, utol, _, _ = s
+        P, slots, tried, left, it, _, utol, _, _, _ = s
+        proj = _surface_projections(prob, th, P, cand)
         lam, u = prob.rates(th, P, slots, slot_ties(proj, slots))
         utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
@@ -117,16 +132,10 @@ def resolve(prob: KinkProblem, th, P, slots, cand, proj, surface_tol):
         tried = tried | (pivot & grp)
         # a group that left its slide may cross once when pushed back
         left = jnp.where(pivot & sliding_k, left | grp, jnp.where(pivot & ~slide, left & ~grp, left))
-        return P_new, slots, tried, left, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam
+        return P_new, slots, tried, left, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam, proj
 
-    if M == 0:  # no sliding: crossings only
-        ties = no_ties(0, th.dtype)
-        lam, u = prob.rates(th, P, slots, ties)
-        utol = _rate_tol(prob, u, surface_tol)
-        bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
-        P = P ^ bad.reshape(N, H)
-        lam, u = prob.rates(th, P, slots, ties)
-        return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam
+    if M == 0:
+        return _crossings_only(prob, th, P, slots, cand, surface_tol)
     flat = jnp.arange(N * H)
     dtype = th.dtype
     init = (
@@ -139,9 +148,10 @@ def resolve(prob: KinkProblem, th, P, slots, cand, proj, surface_tol):
         jnp.zeros((), dtype),
         jnp.zeros((N * H,), bool),
         jnp.zeros((M,), dtype),
+        jnp.zeros((N * H, TIE_PROBES), dtype),
     )
-    P, slots, _, _, _, _, _, bad, lam = jax.lax.while_loop(lambda s: ~s[5], body, init)
-    return P, slots, bad, lam
+    P, slots, _, _, _, _, _, bad, lam, proj = jax.lax.while_loop(lambda s: ~s[5], body, init)
+    return P, slots, bad, lam, proj
 
 
 # the exit from the origin of a node's incoming weights: ascent steps of the blown-up
@@ -278,8 +288,7 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
     # and the sliding pairs
     cand = (on & ((sz + margin1 <= ztol) | (jnp.abs(Z1) <= ztol))) | slot_mask(slots1, N, H)
     M = prob.max_sliding
-    proj = _surface_projections(prob, th, P1, cand) if M else None
-    P, slots, bad, lam = resolve(prob, th, P1, slots1, cand, proj, surface_tol)
+    P, slots, bad, lam, proj = resolve(prob, th, P1, slots1, cand, surface_tol)
     ok = ~jnp.any(bad)
 
     def fallback(P, slots):
@@ -293,6 +302,8 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
         return (Pf ^ flip).reshape(N, H), slots
 
     P, slots = jax.lax.cond(ok, lambda: (P, slots), lambda: fallback(P, slots))
+    if M:  # (the fallback's pattern has projections of its own)
+        proj = jax.lax.cond(ok, lambda: proj, lambda: _surface_projections(prob, th, P, cand))
     ties = slot_ties(proj, slots) if M else no_ties(0, th.dtype)
     sm = slot_mask(slots, N, H)
     entries, exits = sm & ~sm0, sm0 & ~sm
