@@ -106,6 +106,9 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: i
         not_ok=n_inits - statuses["status_ok"],
         statuses=statuses,
         ambiguous_events=summary.get("ambiguous_events"),
+        trajectories_with_ambiguous_events=summary.get("trajectories_with_ambiguous_events"),
+        failures=summary.get("failures"),
+        flagged=summary.get("flagged"),
         load_average_before=load,
     )
 

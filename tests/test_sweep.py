@@ -389,3 +389,21 @@ def test_implicit_solver_matches_gradient_flow():
             scale=np.abs(f.theta_final).max(),
             num_steps=f.stats["num_steps"],
         )
+
+
+def test_summary_flags_successes_with_ambiguous_events():
+    """`SweepSummary.flagged` lists the trajectories that succeeded with an ambiguous
+    event (a failure with one is in `failures`), each with its record; the aggregate
+    counts them. The ambiguous counts are set by hand (every other row)."""
+    import dataclasses
+
+    cfg = SweepConfig.from_dict({**SMALL, "n_inits": 8, "kink_aware": True})
+    res = run_sweep(cfg, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
+    amb = np.arange(len(res)) % 2
+    res = dataclasses.replace(res, kink={**res.kink, "num_ambiguous": amb})
+    s = summarize_sweep(cfg, res)
+    ok = np.asarray(ij.is_success(res.result))
+    assert [f["index"] for f in s.flagged] == res.index[ok & (amb > 0)].tolist() != []
+    assert all(f["num_ambiguous"] == 1 and f["result"] == "successful" for f in s.flagged)
+    assert s.aggregate["trajectories_with_ambiguous_events"] == 4
+    assert s.aggregate["ambiguous_events"] == 4

@@ -288,7 +288,9 @@ def _write_outputs(store: ResultsStore, summary, figures: bool, trajectories: in
     with tempfile.TemporaryDirectory() as tmp:
         summary.to_csv(Path(tmp) / "table.csv")
         store.write_output(out / "table.csv", (Path(tmp) / "table.csv").read_bytes())
-        text = dumps_strict({**summary.aggregate, "failures": summary.failures}, indent=2, sort_keys=True)
+        text = dumps_strict(
+            {**summary.aggregate, "failures": summary.failures, "flagged": summary.flagged}, indent=2, sort_keys=True
+        )
         store.write_output(out / "summary.json", text.encode())
         if figures:
             paths = [

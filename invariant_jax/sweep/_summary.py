@@ -72,6 +72,9 @@ class SweepSummary:
         `t_final`, `num_steps`, and for kink-aware sweeps `num_events`, `num_ambiguous`,
         `num_sliding_entries`, `max_sliding_pairs`, `sliding_time`: what a cause is
         read from. `summary.json` holds them under `"failures"`.
+    - `flagged`: the same for kink-aware trajectories that succeeded with an ambiguous
+        event (one whose modes no pivot made consistent: the flow went on, but its
+        answer is not certified there); `summary.json`'s `"flagged"`.
     - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
         the figures' titles and re-integrated trajectories; `None` when not known): an
         array with one row per row, or a function of an array of positions into `rows`
@@ -86,12 +89,14 @@ class SweepSummary:
         config: SweepConfig | None = None,
         theta0: np.ndarray | Callable | None = None,
         failures: list[dict] | None = None,
+        flagged: list[dict] | None = None,
     ):
         self.rows = rows
         self.aggregate = aggregate
         self.config = config
         self.theta0 = theta0
         self.failures = [] if failures is None else failures
+        self.flagged = [] if flagged is None else flagged
 
     def failure_kinds(self) -> list[str]:
         """One line per failure kind: count, `ij.RESULTS` name and the message that says
@@ -254,14 +259,20 @@ def summarize_sweep(
     engine = stats or {}
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
     agg.update({f"result_{result_name(code)}": n for code, n in _failure_counts(rows["result"])})
-    failures = _failures(rec)
+    failed = ~status_is_success(np.asarray(rec["status"]))
+    flagged = ~failed & (np.asarray(rec["num_ambiguous"]) > 0) if "num_ambiguous" in rec else np.zeros_like(failed)
     return SweepSummary(
-        rows, {_identifier(k): v for k, v in agg.items()}, config=config, theta0=theta0, failures=failures
+        rows,
+        {_identifier(k): v for k, v in agg.items()},
+        config=config,
+        theta0=theta0,
+        failures=_listed(rec, failed),
+        flagged=_listed(rec, flagged),
     )
 
 
 FAILURES_LISTED = 100
-"""How many failed trajectories a summary lists (`SweepSummary.failures`), by index."""
+"""How many trajectories a summary lists in `SweepSummary.failures` (and in `flagged`), by index."""
 
 _FAILURE_FIELDS = (
     "t_final",
@@ -281,9 +292,10 @@ def _failure_counts(codes: np.ndarray) -> list[tuple[int, int]]:
     return [(int(c), int(n)) for c, n in zip(failed, counts)]
 
 
-def _failures(rec: dict) -> list[dict]:
-    """`SweepSummary.failures` of the summary's fields (sorted by index)."""
-    bad = np.flatnonzero(~status_is_success(np.asarray(rec["status"])))[:FAILURES_LISTED]
+def _listed(rec: dict, mask: np.ndarray) -> list[dict]:
+    """`SweepSummary.failures` (or `flagged`): the first `FAILURES_LISTED` rows of the
+    summary's fields where `mask` (sorted by index)."""
+    bad = np.flatnonzero(mask)[:FAILURES_LISTED]
     keys = [k for k in _FAILURE_FIELDS if k in rec]
     return [
         {
@@ -421,6 +433,7 @@ def _kink_aggregate(kk: dict, n: int) -> dict:
         "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
         "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if n else 0,
         "ambiguous events": int(np.sum(kk["num_ambiguous"])),
+        "trajectories with ambiguous events": int(np.sum(kk["num_ambiguous"] > 0)),
         "kink events total": int(np.sum(kk["num_events"])),
         "sliding time median": float(np.median(kk["sliding_time"])) if n else 0.0,
         "sliding time max": float(np.max(kk["sliding_time"])) if n else 0.0,
