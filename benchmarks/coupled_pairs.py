@@ -5,6 +5,9 @@ downstream of it on the same sample reached its surface (issue 27), init 827265,
 which started from a wrong activation pattern (fixed in 86a1b4e), and init 589768, the
 one trajectory of the rerun at 36327d7 that did not end `ok` (six pairs sliding on one
 surface until a pair upstream split it; fixed after 9c86d57).
+And the 10 trajectories of the rerun at cd1a25f that ended `ok` with an ambiguous event
+(`summary.json`'s `"flagged"`), 7 of which an upstream pair's slide with the downstream
+pair leaving its surface now resolves (the enumeration of `kinks._modes.resolve`).
 Per init:
 
 - the exact flow with the sweep's own options (`SweepConfig` defaults: Tsit5 inside,
@@ -19,7 +22,7 @@ Also `initial_pattern`: of the sweep's first `--pattern-inits` inits, how many h
 pair whose sign differs between the network's own pre-activations (the pattern now) and
 the pre-activations with every node linear (the pattern before 86a1b4e).
 
-Usage: python benchmarks/coupled_pairs.py [--inits 587844 384188 283863 396500 827265 589768]
+Usage: python benchmarks/coupled_pairs.py [--inits 587844 384188 283863 396500 827265 589768 ...]
     [--pattern-inits 2000] [--out benchmarks/results/coupled_pairs.json]
 """
 
@@ -39,8 +42,10 @@ jax.config.update("jax_enable_x64", True)
 import invariant_jax as ij  # noqa: E402
 from invariant_jax.kinks import make_kink_integrator  # noqa: E402
 
-# the 4 non-ok rows of sweep_million.json at 9a3003c; 827265; the non-ok row at 36327d7
+# the 4 non-ok rows of sweep_million.json at 9a3003c; 827265; the non-ok row at 36327d7;
+# the flagged rows at cd1a25f
 INITS = (587844, 384188, 283863, 396500, 827265, 589768)
+FLAGGED = (262377, 347397, 365718, 421077, 453201, 494841, 583752, 586962, 652985, 908617)
 BETAS = (1e3, 1e4)
 SAVES = np.linspace(0.0, 1.0, 6)
 
@@ -102,7 +107,7 @@ def initial_patterns(cfg: ij.sweep.SweepConfig, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--inits", type=int, nargs="+", default=list(INITS))
+    ap.add_argument("--inits", type=int, nargs="+", default=list(INITS + FLAGGED))
     ap.add_argument("--pattern-inits", type=int, default=2000)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -112,7 +117,7 @@ def main() -> None:
         output_path(args.out, "coupled_pairs.json"),
         {
             "benchmark": "coupled_pairs",
-            "workload": "the non-ok inits of the default 10^6 sweep (graph example, seed 0), one kink_aware_flow each",
+            "workload": "the non-ok and flagged inits of the default 10^6 sweep (graph example, seed 0), one kink_aware_flow each",
             "settings": {
                 "inits": args.inits,
                 "betas": list(BETAS),

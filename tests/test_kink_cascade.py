@@ -192,6 +192,23 @@ def test_a_crossing_upstream_splits_a_shared_surface():
     assert _to_smooth_limit(net, X, Y, ts, kf) < 4e-4
 
 
+@pytest.mark.parametrize("index", [365718, 347397])
+def test_upstream_pair_slides_while_the_downstream_one_leaves(index):
+    """Two of the 10 trajectories of the million-init sweep at cd1a25f that ended `ok`
+    with an ambiguous event. A pair of node `a_j` reaches its surface on a sample whose
+    node-`k` pair (downstream) is at its own: 365718's (3, k) slides and (3, a3) is
+    pushed down; at 347397 the two arrive together (k's only active input is a0). The
+    one consistent mode (brute force over the 9 combinations, scratch) changes both
+    pairs: the upstream pair slides and the downstream one leaves its surface (to the
+    inactive side at 365718, the active side at 347397). Single pivots move one pair at
+    a time and found none; the enumeration of `resolve` finds it. No ambiguous event,
+    and the smooth flow is within ~1/beta (365718 at t = 1: 6.9e-4, 1.1e-4, 1.2e-5 for
+    beta = 1e3, 1e4, 1e5)."""
+    net, X, Y, ts, kf = _demo_flow(index)
+    assert bool(kf.success) and int(kf.num_ambiguous) == 0 and int(kf.num_events) <= 8
+    assert _to_smooth_limit(net, X, Y, ts, kf) < 4e-4
+
+
 def test_initial_pattern_is_the_networks_own():
     """The initial activation pattern is the sign of the network's own pre-activations.
     It was computed with every node linear (slope 1), which gives wrong signs downstream

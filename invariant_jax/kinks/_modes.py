@@ -4,11 +4,13 @@ exit of a node whose incoming weights reached the origin (`leave_origin`)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ._filippov import TIE_PROBES, KinkProblem, no_ties, parallel, slot_mask, slot_ties
@@ -75,69 +77,140 @@ def _crossings_only(prob: KinkProblem, th, P, slots, cand, surface_tol):
     return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam, None
 
 
+# when single pivots find no consistent modes, the modes of this many candidates are
+# enumerated (3 each: inactive, active, sliding), fewest changes first
+ENUMERATED = 4
+
+
+def _combinations(k: int) -> np.ndarray:
+    """`(3^k, k)`: per enumerated pair 0 (its mode before the event) or 1, 2 (the other
+    two), ordered by how many pairs change (the unchanged row first)."""
+    rows = np.array(list(itertools.product(range(3), repeat=k)), np.int32).reshape(-1, k)
+    return rows[np.argsort((rows > 0).sum(axis=1), kind="stable")]
+
+
+def _pivot(prob: KinkProblem, P, slots, tried, left, bad, lam, proj, cand):
+    """One single pivot on the least-index violation `k` of `bad` (see `resolve`).
+    Returns `(P, slots, tried, left, pivoted)`."""
+    N, H = prob.shape
+    M = prob.max_sliding
+    flat = jnp.arange(N * H)
+    k = jnp.argmax(bad)
+    is_k = (slots == k) & (slots >= 0)
+    sliding_k = jnp.any(is_k)
+    lam_k = jnp.sum(jnp.where(is_k, lam, 0.0))
+    free = slots < 0
+    slide = ~sliding_k & tried[k] & ~left[k] & jnp.any(free)
+    Pf = P.reshape(-1)
+    # k's group: the pairs on the same surface as k, which change mode with it
+    grp, flip = _same_surface(proj, cand, k)
+    in_slots = slot_mask(slots, N, H).reshape(-1)
+    leave = (slots >= 0) & grp[jnp.where(slots >= 0, slots, 0)]
+    side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
+    others = jnp.nonzero(grp & ~in_slots & (flat != k), size=M - 1, fill_value=-1)[0]
+    join = jnp.concatenate([k[None], others])  # k first, should the slots run out
+    free_at = jnp.nonzero(free, size=M, fill_value=M)[0]
+    joined = slots.at[free_at].set(join, mode="drop")
+    slots_new = jnp.where(sliding_k, jnp.where(leave, -1, slots), jnp.where(slide, joined, slots))
+    moved = jnp.where(sliding_k, grp, grp & ~in_slots)
+    moved = jnp.where(slide, moved & slot_mask(slots_new, N, H).reshape(-1), moved)
+    side_of = jnp.where(slide, False, side ^ flip)
+    pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide | left[k])
+    P_new = jnp.where(pivot & moved, side_of, Pf).reshape(N, H)
+    tried = tried | (pivot & grp)
+    # a group that left its slide may cross once when pushed back
+    left = jnp.where(pivot & sliding_k, left | grp, jnp.where(pivot & ~slide, left & ~grp, left))
+    return P_new, jnp.where(pivot, slots_new, slots), tried, left, pivot
+
+
+def _enumerated_pairs(bad, cand, N, H, K):
+    """The `K` pairs whose modes are enumerated (-1 padded): the inconsistent
+    ones, then the candidates of their samples (a coupled pair upstream or downstream),
+    then the other candidates."""
+    sample = jnp.arange(N * H) // H
+    of_bad = jnp.zeros((N,), bool).at[sample].max(bad)[sample]
+    c = cand.reshape(-1)
+    score = jnp.where(bad, 3, jnp.where(c & of_bad, 2, jnp.where(c, 1, 0)))
+    order = jnp.argsort(-score, stable=True)[:K]
+    return jnp.where(score[order] > 0, order, -1)
+
+
+def _enumerated_modes(P0, slots0, sel, digits):
+    """The modes of one combination: pair `sel[j]` in mode `(m_j + digits[j]) % 3`, `m_j`
+    its mode in `(P0, slots0)` (0 inactive, 1 active, 2 sliding); the others as there."""
+    N, H = P0.shape
+    M = slots0.shape[0]
+    valid = sel >= 0
+    idx = jnp.where(valid, sel, 0)
+    P0f = P0.reshape(-1)
+    base = jnp.where(slot_mask(slots0, N, H).reshape(-1)[idx], 2, jnp.where(P0f[idx], 1, 0))
+    mode = (base + digits) % 3
+    P = P0f.at[jnp.where(valid, idx, N * H)].set(mode == 1, mode="drop").reshape(N, H)
+    slots = jnp.where(jnp.any(slots0[:, None] == jnp.where(valid, sel, -2)[None, :], axis=1), -1, slots0)
+    join = jnp.where(valid & (mode == 2), sel, -1)
+    join = join[jnp.argsort(join < 0, stable=True)]  # the sliding ones first
+    free_at = jnp.nonzero(slots < 0, size=join.shape[0], fill_value=M)[0]
+    return P, slots.at[free_at].set(join, mode="drop")
+
+
 def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     """Modes of the pairs at a surface point: each candidate pair either stays on a
     side whose field keeps it there, or slides with weight in (0, 1) (a
     box-constrained complementarity problem). Single pivots on the least-index
-    violation: a pushed pair first crosses; pushed again, it slides; a sliding pair
-    whose weight leaves (0, 1) leaves to that side, and if it is pushed back there it
-    crosses (a coupled pair can be pushed up from both sides with its weight below 0).
-    For one pair, with its rate affine in its weight, that ends on the side its rate
-    points to from the inactive side, whichever way the weight left.
+    violation (`_pivot`): a pushed pair first crosses; pushed again, it slides; a
+    sliding pair whose weight leaves (0, 1) leaves to that side, and if it is pushed
+    back there it crosses (a coupled pair can be pushed up from both sides with its
+    weight below 0). For one pair, with its rate affine in its weight, that ends on the
+    side its rate points to from the inactive side, whichever way the weight left.
+
+    Single pivots move one group at a time. When they find no consistent modes (they
+    cycle, or run out after `4 max_sliding + 16`), the modes of `ENUMERATED` pairs (the
+    inconsistent ones first, then the candidates of their samples) are enumerated from
+    the modes before the event, fewest changes first, and the first consistent
+    combination is taken. That is the case where a pair upstream reaches its surface
+    while one downstream of it on the same sample slides: the upstream pair must slide
+    and the downstream one leave its surface, two changes at once.
 
     Which pairs share a surface (here and in the sliding solve) is told by the
     candidates' `normal_projections` (`_surface_projections`), evaluated with each
     pivot's pattern: a normal carries the slopes of the pairs upstream of it, so a pair
     that crosses can split a surface that several samples shared.
 
-    The field and the rates are evaluated once per pivot, in one place (the loop
+    The field and the rates are evaluated once per iteration, in one place (the loop
     body): the first evaluation, at the current modes, also gives the rate tolerance;
-    the last, at the final modes (after at most `4 max_sliding + 16` pivots), the
-    verdict. Returns `(P, slots, bad, lam, proj)`: the final modes, the mask of pairs
-    still inconsistent (none when resolved), the sliding weights and the projections
-    there."""
+    the last, at the final modes, the verdict. Returns `(P, slots, bad, lam, proj)`:
+    the final modes, the mask of pairs still inconsistent (none when resolved), the
+    sliding weights and the projections there."""
     N, H = prob.shape
     M = prob.max_sliding
     cap = 4 * M + 16
+    K = min(ENUMERATED, N * H)
+    combos = jnp.asarray(_combinations(K))
+    P0, slots0 = P, slots
 
     def body(s):
-        P, slots, tried, left, it, _, utol, _, _, _ = s
+        P, slots, tried, left, it, _, utol, _, _, _, e, sel, kept = s
         proj = _surface_projections(prob, th, P, cand)
         lam, u = prob.rates(th, P, slots, slot_ties(proj, slots))
         utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
-        k = jnp.argmax(bad)
-        is_k = (slots == k) & (slots >= 0)
-        sliding_k = jnp.any(is_k)
-        lam_k = jnp.sum(jnp.where(is_k, lam, 0.0))
-        free = slots < 0
-        slide = ~sliding_k & tried[k] & ~left[k] & jnp.any(free)
-        Pf = P.reshape(-1)
-        # k's group: the pairs on the same surface as k, which change mode with it
-        grp, flip = _same_surface(proj, cand, k)
-        in_slots = slot_mask(slots, N, H).reshape(-1)
-        leave = (slots >= 0) & grp[jnp.where(slots >= 0, slots, 0)]
-        side = jnp.where(sliding_k, lam_k > 0.5, jnp.where(slide, False, ~Pf[k]))
-        others = jnp.nonzero(grp & ~in_slots & (flat != k), size=M - 1, fill_value=-1)[0]
-        join = jnp.concatenate([k[None], others])  # k first, should the slots run out
-        free_at = jnp.nonzero(free, size=M, fill_value=M)[0]
-        joined = slots.at[free_at].set(join, mode="drop")
-        slots_new = jnp.where(sliding_k, jnp.where(leave, -1, slots), jnp.where(slide, joined, slots))
-        moved = jnp.where(sliding_k, grp, grp & ~in_slots)
-        moved = jnp.where(slide, moved & slot_mask(slots_new, N, H).reshape(-1), moved)
-        side_of = jnp.where(slide, False, side ^ flip)
-        pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide | left[k]) & (it < cap)
-        P_new = jnp.where(pivot & moved, side_of, Pf).reshape(N, H)
-        slots = jnp.where(pivot, slots_new, slots)
-        tried = tried | (pivot & grp)
-        # a group that left its slide may cross once when pushed back
-        left = jnp.where(pivot & sliding_k, left | grp, jnp.where(pivot & ~slide, left & ~grp, left))
-        return P_new, slots, tried, left, it + 1, ~jnp.any(bad) | ~pivot, utol, bad, lam, proj
+        P_piv, slots_piv, tried, left, pivot = _pivot(prob, P, slots, tried, left, bad, lam, proj, cand)
+        pivot = pivot & (it < cap) & (e == 0)
+        enum = jnp.any(bad) & ~pivot & (e < combos.shape[0] - 1)
+        start = enum & (e == 0)
+        sel = jnp.where(start, _enumerated_pairs(bad, cand, N, H, K), sel)
+        # where the pivots ended: the fallback's start, should no combination do
+        kept = jax.tree.map(lambda a, b: jnp.where(start, a, b), (P, slots, bad, lam, proj), kept)
+        e = jnp.where(enum, e + 1, e)
+        P_en, slots_en = _enumerated_modes(P0, slots0, sel, combos[e])
+        P_next = jnp.where(enum, P_en, jnp.where(pivot, P_piv, P))
+        slots_next = jnp.where(enum, slots_en, jnp.where(pivot, slots_piv, slots))
+        return P_next, slots_next, tried, left, it + 1, ~pivot & ~enum, utol, bad, lam, proj, e, sel, kept
 
     if M == 0:
         return _crossings_only(prob, th, P, slots, cand, surface_tol)
-    flat = jnp.arange(N * H)
     dtype = th.dtype
+    no_bad, no_lam, no_proj = jnp.zeros((N * H,), bool), jnp.zeros((M,), dtype), jnp.zeros((N * H, TIE_PROBES), dtype)
     init = (
         P,
         slots,
@@ -146,12 +219,16 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         jnp.asarray(0),
         jnp.asarray(False),
         jnp.zeros((), dtype),
-        jnp.zeros((N * H,), bool),
-        jnp.zeros((M,), dtype),
-        jnp.zeros((N * H, TIE_PROBES), dtype),
+        no_bad,
+        no_lam,
+        no_proj,
+        jnp.asarray(0),
+        -jnp.ones((K,), int),
+        (P, slots, no_bad, no_lam, no_proj),
     )
-    P, slots, _, _, _, _, _, bad, lam, proj = jax.lax.while_loop(lambda s: ~s[5], body, init)
-    return P, slots, bad, lam, proj
+    P, slots, _, _, _, _, _, bad, lam, proj, e, _, kept = jax.lax.while_loop(lambda s: ~s[5], body, init)
+    out = (P, slots, bad, lam, proj)
+    return jax.tree.map(lambda a, b: jnp.where(jnp.any(bad) & (e > 0), a, b), kept, out)
 
 
 # the exit from the origin of a node's incoming weights: ascent steps of the blown-up

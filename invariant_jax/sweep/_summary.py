@@ -259,15 +259,15 @@ def summarize_sweep(
     engine = stats or {}
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
     agg.update({f"result_{result_name(code)}": n for code, n in _failure_counts(rows["result"])})
-    failed = ~status_is_success(np.asarray(rec["status"]))
-    flagged = ~failed & (np.asarray(rec["num_ambiguous"]) > 0) if "num_ambiguous" in rec else np.zeros_like(failed)
+    failed = np.asarray(~status_is_success(np.asarray(rec["status"])))
+    amb = np.asarray(rec.get("num_ambiguous", np.zeros(failed.shape, int)))
     return SweepSummary(
         rows,
         {_identifier(k): v for k, v in agg.items()},
         config=config,
         theta0=theta0,
         failures=_listed(rec, failed),
-        flagged=_listed(rec, flagged),
+        flagged=_listed(rec, ~failed & (amb > 0)),
     )
 
 
