@@ -23,8 +23,12 @@ and peak RSS are summed and the largest.
 compilation cache a 64-init sweep filled first (`warm_up_wall_s`): the CLI's disk cache
 serving a second run, so the ratio without compiling.
 
-Usage: python benchmarks/sweep_cores.py [--n-inits 100000] [--devices 1 2] [--processes 2] [--rounds 1] [--warm]
-    [--out benchmarks/results/sweep_cores.json]
+`--slots S1 S2 ...` runs every arm at each `--slots` (the CLI's default otherwise); the
+ratios are then taken at equal slots, and also between each arm's best slots
+(`slots: "best"`). `--warm-only` keeps only the warm arms.
+
+Usage: python benchmarks/sweep_cores.py [--n-inits 100000] [--devices 1 2] [--processes 2] [--slots 64 256]
+    [--rounds 1] [--warm] [--warm-only] [--out benchmarks/results/sweep_cores.json]
 """
 
 from __future__ import annotations
@@ -48,10 +52,12 @@ def _engine_seconds(stdout: str) -> float:
     return float(next(ln.split(":")[1] for ln in stdout.splitlines() if ln.strip().startswith("engine_seconds:")))
 
 
-def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: int = 1) -> dict:
+def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: int = 1, slots=None) -> dict:
     """One arm: `processes` CLI processes with `devices` CPU devices each, into one folder
-    (several processes share it as a job array's tasks do: `SLURM_ARRAY_TASK_ID/_COUNT`)."""
+    (several processes share it as a job array's tasks do: `SLURM_ARRAY_TASK_ID/_COUNT`),
+    with `--slots slots` (`None`: the CLI's choice)."""
     out = work / f"run_{processes}proc_{devices}dev_{time.monotonic_ns()}"
+    slots_arg = [] if slots is None else ["--slots", str(slots)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(JAX_NUM_CPU_DEVICES=str(devices), INVARIANT_JAX_NO_CACHE="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -61,11 +67,11 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: i
         env["JAX_COMPILATION_CACHE_DIR"] = str(work / f"cache_{processes}proc_{devices}dev_{time.monotonic_ns()}")
         cmd = [sys.executable, "-m", "invariant_jax", "sweep", "--graph", "example", "--n-inits", "64"]
         t = time.perf_counter()
-        cmd += ["--out", str(out) + "_warm_up", "--no-progress", "--no-figures"]
+        cmd += ["--out", str(out) + "_warm_up", "--no-progress", "--no-figures", *slots_arg]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         warm_up = time.perf_counter() - t
     cmd = [sys.executable, "-m", "invariant_jax", "sweep", "--graph", "example", "--n-inits", str(n_inits)]
-    cmd += ["--out", str(out), "--no-progress", "--no-figures"]
+    cmd += ["--out", str(out), "--no-progress", "--no-figures", *slots_arg]
     load = list(os.getloadavg())
     t = time.perf_counter()
     procs = []
@@ -90,6 +96,7 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: i
     return dict(
         processes=processes,
         devices=devices,
+        slots=slots,
         n_inits=n_inits,
         compilation_cache="filled by a 64-init sweep first" if warm else "none",
         warm_up_wall_s=warm_up,
@@ -120,6 +127,9 @@ def main():
     ap.add_argument(
         "--processes", type=int, default=None, help="also an arm of this many processes with one device each"
     )
+    ap.add_argument(
+        "--slots", type=int, nargs="+", default=None, help="each arm at each of these --slots (default: the CLI's)"
+    )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument(
         "--warm",
@@ -127,40 +137,25 @@ def main():
         help="also each arm again with a compilation cache that a 64-init sweep filled first (in a fresh "
         "process, as the CLI's disk cache serves a second run): the ratio without compiling",
     )
+    ap.add_argument("--warm-only", action="store_true", help="only the warm arms of --warm")
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/sweep_cores.json)")
     args = ap.parse_args()
-    arms = [(1, d) for d in args.devices] + ([(args.processes, 1)] if args.processes else [])
+    slots = args.slots or [None]
+    arms = [(1, d, s) for s in slots for d in args.devices]
+    arms += [(args.processes, 1, s) for s in slots] if args.processes else []
+    caches = (True,) if args.warm_only else (False, True) if args.warm else (False,)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ij-sweep-cores-") as tmp:
         for r in range(args.rounds):
-            for warm in (False, True) if args.warm else (False,):
-                for k, d in arms if r % 2 == 0 else arms[::-1]:
-                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm, processes=k))
+            for warm in caches:
+                for k, d, sl in arms if r % 2 == 0 else arms[::-1]:
+                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm, processes=k, slots=sl))
                     rows.append(row)
                     print(
-                        f"round {r} {k} process(es) x {d} device(s) cache {row['compilation_cache']}: "
-                        f"wall {row['wall_s']:.1f} s, engine {row['engine_s']:.1f} s, "
+                        f"round {r} {k} process(es) x {d} device(s), slots {sl or 'default'}, cache "
+                        f"{row['compilation_cache']}: wall {row['wall_s']:.1f} s, engine {row['engine_s']:.1f} s, "
                         f"{row['trajectories_per_s']:.0f} traj/s, not ok {row['not_ok']}",
                         flush=True,
-                    )
-    ratio = []
-    for r in range(args.rounds):
-        for cache in dict.fromkeys(x["compilation_cache"] for x in rows):
-            by = {
-                (x["processes"], x["devices"]): x for x in rows if x["round"] == r and x["compilation_cache"] == cache
-            }
-            one = by[(1, min(args.devices))]
-            for (k, d), x in by.items():
-                if (k, d) != (1, min(args.devices)):
-                    ratio.append(
-                        dict(
-                            round=r,
-                            compilation_cache=cache,
-                            processes=k,
-                            devices=d,
-                            wall=x["trajectories_per_s"] / one["trajectories_per_s"],
-                            engine=x["engine_trajectories_per_s"] / one["engine_trajectories_per_s"],
-                        )
                     )
     write_json(
         output_path(args.out, "sweep_cores.json"),
@@ -168,10 +163,55 @@ def main():
             benchmark="sweep_cores",
             workload="invariant-jax sweep --graph example (the demo DAG, exact ReLU flow, CLI defaults), "
             "figures off, no compilation cache",
-            settings=dict(n_inits=args.n_inits, devices=args.devices, processes=args.processes, rounds=args.rounds),
+            settings=dict(
+                n_inits=args.n_inits,
+                devices=args.devices,
+                processes=args.processes,
+                slots=args.slots,
+                rounds=args.rounds,
+                warm_only=args.warm_only,
+            ),
             rows=rows,
-            ratio=ratio,
+            ratio=_ratios(rows, args.rounds, min(args.devices)),
         ),
+    )
+
+
+def _ratios(rows: list[dict], rounds: int, base_devices: int) -> list[dict]:
+    """Trajectories per second of each arm over one process of `base_devices` devices at
+    the same slots, per round and cache; and (`slots: "best"`) each device count's best
+    slots over the base's best."""
+    ratio = []
+    for r in range(rounds):
+        for cache in dict.fromkeys(x["compilation_cache"] for x in rows):
+            group = [x for x in rows if x["round"] == r and x["compilation_cache"] == cache]
+            by = {(x["processes"], x["devices"], x["slots"]): x for x in group}
+            for (k, d, sl), x in by.items():
+                one = by[(1, base_devices, sl)]
+                if (k, d) != (1, base_devices):
+                    ratio.append(_ratio(r, cache, k, d, sl, x, one))
+            if len({x["slots"] for x in group}) > 1:
+                best = {}
+                for x in group:
+                    key = (x["processes"], x["devices"])
+                    if key not in best or x["engine_trajectories_per_s"] > best[key]["engine_trajectories_per_s"]:
+                        best[key] = x
+                for (k, d), x in best.items():
+                    if (k, d) != (1, base_devices):
+                        ratio.append(_ratio(r, cache, k, d, "best", x, best[(1, base_devices)]))
+    return ratio
+
+
+def _ratio(r, cache, k, d, slots, x, one) -> dict:
+    return dict(
+        round=r,
+        compilation_cache=cache,
+        processes=k,
+        devices=d,
+        slots=slots,
+        slots_of=[x["slots"], one["slots"]],
+        wall=x["trajectories_per_s"] / one["trajectories_per_s"],
+        engine=x["engine_trajectories_per_s"] / one["engine_trajectories_per_s"],
     )
 
 
