@@ -1212,6 +1212,36 @@ def sweep_cores() -> str:
     return "\n".join(lines) + "\n"
 
 
+def sweep_cores_slots() -> str:
+    """docs/sweep.md: the 1- and 2-device sweeps at several `--slots`, warm cache."""
+    rec = _load("sweep_cores_slots.json")
+    rows = [r for r in rec["rows"] if r["round"] == 0]
+    n = rec["settings"]["n_inits"]
+    slots = sorted({r["slots"] for r in rows})
+    devices = sorted({r["devices"] for r in rows})
+    head = "| devices | " + " | ".join(f"{s} slots" for s in slots) + " |"
+    lines = [
+        f"Engine seconds of `invariant-jax sweep --graph example --n-inits {n:,} --slots S` (figures off, "
+        f"compilation cache filled by a 64-init sweep first) at {_commit(rec)}{_on_cpu(rec['provenance'])}, "
+        f"each arm a fresh process, one run each; `{rec['command']}` (`benchmarks/results/sweep_cores_slots.json`).",
+        "",
+        head,
+        "|---|" + "---|" * len(slots),
+    ]
+    for d in devices:
+        by = {r["slots"]: r for r in rows if r["devices"] == d}
+        lines.append(f"| {d} | " + " | ".join(f"{by[s]['engine_s']:.1f} s" for s in slots) + " |")
+    lines.append("")
+    ratios = "; ".join(
+        f"at {q['slots']} slots{'' if q['slots'] != 'best' else ' (' + ' over '.join(map(str, q['slots_of'])) + ')'}: "
+        f"{q['engine']:.2f}x"
+        for q in rec["ratio"]
+        if q["round"] == 0
+    )
+    lines.append(f"2 devices over 1, engine trajectories per second: {ratios}. Goal: 1.8.")
+    return "\n".join(lines) + "\n"
+
+
 def sweep_million() -> str:
     """docs/sweep.md's million paragraph: the CLI's default sweep at 10^6 inits, one run."""
     rec = _load("sweep_million.json")
@@ -2161,6 +2191,7 @@ BLOCKS = {
     "kink-compile-restart": kink_compile_restart,
     "sweep-cores": sweep_cores,
     "sweep-million": sweep_million,
+    "sweep-cores-slots": sweep_cores_slots,
     "coupled-pairs": coupled_pairs,
     "sweep-throughput": sweep_throughput,
     "sweep-throughput-256": sweep_throughput_256,
