@@ -1239,6 +1239,16 @@ def sweep_cores_slots() -> str:
         if q["round"] == 0
     )
     lines.append(f"2 devices over 1, engine trajectories per second: {ratios}. Goal: 1.8.")
+    again = _load("sweep_cores_slots_round2.json")
+    runs = "; ".join(
+        f"{r['devices']} device{'s' if r['devices'] > 1 else ''} at {r['slots']} slots {r['engine_s']:.1f} s"
+        for r in again["rows"]
+    )
+    lines += [
+        "",
+        f"The second run ({_commit(again)}; `{again['command']}`, committed as "
+        f"`benchmarks/results/sweep_cores_slots_round2.json`): {runs}.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -52,8 +52,10 @@ _ENGINE_KEYS = (
     "process_index",
     "process_count",
 )
-CPU_SLOTS = 64
-"""Slots of a sweep on CPUs (exact mode: an idle slot costs nothing there)."""
+CPU_SLOTS = 256
+"""Slots of a sweep on CPUs (exact mode: an idle slot costs nothing there). 256 against 64
+took 13% and 11% less engine time on 2 devices and 5% and 3% on 1, in two runs of
+`benchmarks/sweep_cores.py --slots` (docs/sweep.md, "How many slots")."""
 ACCELERATOR_SLOTS_PER_DEVICE = 4096
 """Slots per GPU/TPU in vmap mode (the width `benchmarks/sweep_throughput.py` measured on an H200)."""
 
@@ -63,7 +65,7 @@ def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, d
     the CLI decides them.
 
     On CPUs: exact mode (each slot's own program, bit-for-bit results, an idle slot costs
-    nothing) with 64 slots. On GPUs/TPUs: vmap mode (one batched step for all slots; a
+    nothing) with `CPU_SLOTS` (256) slots. On GPUs/TPUs: vmap mode (one batched step for all slots; a
     loop of per-slot kernels would leave the accelerator idle) with 4096 slots per device.
     A mode or slot count the user gave is kept.
 
@@ -230,7 +232,7 @@ def run_config(
     """Run a sweep, print its summary, and write table.csv, summary.json and figures.
 
     `exact` and `slots` left `None` are chosen for the devices (`choose_device_mode`:
-    exact mode and 64 slots on CPUs, vmap mode and 4096 slots per device on GPUs/TPUs);
+    exact mode and 256 slots on CPUs, vmap mode and 4096 slots per device on GPUs/TPUs);
     the header says which. `trajectories` example flows are re-integrated for
     `figures/trajectories.png`. Ctrl-C and SIGTERM save the finished records and return
     130 / 143 with one line ("progress saved; rerun with --resume"); a full disk is one
