@@ -73,8 +73,9 @@ class SweepSummary:
         `num_sliding_entries`, `max_sliding_pairs`, `sliding_time`: what a cause is
         read from. `summary.json` holds them under `"failures"`.
     - `flagged`: the same for kink-aware trajectories that succeeded with an ambiguous
-        event (one whose modes no pivot made consistent: the flow went on, but its
-        answer is not certified there); `summary.json`'s `"flagged"`.
+        event (one where no consistent modes were found, neither by the pivots nor by
+        the enumeration: the flow went on, but its answer is not certified there);
+        `summary.json`'s `"flagged"`.
     - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
         the figures' titles and re-integrated trajectories; `None` when not known): an
         array with one row per row, or a function of an array of positions into `rows`
