@@ -1177,6 +1177,11 @@ def _load_range(meta: dict) -> str:
     return f"load average {s:.1f} at the start and {e:.1f} at the end"
 
 
+def _first_round_ratios(rec: dict, text) -> str:
+    """`sweep_cores.py`'s ratios of round 0, each as `text(ratio)`, joined by "; "."""
+    return "; ".join(text(q) for q in rec["ratio"] if q["round"] == 0)
+
+
 def sweep_cores() -> str:
     """docs/sweep.md's devices paragraph: the CLI's demo-DAG sweep on one CPU device and on one per core,
     compiling in the run and (with `--warm`) with a filled compilation cache."""
@@ -1199,11 +1204,12 @@ def sweep_cores() -> str:
             f"{r['trajectories_per_s']:,.0f} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['load_average_before'][0]:.1f} |"
         )
     lines.append("")
-    ratios = "; ".join(
-        f"{q.get('processes', 1)} x {q.get('devices', max(rec['settings']['devices']))}, "
-        f"{q.get('compilation_cache', 'none')}: {q['wall']:.2f}x ({q['engine']:.2f}x in the engine)"
-        for q in rec["ratio"]
-        if q["round"] == 0
+    ratios = _first_round_ratios(
+        rec,
+        lambda q: (
+            f"{q.get('processes', 1)} x {q.get('devices', max(rec['settings']['devices']))}, "
+            f"{q.get('compilation_cache', 'none')}: {q['wall']:.2f}x ({q['engine']:.2f}x in the engine)"
+        ),
     )
     lines.append(
         "Over 1 x 1, trajectories per second: "
@@ -1232,11 +1238,12 @@ def sweep_cores_slots() -> str:
         by = {r["slots"]: r for r in rows if r["devices"] == d}
         lines.append(f"| {d} | " + " | ".join(f"{by[s]['engine_s']:.1f} s" for s in slots) + " |")
     lines.append("")
-    ratios = "; ".join(
-        f"at {q['slots']} slots{'' if q['slots'] != 'best' else ' (' + ' over '.join(map(str, q['slots_of'])) + ')'}: "
-        f"{q['engine']:.2f}x"
-        for q in rec["ratio"]
-        if q["round"] == 0
+    ratios = _first_round_ratios(
+        rec,
+        lambda q: (
+            f"at {q['slots']} slots"
+            f"{'' if q['slots'] != 'best' else ' (' + ' over '.join(map(str, q['slots_of'])) + ')'}: {q['engine']:.2f}x"
+        ),
     )
     lines.append(f"2 devices over 1, engine trajectories per second: {ratios}. Goal: 1.8.")
     again = _load("sweep_cores_slots_round2.json")
