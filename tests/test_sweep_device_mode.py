@@ -1,5 +1,5 @@
 """`invariant-jax sweep` chooses exact or vmap mode and the slot count for its devices
-(`choose_device_mode`): exact mode and 64 slots on CPUs, vmap mode and 4096 slots per
+(`choose_device_mode`): exact mode and `CPU_SLOTS` slots on CPUs, vmap mode and 4096 slots per
 device on an accelerator; what the user gave is kept; the sweep header says which."""
 
 from types import SimpleNamespace
@@ -40,6 +40,6 @@ def test_flags_reach_the_choice():
         p.parse_args(["sweep", "--exact", "--vmap"])
 
 
-# Two forced CPU devices in a fresh process (exact mode, 64 slots, both devices counted):
+# Two forced CPU devices in a fresh process (exact mode, CPU_SLOTS slots, both devices counted):
 # tests/test_sweep_devices.py::test_one_cpu_device_per_core_unless_told, in the process it
 # starts with JAX_NUM_CPU_DEVICES=2 anyway (one JAX start instead of two).

@@ -1,12 +1,12 @@
 """`invariant-jax sweep` gives JAX one CPU device per usable core (`use_cpu_cores`), and
 keeps a device count the user chose; with two forced CPU devices, `choose_device_mode`
-picks exact mode and 64 slots and counts both (each case is a fresh process)."""
+picks exact mode and `CPU_SLOTS` slots and counts both (each case is a fresh process)."""
 
 import os
 import subprocess
 import sys
 
-from invariant_jax.cli._sweep import use_cpu_cores
+from invariant_jax.cli._sweep import CPU_SLOTS, use_cpu_cores
 
 _CHILD = r"""
 import os, sys
@@ -34,7 +34,8 @@ def test_one_cpu_device_per_core_unless_told():
     # two forced CPU devices (tests/test_sweep_device_mode.py tests the choice without a process)
     n, devices, _, mode = _run({"JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"})
     assert (n, devices) == ("None", "2")
-    assert mode == "2 (True, 64, 'exact mode, 64 slots on 2 cpu devices (mode and slots chosen for cpu)')"
+    s = CPU_SLOTS
+    assert mode == f"2 (True, {s}, 'exact mode, {s} slots on 2 cpu devices (mode and slots chosen for cpu)')"
 
 
 def test_leaves_running_backends_alone():
