@@ -146,11 +146,12 @@ class SweepSummary:
 
     def aggregate_table(self) -> str:
         """Aggregate statistics as `name: value` lines."""
+        width = max((len(k) for k in self.aggregate), default=0)
         out = []
         for k, v in self.aggregate.items():
             if isinstance(v, float):
                 v = f"{v:.4g}"
-            out.append(f"{k:>28}: {v}")
+            out.append(f"{k:>{width}}: {v}")
         return "\n".join(out)
 
     def to_csv(self, path: str | Path) -> Path:
