@@ -407,3 +407,14 @@ def test_summary_flags_successes_with_ambiguous_events():
     assert all(f["num_ambiguous"] == 1 and f["result"] == "successful" for f in s.flagged)
     assert s.aggregate["trajectories_with_ambiguous_events"] == 4
     assert s.aggregate["ambiguous_events"] == 4
+    assert s.aggregate["trajectories_flagged"] == int(np.sum(ok & (amb > 0)))
+    inits = ", ".join(str(i) for i in res.index[ok & (amb > 0)][:2])
+    n = int(np.sum(ok & (amb > 0)))
+    assert n > 2 and s.flagged_lines(max_inits=2) == [
+        f"{n} trajectories ended ok with an ambiguous kink event, not certified there: inits {inits}, ... "
+        '(summary.json, "flagged")'
+    ]
+    assert (
+        summarize_sweep(cfg, dataclasses.replace(res, kink={**res.kink, "num_ambiguous": 0 * amb})).flagged_lines()
+        == []
+    )

@@ -266,7 +266,7 @@ def run_config(
         summary = summarize_sweep(config, out, stats=stats)  # from the chunks: the weights stay on disk
         print(summary.table(max_rows=rows))
         print(summary.aggregate_table())
-        for line in summary.failure_kinds() + summary.failure_lines():
+        for line in summary.failure_kinds() + summary.failure_lines() + summary.flagged_lines():
             print(line)
         _write_outputs(ResultsStore(out), summary, figures, trajectories)
     except SweepInterrupted as e:

@@ -75,7 +75,7 @@ class SweepSummary:
     - `flagged`: the same for kink-aware trajectories that succeeded with an ambiguous
         event (one where no consistent modes were found, neither by the pivots nor by
         the enumeration: the flow went on, but its answer is not certified there);
-        `summary.json`'s `"flagged"`.
+        `summary.json`'s `"flagged"`, and their count its `trajectories_flagged`.
     - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
         the figures' titles and re-integrated trajectories; `None` when not known): an
         array with one row per row, or a function of an array of positions into `rows`
@@ -124,6 +124,19 @@ class SweepSummary:
             listed = f"the first {len(self.failures)}" if n_failed > len(self.failures) else "all"
             lines.append(f'... {n_failed - len(lines)} more ({listed} in summary.json, "failures")')
         return lines
+
+    def flagged_lines(self, max_inits: int = 5) -> list[str]:
+        """One line naming the trajectories that ended `ok` with an ambiguous event (the
+        first `max_inits`), or none."""
+        n = int(self.aggregate.get("trajectories_flagged", 0))
+        if not n:
+            return []
+        inits = ", ".join(str(f["index"]) for f in self.flagged[:max_inits])
+        more = ", ..." if n > min(len(self.flagged), max_inits) else ""
+        return [
+            f"{n} trajector{'y' if n == 1 else 'ies'} ended ok with an ambiguous kink event, not certified "
+            f'there: init{"" if n == 1 else "s"} {inits}{more} (summary.json, "flagged")'
+        ]
 
     def table(self, max_rows: int = 20) -> str:
         """The per-trajectory table (first `max_rows` rows) as text."""
@@ -262,14 +275,16 @@ def summarize_sweep(
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
     agg.update({f"result_{result_name(code)}": n for code, n in _failure_counts(rows["result"])})
     failed = np.asarray(~status_is_success(np.asarray(rec["status"])))
-    amb = np.asarray(rec.get("num_ambiguous", np.zeros(failed.shape, int)))
+    flagged = ~failed & (np.asarray(rec.get("num_ambiguous", np.zeros(failed.shape, int))) > 0)
+    if "events" in rows:
+        agg["trajectories flagged"] = int(np.sum(flagged))
     return SweepSummary(
         rows,
         {_identifier(k): v for k, v in agg.items()},
         config=config,
         theta0=theta0,
         failures=_listed(rec, failed),
-        flagged=_listed(rec, ~failed & (amb > 0)),
+        flagged=_listed(rec, flagged),
     )
 
 
