@@ -1289,7 +1289,10 @@ def _flagged(row: dict) -> str:
     if row.get("flagged") is None:
         return ""
     inits = ", ".join(str(f["index"]) for f in row["flagged"])
-    n = row["trajectories_with_ambiguous_events"]
+    # (files from before `trajectories_flagged`: every trajectory with one ended `ok` when none failed)
+    n = row.get("trajectories_flagged", row["trajectories_with_ambiguous_events"] if row["not_ok"] == 0 else None)
+    if n is None:
+        return f", {len(row['flagged'])} of them listed as flagged (inits {inits})"
     return f", in {n:,} trajector{'y' if n == 1 else 'ies'} that ended `ok`" + (f" (inits {inits})" if inits else "")
 
 

@@ -114,6 +114,7 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: i
         statuses=statuses,
         ambiguous_events=summary.get("ambiguous_events"),
         trajectories_with_ambiguous_events=summary.get("trajectories_with_ambiguous_events"),
+        trajectories_flagged=summary.get("trajectories_flagged"),
         failures=summary.get("failures"),
         flagged=summary.get("flagged"),
         load_average_before=load,
