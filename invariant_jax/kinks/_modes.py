@@ -89,9 +89,9 @@ def _combinations(k: int) -> np.ndarray:
     return rows[np.argsort((rows > 0).sum(axis=1), kind="stable")]
 
 
-def _pivot(prob: KinkProblem, P, slots, tried, left, bad, lam, proj, cand):
-    """One single pivot on the least-index violation `k` of `bad` (see `resolve`).
-    Returns `(P, slots, tried, left, pivoted)`."""
+def _pivot(prob: KinkProblem, P, slots, tried, left, bad, lam, proj, cand, allowed):
+    """One single pivot on the least-index violation `k` of `bad` (see `resolve`), where
+    `allowed`. Returns `(P, slots, tried, left, pivoted)`."""
     N, H = prob.shape
     M = prob.max_sliding
     flat = jnp.arange(N * H)
@@ -115,7 +115,7 @@ def _pivot(prob: KinkProblem, P, slots, tried, left, bad, lam, proj, cand):
     moved = jnp.where(sliding_k, grp, grp & ~in_slots)
     moved = jnp.where(slide, moved & slot_mask(slots_new, N, H).reshape(-1), moved)
     side_of = jnp.where(slide, False, side ^ flip)
-    pivot = jnp.any(bad) & (sliding_k | ~tried[k] | slide | left[k])
+    pivot = allowed & jnp.any(bad) & (sliding_k | ~tried[k] | slide | left[k])
     P_new = jnp.where(pivot & moved, side_of, Pf).reshape(N, H)
     tried = tried | (pivot & grp)
     # a group that left its slide may cross once when pushed back
@@ -194,8 +194,8 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         lam, u = prob.rates(th, P, slots, slot_ties(proj, slots))
         utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
-        P_piv, slots_piv, tried, left, pivot = _pivot(prob, P, slots, tried, left, bad, lam, proj, cand)
-        pivot = pivot & (it < cap) & (e == 0)
+        allowed = (it < cap) & (e == 0)  # (no pivots once the enumeration has started)
+        P_piv, slots_piv, tried, left, pivot = _pivot(prob, P, slots, tried, left, bad, lam, proj, cand, allowed)
         enum = jnp.any(bad) & ~pivot & (e < combos.shape[0] - 1)
         start = enum & (e == 0)
         sel = jnp.where(start, _enumerated_pairs(bad, cand, N, H, K), sel)
