@@ -25,10 +25,11 @@ serving a second run, so the ratio without compiling.
 
 `--slots S1 S2 ...` runs every arm at each `--slots` (the CLI's default otherwise); the
 ratios are then taken at equal slots, and also between each arm's best slots
-(`slots: "best"`). `--warm-only` keeps only the warm arms.
+(`slots: "best"`). `--warm-only` keeps only the warm arms. `--graph-args` sweeps another
+graph than the demo DAG (`"--graph mlp --widths 5,20,1"`).
 
 Usage: python benchmarks/sweep_cores.py [--n-inits 100000] [--devices 1 2] [--processes 2] [--slots 64 256]
-    [--rounds 1] [--warm] [--warm-only] [--out benchmarks/results/sweep_cores.json]
+    [--rounds 1] [--warm] [--warm-only] [--graph-args "--graph example"] [--out benchmarks/results/sweep_cores.json]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ from pathlib import Path
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 ROOT = Path(__file__).resolve().parent.parent
+GRAPH = ("--graph", "example")  # the CLI's default sweep (`--graph-args` replaces it)
 
 
 def _engine_seconds(stdout: str) -> float:
@@ -52,7 +55,9 @@ def _engine_seconds(stdout: str) -> float:
     return float(next(ln.split(":")[1] for ln in stdout.splitlines() if ln.strip().startswith("engine_seconds:")))
 
 
-def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: int = 1, slots=None) -> dict:
+def arm(
+    devices: int, n_inits: int, work: Path, warm: bool = False, processes: int = 1, slots=None, graph=GRAPH
+) -> dict:
     """One arm: `processes` CLI processes with `devices` CPU devices each, into one folder
     (several processes share it as a job array's tasks do: `SLURM_ARRAY_TASK_ID/_COUNT`),
     with `--slots slots` (`None`: the CLI's choice)."""
@@ -65,12 +70,12 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: i
     if warm:  # a new empty compilation cache, filled by a 64-init sweep first (the CLI's disk cache)
         del env["INVARIANT_JAX_NO_CACHE"]
         env["JAX_COMPILATION_CACHE_DIR"] = str(work / f"cache_{processes}proc_{devices}dev_{time.monotonic_ns()}")
-        cmd = [sys.executable, "-m", "invariant_jax", "sweep", "--graph", "example", "--n-inits", "64"]
+        cmd = [sys.executable, "-m", "invariant_jax", "sweep", *graph, "--n-inits", "64"]
         t = time.perf_counter()
         cmd += ["--out", str(out) + "_warm_up", "--no-progress", "--no-figures", *slots_arg]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         warm_up = time.perf_counter() - t
-    cmd = [sys.executable, "-m", "invariant_jax", "sweep", "--graph", "example", "--n-inits", str(n_inits)]
+    cmd = [sys.executable, "-m", "invariant_jax", "sweep", *graph, "--n-inits", str(n_inits)]
     cmd += ["--out", str(out), "--no-progress", "--no-figures", *slots_arg]
     load = list(os.getloadavg())
     t = time.perf_counter()
@@ -112,6 +117,8 @@ def arm(devices: int, n_inits: int, work: Path, warm: bool = False, processes: i
         records=sum(statuses.values()),
         not_ok=n_inits - statuses["status_ok"],
         statuses=statuses,
+        steps_median=summary.get("steps_median"),
+        steps_max=summary.get("steps_max"),
         ambiguous_events=summary.get("ambiguous_events"),
         trajectories_with_ambiguous_events=summary.get("trajectories_with_ambiguous_events"),
         trajectories_flagged=summary.get("trajectories_flagged"),
@@ -139,18 +146,22 @@ def main():
         "process, as the CLI's disk cache serves a second run): the ratio without compiling",
     )
     ap.add_argument("--warm-only", action="store_true", help="only the warm arms of --warm")
+    ap.add_argument(
+        "--graph-args", default=" ".join(GRAPH), help='the sweep\'s graph options (e.g. "--graph mlp --widths 5,20,1")'
+    )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/sweep_cores.json)")
     args = ap.parse_args()
     slots = args.slots or [None]
     arms = [(1, d, s) for s in slots for d in args.devices]
     arms += [(args.processes, 1, s) for s in slots] if args.processes else []
+    graph = shlex.split(args.graph_args)
     caches = (True,) if args.warm_only else (False, True) if args.warm else (False,)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ij-sweep-cores-") as tmp:
         for r in range(args.rounds):
             for warm in caches:
                 for k, d, sl in arms if r % 2 == 0 else arms[::-1]:
-                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm, processes=k, slots=sl))
+                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm, processes=k, slots=sl, graph=graph))
                     rows.append(row)
                     print(
                         f"round {r} {k} process(es) x {d} device(s), slots {sl or 'default'}, cache "
@@ -162,8 +173,8 @@ def main():
         output_path(args.out, "sweep_cores.json"),
         dict(
             benchmark="sweep_cores",
-            workload="invariant-jax sweep --graph example (the demo DAG, exact ReLU flow, CLI defaults), "
-            "figures off, no compilation cache",
+            workload=f"invariant-jax sweep {args.graph_args} (exact ReLU flow, CLI defaults otherwise; --graph "
+            "example is the demo DAG), figures off",
             settings=dict(
                 n_inits=args.n_inits,
                 devices=args.devices,
@@ -171,6 +182,7 @@ def main():
                 slots=args.slots,
                 rounds=args.rounds,
                 warm_only=args.warm_only,
+                graph_args=args.graph_args,
             ),
             rows=rows,
             ratio=_ratios(rows, args.rounds, min(args.devices)),
