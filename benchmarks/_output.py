@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from importlib import metadata
@@ -176,7 +177,7 @@ def command() -> str:
     except ValueError:
         pass
     env = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
-    return env + " ".join(["python", str(script), *sys.argv[1:]])
+    return env + shlex.join(["python", str(script), *sys.argv[1:]])  # (quoted where an argument needs it)
 
 
 def _git(*args: str) -> str | None:
