@@ -1255,7 +1255,23 @@ def sweep_cores_slots() -> str:
         "",
         f"The second run ({_commit(again)}; `{again['command']}`, committed as "
         f"`benchmarks/results/sweep_cores_slots_round2.json`): {runs}.",
+        "",
+        "Other workloads, 2 devices, each row one fresh process:",
+        "",
+        "| workload | inits | compilation cache | round | slots | wall | engine | steps median, max |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    commands = []
+    for name in ("small", "mlp", "mlp_t10"):
+        other = _load(f"sweep_cores_slots_{name}.json")
+        graph = other["settings"].get("graph_args", "--graph example")
+        for r in other["rows"]:
+            lines.append(
+                f"| `{graph}` | {r['n_inits']:,} | {r['compilation_cache']} | {r['round']} | {r['slots']} | "
+                f"{r['wall_s']:.1f} s | {r['engine_s']:.1f} s | {r['steps_median']:.0f}, {r['steps_max']} |"
+            )
+        commands.append(f"`{other['command']}` at {_commit(other)}")
+    lines += ["", "Commands: " + "; ".join(commands) + "."]
     return "\n".join(lines) + "\n"
 
 
