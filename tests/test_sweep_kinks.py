@@ -212,3 +212,29 @@ def test_sweep_passes_kink_options_to_every_trajectory(problem):
     names = ij.result_name(r.result)
     assert [n == "max_events_reached" for n in names] == had_events.tolist()
     assert np.all(r.t_final[had_events] < 1.0)
+
+
+def test_vmap_mode_with_sliding_lanes_matches_exact_mode():
+    """Vmap mode runs the Filippov field, the restarts' mode searches and a node's exit
+    from its origin for the lanes that need them only (`kinks.lane_cond`, gathered from
+    the batch). Three of these 16 trajectories slide; each must be the exact mode's, to
+    round-off amplified by adaptive stepping, with the same events."""
+    g = ij.mlp([4, 8, 1], bias=False)
+    X, Y, _ = ij.teacher_student(g, 12, key=jax.random.PRNGKey(3))
+    keys = jax.random.split(jax.random.PRNGKey(0), 16)
+    nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys)
+    runs = {
+        exact: ij.sweep_flows(nets, X, Y, 1.0, kinks=True, batch=BatchOptions(slots=16, exact=exact), **OPTS)
+        for exact in (True, False)
+    }
+    ex, vm = runs[True], runs[False]
+    assert int(np.sum(ex.kink["num_sliding_entries"] > 0)) == 3
+    assert list(vm.status) == [0] * 16
+    for k in ("num_events", "num_crossings", "num_sliding_entries", "num_sliding_exits", "max_sliding_pairs"):
+        np.testing.assert_array_equal(vm.kink[k], ex.kink[k], err_msg=k)
+    for i in range(16):
+        steps = int(ex.num_steps[i]) + int(ex.kink["num_events"][i])
+        scale = float(np.abs(ex.theta_final[i]).max())
+        assert_within_tolerance(
+            vm.theta_final[i], ex.theta_final[i], rtol=1e-8, atol=1e-8, scale=scale, num_steps=steps
+        )

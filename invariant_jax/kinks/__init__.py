@@ -26,6 +26,9 @@ vector field jumps. `kink_aware_flow`:
    objects, the same steps, saves and Illinois iterates as `diffrax.diffeqsolve` with an
    `Event`, without its per-call set-up.
 
+In a batch of trajectories run under `jax.vmap` (the sweep engine's vmap mode) the
+Filippov field is computed for the sliding trajectories only (`lane_cond`, `_lanes.py`).
+
 A node whose incoming weights reach 0 (all its surfaces meet) leaves the origin along
 the ray the smooth limit chooses, or stays dead there (`_modes.leave_origin`).
 
@@ -48,15 +51,18 @@ step's start, so the restart is on the surface and exact as well.
 from ._driver import KinkFlow, KinkIntegrator, KinkState, integrate_kink_flow, kink_aware_flow, make_kink_integrator
 from ._filippov import KinkProblem, pattern_field
 from ._illinois import Illinois
+from ._lanes import LANES, lane_cond
 
 __all__ = [
     "Illinois",
+    "LANES",
     "KinkFlow",
     "KinkIntegrator",
     "KinkProblem",
     "KinkState",
     "integrate_kink_flow",
     "kink_aware_flow",
+    "lane_cond",
     "make_kink_integrator",
     "pattern_field",
 ]

@@ -31,6 +31,7 @@ from ..options import KinkOptions, Objective, SaveTimes, SolverOptions, as_objec
 from ..solvers import GaussLegendre, gl_step
 from ._filippov import KinkProblem, no_ties, slot_mask
 from ._illinois import Illinois
+from ._lanes import lane_cond
 from ._modes import resolve_event
 from ._segment import Refine, SegmentSolution, solve_segment
 
@@ -177,7 +178,7 @@ class KinkIntegrator(eqx.Module):
         N, H = prob.shape
         dtype = theta0.dtype
         Z0 = prob.pre_activations(theta0)  # (a pattern of all ones gives wrong signs downstream of an inactive pair)
-        i0 = jnp.asarray(0)
+        i0 = jnp.asarray(0, int)  # not weak-typed: the segment returns strong ints (a weak one compiles twice)
         zero = jnp.asarray(0.0, dtype)
         return KinkState(
             t=jnp.asarray(self.t0, dtype),
@@ -268,17 +269,28 @@ class KinkIntegrator(eqx.Module):
                 c.t_slide + slide_dt,
             ),
         )
-        failed = ~((sol.result == diffrax.RESULTS.successful) | event)
-        c_new = jax.lax.cond(
+        return self._end(c, sol.result, event, t_end, y_end)
+
+    def _end(self, c: KinkState, result, event, t_end, y_end) -> KinkState:
+        """The segment's end: restart at the event (or stop at `t1`, or keep the last
+        good state on failure), and the trajectory's result so far."""
+        failed = ~((result == diffrax.RESULTS.successful) | event)
+        # (in a batch, `lane_cond`: a batched `lax.cond` here, with the field already
+        # gathered, made a segment 46x slower at 256 lanes in a scratch run; cause not found)
+        c_new = lane_cond(
+            self.prob.lanes,
             event & ~failed,
-            lambda: self._restart(c, t_end, y_end),
-            lambda: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)),
+            self._restart,
+            lambda c, t_end, y_end: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)),
+            c,
+            t_end,
+            y_end,
         )
         done = failed | ~event | (c_new.n_events >= self.max_events)
-        exhausted = event & (c_new.n_events >= self.max_events) & (c_new.t < t1)
+        exhausted = event & (c_new.n_events >= self.max_events) & (c_new.t < self.t1)
         res = RESULTS.where(
             failed,
-            RESULTS.promote(sol.result),
+            RESULTS.promote(result),
             RESULTS.where(exhausted, RESULTS.max_events_reached, RESULTS.successful),
         )
         # keep the last good state on failure

@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ._filippov import TIE_PROBES, KinkProblem, no_ties, parallel, slot_mask, slot_ties
+from ._lanes import lane_cond, lane_while
 
 
 class EventOutcome(eqx.Module):
@@ -188,7 +189,7 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     combos = jnp.asarray(_combinations(K))
     P0, slots0 = P, slots
 
-    def body(s):
+    def body(s, th, cand, P0, slots0):
         P, slots, tried, left, it, _, utol, _, _, _, e, sel, kept = s
         proj = _surface_projections(prob, th, P, cand)
         lam, u = prob.rates(th, P, slots, slot_ties(proj, slots))
@@ -226,7 +227,10 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         -jnp.ones((K,), int),
         (P, slots, no_bad, no_lam, no_proj),
     )
-    P, slots, _, _, _, _, _, bad, lam, proj, e, _, kept = jax.lax.while_loop(lambda s: ~s[5], body, init)
+    # (a lane of a batch stops paying once its modes are resolved: most take two iterations)
+    P, slots, _, _, _, _, _, bad, lam, proj, e, _, kept = lane_while(
+        prob.lanes, lambda s: ~s[5], body, init, th, cand, P0, slots0
+    )
     out = (P, slots, bad, lam, proj)
     return jax.tree.map(lambda a, b: jnp.where(jnp.any(bad) & (e > 0), a, b), kept, out)
 
@@ -325,7 +329,7 @@ def leave_origin(prob: KinkProblem, th, th_prev, P, slots, margin, Zev, ztol, su
     at0 = prob.kinky & (tiny | ((colmax <= ztol) & (wnorm <= math.sqrt(surface_tol) * scale)))
     v = jnp.argmin(jnp.where(at0, wnorm, jnp.inf))
 
-    def leave():
+    def leave(th, P, slots, margin, v, th_prev, scale, Zev):
         m = has[v]
         idx = jnp.where(m, edges[v], 0)
         a, r = _node_inputs(prob, th, P, v, m, idx)
@@ -342,7 +346,9 @@ def leave_origin(prob: KinkProblem, th, th_prev, P, slots, margin, Zev, ztol, su
         margin_new = margin.at[:, v].set(0.0)
         return th_new, P_new, slots_new, margin_new, prob.Z(th_new, prob.D_of(P_new))
 
-    return jax.lax.cond(jnp.any(at0), leave, lambda: (th, P, slots, margin, Zev))
+    # (in a batch, only the lanes with a node at its origin search for the exit)
+    stay = lambda th, P, slots, margin, v, th_prev, scale, Zev: (th, P, slots, margin, Zev)  # noqa: E731
+    return lane_cond(prob.lanes, jnp.any(at0), leave, stay, th, P, slots, margin, v, th_prev, scale, Zev)
 
 
 def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_prev=None) -> EventOutcome:
@@ -368,7 +374,7 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
     P, slots, bad, lam, proj = resolve(prob, th, P1, slots1, cand, surface_tol)
     ok = ~jnp.any(bad)
 
-    def fallback(P, slots):
+    def fallback(P, slots, bad, lam):
         act = slots >= 0
         idx = jnp.where(act, slots, 0)
         rel = act & bad[idx]
@@ -378,9 +384,18 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
         flip = bad & ~slot_mask(slots, N, H).reshape(-1) & ~jnp.zeros_like(bad).at[idx].max(rel)
         return (Pf ^ flip).reshape(N, H), slots
 
-    P, slots = jax.lax.cond(ok, lambda: (P, slots), lambda: fallback(P, slots))
+    P, slots = lane_cond(prob.lanes, ~ok, fallback, lambda P, slots, bad, lam: (P, slots), P, slots, bad, lam)
     if M:  # (the fallback's pattern has projections of its own)
-        proj = jax.lax.cond(ok, lambda: proj, lambda: _surface_projections(prob, th, P, cand))
+        proj = lane_cond(
+            prob.lanes,
+            ~ok,
+            lambda P, th, cand, proj: _surface_projections(prob, th, P, cand),
+            lambda P, th, cand, proj: proj,
+            P,
+            th,
+            cand,
+            proj,
+        )
     ties = slot_ties(proj, slots) if M else no_ties(0, th.dtype)
     sm = slot_mask(slots, N, H)
     entries, exits = sm & ~sm0, sm0 & ~sm

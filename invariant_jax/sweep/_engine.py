@@ -43,6 +43,7 @@ from .._diffrax_compat import t1_clip_floor, with_controller_tols, wrap_term
 from .._results import RESULTS, result_code
 from ..flow import flow_field, trajectory_record
 from ..invariants import conserved_quantities
+from ..kinks import LANES
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
 from ..options import SaveTimes, SolverOptions, StopRules
@@ -380,7 +381,9 @@ def _records(map_all, m, st, take):
 
 
 def _vmap_all(f, x):
-    return jax.vmap(f)(x)
+    # (the lanes are a named axis: a slot program may gather the lanes that take a
+    # rare branch, `kinks.lane_cond`)
+    return jax.vmap(f, axis_name=LANES)(x)
 
 
 class SweepEngine(abc.ABC):
@@ -454,7 +457,7 @@ class SweepEngine(abc.ABC):
             state, n = _advance_exact(m, state, limit)
             act = active_all(state)
             return state, n[None], act, _records(self._map_all, m, state, pending & ~act)
-        step_all = jax.vmap(m.advance_slot)
+        step_all = functools.partial(_vmap_all, m.advance_slot)
 
         # Runs per device (shard_map): each device loops over its own slots.
         def cond(c):

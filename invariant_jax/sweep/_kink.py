@@ -22,7 +22,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array
 
 from ..flow import trajectory_record
-from ..kinks import KinkState, make_kink_integrator
+from ..kinks import LANES, KinkState, make_kink_integrator
 from ..network import DAGNetwork
 from ..options import KinkOptions, SolverOptions, StopRules
 from ._engine import SlotProgram, SweepEngine, host_table, same_arrays
@@ -169,7 +169,10 @@ class KinkEngine(SweepEngine):
         return self
 
     def _make_integrator(self, net, X, Y, t1, **options):
-        return dataclasses.replace(make_kink_integrator(net, X, Y, t1, **options), one_site=self._one_site)
+        integ = make_kink_integrator(net, X, Y, t1, **options)
+        # vmap mode: the lanes are named, so the Filippov field runs for the sliding lanes only
+        prob = dataclasses.replace(integ.prob, lanes=None if self._one_site else LANES)
+        return dataclasses.replace(integ, prob=prob, one_site=self._one_site)
 
     def bind(self, data):
         integ = eqx.combine(data, self._static)
