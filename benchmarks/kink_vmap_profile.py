@@ -16,14 +16,22 @@ From the optimized HLO of the vmapped segment (`compiled.as_text()`): every `whi
 loop, its nesting depth and the number of instructions in its body computation (the
 fused operations one iteration launches; on an accelerator each is about one kernel).
 
+Side by side in the same run: `KinkEngine` in exact and in vmap mode on the same
+`--slots` trajectories (one per slot): first call and warm call, compilations, solver
+steps, wall over the bare arithmetic (`bare_step_us`: 6 pattern-frozen gradients per
+lane-step, timed as one vmapped gradient over the lanes), and the largest difference of
+the final weights. `--select-arm` adds the lockstep run with the lanes not named (every
+branch a batched `lax.cond`, the engine's vmap mode before `kinks.lane_cond`).
+
 Usage: python benchmarks/kink_vmap_profile.py [--slots 256] [--max-seconds 300]
-    [--out benchmarks/results/kink_vmap_profile.json]
+    [--select-arm] [--out benchmarks/results/kink_vmap_profile.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import time
 
@@ -36,7 +44,8 @@ import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from invariant_jax.kinks import make_kink_integrator  # noqa: E402
+from invariant_jax.kinks import LANES, make_kink_integrator  # noqa: E402
+from invariant_jax.sweep import KinkEngine  # noqa: E402
 
 TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11  # sweep_throughput.py's
 
@@ -101,10 +110,121 @@ def hlo_loops(text: str) -> list[dict]:
     )
 
 
+def bare_step_s(integ, thetas) -> float:
+    """The bare arithmetic of one Tsit5 step of one lane: 6 pattern-frozen gradients, timed
+    as one vmapped gradient over all the lanes (the fastest of 20), per lane."""
+    prob = integ.prob
+    D = jax.jit(jax.vmap(lambda th: prob.D_of(prob.pre_activations(th) > 0)))(thetas)
+    grad = jax.jit(jax.vmap(prob.grad))
+    jax.block_until_ready(grad(thetas, D))
+    best = min(_timed(lambda: jax.block_until_ready(grad(thetas, D))) for _ in range(20))
+    return 6 * best / thetas.shape[0]
+
+
+def _timed(f) -> float:
+    t = time.perf_counter()
+    f()
+    return time.perf_counter() - t
+
+
+def lockstep(integ, thetas, lanes: bool, max_seconds: float) -> dict:
+    """`--slots` trajectories in lockstep, one vmapped segment per iteration (no refill):
+    compile time, per-iteration slots going, steps (largest, mean) and wall time, the
+    HLO loops. `lanes`: the lanes are named (`KinkProblem.lanes`, as the engine's vmap
+    mode since `kinks.lane_cond`), else every branch is a batched `lax.cond`."""
+    prob = dataclasses.replace(integ.prob, lanes=LANES if lanes else None)
+    integ = dataclasses.replace(integ, one_site=False, prob=prob)  # as the engine's vmap mode
+    vmap = functools.partial(jax.vmap, axis_name=LANES)
+    states = jax.jit(vmap(integ.init))(thetas)
+    t = time.perf_counter()
+    compiled = jax.jit(vmap(integ.segment)).lower(states).compile()
+    compile_s = time.perf_counter() - t
+    loops = hlo_loops(compiled.as_text())
+    iters = []
+    t_start = time.perf_counter()
+    while time.perf_counter() - t_start < max_seconds:
+        going = ~np.asarray(states.done)
+        if not going.any():
+            break
+        before = np.asarray(states.steps)
+        t = time.perf_counter()
+        states = jax.block_until_ready(compiled(states))
+        wall = time.perf_counter() - t
+        d = (np.asarray(states.steps) - before)[going]
+        iters.append(dict(going=int(going.sum()), steps_max=int(d.max()), steps_mean=float(d.mean()), wall_s=wall))
+        print(f"{'lanes' if lanes else 'select'} segment {len(iters)}: {iters[-1]}", flush=True)
+    needed = sum(r["going"] * r["steps_mean"] for r in iters)
+    paid = sum(r["going"] * r["steps_max"] for r in iters)
+    wall = sum(r["wall_s"] for r in iters)
+    summary = dict(
+        lanes_named=lanes,
+        compile_s=compile_s,
+        iterations=len(iters),
+        finished=int(np.asarray(states.done).sum()),
+        steps_needed=needed,
+        steps_paid=paid,
+        lockstep_efficiency=needed / paid if paid else None,
+        wall_s=wall,
+        wall_per_needed_step_us=1e6 * wall / needed if needed else None,
+        events_max=int(jnp.max(states.n_events)),
+    )
+    print(summary, flush=True)
+    return dict(summary=summary, loops=loops, iterations=iters)
+
+
+def engine_runs(net, X, Y, thetas, slots: int) -> dict:
+    """`KinkEngine` in exact and in vmap mode, side by side: `slots` slots, one
+    trajectory per slot; first call (compiling) and warm call, compilations counted,
+    solver steps summed from the records."""
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, d, **kw: compiles.append(d) if event == "/jax/core/compile/backend_compile_duration" else None
+    )
+    out = {}
+    for mode in ("exact", "vmap"):
+        eng = KinkEngine(
+            net,
+            X,
+            Y,
+            T1,
+            lambda i: thetas[i],
+            slots=slots,
+            exact=mode == "exact",
+            options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
+            saveat=ij.SaveTimes(n_save=N_SAVE),
+        )
+        row = {}
+        for call in ("first", "warm"):
+            steps, finals = [], {}
+
+            def keep(r, steps=steps, finals=finals):
+                steps.append(int(np.sum(r["num_steps"])))
+                finals.update({int(k): r["theta_final"][j] for j, k in enumerate(r["index"])})
+
+            compiles.clear()
+            t = time.perf_counter()
+            st = eng.run(np.arange(thetas.shape[0]), on_results=keep)
+            row[call] = dict(
+                wall_s=time.perf_counter() - t, compilations=len(compiles), compile_s=sum(compiles), calls=st.calls
+            )
+        row["steps"] = sum(steps)
+        row["theta_final"] = np.stack([finals[i] for i in range(thetas.shape[0])])
+        out[mode] = row
+        print(mode, {k: v for k, v in row.items() if k != "theta_final"}, flush=True)
+    diff = float(np.abs(out["exact"].pop("theta_final") - out["vmap"].pop("theta_final")).max())
+    out["vmap_over_exact_warm"] = out["vmap"]["warm"]["wall_s"] / out["exact"]["warm"]["wall_s"]
+    out["vmap_over_exact_first"] = out["vmap"]["first"]["wall_s"] / out["exact"]["first"]["wall_s"]
+    out["max_abs_theta_final_difference"] = diff
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--slots", type=int, default=256)
-    ap.add_argument("--max-seconds", type=float, default=300.0)
+    ap.add_argument("--max-seconds", type=float, default=300.0, help="per lockstep arm")
+    ap.add_argument(
+        "--select-arm", action="store_true", help="also the lockstep run without named lanes (every branch a select)"
+    )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/kink_vmap_profile.json)")
     args = ap.parse_args()
     g, X, Y, thetas = heavy(args.slots)
@@ -117,56 +237,29 @@ def main():
         options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
         saveat=ij.SaveTimes(n_save=N_SAVE),
     )
-    integ = dataclasses.replace(integ, one_site=False)  # as the engine's vmap mode
-    init = jax.jit(jax.vmap(integ.init))
-    states = init(thetas)
-    t = time.perf_counter()
-    compiled = jax.jit(jax.vmap(integ.segment)).lower(states).compile()
-    compile_s = time.perf_counter() - t
-    loops = hlo_loops(compiled.as_text())
-    iters = []
-    t_start = time.perf_counter()
-    while time.perf_counter() - t_start < args.max_seconds:
-        going = ~np.asarray(states.done)
-        if not going.any():
-            break
-        before = np.asarray(states.steps)
-        t = time.perf_counter()
-        states = jax.block_until_ready(compiled(states))
-        wall = time.perf_counter() - t
-        d = (np.asarray(states.steps) - before)[going]
-        iters.append(dict(going=int(going.sum()), steps_max=int(d.max()), steps_mean=float(d.mean()), wall_s=wall))
-        print(f"segment {len(iters)}: {iters[-1]}", flush=True)
-    needed = sum(r["going"] * r["steps_mean"] for r in iters)
-    paid = sum(r["going"] * r["steps_max"] for r in iters)
-    done = int(np.asarray(states.done).sum())
-    summary = dict(
-        slots=args.slots,
-        compile_s=compile_s,
-        iterations=len(iters),
-        finished=done,
-        steps_needed=needed,
-        steps_paid=paid,
-        lockstep_efficiency=needed / paid if paid else None,
-        wall_s=sum(r["wall_s"] for r in iters),
-        wall_per_needed_step_us=1e6 * sum(r["wall_s"] for r in iters) / needed if needed else None,
-        events_max=int(jnp.max(states.n_events)),
-    )
-    print(summary)
-    for r in loops:
-        print(
-            f"  while body {r['body']}: depth {r['depth']}, {r['instructions']} instructions ({r['fusions']} fusions)"
-        )
+    engines = engine_runs(net, X, Y, thetas, args.slots)
+    bare = bare_step_s(integ, thetas)
+    for mode in ("exact", "vmap"):
+        engines[mode]["wall_over_bare_warm"] = engines[mode]["warm"]["wall_s"] / (engines[mode]["steps"] * bare)
+    arms = {"lanes": lockstep(integ, thetas, True, args.max_seconds)}
+    if args.select_arm:
+        arms["select"] = lockstep(integ, thetas, False, args.max_seconds)
+    for name, arm in arms.items():
+        print(name, arm["summary"])
+        for r in arm["loops"]:
+            print(
+                f"  while body {r['body']}: depth {r['depth']}, {r['instructions']} instructions ({r['fusions']} fusions)"
+            )
     write_json(
         output_path(args.out, "kink_vmap_profile.json"),
         dict(
             benchmark="kink_vmap_profile",
             workload="sweep_throughput.py heavy: 5-20-1 relu (no bias), teacher PRNGKey(3), inits PRNGKey(i), "
             f"20 points, t1 = {T1}, Tsit5 inside at rtol = atol = {TOL}",
-            settings=dict(slots=args.slots, max_seconds=args.max_seconds),
-            summary=summary,
-            loops=loops,
-            iterations=iters,
+            settings=dict(slots=args.slots, max_seconds=args.max_seconds, select_arm=args.select_arm),
+            bare_step_us=1e6 * bare,
+            engines=engines,
+            lockstep=arms,
         ),
     )
 
