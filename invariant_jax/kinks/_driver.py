@@ -209,14 +209,13 @@ class KinkIntegrator(eqx.Module):
     def segment(self, c: KinkState) -> KinkState:
         """Integrate from `c.t` to the next event (or `t1`) and resolve the event."""
         prob, ts, t1 = self.prob, self.ts, self.t1
-        margin = c.margin
 
         def vf(t, theta, args):
-            P, slots, ties = args
+            P, slots, ties, _ = args
             return prob.field(theta, P, slots, ties)[0]
 
         def cond_fn(t, y, args, **kw):
-            P, slots, ties = args
+            P, slots, ties, margin = args  # (in `args`: it differs between the lanes of a batch)
             return prob.cond_value(y, P, slots, ties, margin)
 
         inner = self.inner
@@ -242,12 +241,13 @@ class KinkIntegrator(eqx.Module):
                 c.t,
                 t1,
                 c.theta,
-                (c.P, c.slots, c.ties),
+                (c.P, c.slots, c.ties, c.margin),
                 ts,
                 max_steps=self.max_steps,
                 event_tol=self.event_tol,
                 one_site=self.one_site and self.is_gl,
                 refine=self.one_site and self.is_gl,  # (the event restart, in the segment's loop)
+                lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
             )
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
@@ -307,7 +307,7 @@ class KinkIntegrator(eqx.Module):
             self.t1,
             None,
             c.theta,
-            args=(c.P, c.slots, c.ties),
+            args=(c.P, c.slots, c.ties, c.margin),
             saveat=diffrax.SaveAt(
                 subs=[diffrax.SubSaveAt(ts=tclip), diffrax.SubSaveAt(t1=True)], solver_state=self.is_gl
             ),

@@ -34,6 +34,7 @@ from jaxtyping import Array, ArrayLike
 
 from .._diffrax_compat import t1_clip_floor, with_controller_tols, wrap_term
 from ._illinois import Illinois, IllinoisState
+from ._lanes import lane_while
 
 _MAX_ROOT_STEPS = 256  # optimistix.root_find's default max_steps
 
@@ -102,18 +103,23 @@ def _root_result(r: _Root):
     return optx.RESULTS.where(r.finite, result, optx.RESULTS.nonfinite)
 
 
-def locate(g: Callable, lower, upper, event_tol: float, go):
-    """The root of `g` on `[lower, upper]` by `Illinois(atol=event_tol)`, as
+def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str | None = None):
+    """The root of `g(t, *data)` on `[lower, upper]` by `Illinois(atol=event_tol)`, as
     `optimistix.root_find(g, Illinois, y0=upper, options=dict(lower, upper))` computes
     it (same iterates), in one `while_loop` that evaluates `g` once per iteration:
     the first two iterations evaluate the bracket's ends (the root finder's `init`),
-    the others are its steps. `go=False` returns at once. Returns `(t, result)` with
-    an `optimistix.RESULTS` (`nonfinite`, `nonlinear_max_steps_reached` as there)."""
+    the others are its steps. `go=False` returns at once. `lanes`: the named `vmap`
+    axis of a batch, whose iterations run for the lanes still searching only
+    (`lane_while`; every value of `g` that differs between lanes must be in `data`).
+    Returns `(t, result)` with an `optimistix.RESULTS` (`nonfinite`,
+    `nonlinear_max_steps_reached` as there)."""
     finder = Illinois(atol=event_tol)
-    r = jax.lax.while_loop(
+    r = lane_while(
+        lanes,
         lambda r: go & _root_going(r),
-        lambda r: _root_update(finder, r, g(_root_point(r))),
+        lambda r, *data: _root_update(finder, r, g(_root_point(r), *data)),
         _root_init(lower, upper, jnp.result_type(lower)),
+        *data,
     )
     return r.y, _root_result(r)
 
@@ -426,15 +432,29 @@ def _one_site_loop(
     return f, r, R
 
 
-def _step_loop(st: _Stepper, cond: Callable, init: _Carry) -> _Carry:
+def _step_loop(st: _Stepper, cond: Callable, init: _Carry, lanes: str | None = None) -> _Carry:
     """The condition at `y0`, then a `while_loop` of steps, each followed by the
-    condition; the root find is the caller's (`locate`)."""
+    condition; the root find is the caller's (`locate`). `lanes`: the named `vmap` axis
+    of a batch, whose later steps run for the lanes still stepping only (`lane_while`;
+    `st.args` is then the only value of the loop that differs between lanes)."""
 
-    def loop_body(c: _Carry) -> _Carry:
-        c_new = st.advance(c)
-        return _checked(c, c_new, cond(c_new.y, st.args))
+    def loop_body(c: _Carry, args) -> _Carry:
+        st_lane = dataclasses.replace(st, args=args)
+        c_new = st_lane.advance(c)
+        return _checked(c, c_new, cond(c_new.y, args))
 
-    return jax.lax.while_loop(st.going, loop_body, eqx.tree_at(lambda c: c.ev_value, init, cond(init.y, st.args)))
+    first = eqx.tree_at(lambda c: c.ev_value, init, cond(init.y, st.args))
+    return lane_while(lanes, st.going, loop_body, first, st.args)
+
+
+def _locate_on_dense(st: _Stepper, cond: Callable, f: _Carry, event_tol: float, event, lanes):
+    """The event's time on the last step's dense output (`locate`)."""
+
+    def g(t, ev_tprev, ev_tnext, ev_dense, args):
+        return cond(st.solver.interpolation_cls(t0=ev_tprev, t1=ev_tnext, **ev_dense).evaluate(t), args)
+
+    data = (f.ev_tprev, f.ev_tnext, f.ev_dense, st.args)
+    return locate(g, f.ev_tprev, f.ev_tnext, event_tol, event, data, lanes)
 
 
 def _loop_result(f: _Carry, t1):
@@ -459,6 +479,7 @@ def solve_segment(
     event_tol: float,
     one_site: bool = True,
     refine: bool = False,
+    lanes: str | None = None,
 ) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
@@ -471,7 +492,9 @@ def solve_segment(
     solver's own step from the last step's start (`Refine`), not on the interpolant, so
     the end state is a Gauss step (it conserves quadratic invariants) and on the
     surface. The refinement's steps and conditions are iterations of the same loop, so
-    neither the step nor the condition is compiled twice.
+    neither the step nor the condition is compiled twice. `lanes` (`one_site=False`): a
+    batch's named `vmap` axis; steps and root-find iterations then run for the lanes
+    going only (`lane_while`: what differs between lanes is in `args`; no `step_ts`).
 
     With `one_site=True` the condition at `y0`, after every step and in the root find
     is evaluated in one place: a single `while_loop` whose iterations are, in turn, the
@@ -496,10 +519,10 @@ def solve_segment(
         event = result == diffrax.RESULTS.event_occurred
         t_root, root_result = r.y, _root_result(r)
     else:
-        f = _step_loop(st, cond, init)
+        f = _step_loop(st, cond, init, lanes)
         result = _loop_result(f, t1)
         event = result == diffrax.RESULTS.event_occurred
-        t_root, root_result = locate(lambda t: cond(st.dense_at(f, t), args), f.ev_tprev, f.ev_tnext, event_tol, event)
+        t_root, root_result = _locate_on_dense(st, cond, f, event_tol, event, lanes)
     t_end = jnp.where(event, t_root, f.tprev)
     y_end = jnp.where(event, st.dense_at(f, t_root), f.y)
     result = diffrax.RESULTS.where(
