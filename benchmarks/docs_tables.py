@@ -2193,6 +2193,49 @@ def pruning_dag_cost() -> str:
     )
 
 
+def kink_vmap_profile() -> str:
+    """docs/sweep.md: the kink-aware engine in vmap mode against exact mode, and its lockstep segments."""
+    rec = _load("kink_vmap_profile.json")
+    S = rec["settings"]["slots"]
+    eng = rec["engines"]
+    lines = [
+        f"The `heavy` workload ({rec['workload'].split(': ', 1)[1]}), {S:,} trajectories in {S:,} slots, at "
+        f"{_commit(rec)}{_on_cpu(rec['provenance'])}, one process: `{rec['command']}` "
+        "(`benchmarks/results/kink_vmap_profile.json`).",
+        "",
+        "| `KinkEngine` | first call | compilations (compiling) | warm call | solver steps | warm wall / bare |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode in ("exact", "vmap"):
+        e = eng[mode]
+        lines.append(
+            f"| {mode} mode | {e['first']['wall_s']:.1f} s | {e['first']['compilations']} "
+            f"({e['first']['compile_s']:.1f} s) | {e['warm']['wall_s']:.1f} s | {e['steps']:,} | "
+            f"{e['wall_over_bare_warm']:.0f}x |"
+        )
+    lines += [
+        "",
+        f"Vmap over exact mode: {eng['vmap_over_exact_warm']:.1f}x warm, {eng['vmap_over_exact_first']:.1f}x on the "
+        f"first call (goal: 3x warm). Largest difference of the final weights between the modes: "
+        f"{eng['max_abs_theta_final_difference']:.1e}. Bare: {rec['bare_step_us']:.1f} us per lane-step (6 "
+        "pattern-frozen gradients, timed as one vmapped gradient over the lanes).",
+        "",
+        "All trajectories started together, one vmapped segment per iteration, no refill:",
+        "",
+        "| lanes | compile | iterations | finished | steps needed / trip count x lanes going (ratio) | wall | per needed step |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm in rec["lockstep"].values():
+        m = arm["summary"]
+        label = "named (`lane_cond`)" if m["lanes_named"] else "not named (every branch a select)"
+        lines.append(
+            f"| {label} | {m['compile_s']:.1f} s | {m['iterations']} | {m['finished']:,} | "
+            f"{m['steps_needed']:,.0f} / {m['steps_paid']:,} ({m['lockstep_efficiency']:.2f}) | {m['wall_s']:.1f} s | "
+            f"{m['wall_per_needed_step_us']:.0f} us |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 BLOCKS = {
     "results-index": results_index,
     "jump-filter": jump_filter,
@@ -2230,6 +2273,7 @@ BLOCKS = {
     "sweep-cores-slots": sweep_cores_slots,
     "coupled-pairs": coupled_pairs,
     "sweep-throughput": sweep_throughput,
+    "kink-vmap-profile": kink_vmap_profile,
     "sweep-throughput-256": sweep_throughput_256,
     "sweep-throughput-small-n": sweep_throughput_small_n,
     "kink-sweep": kink_sweep,

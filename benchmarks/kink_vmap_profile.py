@@ -8,9 +8,11 @@ Workload: `sweep_throughput.py`'s `heavy` (5-20-1 ReLU without bias, teacher
 `jax.vmap(KinkIntegrator.segment)` (what the engine's vmap mode runs, without refilling),
 until all are done or `--max-seconds` has passed. Per iteration: the slots still going,
 the largest and the mean number of solver steps a going slot took in that segment (the
-step loop runs in lockstep, so the batch pays the largest for every slot), and the wall
-time. Summary: lockstep efficiency = steps the slots needed / (slots going x largest),
-summed over iterations; wall time per needed step.
+step loop runs as many trips as the largest; with the lanes not named every slot
+computes every trip, with them named only the slots still stepping), and the wall
+time. Summary: `lockstep_efficiency` = steps the slots needed / (slots going x
+largest), summed over iterations (`steps_paid` is that denominator: the trips times the
+slots, not the arithmetic done); wall time per needed step.
 
 From the optimized HLO of the vmapped segment (`compiled.as_text()`): every `while`
 loop, its nesting depth and the number of instructions in its body computation (the
