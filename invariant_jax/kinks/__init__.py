@@ -26,8 +26,10 @@ vector field jumps. `kink_aware_flow`:
    objects, the same steps, saves and Illinois iterates as `diffrax.diffeqsolve` with an
    `Event`, without its per-call set-up.
 
-In a batch of trajectories run under `jax.vmap` (the sweep engine's vmap mode) the
-Filippov field is computed for the sliding trajectories only (`lane_cond`, `_lanes.py`).
+In a batch of trajectories run under `jax.vmap` (the sweep engine's vmap mode, which
+names the lanes `LANES`), the Filippov field, the restart's mode search, a node's exit
+from its origin, and the later iterations of a segment's step loop and root find run for
+the trajectories that need them only (`lane_cond`, `lane_while`, `_lanes.py`).
 
 A node whose incoming weights reach 0 (all its surfaces meet) leaves the origin along
 the ray the smooth limit chooses, or stays dead there (`_modes.leave_origin`).
