@@ -276,7 +276,7 @@ class KinkIntegrator(eqx.Module):
         good state on failure), and the trajectory's result so far."""
         failed = ~((result == diffrax.RESULTS.successful) | event)
         # (in a batch, `lane_cond`: a batched `lax.cond` here, with the field already
-        # gathered, made a segment 46x slower at 256 lanes in a scratch run; cause not found)
+        # gathered, made a scratch segment at 256 lanes many times slower; cause not found)
         c_new = lane_cond(
             self.prob.lanes,
             event & ~failed,

@@ -282,8 +282,8 @@ class KinkProblem(eqx.Module):
         sliding weights while any pair slides (`lam` is zeros otherwise)."""
         if self.max_sliding == 0:
             return self.grad(theta, self.D_of(P)), jnp.zeros((0,), theta.dtype)
-        # (the branches take `P`, not `D`: under `lanes`, gathering the float `D` of
-        # every lane cost 3x the gradient at 1024 lanes)
+        # (the branches take `P`, not `D`: under `lanes`, gathering every lane's float
+        # `D` cost more than the gradient itself in a scratch timing at 1024 lanes)
         return lane_cond(self.lanes, jnp.any(slots >= 0), self._sliding_at, self._frozen_at, theta, P, slots, ties)
 
     def _sliding_at(self, theta, P, slots, ties):

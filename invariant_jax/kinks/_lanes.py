@@ -3,7 +3,7 @@
 Under `jax.vmap` a `lax.cond` whose predicate differs between lanes becomes a select: every
 lane computes both branches. The Filippov field of sliding pairs is such a branch: a few
 trajectories of a wide batch slide at any time, and under a select all of them paid for
-it at every evaluation of the field (3.5x the pattern-frozen gradient, 128 lanes).
+it at every evaluation of the field.
 `lane_cond` runs the branch for the lanes that take it only: it gathers them into a
 narrow batch (a quarter of the lanes, in rounds while more take it), runs the branch
 there, and hands each lane its own result. A batch where no lane takes it skips it.

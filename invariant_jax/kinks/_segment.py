@@ -301,7 +301,11 @@ class _Stepper:
         return jax.lax.while_loop(s_cond, s_body, (c.save_i, c.ys, c.saved))
 
     def dense_at(self, c: _Carry, t):
-        return self.solver.interpolation_cls(t0=c.ev_tprev, t1=c.ev_tnext, **c.ev_dense).evaluate(t)
+        return self.dense(c.ev_tprev, c.ev_tnext, c.ev_dense, t)
+
+    def dense(self, tprev, tnext, dense_info, t):
+        """The dense output at `t` of the step `[tprev, tnext]` with `dense_info`."""
+        return self.solver.interpolation_cls(t0=tprev, t1=tnext, **dense_info).evaluate(t)
 
 
 def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int) -> tuple[_Stepper, _Carry]:
@@ -451,7 +455,7 @@ def _locate_on_dense(st: _Stepper, cond: Callable, f: _Carry, event_tol: float, 
     """The event's time on the last step's dense output (`locate`)."""
 
     def g(t, ev_tprev, ev_tnext, ev_dense, args):
-        return cond(st.solver.interpolation_cls(t0=ev_tprev, t1=ev_tnext, **ev_dense).evaluate(t), args)
+        return cond(st.dense(ev_tprev, ev_tnext, ev_dense, t), args)
 
     data = (f.ev_tprev, f.ev_tnext, f.ev_dense, st.args)
     return locate(g, f.ev_tprev, f.ev_tnext, event_tol, event, data, lanes)

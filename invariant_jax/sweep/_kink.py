@@ -170,7 +170,7 @@ class KinkEngine(SweepEngine):
 
     def _make_integrator(self, net, X, Y, t1, **options):
         integ = make_kink_integrator(net, X, Y, t1, **options)
-        # vmap mode: the lanes are named, so the Filippov field runs for the sliding lanes only
+        # vmap mode: the lanes are named, so rare branches and loop iterations run for the lanes that need them
         prob = dataclasses.replace(integ.prob, lanes=None if self._one_site else LANES)
         return dataclasses.replace(integ, prob=prob, one_site=self._one_site)
 
