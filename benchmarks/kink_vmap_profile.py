@@ -2,7 +2,7 @@
 sequential loop iterations a batch of slots runs in lockstep, how many of them each slot
 needed, and how big the compiled loop bodies are.
 
-Workload: `sweep_throughput.py`'s `heavy` (5-20-1 ReLU without bias, teacher
+Workload (default): `sweep_throughput.py`'s `heavy` (5-20-1 ReLU without bias, teacher
 `PRNGKey(3)`, inits `PRNGKey(i)`, 20 points, t1 = 1, Tsit5 inside at rtol = atol = 1e-8).
 `--slots` trajectories start together and advance one segment per iteration of
 `jax.vmap(KinkIntegrator.segment)` (what the engine's vmap mode runs, without refilling),
@@ -25,8 +25,11 @@ lane-step, timed as one vmapped gradient over the lanes), and the largest differ
 the final weights. `--select-arm` adds the lockstep run with the lanes not named (every
 branch a batched `lax.cond`, the engine's vmap mode before `kinks.lane_cond`).
 
-Usage: python benchmarks/kink_vmap_profile.py [--slots 256] [--max-seconds 300]
-    [--select-arm] [--out benchmarks/results/kink_vmap_profile.json]
+`--workload example`: the demo DAG instead (light). After the warm call each engine
+runs `NEW_SIZE` = 37 trajectories, a batch size it has not seen (compilations counted).
+
+Usage: python benchmarks/kink_vmap_profile.py [--workload heavy] [--slots 256]
+    [--max-seconds 300] [--select-arm] [--out benchmarks/results/kink_vmap_profile.json]
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax.kinks import LANES, make_kink_integrator  # noqa: E402
-from invariant_jax.sweep import KinkEngine  # noqa: E402
+from invariant_jax.sweep import KinkEngine, SweepConfig, init_theta  # noqa: E402
 
 TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11  # sweep_throughput.py's
 
@@ -59,6 +62,28 @@ def heavy(n):
     keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(n))  # = PRNGKey(i), i < n
     thetas = jax.vmap(lambda k: ij.DAGNetwork(g, "relu", key=k).edge_weights())(keys)
     return g, X, Y, thetas
+
+
+def example(n):
+    """The demo DAG of `invariant-jax sweep --graph example` (its data, its first `n`
+    initial weights, seed 0): light, mostly short trajectories."""
+    cfg = SweepConfig(graph="example", n_inits=n)
+    g = cfg.build_graph()
+    X, Y = cfg.build_data(g)
+    thetas = jax.vmap(lambda i: init_theta(cfg, g, i))(jnp.arange(n))
+    return g, jnp.asarray(X), jnp.asarray(Y), thetas
+
+
+WORKLOADS = {
+    "heavy": (
+        heavy,
+        "sweep_throughput.py heavy: 5-20-1 relu (no bias), teacher PRNGKey(3), inits PRNGKey(i), 20 points",
+    ),
+    "example": (example, "the demo DAG (invariant-jax sweep --graph example, seed 0, its data and inits)"),
+}
+
+NEW_SIZE = 37
+"""After the warm call, a run of this many trajectories (a batch size not seen before)."""
 
 
 def hlo_loops(text: str) -> list[dict]:
@@ -177,7 +202,7 @@ def lockstep(integ, thetas, lanes: bool, max_seconds: float) -> dict:
 def engine_runs(net, X, Y, thetas, slots: int) -> dict:
     """`KinkEngine` in exact and in vmap mode, side by side: `slots` slots, one
     trajectory per slot; first call (compiling) and warm call, compilations counted,
-    solver steps summed from the records."""
+    solver steps summed from the records; then a run of `NEW_SIZE` trajectories."""
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, d, **kw: compiles.append(d) if event == "/jax/core/compile/backend_compile_duration" else None
@@ -211,6 +236,12 @@ def engine_runs(net, X, Y, thetas, slots: int) -> dict:
             )
         row["steps"] = sum(steps)
         row["theta_final"] = np.stack([finals[i] for i in range(thetas.shape[0])])
+        compiles.clear()
+        t = time.perf_counter()
+        st = eng.run(np.arange(min(NEW_SIZE, thetas.shape[0])), on_results=lambda r: None)
+        row[f"new_size_{NEW_SIZE}"] = dict(
+            wall_s=time.perf_counter() - t, compilations=len(compiles), compile_s=sum(compiles), calls=st.calls
+        )
         out[mode] = row
         print(mode, {k: v for k, v in row.items() if k != "theta_final"}, flush=True)
     diff = float(np.abs(out["exact"].pop("theta_final") - out["vmap"].pop("theta_final")).max())
@@ -223,13 +254,15 @@ def engine_runs(net, X, Y, thetas, slots: int) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--slots", type=int, default=256)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="heavy")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="per lockstep arm")
     ap.add_argument(
         "--select-arm", action="store_true", help="also the lockstep run without named lanes (every branch a select)"
     )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/kink_vmap_profile.json)")
     args = ap.parse_args()
-    g, X, Y, thetas = heavy(args.slots)
+    make, described = WORKLOADS[args.workload]
+    g, X, Y, thetas = make(args.slots)
     net = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
     integ = make_kink_integrator(
         net,
@@ -256,9 +289,10 @@ def main():
         output_path(args.out, "kink_vmap_profile.json"),
         dict(
             benchmark="kink_vmap_profile",
-            workload="sweep_throughput.py heavy: 5-20-1 relu (no bias), teacher PRNGKey(3), inits PRNGKey(i), "
-            f"20 points, t1 = {T1}, Tsit5 inside at rtol = atol = {TOL}",
-            settings=dict(slots=args.slots, max_seconds=args.max_seconds, select_arm=args.select_arm),
+            workload=f"{described}, t1 = {T1}, Tsit5 inside at rtol = atol = {TOL}",
+            settings=dict(
+                workload=args.workload, slots=args.slots, max_seconds=args.max_seconds, select_arm=args.select_arm
+            ),
             bare_step_us=1e6 * bare,
             engines=engines,
             lockstep=arms,
