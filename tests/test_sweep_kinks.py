@@ -238,3 +238,18 @@ def test_vmap_mode_with_sliding_lanes_matches_exact_mode():
         assert_within_tolerance(
             vm.theta_final[i], ex.theta_final[i], rtol=1e-8, atol=1e-8, scale=scale, num_steps=steps
         )
+
+
+def test_vmap_mode_names_its_lanes_and_exact_mode_does_not(problem):
+    """The wiring of the test above: only vmap mode's integrator gathers by lane (exact
+    mode keeps the unbatched programs of `kink_aware_flow`)."""
+    from invariant_jax.kinks import LANES
+    from invariant_jax.sweep import KinkEngine
+
+    X, Y, nets, _ = problem
+    one = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
+    table = np.asarray(nets.edge_weights())
+    for exact, lanes in ((True, None), (False, LANES)):
+        eng = KinkEngine(one, X, Y, 1.0, init_table=table, slots=4, exact=exact)
+        assert eng.integrator.prob.lanes == lanes
+        assert eng.integrator.one_site is exact
