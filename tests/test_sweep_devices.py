@@ -44,3 +44,45 @@ def test_leaves_running_backends_alone():
     before = len(jax.devices())
     assert use_cpu_cores({}) is None  # this process's backends already run (pytest imported JAX)
     assert len(jax.devices()) == before
+
+
+_IMPLICIT_TWO_DEVICES = r"""
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_enable_x64", True)
+import equinox as eqx, numpy as np, invariant_jax as ij
+from invariant_jax.sweep import BatchOptions
+nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "tanh", key=k))(jax.random.split(jax.random.key(0), 6))
+X = np.random.default_rng(0).normal(size=(10, 2)); Y = np.sin(X[:, :1])
+run = lambda **b: ij.sweep_flows(nets, X, Y, 0.5, solver="kvaerno5", batch=BatchOptions(slots=4, **b))
+two, one, vmap = run(), run(devices=jax.devices()[:1]), run(exact=False)
+assert (two.stats["devices"], one.stats["devices"], vmap.stats["devices"]) == (2, 1, 1)
+try:
+    BatchOptions(exact=False, devices=jax.devices())
+    raise SystemExit("vmap mode on two CPU devices was accepted")
+except ValueError as e:
+    assert "can hang" in str(e) and "exact=True" in str(e) and "devices=jax.devices()[:1]" in str(e), e
+for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
+    np.testing.assert_array_equal(getattr(two, k), getattr(one, k), err_msg=k)
+ref = eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 0.5, solver="kvaerno5").theta_final)(nets)
+relu = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "relu", key=k))(jax.random.split(jax.random.key(1), 6))
+kink = lambda **b: ij.sweep_flows(relu, X, Y, 0.5, solver="gauss4", kinks=True, batch=BatchOptions(slots=4, **b))
+k2, k1 = kink(), kink(devices=jax.devices()[:1])
+for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
+    np.testing.assert_array_equal(getattr(k2, k), getattr(k1, k), err_msg=k)
+np.testing.assert_allclose(vmap.theta_final, ref, rtol=0, atol=1e-6)
+np.testing.assert_allclose(two.theta_final, ref, rtol=0, atol=1e-6)
+print("ok")
+"""
+
+
+def test_an_implicit_solver_runs_on_two_devices():
+    """Kvaerno5 and the kink-aware Gauss4 (lineax's LU inside) on two forced CPU devices:
+    exact mode equals one device bit for bit, and Kvaerno5 agrees with `gradient_flow`
+    (inside `shard_map` both failed lineax's structure check). Vmap mode runs on one CPU device
+    by default, and refuses two given ones (batched LAPACK calls can hang there)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    r = subprocess.run(
+        [sys.executable, "-c", _IMPLICIT_TWO_DEVICES], env=base, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

@@ -131,9 +131,6 @@ class FrequencyStudy(eqx.Module):
         )
 
 
-_IMPLICIT = ("kvaerno3", "kvaerno4", "kvaerno5")
-
-
 class _Batch(eqx.Module):
     theta_final: np.ndarray
     loss_final: np.ndarray
@@ -209,11 +206,9 @@ def channel_frequency(
     - `solver`: an `ij.SolverOptions` (default `FREQUENCY_SOLVER`: Kvaerno5 at rtol = atol =
         1e-7, 20 000 steps), or a solver name with those tolerances.
     - `maxnorm`, `pair_tol`: the channel criteria of `detect_channels`.
-    - `engine`: `"sweep"` (`ij.sweep_flows` with `slots`: continuous batching, sharded over
-        all JAX devices), `"vmap"` (one `eqx.filter_vmap` of `gradient_flow`) or `"auto"`:
-        the sweep engine, except for implicit solvers (Kvaerno, for stiff channels) on more
-        than one device, whose lineax Newton operators do not yet pass through the
-        engine's `shard_map`.
+    - `engine`: `"sweep"` (`ij.sweep_flows` with `slots`: continuous batching, split over
+        all JAX devices), `"vmap"` (one `eqx.filter_vmap` of `gradient_flow`) or `"auto"`
+        (the sweep engine).
     - `progress`: a progress bar.
 
     The old keywords (`activations=`, `roughness=`, `widths=`, `n_inits=`, ... of
@@ -226,7 +221,7 @@ def channel_frequency(
     check_positive("t1", t1)
     check_positive("maxnorm", maxnorm)
     check_positive("pair_tol", pair_tol)
-    engine = _frequency_engine(engine, solver)
+    engine = _frequency_engine(engine)
     out = _empty_record(grid.shape)
     data = _targets(grid)
     cells = list(itertools.product(*(enumerate(v) for v in (grid.activations, grid.roughness, grid.widths))))
@@ -251,14 +246,11 @@ def channel_frequency(
     )
 
 
-def _frequency_engine(engine: str, solver: SolverOptions) -> str:
+def _frequency_engine(engine: str) -> str:
     """`engine`, checked, with `"auto"` resolved (see `channel_frequency`)."""
     if engine not in ("auto", "sweep", "vmap"):
         raise ValueError(f"engine must be 'auto', 'sweep' or 'vmap'; got {engine!r}.")
-    if engine == "auto":  # implicit solvers are not sharded by the sweep engine: vmap them on >1 device
-        implicit = isinstance(solver.solver, str) and solver.solver.lower() in _IMPLICIT
-        engine = "vmap" if (implicit and jax.device_count() > 1) else "sweep"
-    return engine
+    return "sweep" if engine == "auto" else engine
 
 
 def _empty_record(shape: tuple[int, ...]) -> dict[str, np.ndarray]:

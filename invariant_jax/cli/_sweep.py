@@ -85,6 +85,9 @@ def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, d
     if exact is None:
         exact = not accelerator
         chosen.append("mode")
+    if not exact and not accelerator and len(devices) > 1:
+        devices = devices[:1]  # what the engine does (`engine_devices`: vmap mode on CPUs)
+        chosen.append("one device for vmap mode")
     if slots is None:
         slots = ACCELERATOR_SLOTS_PER_DEVICE * len(devices) if accelerator and not exact else CPU_SLOTS
         chosen.append("slots")

@@ -47,6 +47,7 @@ from ..kinks import LANES
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
 from ..options import SaveTimes, SolverOptions, StopRules
+from ._devices import PerDevice, engine_devices
 
 _SUCC = int(result_code(RESULTS.successful))
 _EVENT = int(result_code(RESULTS.event_occurred))
@@ -401,7 +402,8 @@ class SweepEngine(abc.ABC):
     - `slots`: number of slots (rounded up to a multiple of the device count).
     - `steps_per_call`: loop iterations (units of work per slot) per jitted call between
         harvests.
-    - `devices`: JAX devices to shard the slots over (default: this process's devices).
+    - `devices`: JAX devices to shard the slots over (default: this process's devices;
+        one CPU device in vmap mode, `engine_devices`).
     - `exact`: loop over the active slots with the unbatched program (default), or vmap
         over all slots.
     """
@@ -418,7 +420,7 @@ class SweepEngine(abc.ABC):
             raise ValueError(f"slots must be >= 1; got {slots!r}.")
         if steps_per_call < 1:
             raise ValueError(f"steps_per_call must be >= 1; got {steps_per_call!r}.")
-        devices = list(jax.local_devices() if devices is None else devices)
+        devices = engine_devices(devices, exact=exact)
         nd = len(devices)
         self.slots = -(-int(slots) // nd) * nd
         self.steps_per_call = int(steps_per_call)
@@ -436,9 +438,9 @@ class SweepEngine(abc.ABC):
         # Every program takes `data` (the engine's arrays, `self.data`: e.g. the data set and
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
-        self._refill = jax.jit(self._local(self._refill_program, 4, 1), donate_argnums=1)
-        self._advance = jax.jit(self._local(self._advance_program, 2, 4, n_rep=3), donate_argnums=3)
-        self._start = jax.jit(self._local(self._start_program, 3, 1))
+        self._refill = self._program(self._refill_program, donate=(1,))
+        self._advance = self._program(self._advance_program, n_rep=3, donate=(3,))
+        self._start = self._program(self._start_program)
         self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
 
     def _refill_program(self, data, state, index, rows, take):
@@ -459,7 +461,7 @@ class SweepEngine(abc.ABC):
             return state, n[None], act, _records(self._map_all, m, state, pending & ~act)
         step_all = functools.partial(_vmap_all, m.advance_slot)
 
-        # Runs per device (shard_map): each device loops over its own slots.
+        # Runs per device: each device loops over its own slots.
         def cond(c):
             i, st = c
             return (i < limit) & (jnp.sum(active_all(st)) > floor)
@@ -477,20 +479,12 @@ class SweepEngine(abc.ABC):
         m = self.bind(data)
         return self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
 
-    def _local(self, f, n_in, n_out, n_rep=1):
-        # One device: no shard_map. Inside shard_map, lineax's structure check fails on
-        # the manual-axis sharding of implicit solvers' Newton operators (Kvaerno5).
-        # The first `n_rep` arguments (`data`, loop bounds) are replicated on every device.
+    def _program(self, f, *, n_rep=1, donate=()):
+        # One device: jit. Several: the same program on each device's slots (`PerDevice`).
+        # The first `n_rep` arguments (`data`, loop bounds) are the same on every device.
         if len(self.mesh.devices.flat) == 1:
-            return f
-        P = PartitionSpec("slots")
-        return jax.shard_map(
-            f,
-            mesh=self.mesh,
-            in_specs=(PartitionSpec(),) * n_rep + (P,) * n_in,
-            out_specs=(P,) * n_out if n_out > 1 else P,
-            check_vma=False,
-        )
+            return jax.jit(f, donate_argnums=donate)
+        return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate)
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""

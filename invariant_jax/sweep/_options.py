@@ -8,6 +8,7 @@ import equinox as eqx
 import numpy as np
 
 from .._checks import check_integer, check_positive
+from ._devices import engine_devices
 
 INT32_MAX = 2**31 - 1
 """The engine's counters are int32: the largest slot count, `steps_per_call` or chunk size."""
@@ -38,7 +39,8 @@ class BatchOptions(eqx.Module):
     - `exact`: evaluate each slot with the unbatched program (default; an idle slot costs
         nothing on CPU, and results do not depend on the number of slots). `False` vmaps
         over slots, which suits GPUs.
-    - `devices`: JAX devices to shard the slots over (`None`: all local devices).
+    - `devices`: JAX devices to shard the slots over (`None`: all local devices; in vmap
+        mode on CPUs one, since batched LAPACK calls can hang on several: `engine_devices`).
     - `progress`: show a progress bar (`None`: the entry point's default, off for
         `sweep_flows`, on for `run_sweep`).
     """
@@ -58,6 +60,8 @@ class BatchOptions(eqx.Module):
                 raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         if self.devices is not None and not self.devices:
             raise ValueError("devices is empty; pass None (all local devices) or a list of JAX devices.")
+        if self.devices is not None:
+            engine_devices(self.devices, exact=bool(self.exact))  # vmap mode on several CPUs: an error
 
     def show_progress(self, default: bool) -> bool:
         """`progress`, or `default` where it was left `None`."""

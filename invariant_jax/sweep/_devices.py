@@ -1,0 +1,79 @@
+"""One program per device: the sweep engine's slots split over several devices.
+
+Each device runs the same jitted program on its own share of the slots, dispatched
+asynchronously, so the devices run side by side and never wait for each other. Not
+`jax.shard_map`: inside it JAX gives every array the manual mesh's sharding, and
+lineax's structure checks reject the Newton operators of implicit solvers (Kvaerno5)
+that lack it (patrick-kidger/lineax#185), so implicit solvers failed on several devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.tree_util as jtu
+from jax.sharding import NamedSharding
+
+
+class PerDevice:
+    """`fn` run on each device of `sharding` (a `NamedSharding` over one axis of the
+    slots). The first `n_rep` arguments are the same on every device (copied there once
+    per distinct array); the others, and every output, are split along their first axis,
+    one block per device, as `sharding` splits them. `donate`: argument positions whose
+    buffers the program may reuse (as `jax.jit`'s `donate_argnums`)."""
+
+    def __init__(self, fn: Callable, sharding: NamedSharding, *, n_rep: int = 1, donate: tuple[int, ...] = ()):
+        self.fn = jax.jit(fn, donate_argnums=donate)
+        self.sharding = sharding
+        self.devices = list(sharding.mesh.devices.flat)
+        self.n_rep = n_rep
+        self._copies: dict = {}  # (position, device) -> (leaves, their copies there)
+
+    def __call__(self, *args):
+        per_device = [self._args(args, d) for d in self.devices]  # all blocks before any is donated
+        outs = [self.fn(*a) for a in per_device]
+        return jtu.tree_map(self._join, *outs)
+
+    def _args(self, args, device) -> list:
+        rep = [self._replicated(i, a, device) for i, a in enumerate(args[: self.n_rep])]
+        return rep + [jtu.tree_map(lambda a: _block(a, device), a) for a in args[self.n_rep :]]
+
+    def _replicated(self, i: int, tree, device):
+        leaves, treedef = jtu.tree_flatten(tree)
+        kept = self._copies.get((i, device))
+        if kept is None or len(kept[0]) != len(leaves) or any(a is not b for a, b in zip(kept[0], leaves)):
+            copies = [jax.device_put(a, device) if isinstance(a, jax.Array) else a for a in leaves]
+            kept = self._copies[(i, device)] = (leaves, copies)
+        return jtu.tree_unflatten(treedef, kept[1])
+
+    def _join(self, *blocks):
+        shape = (sum(b.shape[0] for b in blocks),) + blocks[0].shape[1:]
+        return jax.make_array_from_single_device_arrays(shape, self.sharding, list(blocks))
+
+
+def _block(a, device):
+    """The block of the split array `a` that lives on `device`."""
+    for shard in a.addressable_shards:
+        if shard.device == device:
+            return shard.data
+    raise ValueError(f"no block of an argument is on {device}; put it with the engine's sharding.")
+
+
+def engine_devices(devices=None, *, exact: bool = True) -> list:
+    """The devices a sweep runs on: `devices`, or (`None`) every local device. Vmap mode
+    on CPUs runs on one device: batched LAPACK calls (the Filippov solve of sliding
+    pairs, implicit solvers' LU) split a large batch over XLA's intra-op threads and wait
+    for them, and with one CPU device per core every such thread runs a device's program,
+    so none is left to do the work and the sweep hangs. Several CPU devices given in vmap
+    mode are an error; exact mode (each slot unbatched) has no batched calls."""
+    chosen = list(jax.local_devices() if devices is None else devices)
+    if exact or len(chosen) < 2 or chosen[0].platform != "cpu":
+        return chosen
+    if devices is not None:
+        raise ValueError(
+            f"vmap mode (exact=False) on {len(chosen)} CPU devices can hang: batched LAPACK calls wait for "
+            "XLA's CPU threads, which all run device programs. Use exact mode (exact=True, the CPU default), "
+            "or one device: devices=jax.devices()[:1] (the default for vmap mode on CPUs)."
+        )
+    return chosen[:1]
