@@ -46,3 +46,18 @@ def test_flags_reach_the_choice():
 # Two forced CPU devices in a fresh process (exact mode, CPU_SLOTS slots, both devices counted):
 # tests/test_sweep_devices.py::test_one_cpu_device_per_core_unless_told, in the process it
 # starts with JAX_NUM_CPU_DEVICES=2 anyway (one JAX start instead of two).
+
+
+def test_python_entry_points_choose_as_the_cli():
+    """`BatchOptions()` leaves mode and slots to `choose_device_mode`: the engine of
+    `sweep_flows` / `run_sweep` gets what the CLI would choose; what is given is kept."""
+    from invariant_jax.sweep import BatchOptions
+
+    cpu, gpu = _devices("cpu", 2), _devices("gpu", 2)
+    assert BatchOptions().engine_keywords() == dict(slots=CPU_SLOTS, exact=True, devices=None)
+    assert BatchOptions(devices=cpu).engine_keywords() == dict(slots=CPU_SLOTS, exact=True, devices=tuple(cpu))
+    got = BatchOptions(devices=gpu).engine_keywords()
+    assert got == dict(slots=2 * ACCELERATOR_SLOTS_PER_DEVICE, exact=False, devices=tuple(gpu))
+    assert BatchOptions(slots=7, exact=True, devices=gpu).engine_keywords()["slots"] == 7
+    with pytest.raises(ValueError, match="can hang"):
+        BatchOptions(exact=False, devices=cpu)

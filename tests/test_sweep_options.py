@@ -23,8 +23,8 @@ jax.config.update("jax_enable_x64", True)
         (dict(slots=2.0), TypeError, "slots must be a positive integer"),
         (dict(slots=2**31), ValueError, "slots must be at most 2147483647"),
         (dict(steps_per_call=0), ValueError, "steps_per_call must be a positive integer"),
-        (dict(exact=1), TypeError, "exact must be True or False"),
-        (dict(progress="yes"), TypeError, "progress must be True or False"),
+        (dict(exact=1), TypeError, "exact must be True, False or None"),
+        (dict(progress="yes"), TypeError, "progress must be True, False or None"),
         (dict(devices=[]), ValueError, "devices is empty; pass None"),
     ],
 )

@@ -77,3 +77,54 @@ def engine_devices(devices=None, *, exact: bool = True) -> list:
             "or one device: devices=jax.devices()[:1] (the default for vmap mode on CPUs)."
         )
     return chosen[:1]
+
+
+CPU_SLOTS = 256
+"""Slots of a sweep on CPUs (exact mode: an idle slot costs nothing there). 256 against 64
+took 13% and 11% less engine time on 2 devices and 5% and 3% on 1, in two runs of
+`benchmarks/sweep_cores.py --slots` (docs/sweep.md, "How many slots")."""
+ACCELERATOR_SLOTS_PER_DEVICE = 4096
+"""Slots per GPU/TPU in vmap mode (the width `benchmarks/sweep_throughput.py` measured on an H200)."""
+
+
+def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, devices=None) -> tuple[bool, int, str]:
+    """Exact or vmap mode, and the slot count, for the devices JAX runs on: the one place
+    they are decided (the CLI, and `BatchOptions.resolved` for the Python entry points).
+
+    On CPUs: exact mode (each slot's own program, bit-for-bit results, an idle slot costs
+    nothing) with `CPU_SLOTS` (256) slots. On GPUs/TPUs: vmap mode (one batched step for all slots; a
+    loop of per-slot kernels would leave the accelerator idle) with 4096 slots per device.
+    A mode or slot count the user gave is kept.
+
+    **Arguments:**
+
+    - `exact`: `True`/`False` as given by `--exact`/`--vmap`, or `None` to choose.
+    - `slots`: `--slots`, or `None` to choose.
+    - `devices`: the devices (default `jax.devices()`); each has a `.platform`.
+
+    **Returns:** `(exact, slots, line)`, `line` saying what was chosen and why (the sweep
+    header prints it).
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    platform = devices[0].platform
+    accelerator = platform != "cpu"
+    chosen = []
+    if exact is None:
+        exact = not accelerator
+        chosen.append("mode")
+    if not exact and not accelerator and len(devices) > 1:
+        devices = devices[:1]  # what the engine does (`engine_devices`: vmap mode on CPUs)
+        chosen.append("one device for vmap mode")
+    if slots is None:
+        slots = ACCELERATOR_SLOTS_PER_DEVICE * len(devices) if accelerator and not exact else CPU_SLOTS
+        chosen.append("slots")
+    given = [w for w in ("mode", "slots") if w not in chosen]
+    why = "; ".join(
+        ([f"{' and '.join(chosen)} chosen for {platform}"] if chosen else [])
+        + ([f"{' and '.join(given)} as given"] if given else [])
+    )
+    line = (
+        f"{'exact' if exact else 'vmap'} mode, {slots} slots on {len(devices)} {platform} "
+        f"device{'s' if len(devices) != 1 else ''} ({why})"
+    )
+    return bool(exact), int(slots), line

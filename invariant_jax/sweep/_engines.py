@@ -49,8 +49,8 @@ def _shapes(*trees) -> tuple:
     return tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves(eqx.filter(trees, eqx.is_array)))
 
 
-def _batch_key(batch: BatchOptions, steps_per_call) -> tuple:
-    return (int(batch.slots), steps_per_call, bool(batch.exact), batch.devices)
+def _batch_key(settings: dict, steps_per_call) -> tuple:
+    return (settings["slots"], steps_per_call, settings["exact"], settings["devices"])
 
 
 def flow_engine(problem, thetas, *, batch: BatchOptions, key) -> Engine:
@@ -59,18 +59,17 @@ def flow_engine(problem, thetas, *, batch: BatchOptions, key) -> Engine:
     reused with new data (`Engine.with_data`): the data set and `t1` are arguments of its
     programs, not constants, and the initial weights are fed with the queue in blocks of
     `slots` rows, so the number of networks compiles nothing."""
+    settings = batch.engine_keywords()
     steps = batch.steps_per_call or 64
-    full = (key, _shapes(problem), thetas.shape[1:], str(thetas.dtype), *_batch_key(batch, int(steps)))
+    full = (key, _shapes(problem), thetas.shape[1:], str(thetas.dtype), *_batch_key(settings, int(steps)))
     return cached(
         _FLOW_ENGINES,
         full,
         lambda: Engine(
             problem,
             init_table=thetas,
-            slots=batch.slots,
             steps_per_call=steps,
-            devices=batch.devices,
-            exact=batch.exact,
+            **settings,
         ),
         lambda engine: engine.with_data(problem, thetas),
     )
@@ -80,6 +79,7 @@ def kink_engine(template, X, Y, t1, thetas, *, batch: BatchOptions, **options) -
     """A kink-aware `sweep_flows` engine, compiled once per graph, activations, `t1`,
     options and array shapes, then reused with new data and initial weights
     (`KinkEngine.with_data`)."""
+    settings = batch.engine_keywords()
     full = (
         "kink",
         jax.tree.structure(template),
@@ -88,7 +88,7 @@ def kink_engine(template, X, Y, t1, thetas, *, batch: BatchOptions, **options) -
         _shapes(jnp.asarray(X), jnp.asarray(Y)),
         thetas.shape[1:],
         str(thetas.dtype),
-        *_batch_key(batch, batch.steps_per_call),
+        *_batch_key(settings, batch.steps_per_call),
     )
     return cached(
         _FLOW_ENGINES,
@@ -99,10 +99,8 @@ def kink_engine(template, X, Y, t1, thetas, *, batch: BatchOptions, **options) -
             Y,
             t1,
             init_table=thetas,
-            slots=batch.slots,
             steps_per_call=batch.steps_per_call,
-            devices=batch.devices,
-            exact=batch.exact,
+            **settings,
             **options,
         ),
         lambda engine: engine.with_data(template, X, Y, t1, thetas, **options),
@@ -112,10 +110,11 @@ def kink_engine(template, X, Y, t1, thetas, *, batch: BatchOptions, **options) -
 def config_engine(config: SweepConfig, graph, X, Y, *, batch: BatchOptions):
     """The engine of a `SweepConfig` (initial weights by `init_theta` inside the programs),
     kept for later sweeps of the same problem (every field but `n_inits`)."""
+    settings = batch.engine_keywords()
     template = DAGNetwork(graph, config.activation, edge_weights=np.zeros(len(graph.edges)))
     key = (
         json.dumps({k: v for k, v in config.to_dict().items() if k != "n_inits"}, sort_keys=True),
-        *_batch_key(batch, batch.steps_per_call),
+        *_batch_key(settings, batch.steps_per_call),
     )
     init = lambda i: init_theta(config, graph, i)  # noqa: E731
 
@@ -127,10 +126,8 @@ def config_engine(config: SweepConfig, graph, X, Y, *, batch: BatchOptions):
                 Y,
                 config.t1,
                 init,
-                slots=batch.slots,
                 steps_per_call=batch.steps_per_call,
-                devices=batch.devices,
-                exact=batch.exact,
+                **settings,
                 options=config.solver_options,
                 saveat=config.save_times,
                 kinks=config.kink_options,
@@ -150,10 +147,8 @@ def config_engine(config: SweepConfig, graph, X, Y, *, batch: BatchOptions):
         return Engine(
             problem,
             init,
-            slots=batch.slots,
             steps_per_call=batch.steps_per_call or 64,
-            devices=batch.devices,
-            exact=batch.exact,
+            **settings,
         )
 
     return cached(_ENGINES, key, build)  # compiled engines are reused by later sweeps of the same problem

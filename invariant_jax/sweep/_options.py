@@ -8,7 +8,7 @@ import equinox as eqx
 import numpy as np
 
 from .._checks import check_integer, check_positive
-from ._devices import engine_devices
+from ._devices import choose_device_mode, engine_devices
 
 INT32_MAX = 2**31 - 1
 """The engine's counters are int32: the largest slot count, `steps_per_call` or chunk size."""
@@ -33,35 +33,41 @@ class BatchOptions(eqx.Module):
     **Fields:**
 
     - `slots`: trajectories integrated at once (an integer >= 1; rounded up to a multiple
-        of the devices).
+        of the devices; `None`: 256 on CPUs, 4096 per device in vmap mode on GPUs/TPUs).
     - `steps_per_call`: loop iterations between harvests (`None`: 64 solver steps;
         kink-aware: 64 segments in exact mode, 4 under vmap so finished slots refill soon).
-    - `exact`: evaluate each slot with the unbatched program (default; an idle slot costs
-        nothing on CPU, and results do not depend on the number of slots). `False` vmaps
-        over slots, which suits GPUs.
+    - `exact`: evaluate each slot with the unbatched program (an idle slot costs nothing
+        on CPU, and results do not depend on the number of slots), or (`False`) vmap over
+        slots, which suits GPUs (`None`: exact on CPUs, vmap on GPUs/TPUs).
     - `devices`: JAX devices to shard the slots over (`None`: all local devices; in vmap
         mode on CPUs one, since batched LAPACK calls can hang on several: `engine_devices`).
     - `progress`: show a progress bar (`None`: the entry point's default, off for
         `sweep_flows`, on for `run_sweep`).
     """
 
-    slots: int = 64
+    slots: int | None = None
     steps_per_call: int | None = None
-    exact: bool = True
+    exact: bool | None = None
     devices: tuple | None = eqx.field(default=None, converter=_devices)
     progress: bool | None = None
 
     def __check_init__(self):
-        check_count("slots", self.slots)
-        if self.steps_per_call is not None:
-            check_count("steps_per_call", self.steps_per_call)
-        for name in ("exact",) + (("progress",) if self.progress is not None else ()):
-            if not isinstance(getattr(self, name), bool | np.bool_):
-                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        for name in ("slots", "steps_per_call"):
+            if getattr(self, name) is not None:
+                check_count(name, getattr(self, name))
+        for name in ("exact", "progress"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"{name} must be True, False or None; got {getattr(self, name)!r}.")
         if self.devices is not None and not self.devices:
             raise ValueError("devices is empty; pass None (all local devices) or a list of JAX devices.")
-        if self.devices is not None:
+        if self.devices is not None and self.exact is not None:
             engine_devices(self.devices, exact=bool(self.exact))  # vmap mode on several CPUs: an error
+
+    def engine_keywords(self) -> dict:
+        """The engine's `slots`, `exact` and `devices`, with `exact` and `slots` chosen for
+        the devices where `None` (`choose_device_mode`, as the CLI chooses them)."""
+        exact, slots, _ = choose_device_mode(exact=self.exact, slots=self.slots, devices=self.devices)
+        return dict(slots=slots, exact=exact, devices=self.devices)
 
     def show_progress(self, default: bool) -> bool:
         """`progress`, or `default` where it was left `None`."""
