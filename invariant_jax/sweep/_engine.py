@@ -47,7 +47,7 @@ from ..kinks import LANES
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
 from ..options import SaveTimes, SolverOptions, StopRules
-from ._devices import PerDevice, engine_devices
+from ._devices import Blocks, PerDevice, engine_devices
 
 _SUCC = int(result_code(RESULTS.successful))
 _EVENT = int(result_code(RESULTS.event_occurred))
@@ -439,7 +439,7 @@ class SweepEngine(abc.ABC):
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
         self._refill = self._program(self._refill_program, donate=(1,))
-        self._advance = self._program(self._advance_program, n_rep=3, donate=(3,))
+        self._advance = self._program(self._advance_program, n_rep=3, donate=(3,), state_at=0)
         self._start = self._program(self._start_program)
         self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
 
@@ -479,12 +479,13 @@ class SweepEngine(abc.ABC):
         m = self.bind(data)
         return self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
 
-    def _program(self, f, *, n_rep=1, donate=()):
-        # One device: jit. Several: the same program on each device's slots (`PerDevice`).
-        # The first `n_rep` arguments (`data`, loop bounds) are the same on every device.
+    def _program(self, f, *, n_rep=1, donate=(), state_at=None):
+        # One device: jit. Several: the same program on each device's slots (`PerDevice`),
+        # its state kept there. The first `n_rep` arguments (`data`, loop bounds) are the
+        # same on every device.
         if len(self.mesh.devices.flat) == 1:
             return jax.jit(f, donate_argnums=donate)
-        return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate)
+        return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate, state_at=state_at)
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
@@ -645,12 +646,12 @@ class SweepEngine(abc.ABC):
         S = widths[0]
         state = self._refill(data, self._start(data, *self._empty(S)), *self._empty(S))
         for w in widths:  # run() narrows from each width to the next
-            state = self._rows(state, np.arange(w)) if w < len(jtu.tree_leaves(state)[0]) else state
+            state = self._rows(state, np.arange(w)) if w < _width(state) else state
             state = self._advance(data, np.int32(1), np.int32(0), state, self._put(np.zeros(w, bool)))[0]
 
     def _rows(self, state, rows):
         """The slots `rows` of `state` (a narrower batch, sharded like the slots)."""
-        return self._take(state, np.asarray(rows, np.int32))
+        return self._take(state.joined() if isinstance(state, Blocks) else state, np.asarray(rows, np.int32))
 
     def _narrow(self, state, slot_idx, widths):
         """Vmap mode with an empty queue: the state restricted to its unharvested slots,
@@ -778,6 +779,11 @@ def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
             f"init_table has shape {table.shape}; expected (n, {n_edges}): one row of edge weights per trajectory."
         )
     return table
+
+
+def _width(state) -> int:
+    """The number of slots of an engine state."""
+    return state.width if isinstance(state, Blocks) else len(jtu.tree_leaves(state)[0])
 
 
 def _bcast(mask, a):
