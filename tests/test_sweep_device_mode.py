@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from invariant_jax.cli import build_parser
-from invariant_jax.cli._sweep import ACCELERATOR_SLOTS_PER_DEVICE, CPU_SLOTS, choose_device_mode
+from invariant_jax.sweep import ACCELERATOR_SLOTS_PER_DEVICE, CPU_SLOTS, choose_device_mode
 
 
 def _devices(platform, n):

@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 
-from invariant_jax.cli._sweep import CPU_SLOTS, use_cpu_cores
+from invariant_jax.cli._sweep import use_cpu_cores
+from invariant_jax.sweep import CPU_SLOTS
 
 _CHILD = r"""
 import os, sys
-from invariant_jax.cli._sweep import choose_device_mode, use_cpu_cores
+from invariant_jax.cli._sweep import use_cpu_cores
+from invariant_jax.sweep import choose_device_mode
 n = use_cpu_cores()
 import jax
 print(n, len(jax.devices("cpu")), len(os.sched_getaffinity(0)))

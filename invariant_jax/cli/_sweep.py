@@ -15,6 +15,7 @@ from ..sweep import (
     SweepConfig,
     SweepInterrupted,
     check_output_folder,
+    choose_device_mode,
     dumps_strict,
     graph_fields,
     is_no_space,
@@ -22,7 +23,6 @@ from ..sweep import (
     run_in_folder,
     summarize_sweep,
 )
-from ..sweep._devices import ACCELERATOR_SLOTS_PER_DEVICE, CPU_SLOTS, choose_device_mode  # noqa: F401 (the CLI's choice)
 from ._common import check_option, read_config_file
 from ._parsers import DEFAULT_OUT
 

@@ -6,7 +6,9 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
   `run_in_folder` does the same without loading the records back (for sweeps larger
   than memory: `summarize_sweep(config, out)` reads only the table's columns).
 - `BatchOptions`, `StoreOptions`: how the engine runs a batch and how the folder is
-  written (neither changes a number).
+  written (neither changes a number); `choose_device_mode`: exact or vmap mode and the
+  slot count for the devices (`CPU_SLOTS`, `ACCELERATOR_SLOTS_PER_DEVICE`), as the CLI
+  and `BatchOptions`' defaults choose them.
 - `load_sweep(out)`, `summarize_sweep(config, result_or_folder)`: read and summarise a sweep.
 - `sweep_network(config_or_folder, i, final=False)`: the network of row `i`.
 - `Engine`, `KinkEngine` (both `SweepEngine`s) and `make_problem`: the engines
@@ -18,6 +20,7 @@ per-trajectory statistics, persistence with resume, and sharding over devices.
 from .._results import STATUSES, status_code, status_is, status_is_success
 from ._columns import DERIVED, trajectory_columns
 from ._config import BUILDERS, SweepConfig, graph_fields, init_theta, read_config_toml
+from ._devices import ACCELERATOR_SLOTS_PER_DEVICE, CPU_SLOTS, choose_device_mode
 from ._engine import Engine, EngineStats, SweepEngine, SweepProblem, make_problem
 from ._engines import clear_engines
 from ._flows import sweep_flows
@@ -39,7 +42,9 @@ from ._store import (
 from ._summary import SweepSummary, summarize_sweep
 
 __all__ = [
+    "ACCELERATOR_SLOTS_PER_DEVICE",
     "BUILDERS",
+    "CPU_SLOTS",
     "DERIVED",
     "STATUSES",
     "BatchOptions",
@@ -58,6 +63,7 @@ __all__ = [
     "atomic_write_json",
     "check_output_file",
     "check_output_folder",
+    "choose_device_mode",
     "clear_engines",
     "dumps_strict",
     "graph_fields",

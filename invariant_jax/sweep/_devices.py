@@ -1,10 +1,11 @@
-"""One program per device: the sweep engine's slots split over several devices.
+"""Where a sweep's slots run: the devices (`engine_devices`), the mode and slot count
+(`choose_device_mode`), and one program per device (`PerDevice`).
 
-Each device runs the same jitted program on its own share of the slots, dispatched
-asynchronously, so the devices run side by side and never wait for each other. Not
-`jax.shard_map`: inside it JAX gives every array the manual mesh's sharding, and
-lineax's structure checks reject the Newton operators of implicit solvers (Kvaerno5)
-that lack it (patrick-kidger/lineax#185), so implicit solvers failed on several devices.
+`PerDevice` runs the same jitted program on each device's share of the slots, dispatched
+asynchronously, so the devices run side by side and never wait for each other. The
+engine uses it for implicit solvers instead of `jax.shard_map`: inside `shard_map` JAX
+gives every array the manual mesh's sharding, and lineax's structure checks reject the
+Newton operators that lack it (patrick-kidger/lineax#185).
 """
 
 from __future__ import annotations

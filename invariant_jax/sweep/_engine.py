@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, final
@@ -47,6 +48,7 @@ from ..kinks import LANES
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
 from ..options import SaveTimes, SolverOptions, StopRules
+from ..solvers import is_implicit
 from ._devices import Blocks, PerDevice, engine_devices
 
 _SUCC = int(result_code(RESULTS.successful))
@@ -480,12 +482,32 @@ class SweepEngine(abc.ABC):
         return self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
 
     def _program(self, f, *, n_rep=1, donate=(), state_at=None):
-        # One device: jit. Several: the same program on each device's slots (`PerDevice`),
-        # its state kept there. The first `n_rep` arguments (`data`, loop bounds) are the
-        # same on every device.
-        if len(self.mesh.devices.flat) == 1:
+        # One device: jit. Several: one shard_map, each device looping over its own slots;
+        # or (`per_device`) the same program dispatched on each device (`PerDevice`), its
+        # state kept there. The first `n_rep` arguments (`data`, loop bounds) are the same on
+        # every device; the others, and the outputs, are split over the slots.
+        nd = len(self.mesh.devices.flat)
+        if nd == 1:
             return jax.jit(f, donate_argnums=donate)
-        return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate, state_at=state_at)
+        if self.per_device:
+            return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate, state_at=state_at)
+        n_out = 1 if state_at is None else 4  # the state; or `_advance`'s (state, n, active, records)
+        P = PartitionSpec("slots")
+        sharded = jax.shard_map(
+            f,
+            mesh=self.mesh,
+            in_specs=(PartitionSpec(),) * n_rep + (P,) * (len(inspect.signature(f).parameters) - n_rep),
+            out_specs=(P,) * n_out if n_out > 1 else P,
+            check_vma=False,
+        )
+        return jax.jit(sharded, donate_argnums=donate)
+
+    per_device: bool = False
+    """Run several devices' slots as one program each (`PerDevice`, compiled once per
+    device) instead of one `shard_map` (compiled once). Set where the per-slot program
+    solves linear systems with lineax (implicit solvers): inside `shard_map` JAX gives
+    every array the manual mesh's sharding, and lineax's structure checks reject the
+    operators that lack it (patrick-kidger/lineax#185)."""
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
@@ -695,6 +717,7 @@ class Engine(SweepEngine):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.problem = problem
+        self.per_device = is_implicit(problem.solver)
         self._static = eqx.filter(problem, eqx.is_array, inverse=True)
         self.data = eqx.filter(problem, eqx.is_array)
         self.table = host_table(init_table, _dtype(problem), problem.net.n_edges)
