@@ -56,7 +56,9 @@ import equinox as eqx, numpy as np, invariant_jax as ij
 from invariant_jax.sweep import BatchOptions
 nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "tanh", key=k))(jax.random.split(jax.random.key(0), 6))
 X = np.random.default_rng(0).normal(size=(10, 2)); Y = np.sin(X[:, :1])
-run = lambda **b: ij.sweep_flows(nets, X, Y, 0.5, solver="kvaerno5", batch=BatchOptions(slots=4, **b))
+run = lambda s="kvaerno5", **b: ij.sweep_flows(nets, X, Y, 0.5, solver=s, batch=BatchOptions(slots=4, **b))
+for k in ("theta_final", "num_steps"):  # an explicit solver (one shard_map over both devices)
+    np.testing.assert_array_equal(getattr(run("tsit5"), k), getattr(run("tsit5", devices=jax.devices()[:1]), k))
 two, one, vmap = run(), run(devices=jax.devices()[:1]), run(exact=False)
 assert (two.stats["devices"], one.stats["devices"], vmap.stats["devices"]) == (2, 1, 1)
 try:
@@ -79,8 +81,9 @@ print("ok")
 
 
 def test_an_implicit_solver_runs_on_two_devices():
-    """Kvaerno5 and the kink-aware Gauss4 (lineax's LU inside) on two forced CPU devices:
-    exact mode equals one device bit for bit, and Kvaerno5 agrees with `gradient_flow`
+    """Kvaerno5 and the kink-aware Gauss4 (lineax's LU inside; one program per device)
+    and Tsit5 (one `shard_map`) on two forced CPU devices: exact mode equals one device
+    bit for bit, and Kvaerno5 agrees with `gradient_flow`
     (inside `shard_map` both failed lineax's structure check). Vmap mode runs on one CPU device
     by default, and refuses two given ones (batched LAPACK calls can hang there)."""
     base = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
