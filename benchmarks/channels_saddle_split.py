@@ -62,9 +62,11 @@ MLPGradientFlow.jl 2be60bf, times `n_samples` after it (`penalty_strength`)."""
 
 
 def penalty_strength(form: str, n: int) -> float:
-    """The strength of `ch.maxnorm_penalty` (our units: their loss / 2N) that is their
-    penalty `form` on `n` samples: `1/n` without `n_samples`, `1` with it."""
-    return {"unscaled": 1 / n, "n_samples": 1.0}[form]
+    """`ij.channels.penalty_strength` (imported when called: the parent process of the
+    workers does not load JAX)."""
+    from invariant_jax.channels import penalty_strength as strength
+
+    return strength(form, n)
 
 
 def their_files(repo: str, rev: str) -> tuple[str, dict[float, str]]:

@@ -305,3 +305,32 @@ def test_penalized_flow_phase_hovers_past_maxnorm():
     assert t[0] == 0.0 and wn[0] == pytest.approx(30.0, rel=1e-12)
     seen = np.isfinite(t)
     assert seen.sum() >= 2 and np.all(np.diff(t[seen]) > 0) and np.all(np.diff(wn[seen]) < 0)
+
+
+def test_the_penalty_form_is_the_strength_of_the_penalized_flow():
+    """`flow_stop` picks MLPGradientFlow's penalty with or without `n_samples`: a run
+    started past `maxnorm` hovers on to `t1` exactly as `gradient_flow` on the loss plus
+    `MaxnormPenalty` at strength 1 (`"penalty"`) or 1/N (`"unscaled_penalty"`)."""
+    assert ch.penalty_strength("n_samples", 20) == 1.0 and ch.penalty_strength("unscaled", 20) == 1 / 20
+    with pytest.raises(ValueError, match="penalty form"):
+        ch.penalty_strength("cubic", 20)
+    g = ij.mlp([2, 3, 1], bias=True)
+    X, Y, _ = ij.teacher_student(g, 20, key=jax.random.key(0), activation="softplus")
+    theta = 0.3 * jax.random.normal(jax.random.key(1), (len(g.edges),))
+    net = ij.DAGNetwork(g, "softplus", edge_weights=theta * jnp.sqrt(30.0 / ch.weightnorm(theta)))
+    nets = eqx.filter_vmap(net.with_edge_weights)(net.edge_weights()[None])
+    tol, t1 = 1e-10, 0.05
+    ends = {}
+    for form, strength in (("penalty", 1.0), ("unscaled_penalty", 1 / 20)):
+        opts = ij.FlowPhaseOptions(
+            t1=t1, rtol=tol, atol=tol, n_record=0, engine="vmap", hover_steps=10_000, flow_stop=form
+        )
+        res = ch.flow_phase(nets, X, Y, opts, maxnorm=5.0)
+        assert float(res.t_final[0]) == t1
+        objective = ij.Objective("mse", regularizer=ch.MaxnormPenalty(5.0), strength=strength)
+        ref = ij.gradient_flow(
+            net, X, Y, t1, loss=objective, solver=ij.SolverOptions("kvaerno5_newton", rtol=tol, atol=tol)
+        )
+        np.testing.assert_allclose(res.theta_final[0], ref.theta_final, rtol=0, atol=1e-6)
+        ends[form] = np.asarray(res.theta_final[0])
+    assert np.max(np.abs(ends["penalty"] - ends["unscaled_penalty"])) > 1e-2  # the form matters here

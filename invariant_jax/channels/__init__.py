@@ -26,11 +26,13 @@ from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, ref
 from ._eos import ChannelGDTrace, gd_channel_trace
 from ._figures import channel_figure, channel_title, pair_trajectory
 from ._flow_phase import (
+    PENALTY_FORMS,
     MaxnormPenalty,
     TrajectoryRecord,
     closest_pair_distance,
     maxnorm_penalty,
     min_hessian_eigenvalue,
+    penalty_strength,
     weightnorm,
 )
 from ._frequency import FREQUENCY_SOLVER, FrequencyGrid, FrequencyStudy, channel_frequency

@@ -73,6 +73,7 @@ from ._flow_phase import (
     closest_pair_distance,
     maxnorm_penalty,
     min_hessian_eigenvalue,
+    penalty_strength,
     weightnorm,
 )
 
@@ -126,9 +127,11 @@ when read)."""
 _REASON_CODES = np.asarray([int(result_code(NEWTON_RESULTS[r])) for r in _STOP_NAMES], np.int32)
 
 
-FLOW_STOPS = ("penalty", "stop")
+FLOW_STOPS = ("penalty", "unscaled_penalty", "stop")
 """How `flow_then_newton`'s ODE phase treats `maxnorm`: `"penalty"` (MLPGradientFlow's
-soft cubic penalty; the flow goes on) or `"stop"` (no penalty; stop at `maxnorm`)."""
+soft cubic penalty, its current form with `n_samples`; the flow goes on),
+`"unscaled_penalty"` (its earlier form, without `n_samples`, which the authors' committed
+Fig. 2(c, d) runs follow: `penalty_strength`) or `"stop"` (no penalty; stop at `maxnorm`)."""
 
 FLOW_ENGINES = ("loop", "vmap", "sweep")
 """How the ODE phase runs its batch (`FlowPhaseOptions.engine`)."""
@@ -231,7 +234,9 @@ class FlowPhaseOptions(eqx.Module):
     - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
     - `flow_stop`: `"penalty"` (default, the paper's way: MLPGradientFlow's soft `maxnorm`
         penalty, `maxnorm_penalty`, is added to the loss and the flow goes on, so it can
-        reach `maxnorm` and hover there) or `"stop"` (no penalty; the flow stops once
+        reach `maxnorm` and hover there), `"unscaled_penalty"` (the penalty's earlier form,
+        without `n_samples`: `1/N` of it, so the flow hovers higher above `maxnorm`; the
+        form of the authors' committed Fig. 2(c, d) runs) or `"stop"` (no penalty; the flow stops once
         `weightnorm >= maxnorm`).
     - `hover_steps`: with `flow_stop="penalty"`, the solver steps the flow goes on for
         after the first step that ends past `maxnorm` (default 100; 0: none, the flow
@@ -286,7 +291,7 @@ class FlowPhaseOptions(eqx.Module):
             raise TypeError(f"exact must be True, False or None; got {self.exact!r}.")
         if self.engine is not None and self.engine not in FLOW_ENGINES:
             raise ValueError(f"engine must be one of {FLOW_ENGINES} or None; got {self.engine!r}.")
-        if self.engine == "sweep" and self.flow_stop == "penalty":
+        if self.engine == "sweep" and self.flow_stop != "stop":
             raise ValueError(
                 "engine='sweep' cannot add the maxnorm penalty (ij.sweep_flows takes no regularizer); "
                 "use engine='loop' or 'vmap', or flow_stop='stop'."
@@ -719,11 +724,11 @@ class FlowPhaseResult(eqx.Module):
         return is_success(self.result)
 
 
-def _pieces(nets, X, Y, t1, loss, maxnorm, n_record):
+def _pieces(nets, X, Y, t1, loss, maxnorm, strength, n_record):
     """What a batch's flow and its hover share: the objective (with `MaxnormPenalty(maxnorm)`
-    unless `maxnorm` is None), the record's times (0, then geometric from 1e-2 or t1/10 to
+    at `strength` unless `maxnorm` is None), the record's times (0, then geometric from 1e-2 or t1/10 to
     t1; None without a record) and `flow -> TrajectoryRecord`."""
-    objective = Objective(loss, regularizer=MaxnormPenalty(maxnorm), strength=1.0) if maxnorm is not None else loss
+    objective = Objective(loss, regularizer=MaxnormPenalty(maxnorm), strength=strength) if maxnorm is not None else loss
     grid = log_times(0.0, t1, n_record, first=min(1e-2, t1 / 10)) if n_record else None
     one_net = _one_net(nets)
     loss_fn = edge_loss_fn(one_net, X, Y, loss)
@@ -740,18 +745,32 @@ def _with_record_max(res: FlowPhaseResult) -> FlowPhaseResult:
 
 @eqx.filter_jit
 def _vmapped_flow(
-    nets, X, Y, t1, solver, rtol, atol, max_steps, ceiling, loss, *, maxnorm=None, n_record=0, wall_time=None
+    nets,
+    X,
+    Y,
+    t1,
+    solver,
+    rtol,
+    atol,
+    max_steps,
+    ceiling,
+    loss,
+    *,
+    maxnorm=None,
+    strength=1.0,
+    n_record=0,
+    wall_time=None,
 ):
     """The flow phase of a batch, vmapped, up to its hover. `t1` is a Python float
     (static). `ceiling`: the hard stop on `||theta||` (None: none); `maxnorm`: the flow runs
-    on the loss plus `MaxnormPenalty(maxnorm)` and stops at the first step end past
+    on the loss plus `MaxnormPenalty(maxnorm)` (at `strength`) and stops at the first step end past
     `maxnorm` (None: no penalty); `n_record`: rows of the log-spaced `TrajectoryRecord` (0:
     none); `wall_time`: seconds per call."""
     opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
     if maxnorm is not None:
         ceiling = float(np.sqrt(2 * maxnorm * nets.edge_weights().shape[-1]))  # weightnorm > maxnorm
     stop = StopRules(max_param_norm=ceiling, max_wall_time=wall_time)
-    objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, n_record)
+    objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, strength, n_record)
 
     def one(n):
         f = gradient_flow(
@@ -779,11 +798,13 @@ def _vmapped_flow(
 
 
 @eqx.filter_jit
-def _vmapped_hover(nets, X, Y, res: FlowPhaseResult, t1, solver, rtol, atol, hover_steps, loss, *, maxnorm, n_record):
+def _vmapped_hover(
+    nets, X, Y, res: FlowPhaseResult, t1, solver, rtol, atol, hover_steps, loss, *, maxnorm, strength, n_record
+):
     """The hover of a batch after `_vmapped_flow` (`res`), vmapped: compiled only when a run
     passed `maxnorm`."""
     opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=hover_steps)
-    objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, n_record)
+    objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, strength, n_record)
     hovered = eqx.filter_vmap(lambda n, out: _hover(n, X, Y, t1, opts, objective, grid, record, out))(nets, res)
     return _with_record_max(hovered)
 
@@ -846,7 +867,7 @@ def flow_phase(
     engine = flow.resolved_engine()
     E = nets.edge_weights().shape[-1]
     ceiling = float(np.sqrt(2 * maxnorm * E)) if flow.flow_stop == "stop" else None
-    pen = float(maxnorm) if flow.flow_stop == "penalty" else None
+    pen = float(maxnorm) if flow.flow_stop != "stop" else None
     wall = None if flow.flow_wall_time == np.inf else float(flow.flow_wall_time)
     theta = nets.edge_weights()
     theta = theta[None] if theta.ndim == 1 else theta
@@ -877,7 +898,7 @@ def flow_phase(
         )
     X, Y = check_data(nets.graph, X, Y)
     one_net = _one_net(nets)
-    kw = dict(maxnorm=pen, n_record=int(flow.n_record))
+    kw = dict(maxnorm=pen, strength=penalty_strength(_penalty_form(flow), X.shape[0]), n_record=int(flow.n_record))
     t1, name, rtol, atol = float(flow.t1), flow.solver, float(flow.rtol), float(flow.atol)
     hover = (t1, name, rtol, atol, int(flow.hover_steps), loss)
 
@@ -949,12 +970,17 @@ def flow_then_newton(
     return _with_flow(out, res, flow, opts.maxnorm)
 
 
+def _penalty_form(flow: FlowPhaseOptions) -> str:
+    """The `PENALTY_FORMS` member of a penalized flow phase."""
+    return "unscaled" if flow.flow_stop == "unscaled_penalty" else "n_samples"
+
+
 def _with_flow(out: ConvergeResult, res: FlowPhaseResult, flow: FlowPhaseOptions, maxnorm: float) -> ConvergeResult:
     """The Newton phase's result with the flow phase's state and settings added."""
     B = res.theta_final.shape[0]
     rec = res.record if res.record is not None else TrajectoryRecord.empty(B, 1, res.theta_final.dtype)
     wn_max = res.weightnorm_max
-    penalty = flow.flow_stop == "penalty"
+    penalty = flow.flow_stop != "stop"
     settings = dict(
         out.settings,
         t1=float(flow.t1),
@@ -968,7 +994,8 @@ def _with_flow(out: ConvergeResult, res: FlowPhaseResult, flow: FlowPhaseOptions
         engine=flow.resolved_engine(),
         n_record=int(flow.n_record),
         flow_maxnorm=(
-            "MLPGradientFlow penalty (weightnorm - maxnorm)^3/6 in L = (1/2N) sum (f-y)^2 units"
+            f"MLPGradientFlow penalty (weightnorm - maxnorm)^3/{'6' if _penalty_form(flow) == 'n_samples' else '(6N)'} "
+            "in L = (1/2N) sum (f-y)^2 units"
             if penalty
             else "stop at weightnorm >= maxnorm (StopRules.max_param_norm)"
         ),

@@ -37,6 +37,8 @@ __all__ = [
     "weightnorm",
     "maxnorm_penalty",
     "MaxnormPenalty",
+    "PENALTY_FORMS",
+    "penalty_strength",
     "closest_pair_distance",
     "min_hessian_eigenvalue",
     "TrajectoryRecord",
@@ -62,6 +64,23 @@ def maxnorm_penalty(theta: Float[Array, "... E"], maxnorm: float) -> Float[Array
     """
     excess = jnp.maximum(weightnorm(theta) - maxnorm, 0.0)
     return excess**3 / 6
+
+
+PENALTY_FORMS = ("n_samples", "unscaled")
+"""The two versions of MLPGradientFlow.jl's penalty: `"n_samples"`, its `_loss` since
+2be60bf (`(nx - maxnorm)^3/3 * n_samples(net)`), and `"unscaled"`, the form before it
+(without `n_samples`), which the authors' committed Fig. 2(c, d) runs follow
+(`benchmarks/channels_saddle_split.py` finds it from their data)."""
+
+
+def penalty_strength(form: str, n_samples: int) -> float:
+    """The `Objective` strength of `MaxnormPenalty` that is MLPGradientFlow's penalty
+    `form` (`PENALTY_FORMS`) on `n_samples` samples, in this package's loss units (theirs
+    divided by `2N`): 1 for `"n_samples"`, `1 / n_samples` for `"unscaled"`."""
+    if form not in PENALTY_FORMS:
+        raise ValueError(f"penalty form must be one of {PENALTY_FORMS}; got {form!r}.")
+    check_positive("n_samples", n_samples)
+    return 1.0 if form == "n_samples" else 1.0 / n_samples
 
 
 class MaxnormPenalty(eqx.Module):
