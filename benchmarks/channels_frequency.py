@@ -1,9 +1,10 @@
 """The frequency study: fraction of Glorot-normal initializations of mlp([1, width, 1],
 bias) whose gradient flow ends in a flat channel, vs GP roughness s (Matérn-3/2, length
-scale 1/s), width and activation (softplus, erf). Kvaerno5, rtol = atol = 1e-7, flows to
-t1 (gradient-flow time of L = (1/2N) sum (f - y)^2), then `detect_channels` on the final
-state ("channel": all criteria incl. ||theta|| > norm threshold; "+cand.": also merging
-pairs with diverging opposite output weights below the norm threshold).
+scale 1/s), width and activation (softplus, erf). Kvaerno5 with a Newton stage solve
+(`FREQUENCY_SOLVER`), rtol = atol = 1e-7, flows to t1 (gradient-flow time of
+L = (1/2N) sum (f - y)^2), then `detect_channels` on the final state ("channel": all
+criteria incl. weightnorm >= maxnorm; "+cand.": also merging pairs with diverging
+opposite output weights below it).
 
 Scales unchanged: raise --n-inits / --n-samples / --t1 (the batch is one vmap per cell;
 explicit solvers go through the sharded sweep engine).

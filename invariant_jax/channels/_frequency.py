@@ -151,8 +151,10 @@ def _vmapped_flows(nets, X, Y, t1, solver: SolverOptions) -> _Batch:
     return _Batch(theta_final=th, loss_final=L, t_final=t, status=np.asarray(status_code(r)), result=r)
 
 
-FREQUENCY_SOLVER = SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7, max_steps=20_000)
-"""`channel_frequency`'s default solver: Kvaerno5 (channels are stiff) at tight tolerances."""
+FREQUENCY_SOLVER = SolverOptions("kvaerno5_newton", rtol=1e-7, atol=1e-7, max_steps=20_000)
+"""`channel_frequency`'s default solver: Kvaerno5 (channels are stiff) with a Newton stage
+solve (`ij.newton_kvaerno5`: diffrax's chord solve crawls along a channel), at tight
+tolerances."""
 
 _GRID_KEYWORDS = {
     k: f"pass grid=ij.channels.FrequencyGrid({k}=...) instead"
@@ -203,8 +205,8 @@ def channel_frequency(
 
     - `grid`: a `FrequencyGrid` (default `FrequencyGrid()`).
     - `t1`: the flow time (gradient-flow time of `L = (1/2N) sum (f - y)^2`).
-    - `solver`: an `ij.SolverOptions` (default `FREQUENCY_SOLVER`: Kvaerno5 at rtol = atol =
-        1e-7, 20 000 steps), or a solver name with those tolerances.
+    - `solver`: an `ij.SolverOptions` (default `FREQUENCY_SOLVER`: Kvaerno5 with a Newton stage solve at
+        rtol = atol = 1e-7, 20 000 steps), or a solver name with those tolerances.
     - `maxnorm`, `pair_tol`: the channel criteria of `detect_channels`.
     - `engine`: `"sweep"` (`ij.sweep_flows` with `slots`: continuous batching, split over
         all JAX devices), `"vmap"` (one `eqx.filter_vmap` of `gradient_flow`) or `"auto"`

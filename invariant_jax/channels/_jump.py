@@ -138,9 +138,10 @@ class JumpResult(eqx.Module):
         return "\n".join(rows)
 
 
-JUMP_SOLVER = SolverOptions("kvaerno5", rtol=1e-9, atol=1e-9)
+JUMP_SOLVER = SolverOptions("kvaerno5_newton", rtol=1e-9, atol=1e-9)
 """`jump_procedure`'s default flow solver: Kvaerno5 (the channel is stiff, sharpness ~
-1/eps^2) at rtol = atol = 1e-9."""
+1/eps^2) with a Newton stage solve (`ij.newton_kvaerno5`: diffrax's chord solve crawls
+along a channel) at rtol = atol = 1e-9."""
 
 _SOLVER_KEYWORDS = {k: f"pass solver=ij.SolverOptions(name, {k}=...) instead" for k in ("rtol", "atol", "max_steps")}
 
@@ -175,7 +176,7 @@ def jump_procedure(
 
     **Arguments:** `net`; `pair` (a `ChannelPair` or hidden positions `(i, j)`); data;
     `n_jumps`; `factor` in (0, 1); `t_flow` and the flow's `solver` (an `ij.SolverOptions`,
-    default `JUMP_SOLVER`: Kvaerno5 at rtol = atol = 1e-9, since the channel is stiff,
+    default `JUMP_SOLVER`: Kvaerno5 with a Newton stage solve at rtol = atol = 1e-9, since the channel is stiff,
     sharpness ~ 1/eps^2; or a solver name with those tolerances); `loss` (a name or
     callable, e.g. `weighted_mse` for population losses). The old keywords `rtol=`,
     `atol=`, `max_steps=` still work, with a `DeprecationWarning`.
