@@ -10,6 +10,7 @@ Scales unchanged: raise --n-inits / --n-samples / --t1 (the batch is one vmap pe
 explicit solvers go through the sharded sweep engine).
 
 Usage: python benchmarks/channels_frequency.py [--n-inits 4] [--t1 1e6] [--widths 2,4]
+       [--solver kvaerno5_newton]
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def main():
     ap.add_argument("--maxnorm", type=float, default=1e3, help="weightnorm criterion of detect_channels")
     ap.add_argument("--pair-tol", type=float, default=1e-2)
     ap.add_argument(
+        "--solver", default="kvaerno5_newton", help="a name in ij.SOLVERS (kvaerno5: diffrax's chord stage solve)"
+    )
+    ap.add_argument(
         "--out",
         default=None,
         help="JSON path (default: benchmarks/results/local/channels_frequency.json; the committed file is "
@@ -49,7 +53,7 @@ def main():
     st = channel_frequency(
         grid=grid,
         t1=args.t1,
-        solver=ij.SolverOptions("kvaerno5", rtol=1e-7, atol=1e-7, max_steps=50_000),
+        solver=ij.SolverOptions(args.solver, rtol=1e-7, atol=1e-7, max_steps=50_000),
         maxnorm=args.maxnorm,
         pair_tol=args.pair_tol,
         progress=True,

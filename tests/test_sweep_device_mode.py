@@ -61,3 +61,18 @@ def test_python_entry_points_choose_as_the_cli():
     assert BatchOptions(slots=7, exact=True, devices=gpu).engine_keywords()["slots"] == 7
     with pytest.raises(ValueError, match="can hang"):
         BatchOptions(exact=False, devices=cpu)
+
+
+def test_implicit_solvers_run_per_device():
+    """The engine runs a solver per device (not in one `shard_map`, where lineax's checks
+    fail) when it, or a solver it wraps, solves implicit stages."""
+    import diffrax
+
+    import invariant_jax as ij
+    from invariant_jax.sweep._engine import solves_implicit_stages
+
+    assert not solves_implicit_stages(diffrax.Tsit5()) and not solves_implicit_stages(
+        ij.SolverOptions("dopri5").get_solver()
+    )
+    for name in ("kvaerno5", "kvaerno5_newton", "kvaerno5_newton_filtered", "gauss4"):
+        assert solves_implicit_stages(ij.SolverOptions(name).get_solver()), name
