@@ -238,7 +238,7 @@ class FlowPhaseOptions(eqx.Module):
         without `n_samples`: `1/N` of it, so the flow hovers higher above `maxnorm`; the
         form of the authors' committed Fig. 2(c, d) runs) or `"stop"` (no penalty; the flow stops once
         `weightnorm >= maxnorm`).
-    - `hover_steps`: with `flow_stop="penalty"`, the solver steps the flow goes on for
+    - `hover_steps`: with a penalty (`flow_stop` not `"stop"`), the solver steps the flow goes on for
         after the first step that ends past `maxnorm` (default 100; 0: none, the flow
         ends there). `t1` still bounds it; `flow_wall_time` bounds the flow before the
         passage only. Why a separate budget: the penalty's gradient vanishes

@@ -19,7 +19,8 @@ from jax.sharding import NamedSharding
 
 class Blocks:
     """A pytree of slots kept on the devices between calls, one block per device (the
-    engine's state: splitting and joining it at every call cost about 8% of a sweep)."""
+    engine's state: splitting and joining it at every call made a two-device sweep about
+    8% slower)."""
 
     def __init__(self, blocks: list, sharding: NamedSharding):
         self.blocks = blocks
@@ -128,7 +129,7 @@ ACCELERATOR_SLOTS_PER_DEVICE = 4096
 
 def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, devices=None) -> tuple[bool, int, str]:
     """Exact or vmap mode, and the slot count, for the devices JAX runs on: the one place
-    they are decided (the CLI, and `BatchOptions.resolved` for the Python entry points).
+    they are decided (the CLI, and `BatchOptions.engine_keywords` for the Python entry points).
 
     On CPUs: exact mode (each slot's own program, bit-for-bit results, an idle slot costs
     nothing) with `CPU_SLOTS` (256) slots. On GPUs/TPUs: vmap mode (one batched step for all slots; a
