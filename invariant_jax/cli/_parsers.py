@@ -325,7 +325,7 @@ def _add_sweep_mode_args(e) -> None:
         dest="exact",
         action="store_false",
         default=_S,
-        help="vmap over slots instead of the exact per-slot program (the default on a GPU/TPU)",
+        help="vmap over slots instead of the exact per-slot program (the default on a GPU/TPU; on CPUs it runs on one device)",
     )
     mode.add_argument(
         "--exact",
