@@ -628,6 +628,9 @@ def get_solver(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolver:
 
 
 def is_implicit(solver: diffrax.AbstractSolver) -> bool:
-    """Whether `solver` solves an implicit stage equation (diffrax's implicit solvers and
-    `GaussLegendre`): such solvers cannot step across a kink of relu / leaky_relu."""
-    return isinstance(solver, (diffrax.AbstractImplicitSolver, GaussLegendre))
+    """Whether `solver`, or a solver it wraps (`Projected`, `FilteredError`), solves an
+    implicit stage equation (diffrax's implicit solvers and `GaussLegendre`): such solvers
+    cannot step across a kink of relu / leaky_relu, and their stages solve linear systems
+    with lineax (the sweep engine runs them per device, `SweepEngine.per_device`)."""
+    own = lambda x: isinstance(x, (diffrax.AbstractImplicitSolver, GaussLegendre))  # noqa: E731
+    return any(own(x) for x in jax.tree_util.tree_leaves(solver, is_leaf=own))

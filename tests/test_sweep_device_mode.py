@@ -65,14 +65,16 @@ def test_python_entry_points_choose_as_the_cli():
 
 def test_implicit_solvers_run_per_device():
     """The engine runs a solver per device (not in one `shard_map`, where lineax's checks
-    fail) when it, or a solver it wraps, solves implicit stages."""
+    fail) when it, or a solver it wraps, solves implicit stages (`is_implicit`)."""
     import diffrax
+    import jax.numpy as jnp
 
     import invariant_jax as ij
-    from invariant_jax.sweep._engine import solves_implicit_stages
+    from invariant_jax.solvers import is_implicit
 
-    assert not solves_implicit_stages(diffrax.Tsit5()) and not solves_implicit_stages(
-        ij.SolverOptions("dopri5").get_solver()
-    )
+    g = ij.mlp([2, 3, 1])
+    assert not is_implicit(diffrax.Tsit5()) and not is_implicit(ij.SolverOptions("dopri5").get_solver())
+    assert not is_implicit(ij.Projected(diffrax.Tsit5(), jnp.zeros(3), g))
+    assert is_implicit(ij.Projected(diffrax.Kvaerno5(), jnp.zeros(3), g))  # a wrapped implicit solver
     for name in ("kvaerno5", "kvaerno5_newton", "kvaerno5_newton_filtered", "gauss4"):
-        assert solves_implicit_stages(ij.SolverOptions(name).get_solver()), name
+        assert is_implicit(ij.SolverOptions(name).get_solver()), name

@@ -717,7 +717,7 @@ class Engine(SweepEngine):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.problem = problem
-        self.per_device = solves_implicit_stages(problem.solver)
+        self.per_device = is_implicit(problem.solver)
         self._static = eqx.filter(problem, eqx.is_array, inverse=True)
         self.data = eqx.filter(problem, eqx.is_array)
         self.table = host_table(init_table, _dtype(problem), problem.net.n_edges)
@@ -802,13 +802,6 @@ def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
             f"init_table has shape {table.shape}; expected (n, {n_edges}): one row of edge weights per trajectory."
         )
     return table
-
-
-def solves_implicit_stages(solver) -> bool:
-    """Whether `solver`, or a solver it wraps (`ij.Projected`, `ij.FilteredError`), is
-    implicit (`ij.solvers.is_implicit`): its stages solve linear systems with lineax, so
-    the engine runs it per device (`SweepEngine.per_device`)."""
-    return any(is_implicit(x) for x in jtu.tree_leaves(solver, is_leaf=is_implicit))
 
 
 def _width(state) -> int:
