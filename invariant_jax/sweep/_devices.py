@@ -19,8 +19,7 @@ from jax.sharding import NamedSharding
 
 class Blocks:
     """A pytree of slots kept on the devices between calls, one block per device (the
-    engine's state: splitting and joining it at every call made a two-device sweep about
-    8% slower)."""
+    engine's state, which is not split and joined again at every call)."""
 
     def __init__(self, blocks: list, sharding: NamedSharding):
         self.blocks = blocks
@@ -108,15 +107,19 @@ def engine_devices(devices=None, *, exact: bool = True) -> list:
     so none is left to do the work and the sweep hangs. Several CPU devices given in vmap
     mode are an error; exact mode (each slot unbatched) has no batched calls."""
     chosen = list(jax.local_devices() if devices is None else devices)
-    if exact or len(chosen) < 2 or chosen[0].platform != "cpu":
-        return chosen
-    if devices is not None:
+    kept = _one_cpu_for_vmap(chosen, exact)
+    if devices is not None and len(kept) < len(chosen):
         raise ValueError(
             f"vmap mode (exact=False) on {len(chosen)} CPU devices can hang: batched LAPACK calls wait for "
             "XLA's CPU threads, which all run device programs. Use exact mode (exact=True, the CPU default), "
             "or one device: devices=jax.devices()[:1] (the default for vmap mode on CPUs)."
         )
-    return chosen[:1]
+    return kept
+
+
+def _one_cpu_for_vmap(devices: list, exact: bool) -> list:
+    # vmap mode on several CPU devices: the first only (`engine_devices` says why)
+    return devices[:1] if not exact and len(devices) > 1 and devices[0].platform == "cpu" else devices
 
 
 CPU_SLOTS = 256
@@ -152,8 +155,8 @@ def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, d
     if exact is None:
         exact = not accelerator
         chosen.append("mode")
-    if not exact and not accelerator and len(devices) > 1:
-        devices = devices[:1]  # what the engine does (`engine_devices`: vmap mode on CPUs)
+    if len(_one_cpu_for_vmap(devices, exact)) < len(devices):  # as the engine does (`engine_devices`)
+        devices = devices[:1]
         chosen.append("one device for vmap mode")
     if slots is None:
         slots = ACCELERATOR_SLOTS_PER_DEVICE * len(devices) if accelerator and not exact else CPU_SLOTS

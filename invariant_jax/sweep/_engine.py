@@ -441,7 +441,7 @@ class SweepEngine(abc.ABC):
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
         self._refill = self._program(self._refill_program, donate=(1,))
-        self._advance = self._program(self._advance_program, n_rep=3, donate=(3,), state_at=0)
+        self._advance = self._program(self._advance_program, n_rep=3, donate=(3,), n_out=4, state_at=0)
         self._start = self._program(self._start_program)
         self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
 
@@ -481,17 +481,17 @@ class SweepEngine(abc.ABC):
         m = self.bind(data)
         return self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
 
-    def _program(self, f, *, n_rep=1, donate=(), state_at=None):
+    def _program(self, f, *, n_rep=1, donate=(), n_out=1, state_at=None):
         # One device: jit. Several: one shard_map, each device looping over its own slots;
         # or (`per_device`) the same program dispatched on each device (`PerDevice`), its
         # state kept there. The first `n_rep` arguments (`data`, loop bounds) are the same on
-        # every device; the others, and the outputs, are split over the slots.
+        # every device; the others, and the `n_out` outputs, are split over the slots (the
+        # state is output `state_at`, or the only one).
         nd = len(self.mesh.devices.flat)
         if nd == 1:
             return jax.jit(f, donate_argnums=donate)
         if self.per_device:
             return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate, state_at=state_at)
-        n_out = 1 if state_at is None else 4  # the state; or `_advance`'s (state, n, active, records)
         P = PartitionSpec("slots")
         sharded = jax.shard_map(
             f,
