@@ -630,7 +630,6 @@ def get_solver(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolver:
 def is_implicit(solver: diffrax.AbstractSolver) -> bool:
     """Whether `solver`, or a solver it wraps (`Projected`, `FilteredError`), solves an
     implicit stage equation (diffrax's implicit solvers and `GaussLegendre`): such solvers
-    cannot step across a kink of relu / leaky_relu, and their stages solve linear systems
-    with lineax (the sweep engine runs them per device, `SweepEngine.per_device`)."""
+    cannot step across a kink of relu / leaky_relu (`gradient_flow` warns of it)."""
     own = lambda x: isinstance(x, (diffrax.AbstractImplicitSolver, GaussLegendre))  # noqa: E731
     return any(own(x) for x in jax.tree_util.tree_leaves(solver, is_leaf=own))

@@ -63,9 +63,9 @@ def test_python_entry_points_choose_as_the_cli():
         BatchOptions(exact=False, devices=cpu)
 
 
-def test_implicit_solvers_run_per_device():
-    """The engine runs a solver per device (not in one `shard_map`, where lineax's checks
-    fail) when it, or a solver it wraps, solves implicit stages (`is_implicit`)."""
+def test_is_implicit_sees_wrapped_solvers():
+    """`is_implicit` (behind `gradient_flow`'s warning about implicit solvers on kinks)
+    sees an implicit solver inside `Projected` and in every implicit named solver."""
     import diffrax
     import jax.numpy as jnp
 

@@ -48,49 +48,88 @@ def test_leaves_running_backends_alone():
     assert len(jax.devices()) == before
 
 
-_IMPLICIT_TWO_DEVICES = r"""
+_TWO_DEVICES = r"""
 import jax
 jax.config.update("jax_num_cpu_devices", 2)
 jax.config.update("jax_enable_x64", True)
 import equinox as eqx, numpy as np, invariant_jax as ij
-from invariant_jax.sweep import BatchOptions
-nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "tanh", key=k))(jax.random.split(jax.random.key(0), 6))
+from invariant_jax.sweep import BatchOptions, Engine, KinkEngine, make_problem
+n = 40
+key = jax.random.split(jax.random.key(0), n)
+nets = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "tanh", key=k))(key)
+relu = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "relu", key=k))(key)
 X = np.random.default_rng(0).normal(size=(10, 2)); Y = np.sin(X[:, :1])
-run = lambda s="kvaerno5", **b: ij.sweep_flows(nets, X, Y, 0.5, solver=s, batch=BatchOptions(slots=4, **b))
-for k in ("theta_final", "num_steps"):  # an explicit solver (one shard_map over both devices)
-    np.testing.assert_array_equal(getattr(run("tsit5"), k), getattr(run("tsit5", devices=jax.devices()[:1]), k))
-two, one, vmap = run(), run(devices=jax.devices()[:1]), run(exact=False)
-assert (two.stats["devices"], one.stats["devices"], vmap.stats["devices"]) == (2, 1, 1)
+table = lambda b: np.asarray(eqx.filter_vmap(lambda m: m.edge_weights())(b))
+first = lambda b: jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, b)
+
+def run(build, devices):
+    # every device compiled first (warm_up), so both take trajectories from the start
+    eng = build(devices)
+    eng.warm_up()
+    out = []
+    st = eng.run(np.arange(n), on_results=out.append)
+    rec = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
+    order = np.argsort(rec["index"])
+    return {k: v[order] for k, v in rec.items()}, st
+
+flow = lambda s: lambda d: Engine(
+    make_problem(first(nets), X, Y, 0.5, options=ij.SolverOptions(s)), init_table=table(nets), slots=4, devices=d
+)
+kink = lambda d: KinkEngine(
+    first(relu), X, Y, 0.5, init_table=table(relu), slots=4, devices=d,
+    options=ij.SolverOptions("gauss4", max_steps=10_000),
+)
+two_devices, one_device = jax.devices(), jax.devices()[:1]
+for name, build in (("kvaerno5", flow("kvaerno5")), ("tsit5", flow("tsit5")), ("kink gauss4", kink)):
+    (two, st2), (one, st1) = run(build, two_devices), run(build, one_device)
+    assert (st2.devices, st1.devices) == (2, 1), (name, st2, st1)
+    for k in ("theta_final", "num_steps", "result"):
+        np.testing.assert_array_equal(two[k], one[k], err_msg=f"{name}: {k}")
+    if name == "kvaerno5":
+        ref = eqx.filter_vmap(lambda m: ij.gradient_flow(m, X, Y, 0.5, solver="kvaerno5").theta_final)(nets)
+        np.testing.assert_allclose(two["theta_final"], ref, rtol=0, atol=1e-6)
+# an error in a callback, in whichever device's loop: the run raises it and stops every loop
+eng = flow("tsit5")(two_devices)
+eng.warm_up()
+calls = []
+def fail(rec):
+    calls.append(len(rec["index"]))
+    if len(calls) == 3:
+        raise RuntimeError("boom")
+try:
+    eng.run(np.arange(n), on_results=fail)
+    raise SystemExit("the callback's error was lost")
+except RuntimeError as e:
+    assert str(e) == "boom"
+assert len(run(lambda d: eng, two_devices)[0]["index"]) == n  # the engine still runs
+# a small run on a device not compiled yet: it does not join (its compilation would outlast the work)
+small = flow("tsit5")(two_devices)
+st = small.run(np.arange(n), on_results=lambda rec: None)
+assert st.devices == 1 and small._ready == {jax.devices()[0]}, (st, small._ready)
+vmap = ij.sweep_flows(nets, X, Y, 0.5, solver="kvaerno5", batch=BatchOptions(slots=4, exact=False))
+assert vmap.stats["devices"] == 1
+np.testing.assert_allclose(vmap.theta_final, ref, rtol=0, atol=1e-6)
 try:
     BatchOptions(exact=False, devices=jax.devices())
     raise SystemExit("vmap mode on two CPU devices was accepted")
 except ValueError as e:
     assert "can hang" in str(e) and "exact=True" in str(e) and "devices=jax.devices()[:1]" in str(e), e
-for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
-    np.testing.assert_array_equal(getattr(two, k), getattr(one, k), err_msg=k)
-ref = eqx.filter_vmap(lambda n: ij.gradient_flow(n, X, Y, 0.5, solver="kvaerno5").theta_final)(nets)
-relu = eqx.filter_vmap(lambda k: ij.DAGNetwork(ij.mlp([2, 3, 1]), "relu", key=k))(jax.random.split(jax.random.key(1), 6))
-kink = lambda **b: ij.sweep_flows(relu, X, Y, 0.5, solver="gauss4", kinks=True, batch=BatchOptions(slots=4, **b))
-k2, k1 = kink(), kink(devices=jax.devices()[:1])
-for k in ("theta_final", "loss_final", "num_steps", "result_codes"):
-    np.testing.assert_array_equal(getattr(k2, k), getattr(k1, k), err_msg=k)
-np.testing.assert_allclose(vmap.theta_final, ref, rtol=0, atol=1e-6)
-np.testing.assert_allclose(two.theta_final, ref, rtol=0, atol=1e-6)
 print("ok")
 """
 
 
-def test_an_implicit_solver_runs_on_two_devices():
-    """Kvaerno5 and the kink-aware Gauss4 (lineax's LU inside; one program per device)
-    and Tsit5 (one `shard_map`) on two forced CPU devices: exact mode equals one device
-    bit for bit, and Kvaerno5 agrees with `gradient_flow`
-    (inside `shard_map` both failed lineax's structure check). Vmap mode runs on one CPU device
-    by default, and refuses two given ones (batched LAPACK calls can hang there)."""
+def test_two_devices_equal_one():
+    """Kvaerno5 and the kink-aware Gauss4 (lineax's LU inside) and Tsit5, each device
+    running its own loop, on two forced CPU devices: exact mode equals one device bit
+    for bit, both devices take work, and Kvaerno5 agrees with `gradient_flow` (inside
+    `shard_map`, as the engine ran before, the implicit solvers failed lineax's
+    structure check). Vmap mode runs on one CPU device by default, and refuses two
+    given ones (batched LAPACK calls can hang there)."""
     # (other XLA flags are kept, e.g. --xla_cpu_max_isa: the bit-for-bit claim must hold there too)
     base = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
     flags = [f for f in base.pop("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
     env = {**base, "XLA_FLAGS": " ".join(flags)}
     r = subprocess.run(
-        [sys.executable, "-c", _IMPLICIT_TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600
     )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

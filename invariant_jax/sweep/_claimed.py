@@ -166,7 +166,9 @@ def run_claimed(
                     time.sleep(min(1.0, stale / 10))
                     w.refresh()
                 continue
-            stats = add_stats(stats, engine.run(first, on_results=w.on_results, more=more))
+            # (expected: what is left of the whole sweep, which decides whether another device joins)
+            left = int(n - w.done.sum())
+            stats = add_stats(stats, engine.run(first, on_results=w.on_results, more=more, expected=left))
             finish_blocks()
     finally:
         try:

@@ -1,102 +1,163 @@
 """Where a sweep's slots run: the devices (`engine_devices`), the mode and slot count
-(`choose_device_mode`), and one program per device (`PerDevice`).
+(`choose_device_mode`), and what the per-device loops of one run share (`RunQueue`,
+`worth_joining`).
 
-`PerDevice` runs the same jitted program on each device's share of the slots, dispatched
-asynchronously, so the devices run side by side and never wait for each other. The
-engine uses it for implicit solvers instead of `jax.shard_map`: inside `shard_map` JAX
-gives every array the manual mesh's sharding, and lineax's structure checks reject the
-Newton operators that lack it (patrick-kidger/lineax#185).
+On several devices each device runs its own host loop over its own slots (the same
+compiled programs, compiled once per device), all taking from one queue: a device
+harvests and refills as soon as its own slots are done, never waiting for another's.
+A device whose programs are not compiled yet joins a run only when the work left would
+outlast its compilation (`worth_joining`), and compiles in the background meanwhile, so
+a small sweep costs no more than on one device.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from collections.abc import Callable
 
 import jax
-import jax.tree_util as jtu
-from jax.sharding import NamedSharding
+import numpy as np
+
+JOIN_FACTOR = 2.0
+"""A device that must compile first joins a run when the work left, at the running
+devices' measured rate, would last `JOIN_FACTOR` times its compilation (it compiles
+beside the running devices, slowed by them; `worth_joining`)."""
 
 
-class Blocks:
-    """A pytree of slots kept on the devices between calls, one block per device (the
-    engine's state, which is not split and joined again at every call)."""
-
-    def __init__(self, blocks: list, sharding: NamedSharding):
-        self.blocks = blocks
-        self.sharding = sharding
-
-    def joined(self):
-        """The pytree of global arrays, split over the devices as `sharding` splits them."""
-        return jtu.tree_map(lambda *b: join(self.sharding, b), *self.blocks)
-
-    @property
-    def width(self) -> int:
-        """The number of slots."""
-        return sum(jtu.tree_leaves(b)[0].shape[0] for b in self.blocks)
+def worth_joining(remaining: float, rate: float, compile_s: float, factor: float = JOIN_FACTOR) -> bool:
+    """Whether a device that must first compile for `compile_s` seconds should join a
+    run with `remaining` trajectories left (`inf`: unknown) that the running devices
+    finish at `rate` trajectories per second: when the work left would last `factor`
+    times the compilation."""
+    if remaining <= 0:
+        return False
+    if math.isinf(remaining) or compile_s <= 0:
+        return True
+    return rate > 0 and remaining / rate > factor * compile_s
 
 
-class PerDevice:
-    """`fn` run on each device of `sharding` (a `NamedSharding` over one axis of the
-    slots). The first `n_rep` arguments are the same on every device (copied there once
-    per distinct array); the others are split along their first axis, one block per
-    device, as `sharding` splits them (global arrays, or `Blocks`). The outputs are joined
-    into global arrays the same way, except the state, which stays on the devices as
-    `Blocks`: the whole output (`state_at=None`) or its element `state_at`. `donate`:
-    argument positions whose buffers the program may reuse (`jax.jit`'s `donate_argnums`)."""
+class RunQueue:
+    """The queue and the callbacks of one `SweepEngine.run`, shared by its device loops.
+    Every method holds one lock, so the caller's `more`, `on_results`, `progress` and
+    `should_stop` are never called concurrently. `expected`: the trajectories the run
+    is to finish (default: the `indices`, or unknown with `more`)."""
 
     def __init__(
         self,
-        fn: Callable,
-        sharding: NamedSharding,
+        indices,
         *,
-        n_rep: int = 1,
-        donate: tuple[int, ...] = (),
-        state_at: int | None = None,
+        on_results: Callable[[dict], None],
+        progress: Callable[[dict], None] | None,
+        should_stop: Callable[[], bool] | None,
+        more: Callable[[], np.ndarray] | None,
+        expected: int | None,
     ):
-        self.fn = jax.jit(fn, donate_argnums=donate)
-        self.sharding = sharding
-        self.n_rep = n_rep
-        self.state_at = state_at
-        self._copies: dict = {}  # (position, device index) -> (leaves, their copies there)
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.q = 0
+        self._more = more
+        self._on_results, self._progress, self._should_stop = on_results, progress, should_stop
+        self.expected = float(len(self.indices) if more is None else math.inf) if expected is None else float(expected)
+        self.done = 0  # trajectories harvested
+        self.stopped = False  # should_stop said so, or a device loop failed
+        self.error: BaseException | None = None
+        self.lock = threading.RLock()
 
-    def __call__(self, *args):
-        n = len(self.sharding.mesh.devices.flat)
-        per_device = [self._args(args, k) for k in range(n)]  # all blocks before any is donated
-        outs = [self.fn(*a) for a in per_device]
-        if self.state_at is None:
-            return Blocks(outs, self.sharding)
-        joined = [
-            Blocks([o[i] for o in outs], self.sharding) if i == self.state_at else self._joined([o[i] for o in outs])
-            for i in range(len(outs[0]))
-        ]
-        return tuple(joined)
+    def take(self, k: int) -> np.ndarray:
+        """Up to `k` indices from the queue (asking `more` when it is empty)."""
+        with self.lock:
+            parts = []
+            while k > 0 and not self.stopped:
+                if self.q == len(self.indices):
+                    if self._more is None:
+                        break
+                    self.indices, self.q = np.asarray(self._more(), dtype=np.int64), 0
+                    if not self.indices.size:
+                        self._more = None
+                        break
+                n = min(k, len(self.indices) - self.q)
+                parts.append(self.indices[self.q : self.q + n])
+                self.q, k = self.q + n, k - n
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def _args(self, args, k: int) -> list:
-        rep = [self._replicated(i, a, k) for i, a in enumerate(args[: self.n_rep])]
-        return rep + [_block(a, k) for a in args[self.n_rep :]]
+    @property
+    def exhausted(self) -> bool:
+        """Nothing left to queue, now or later."""
+        with self.lock:
+            return self.stopped or (self.q == len(self.indices) and self._more is None)
 
-    def _replicated(self, i: int, tree, k: int):
-        leaves, treedef = jtu.tree_flatten(tree)
-        kept = self._copies.get((i, k))
-        if kept is None or len(kept[0]) != len(leaves) or any(a is not b for a, b in zip(kept[0], leaves)):
-            device = self.sharding.mesh.devices.flat[k]
-            copies = [jax.device_put(a, device) if isinstance(a, jax.Array) else a for a in leaves]
-            kept = self._copies[(i, k)] = (leaves, copies)
-        return jtu.tree_unflatten(treedef, kept[1])
+    def deliver(self, rec: dict) -> None:
+        """A harvest: to `on_results`, then `progress`."""
+        with self.lock:
+            self.done += len(rec["index"])
+            self._on_results(rec)
+            if self._progress is not None:
+                self._progress(rec)
 
-    def _joined(self, blocks: list):
-        return jtu.tree_map(lambda *b: join(self.sharding, b), *blocks)
+    def check_stop(self) -> bool:
+        """Whether the run stops (`should_stop()` said so once, or a loop failed)."""
+        with self.lock:
+            if not self.stopped and self._should_stop is not None and self._should_stop():
+                self.stopped = True
+            return self.stopped
+
+    def fail(self, error: BaseException) -> None:
+        """A device loop failed: every loop stops, and the run raises `error`."""
+        with self.lock:
+            self.stopped = True
+            if self.error is None:
+                self.error = error
 
 
-def _block(tree, k: int):
-    """Device `k`'s block of a split argument (`Blocks`, or a pytree of global arrays)."""
-    return tree.blocks[k] if isinstance(tree, Blocks) else jtu.tree_map(lambda a: a.addressable_data(k), tree)
+class Joiner:
+    """The devices of a run beyond the first: those compiled already start at once, the
+    others (in the background, compiling first) once `worth_joining` says so, judged
+    after each harvest of the first device's loop. `loop(device, queue)` runs a device's
+    loop; `compile(device)` compiles its programs."""
 
+    def __init__(self, devices: list, ready: set, queue: RunQueue, loop: Callable, compile: Callable, compile_s):
+        self.waiting = [d for d in devices if d not in ready]
+        self.queue, self._loop, self._compile, self._compile_s = queue, loop, compile, compile_s
+        self.threads: list[threading.Thread] = []
+        self._t0 = time.perf_counter()
+        for d in devices:
+            if d in ready:
+                self._start(d, compiled=True)
 
-def join(sharding: NamedSharding, blocks) -> jax.Array:
-    """One global array from one block per device, split along the first axis."""
-    shape = (sum(b.shape[0] for b in blocks),) + blocks[0].shape[1:]
-    return jax.make_array_from_single_device_arrays(shape, sharding, list(blocks))
+    def _start(self, device, compiled: bool) -> None:
+        def target():
+            try:
+                if not compiled:
+                    self._compile(device)
+                if not self.queue.exhausted:
+                    self._loop(device, self.queue)
+            except BaseException as e:  # noqa: BLE001 (raised again by the run, in the caller's thread)
+                self.queue.fail(e)
+
+        t = threading.Thread(target=target, name=f"sweep-{device}", daemon=False)
+        t.start()
+        self.threads.append(t)
+
+    def first_ready(self) -> None:
+        """The first device's programs are compiled: its rate is measured from now."""
+        self._t0 = time.perf_counter()
+
+    def consider(self) -> None:
+        """After a harvest of the first device: start the waiting devices if worth it."""
+        if not self.waiting or self.queue.exhausted:
+            return
+        q = self.queue
+        rate = q.done / max(time.perf_counter() - self._t0, 1e-9)
+        if worth_joining(q.expected - q.done, rate, self._compile_s()):
+            for d in self.waiting:
+                self._start(d, compiled=False)
+            self.waiting = []
+
+    def finish(self) -> None:
+        """Wait for the started devices (they stop once the queue is exhausted)."""
+        for t in self.threads:
+            t.join()
 
 
 def engine_devices(devices=None, *, exact: bool = True) -> list:

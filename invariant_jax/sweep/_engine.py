@@ -1,8 +1,9 @@
 """The sweep engine: many trajectories in a fixed number of slots.
 
-`SweepEngine` (abstract) owns what every sweep shares: the device mesh and the sharding
-of the slots, the compiled refill / advance / finalize programs, and the host loop
-that harvests finished slots and refills them from the queue (continuous batching).
+`SweepEngine` (abstract) owns what every sweep shares: the compiled refill / advance /
+finalize programs, and the host loop that harvests finished slots and refills them from
+the queue (continuous batching), one loop per device over its share of the slots, all
+taking from one queue (`_devices.py`).
 Its two final subclasses say what one slot integrates:
 
 - `Engine`: plain gradient flow. One unit of work is one solver step, taken with
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import abc
 import functools
-import inspect
+import math
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, final
@@ -38,7 +39,6 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._diffrax_compat import t1_clip_floor, with_controller_tols, wrap_term
 from .._results import RESULTS, result_code
@@ -48,8 +48,7 @@ from ..kinks import LANES
 from ..losses import edge_loss_fn
 from ..network import DAGNetwork
 from ..options import SaveTimes, SolverOptions, StopRules
-from ..solvers import is_implicit
-from ._devices import Blocks, PerDevice, engine_devices
+from ._devices import Joiner, RunQueue, engine_devices
 
 _SUCC = int(result_code(RESULTS.successful))
 _EVENT = int(result_code(RESULTS.event_occurred))
@@ -323,12 +322,14 @@ def _finalize_slot(p: SweepProblem, s: _Slot) -> dict:
 class EngineStats(NamedTuple):
     """Work accounting of one engine run: `useful_steps` (units of work of harvested
     trajectories: solver steps, or segments for the kink-aware engine),
-    `slot_iterations` (slots x loop iterations), `calls`, `seconds`."""
+    `slot_iterations` (slots x loop iterations), `calls`, `seconds`, and `devices`
+    (the devices that ran work)."""
 
     useful_steps: int
     slot_iterations: int
     calls: int
     seconds: float
+    devices: int = 1
 
     @property
     def work_efficiency(self) -> float:
@@ -404,8 +405,9 @@ class SweepEngine(abc.ABC):
     - `slots`: number of slots (rounded up to a multiple of the device count).
     - `steps_per_call`: loop iterations (units of work per slot) per jitted call between
         harvests.
-    - `devices`: JAX devices to shard the slots over (default: this process's devices;
-        one CPU device in vmap mode, `engine_devices`).
+    - `devices`: JAX devices to split the slots over, each running its own loop over
+        its share (default: this process's devices; one CPU device in vmap mode,
+        `engine_devices`).
     - `exact`: loop over the active slots with the unbatched program (default), or vmap
         over all slots.
     """
@@ -422,12 +424,10 @@ class SweepEngine(abc.ABC):
             raise ValueError(f"slots must be >= 1; got {slots!r}.")
         if steps_per_call < 1:
             raise ValueError(f"steps_per_call must be >= 1; got {steps_per_call!r}.")
-        devices = engine_devices(devices, exact=exact)
-        nd = len(devices)
+        self.devices = engine_devices(devices, exact=exact)
+        nd = len(self.devices)
         self.slots = -(-int(slots) // nd) * nd
         self.steps_per_call = int(steps_per_call)
-        self.mesh = Mesh(np.array(devices), ("slots",))
-        self.sharding = NamedSharding(self.mesh, PartitionSpec("slots"))
         self.exact = bool(exact)
         # exact: each slot runs the unbatched program (XLA rounds batched kernels
         # differently, by ~1e-16, and adaptive stepping amplifies that to ~tolerance), so
@@ -440,10 +440,15 @@ class SweepEngine(abc.ABC):
         # Every program takes `data` (the engine's arrays, `self.data`: e.g. the data set and
         # the initial weights) as its first argument, never as a closed-over constant, so an
         # engine given new data of the same shapes (`Engine.with_data`) reuses its programs.
-        self._refill = self._program(self._refill_program, donate=(1,))
-        self._advance = self._program(self._advance_program, n_rep=3, donate=(3,), n_out=4, state_at=0)
-        self._start = self._program(self._start_program)
-        self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st), out_shardings=self.sharding)
+        # Each program runs on one device (the one its arguments are on: each device's loop
+        # calls it with its own; it compiles once per device).
+        self._refill = jax.jit(self._refill_program, donate_argnums=(1,))
+        self._advance = jax.jit(self._advance_program, donate_argnums=(3,))
+        self._start = jax.jit(self._start_program)
+        self._take = jax.jit(lambda st, rows: jtu.tree_map(lambda a: a[rows], st))
+        self._ready: set = set()  # devices whose programs are compiled
+        self._compile_s = 0.0  # the seconds a device's first calls took (compiling)
+        self._on_device: dict = {}  # device -> (self.data, its copy there)
 
     def _refill_program(self, data, state, index, rows, take):
         m = self.bind(data)
@@ -460,10 +465,9 @@ class SweepEngine(abc.ABC):
             # (a batch of one gains nothing from vmap: the unbatched loop, no selects)
             state, n = _advance_exact(m, state, limit)
             act = active_all(state)
-            return state, n[None], act, _records(self._map_all, m, state, pending & ~act)
+            return state, n, act, _records(self._map_all, m, state, pending & ~act)
         step_all = functools.partial(_vmap_all, m.advance_slot)
 
-        # Runs per device: each device loops over its own slots.
         def cond(c):
             i, st = c
             return (i < limit) & (jnp.sum(active_all(st)) > floor)
@@ -474,40 +478,12 @@ class SweepEngine(abc.ABC):
 
         n, state = jax.lax.while_loop(cond, body, (jnp.asarray(0), state))
         act = active_all(state)
-        return state, n[None], act, _records(self._map_all, m, state, pending & ~act)
+        return state, n, act, _records(self._map_all, m, state, pending & ~act)
 
     def _start_program(self, data, index, rows, take):
         # the first fill: slots `take` start trajectories `index`, the others are empty
         m = self.bind(data)
         return self._map_all(lambda a: m.init_slot(_theta0(m, a[0], a[1]), a[0], a[2]), (index, rows, take))
-
-    def _program(self, f, *, n_rep=1, donate=(), n_out=1, state_at=None):
-        # One device: jit. Several: one shard_map, each device looping over its own slots;
-        # or (`per_device`) the same program dispatched on each device (`PerDevice`), its
-        # state kept there. The first `n_rep` arguments (`data`, loop bounds) are the same on
-        # every device; the others, and the `n_out` outputs, are split over the slots (the
-        # state is output `state_at`, or the only one).
-        nd = len(self.mesh.devices.flat)
-        if nd == 1:
-            return jax.jit(f, donate_argnums=donate)
-        if self.per_device:
-            return PerDevice(f, self.sharding, n_rep=n_rep, donate=donate, state_at=state_at)
-        P = PartitionSpec("slots")
-        sharded = jax.shard_map(
-            f,
-            mesh=self.mesh,
-            in_specs=(PartitionSpec(),) * n_rep + (P,) * (len(inspect.signature(f).parameters) - n_rep),
-            out_specs=(P,) * n_out if n_out > 1 else P,
-            check_vma=False,
-        )
-        return jax.jit(sharded, donate_argnums=donate)
-
-    per_device: bool = False
-    """Run several devices' slots as one program each (`PerDevice`, compiled once per
-    device) instead of one `shard_map` (compiled once). Set where the per-slot program
-    solves linear systems with lineax (implicit solvers): inside `shard_map` JAX gives
-    every array the manual mesh's sharding, and lineax's structure checks reject the
-    operators that lack it (patrick-kidger/lineax#185)."""
 
     data: Any = ()
     """The arrays the compiled programs take as their first argument (default: none)."""
@@ -547,15 +523,10 @@ class SweepEngine(abc.ABC):
     `init_fn(i)` inside the programs). The queue feeds the rows of the slots it fills,
     `(slots, E)` per call, so no program depends on `n`."""
 
-    def _put(self, a):
-        # one device: jit takes the NumPy array itself (a sharded device_put costs more
-        # than a small program)
-        return a if len(self.mesh.devices.flat) == 1 else jax.device_put(a, self.sharding)
-
     def _empty(self, S: int) -> tuple:
         """`(index, rows, take)` arguments of `_start` / `_refill` that fill no slot."""
         none = np.zeros(S, bool)
-        return self._put(np.zeros(S, np.int32)), self._put_rows(np.zeros(S, np.int32), none), self._put(none)
+        return np.zeros(S, np.int32), self._put_rows(np.zeros(S, np.int32), none), none
 
     def _put_rows(self, index, take):
         """The init-table rows of the slots `take` (zeros elsewhere), or `None` (no table)."""
@@ -563,7 +534,14 @@ class SweepEngine(abc.ABC):
             return None
         rows = np.zeros((len(index),) + self.table.shape[1:], self.table.dtype)
         rows[take] = self.table[index[take]]
-        return self._put(rows)
+        return rows
+
+    def _data_on(self, device):
+        """`self.data` on `device` (copied once per data and device)."""
+        kept = self._on_device.get(device)
+        if kept is None or kept[0] is not self.data:
+            kept = self._on_device[device] = (self.data, jax.device_put(self.data, device))
+        return kept[1]
 
     def run(
         self,
@@ -573,107 +551,152 @@ class SweepEngine(abc.ABC):
         progress=None,
         should_stop: Callable[[], bool] | None = None,
         more: Callable[[], np.ndarray] | None = None,
+        expected: int | None = None,
     ) -> EngineStats:
         """Integrate every index in `indices` (in queue order). Each batch of finished
         trajectories is passed to `on_results` as a dict of NumPy arrays (one row per
         trajectory). `progress(records)` is called after each harvest. `more()`, called
-        whenever the queue is empty, returns the next indices to queue (none: the run
-        drains and ends): the slots keep working across the caller's rounds instead of
-        draining at the end of each (on several devices a draining batch leaves all but
-        one idle)."""
-        indices = np.asarray(indices, dtype=np.int64)
-        widths = self.widths(len(indices) if more is None else None)
-        S = widths[0]
-        nd = len(self.mesh.devices.flat)
+        whenever the queue is empty and a slot is free, returns the next indices to queue
+        (none: the run drains and ends): the slots keep working across the caller's
+        rounds instead of draining at the end of each. `expected`: the trajectories the
+        run will get in all (default: `indices`, or unknown with `more`), which decides
+        whether a device that must compile first joins (`worth_joining`).
+
+        Each device runs its own loop over its share of the slots, all taking from one
+        queue; the callbacks are called from one device's loop at a time, under one lock.
+        A device that is not compiled yet compiles in the background and joins when the
+        work left is worth it; the first device runs in the caller's thread.
+        """
         t_start = time.perf_counter()
-        slot_idx = np.full(S, -1, dtype=np.int64)
-        data = self.data
-        state = None
-        q = 0
-        useful = iters = calls = 0
-        while True:
-            if more is not None and q == len(indices):
-                indices, q = np.asarray(more(), dtype=np.int64), 0
-                more = more if indices.size else None
-            free = np.flatnonzero(slot_idx < 0)
-            if state is None:
-                # empty slots, then the first block by the refill program, so that a first
-                # run (of any size) compiles every program a later run of any size needs
-                state = self._start(data, *self._empty(S))
-            if free.size and q < len(indices):
-                # the next block of the queue into the free slots: every argument has
-                # the fixed shape (S, ...), whatever the number of trajectories
-                n_new = min(free.size, len(indices) - q)
-                take = np.zeros(S, bool)
-                new_idx = np.zeros(S, np.int32)
-                take[free[:n_new]] = True
-                new_idx[free[:n_new]] = indices[q : q + n_new]
-                slot_idx[free[:n_new]] = indices[q : q + n_new]
-                q += n_new
-                state = self._refill(data, state, self._put(new_idx), self._put_rows(new_idx, take), self._put(take))
-            if not np.any(slot_idx >= 0):
-                break
-            tail = q == len(indices)
-            limit, floor = self.steps_per_call, 0
-            if tail:
-                limit *= self.tail_calls_factor
-            if self.compact and not self.exact and tail:
-                # nothing left to refill: a narrower batch costs less per step (vmap
-                # steps every slot, finished or not); return when the next width holds
-                # the active slots
-                state, slot_idx = self._narrow(state, slot_idx, widths)
-                floor = max((w for w in widths if w < len(slot_idx)), default=0) // nd
-            state, n, active, recs = self._advance(
-                data, np.int32(limit), np.int32(floor), state, self._put(slot_idx >= 0)
-            )
-            calls += 1
-            iters += int(np.sum(np.asarray(n))) * (len(slot_idx) // nd)
-            done = (slot_idx >= 0) & ~np.asarray(active)
-            if done.any():
-                rec = {k: np.asarray(v)[done] for k, v in recs.items()}
-                useful += self.useful_work(rec)
-                slot_idx[done] = -1
-                on_results(rec)
-                if progress is not None:
-                    progress(rec)
-            if should_stop is not None and should_stop():
-                break
-        return EngineStats(useful, iters, calls, time.perf_counter() - t_start)
+        queue = RunQueue(
+            indices, on_results=on_results, progress=progress, should_stop=should_stop, more=more, expected=expected
+        )
+        stats: list[tuple[int, int, int]] = []
+        first, *others = self.devices
+
+        def loop(device, q, joiner=None):
+            stats.append(self._device_loop(device, q, joiner))
+
+        joiner = Joiner(others, self._ready, queue, loop, self._compile_on, lambda: self._compile_s)
+        try:
+            loop(first, queue, joiner)
+        except BaseException as e:
+            queue.fail(e)
+            raise
+        finally:
+            joiner.finish()
+        if queue.error is not None:
+            raise queue.error
+        useful, iters, calls = (sum(x) for x in zip(*stats))
+        return EngineStats(useful, iters, calls, time.perf_counter() - t_start, len(stats))
+
+    def _device_loop(self, device, queue: RunQueue, joiner: Joiner | None) -> tuple[int, int, int]:
+        """One device's host loop: harvest its finished slots and refill them from
+        `queue` until the queue is exhausted and its slots are done. `joiner` (the first
+        device's loop): measures the compilation and admits the other devices.
+        **Returns:** `(useful work, slot iterations, calls)`."""
+        with jax.default_device(device):
+            compiled = device in self._ready
+            t_first = time.perf_counter()
+            widths = self.widths(None if math.isinf(queue.expected) else int(queue.expected))
+            S = widths[0]
+            data = self._data_on(device)
+            slot_idx = np.full(S, -1, dtype=np.int64)
+            # empty slots, then the first block by the refill program, so that a first
+            # run (of any size) compiles every program a later run of any size needs
+            state = self._start(data, *self._empty(S))
+            useful = iters = calls = 0
+            while True:
+                free = np.flatnonzero(slot_idx < 0)
+                new = queue.take(free.size) if free.size else np.zeros(0, np.int64)
+                if new.size:
+                    # the next block of the queue into the free slots: every argument has
+                    # the fixed shape (S, ...), whatever the number of trajectories
+                    take = np.zeros(len(slot_idx), bool)
+                    new_idx = np.zeros(len(slot_idx), np.int32)
+                    take[free[: new.size]] = True
+                    new_idx[free[: new.size]] = new
+                    slot_idx[free[: new.size]] = new
+                    state = self._refill(data, state, new_idx, self._put_rows(new_idx, take), take)
+                if not np.any(slot_idx >= 0):
+                    break
+                tail = queue.exhausted
+                limit, floor = self.steps_per_call, 0
+                if tail:
+                    limit *= self.tail_calls_factor
+                if self.compact and not self.exact and tail:
+                    # nothing left to refill: a narrower batch costs less per step (vmap
+                    # steps every slot, finished or not); return when the next width holds
+                    # the active slots
+                    state, slot_idx = self._narrow(state, slot_idx, widths)
+                    floor = max((w for w in widths if w < len(slot_idx)), default=0)
+                state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state, slot_idx >= 0)
+                calls += 1
+                iters += int(n) * len(slot_idx)
+                done = (slot_idx >= 0) & ~np.asarray(active)
+                if calls == 1 and joiner is not None:
+                    if not compiled:
+                        self._compile_s = time.perf_counter() - t_first
+                    self._ready.add(device)
+                    joiner.first_ready()
+                if done.any():
+                    rec = {k: np.asarray(v)[done] for k, v in recs.items()}
+                    useful += self.useful_work(rec)
+                    slot_idx[done] = -1
+                    queue.deliver(rec)
+                    if joiner is not None:
+                        joiner.consider()
+                if queue.check_stop():
+                    break
+        self._ready.add(device)
+        return useful, iters, calls
+
+    def _compile_on(self, device) -> None:
+        """Compile every program on `device` (`warm_up`'s, there)."""
+        with jax.default_device(device):
+            self._warm_up_here(device, None)
+        self._ready.add(device)
 
     def widths(self, n: int | None = None) -> list[int]:
-        """Batch widths a run of `n` trajectories (default: at least `slots`) goes
-        through: `slots`, then (vmap mode with `compact`) the ladder `slots / 8^k`,
-        rounded up (to multiples of the device count), down to one slot per device.
-        With `compact` in vmap mode, a run of fewer than `slots` trajectories starts at
-        the narrowest of `slots / 2^j` (rounded up likewise) that holds `n`, since a
+        """Batch widths of each device's loop in a run of `n` trajectories (default: at
+        least `slots`): `slots / devices`, then (vmap mode with `compact`) the ladder
+        `/ 8^k`, rounded up, down to one slot. With `compact` in vmap mode, a run of fewer
+        trajectories starts at the narrowest of `/ 2^j` (rounded up) that holds `n`, since a
         vmapped step costs every slot, then follows the ladder. No width depends on `n`
-        itself: each compiles once, so at most `log2(slots) + 1` programs per engine,
-        whatever the batch sizes (`warm_up(n)` compiles a run of `n`'s)."""
-        nd = len(self.mesh.devices.flat)
-        up = lambda w: -(-w // nd) * nd  # noqa: E731 (rounded up to a multiple of nd)
+        itself: each compiles once, so at most `log2(slots) + 1` programs per engine and
+        device, whatever the batch sizes (`warm_up(n)` compiles a run of `n`'s)."""
+        per_device = self.slots // len(self.devices)
         narrows = self.compact and not self.exact
-        out = [self.slots]
-        while narrows and out[-1] > nd:
-            out.append(up(-(-out[-1] // 8)))  # ceil(w / 8)
-        start = self.slots
-        while narrows and n is not None and start > nd and up(-(-start // 2)) >= n:
-            start = up(-(-start // 2))
+        out = [per_device]
+        while narrows and out[-1] > 1:
+            out.append(-(-out[-1] // 8))  # ceil(w / 8)
+        start = per_device
+        while narrows and n is not None and start > 1 and -(-start // 2) >= n:
+            start = -(-start // 2)
         return [start] + [w for w in out if w < start]
 
     def warm_up(self, n: int | None = None) -> None:
-        """Compile every program at every width (`widths(n)`) on empty slots, so that a
-        later `run` of `n` trajectories (default: at least `slots`) compiles nothing."""
-        data = self.data
+        """Compile every program at every width (`widths(n)`) on empty slots, on every
+        device, so that a later `run` of `n` trajectories (default: at least `slots`)
+        compiles nothing."""
+        for device in self.devices:
+            with jax.default_device(device):
+                self._warm_up_here(device, n)
+            self._ready.add(device)
+
+    def _warm_up_here(self, device, n: int | None) -> None:
+        data = self._data_on(device)
         widths = self.widths(n)
         S = widths[0]
         state = self._refill(data, self._start(data, *self._empty(S)), *self._empty(S))
-        for w in widths:  # run() narrows from each width to the next
+        for w in widths:  # the device's loop narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < _width(state) else state
-            state = self._advance(data, np.int32(1), np.int32(0), state, self._put(np.zeros(w, bool)))[0]
+            state = self._advance(data, np.int32(1), np.int32(0), state, np.zeros(w, bool))[0]
+        jax.block_until_ready(state)
 
     def _rows(self, state, rows):
-        """The slots `rows` of `state` (a narrower batch, sharded like the slots)."""
-        return self._take(state.joined() if isinstance(state, Blocks) else state, np.asarray(rows, np.int32))
+        """The slots `rows` of `state` (a narrower batch)."""
+        return self._take(state, np.asarray(rows, np.int32))
 
     def _narrow(self, state, slot_idx, widths):
         """Vmap mode with an empty queue: the state restricted to its unharvested slots,
@@ -717,7 +740,6 @@ class Engine(SweepEngine):
         if (init_fn is None) == (init_table is None):
             raise ValueError("Give exactly one of init_fn and init_table.")
         self.problem = problem
-        self.per_device = is_implicit(problem.solver)
         self._static = eqx.filter(problem, eqx.is_array, inverse=True)
         self.data = eqx.filter(problem, eqx.is_array)
         self.table = host_table(init_table, _dtype(problem), problem.net.n_edges)
@@ -806,7 +828,7 @@ def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
 
 def _width(state) -> int:
     """The number of slots of an engine state."""
-    return state.width if isinstance(state, Blocks) else len(jtu.tree_leaves(state)[0])
+    return len(jtu.tree_leaves(state)[0])
 
 
 def _bcast(mask, a):

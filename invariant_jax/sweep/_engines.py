@@ -187,5 +187,9 @@ def add_stats(a: EngineStats | None, b: EngineStats) -> EngineStats:
     if a is None:
         return b
     return EngineStats(
-        a.useful_steps + b.useful_steps, a.slot_iterations + b.slot_iterations, a.calls + b.calls, a.seconds + b.seconds
+        a.useful_steps + b.useful_steps,
+        a.slot_iterations + b.slot_iterations,
+        a.calls + b.calls,
+        a.seconds + b.seconds,
+        max(a.devices, b.devices),
     )

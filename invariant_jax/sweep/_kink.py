@@ -25,7 +25,6 @@ from ..flow import trajectory_record
 from ..kinks import LANES, KinkState, make_kink_integrator
 from ..network import DAGNetwork
 from ..options import KinkOptions, SolverOptions, StopRules
-from ..solvers import is_implicit
 from ._engine import SlotProgram, SweepEngine, host_table, same_arrays
 
 KINK_FIELDS = (
@@ -140,7 +139,6 @@ class KinkEngine(SweepEngine):
         # which batch better than one loop with the step in a `lax.cond` branch
         self._one_site = bool(exact)
         self.integrator = self._make_integrator(net, X, Y, t1, **options)
-        self.per_device = is_implicit(self.integrator.inner)
         self.loss = options.get("loss", "mse")
         self._static = eqx.filter(self.integrator, eqx.is_array, inverse=True)
         dtype = self.integrator.prob.X.dtype

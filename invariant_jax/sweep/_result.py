@@ -160,7 +160,7 @@ def with_columns(config: SweepConfig, graph, rec: dict[str, np.ndarray]) -> dict
 
 def stats_dict(st: EngineStats | None, engine) -> dict[str, Any]:
     """The `SweepResult.stats` of an engine run (`None`: no run)."""
-    st = st or EngineStats(0, 0, 0, 0.0)
+    st = st or EngineStats(0, 0, 0, 0.0, 0)
     return dict(
         useful_steps=st.useful_steps,
         slot_iterations=st.slot_iterations,
@@ -168,5 +168,5 @@ def stats_dict(st: EngineStats | None, engine) -> dict[str, Any]:
         seconds=st.seconds,
         calls=st.calls,
         slots=engine.slots,
-        devices=len(engine.mesh.devices.flat),
+        devices=st.devices,
     )

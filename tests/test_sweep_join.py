@@ -1,0 +1,71 @@
+"""What the per-device loops of one sweep run share: the rule by which a device that
+must compile first joins (`worth_joining`), and the queue and callbacks (`RunQueue`).
+Two devices running together are tested in `test_sweep_devices.py` (a fresh process)."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from invariant_jax.sweep._devices import JOIN_FACTOR, RunQueue, worth_joining
+
+
+@pytest.mark.parametrize(
+    "remaining, rate, compile_s, expected",
+    [
+        (1000, 100.0, 4.0, True),  # 10 s of work left > 2 x 4 s of compiling
+        (1000, 100.0, 5.0, False),  # 10 s = 2 x 5 s: not more
+        (1000, 100.0, 6.0, False),
+        (math.inf, 0.0, 8.0, True),  # unknown work (a caller's `more`): join
+        (10, 100.0, 0.0, True),  # compiled already (or from the disk cache)
+        (0, 100.0, 0.0, False),  # nothing left
+        (1000, 0.0, 1.0, False),  # no rate measured yet
+    ],
+)
+def test_a_device_joins_when_the_work_left_outlasts_its_compilation(remaining, rate, compile_s, expected):
+    assert JOIN_FACTOR == 2.0
+    assert worth_joining(remaining, rate, compile_s) is expected
+
+
+def _queue(indices, rounds=(), **kw):
+    got: list = []
+    rounds = list(rounds)
+    more = (lambda: np.asarray(rounds.pop(0) if rounds else [], np.int64)) if kw.pop("with_more", False) else None
+    q = RunQueue(indices, on_results=got.append, progress=None, should_stop=None, more=more, expected=None, **kw)
+    return q, got
+
+
+def test_the_queue_hands_out_each_index_once_across_rounds():
+    q, _ = _queue([0, 1, 2], rounds=([3, 4], [5]), with_more=True)
+    assert math.isinf(q.expected)  # `more`: the run's size is unknown
+    assert q.take(2).tolist() == [0, 1]
+    assert not q.exhausted
+    assert q.take(4).tolist() == [2, 3, 4, 5]  # through both rounds
+    assert q.take(4).tolist() == [] and q.exhausted
+
+
+def test_the_queue_shared_by_threads_loses_and_repeats_nothing():
+    q, got = _queue(np.arange(10_000))
+    assert q.expected == 10_000
+
+    def worker():
+        while (new := q.take(7)).size:
+            q.deliver({"index": new})
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done = np.concatenate([g["index"] for g in got])
+    np.testing.assert_array_equal(np.sort(done), np.arange(10_000))
+    assert q.done == 10_000 and q.exhausted
+
+
+def test_a_failure_stops_the_queue_and_keeps_the_first_error():
+    q, _ = _queue([0, 1, 2])
+    q.fail(ValueError("first"))
+    q.fail(RuntimeError("second"))
+    assert isinstance(q.error, ValueError) and q.exhausted and q.check_stop()
+    assert q.take(3).size == 0
