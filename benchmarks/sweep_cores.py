@@ -21,7 +21,10 @@ and peak RSS are summed and the largest.
 
 `--warm` adds, after the arms above, each arm again in a fresh process whose new, empty
 compilation cache a 64-init sweep filled first (`warm_up_wall_s`): the CLI's disk cache
-serving a second run, so the ratio without compiling.
+serving a second run, so the ratio without compiling. A device joins a run only when
+the work left outlasts its compiling, so a 64-init sweep compiles on one device, and the
+second run compiles the others; `--warm-up-inits N` fills the cache with an `N`-init
+sweep instead (large enough, every device's programs).
 
 `--slots S1 S2 ...` runs every arm at each `--slots` (the CLI's default otherwise); the
 ratios are then taken at equal slots, and also between each arm's best slots
@@ -56,7 +59,14 @@ def _engine_seconds(stdout: str) -> float:
 
 
 def arm(
-    devices: int, n_inits: int, work: Path, warm: bool = False, processes: int = 1, slots=None, graph=GRAPH
+    devices: int,
+    n_inits: int,
+    work: Path,
+    warm: bool = False,
+    processes: int = 1,
+    slots=None,
+    graph=GRAPH,
+    warm_up_inits: int = 64,
 ) -> dict:
     """One arm: `processes` CLI processes with `devices` CPU devices each, into one folder
     (several processes share it as a job array's tasks do: `SLURM_ARRAY_TASK_ID/_COUNT`),
@@ -67,10 +77,10 @@ def arm(
     env.update(JAX_NUM_CPU_DEVICES=str(devices), INVARIANT_JAX_NO_CACHE="1")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     warm_up = None
-    if warm:  # a new empty compilation cache, filled by a 64-init sweep first (the CLI's disk cache)
+    if warm:  # a new empty compilation cache, filled by a small sweep first (the CLI's disk cache)
         del env["INVARIANT_JAX_NO_CACHE"]
         env["JAX_COMPILATION_CACHE_DIR"] = str(work / f"cache_{processes}proc_{devices}dev_{time.monotonic_ns()}")
-        cmd = [sys.executable, "-m", "invariant_jax", "sweep", *graph, "--n-inits", "64"]
+        cmd = [sys.executable, "-m", "invariant_jax", "sweep", *graph, "--n-inits", str(warm_up_inits)]
         t = time.perf_counter()
         cmd += ["--out", str(out) + "_warm_up", "--no-progress", "--no-figures", *slots_arg]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -103,7 +113,7 @@ def arm(
         devices=devices,
         slots=slots,
         n_inits=n_inits,
-        compilation_cache="filled by a 64-init sweep first" if warm else "none",
+        compilation_cache=f"filled by a {warm_up_inits}-init sweep first" if warm else "none",
         warm_up_wall_s=warm_up,
         wall_s=wall,
         engine_s=max(engine),
@@ -147,6 +157,13 @@ def main():
     )
     ap.add_argument("--warm-only", action="store_true", help="only the warm arms of --warm")
     ap.add_argument(
+        "--warm-up-inits",
+        type=int,
+        default=64,
+        help="the sweep that fills the cache of --warm (64: too small for a second device to join and compile, "
+        "so a second run compiles it; large enough, every device's programs are cached)",
+    )
+    ap.add_argument(
         "--graph-args", default=" ".join(GRAPH), help='the sweep\'s graph options (e.g. "--graph mlp --widths 5,20,1")'
     )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/sweep_cores.json)")
@@ -161,7 +178,19 @@ def main():
         for r in range(args.rounds):
             for warm in caches:
                 for k, d, sl in arms if r % 2 == 0 else arms[::-1]:
-                    row = dict(round=r, **arm(d, args.n_inits, Path(tmp), warm, processes=k, slots=sl, graph=graph))
+                    row = dict(
+                        round=r,
+                        **arm(
+                            d,
+                            args.n_inits,
+                            Path(tmp),
+                            warm,
+                            processes=k,
+                            slots=sl,
+                            graph=graph,
+                            warm_up_inits=args.warm_up_inits,
+                        ),
+                    )
                     rows.append(row)
                     print(
                         f"round {r} {k} process(es) x {d} device(s), slots {sl or 'default'}, cache "
@@ -182,6 +211,7 @@ def main():
                 slots=args.slots,
                 rounds=args.rounds,
                 warm_only=args.warm_only,
+                warm_up_inits=args.warm_up_inits,
                 graph_args=args.graph_args,
             ),
             rows=rows,

@@ -57,7 +57,7 @@ _ENGINE_KEYS = (
 
 def use_cpu_cores(environ=None) -> int | None:
     """Give JAX one CPU device per core this process may use, so that a sweep on a CPU
-    shards its slots over every core (`SweepEngine` uses all local devices). Runs before
+    splits its slots among every core (`SweepEngine` uses all local devices). Runs before
     JAX starts its backends; it leaves alone a count the user chose
     (`XLA_FLAGS=--xla_force_host_platform_device_count=K` or `JAX_NUM_CPU_DEVICES=K`;
     `K = 1` keeps one device). **Returns:** the count set, or `None` when it left it alone

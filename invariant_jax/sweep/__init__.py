@@ -1,5 +1,5 @@
 """Many initializations at once: a continuous-batching engine for gradient flow,
-per-trajectory statistics, persistence with resume, and sharding over devices.
+per-trajectory statistics, persistence with resume, and every local device.
 
 - `sweep_flows(nets, X, Y, t1, ...)`: flows from a batch of networks, in memory.
 - `run_sweep(config, out, ...)`: a `SweepConfig` run into a resumable results folder;

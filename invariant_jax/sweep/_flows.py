@@ -104,7 +104,7 @@ def sweep_flows(
     engine. Trajectory `i` equals `ij.gradient_flow(nets[i], X, Y, t1, ...)` with the same
     options, to round-off amplified by adaptive stepping (two compiled programs; see
     docs/sweep.md). Results are bit-identical across slot counts, `steps_per_call`,
-    resume and device counts (one compiled program).
+    resume and device counts (the same compiled program on every device).
 
     **Arguments:**
 

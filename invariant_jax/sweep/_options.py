@@ -39,8 +39,9 @@ class BatchOptions(eqx.Module):
     - `exact`: evaluate each slot with the unbatched program (an idle slot costs nothing
         on CPU, and results do not depend on the number of slots), or (`False`) vmap over
         slots, which suits GPUs (`None`: exact on CPUs, vmap on GPUs/TPUs).
-    - `devices`: JAX devices to shard the slots over (`None`: all local devices; in vmap
-        mode on CPUs one, since batched LAPACK calls can hang on several: `engine_devices`).
+    - `devices`: JAX devices to split the slots among, each running its own loop (`None`:
+        all local devices; in vmap mode on CPUs one, since batched LAPACK calls can hang
+        on several: `engine_devices`).
     - `progress`: show a progress bar (`None`: the entry point's default, off for
         `sweep_flows`, on for `run_sweep`).
     """
