@@ -537,7 +537,10 @@ class SweepEngine(abc.ABC):
         return rows
 
     def _data_on(self, device):
-        """`self.data` on `device` (copied once per data and device)."""
+        """`self.data` on `device` (copied once per data and device). With the state
+        there too (the programs' other arguments are NumPy arrays), each program runs on
+        `device`; one trace and one lowering serve every device (with
+        `jax.default_device` instead, each device would trace again)."""
         kept = self._on_device.get(device)
         if kept is None or kept[0] is not self.data:
             kept = self._on_device[device] = (self.data, jax.device_put(self.data, device))
@@ -595,66 +598,65 @@ class SweepEngine(abc.ABC):
         `queue` until the queue is exhausted and its slots are done. `joiner` (the first
         device's loop): measures the compilation and admits the other devices.
         **Returns:** `(useful work, slot iterations, calls)`."""
-        with jax.default_device(device):
-            compiled = device in self._ready
-            t_first = time.perf_counter()
-            widths = self.widths(None if math.isinf(queue.expected) else int(queue.expected))
-            S = widths[0]
-            data = self._data_on(device)
-            slot_idx = np.full(S, -1, dtype=np.int64)
-            # empty slots, then the first block by the refill program, so that a first
-            # run (of any size) compiles every program a later run of any size needs
-            state = self._start(data, *self._empty(S))
-            useful = iters = calls = 0
-            while True:
-                free = np.flatnonzero(slot_idx < 0)
-                new = queue.take(free.size) if free.size else np.zeros(0, np.int64)
-                if new.size:
-                    # the next block of the queue into the free slots: every argument has
-                    # the fixed shape (S, ...), whatever the number of trajectories
-                    take = np.zeros(len(slot_idx), bool)
-                    new_idx = np.zeros(len(slot_idx), np.int32)
-                    take[free[: new.size]] = True
-                    new_idx[free[: new.size]] = new
-                    slot_idx[free[: new.size]] = new
-                    state = self._refill(data, state, new_idx, self._put_rows(new_idx, take), take)
-                if not np.any(slot_idx >= 0):
-                    break
-                tail = queue.exhausted
-                limit, floor = self.steps_per_call, 0
-                if tail:
-                    limit *= self.tail_calls_factor
-                if self.compact and not self.exact and tail:
-                    # nothing left to refill: a narrower batch costs less per step (vmap
-                    # steps every slot, finished or not); return when the next width holds
-                    # the active slots
-                    state, slot_idx = self._narrow(state, slot_idx, widths)
-                    floor = max((w for w in widths if w < len(slot_idx)), default=0)
-                state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state, slot_idx >= 0)
-                calls += 1
-                iters += int(n) * len(slot_idx)
-                done = (slot_idx >= 0) & ~np.asarray(active)
-                if calls == 1 and joiner is not None:
-                    if not compiled:
-                        self._compile_s = time.perf_counter() - t_first
-                    self._ready.add(device)
-                    joiner.first_ready()
-                if done.any():
-                    rec = {k: np.asarray(v)[done] for k, v in recs.items()}
-                    useful += self.useful_work(rec)
-                    slot_idx[done] = -1
-                    queue.deliver(rec)
-                    if joiner is not None:
-                        joiner.consider()
-                if queue.check_stop():
-                    break
+        compiled = device in self._ready
+        t_first = time.perf_counter()
+        widths = self.widths(None if math.isinf(queue.expected) else int(queue.expected))
+        S = widths[0]
+        data = self._data_on(device)
+        slot_idx = np.full(S, -1, dtype=np.int64)
+        # empty slots, then the first block by the refill program, so that a first
+        # run (of any size) compiles every program a later run of any size needs; the
+        # state is on `device` from the start, so every program runs there
+        state = self._start(data, *jax.device_put(self._empty(S), device))
+        useful = iters = calls = 0
+        while True:
+            free = np.flatnonzero(slot_idx < 0)
+            new = queue.take(free.size) if free.size else np.zeros(0, np.int64)
+            if new.size:
+                # the next block of the queue into the free slots: every argument has
+                # the fixed shape (S, ...), whatever the number of trajectories
+                take = np.zeros(len(slot_idx), bool)
+                new_idx = np.zeros(len(slot_idx), np.int32)
+                take[free[: new.size]] = True
+                new_idx[free[: new.size]] = new
+                slot_idx[free[: new.size]] = new
+                state = self._refill(data, state, new_idx, self._put_rows(new_idx, take), take)
+            if not np.any(slot_idx >= 0):
+                break
+            tail = queue.exhausted
+            limit, floor = self.steps_per_call, 0
+            if tail:
+                limit *= self.tail_calls_factor
+            if self.compact and not self.exact and tail:
+                # nothing left to refill: a narrower batch costs less per step (vmap
+                # steps every slot, finished or not); return when the next width holds
+                # the active slots
+                state, slot_idx = self._narrow(state, slot_idx, widths)
+                floor = max((w for w in widths if w < len(slot_idx)), default=0)
+            state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state, slot_idx >= 0)
+            calls += 1
+            iters += int(n) * len(slot_idx)
+            done = (slot_idx >= 0) & ~np.asarray(active)
+            if calls == 1 and joiner is not None:
+                if not compiled:
+                    self._compile_s = time.perf_counter() - t_first
+                self._ready.add(device)
+                joiner.first_ready()
+            if done.any():
+                rec = {k: np.asarray(v)[done] for k, v in recs.items()}
+                useful += self.useful_work(rec)
+                slot_idx[done] = -1
+                queue.deliver(rec)
+                if joiner is not None:
+                    joiner.consider()
+            if queue.check_stop():
+                break
         self._ready.add(device)
         return useful, iters, calls
 
     def _compile_on(self, device) -> None:
         """Compile every program on `device` (`warm_up`'s, there)."""
-        with jax.default_device(device):
-            self._warm_up_here(device, None)
+        self._warm_up_here(device, None)
         self._ready.add(device)
 
     def widths(self, n: int | None = None) -> list[int]:
@@ -680,15 +682,14 @@ class SweepEngine(abc.ABC):
         device, so that a later `run` of `n` trajectories (default: at least `slots`)
         compiles nothing."""
         for device in self.devices:
-            with jax.default_device(device):
-                self._warm_up_here(device, n)
+            self._warm_up_here(device, n)
             self._ready.add(device)
 
     def _warm_up_here(self, device, n: int | None) -> None:
         data = self._data_on(device)
         widths = self.widths(n)
         S = widths[0]
-        state = self._refill(data, self._start(data, *self._empty(S)), *self._empty(S))
+        state = self._refill(data, self._start(data, *jax.device_put(self._empty(S), device)), *self._empty(S))
         for w in widths:  # the device's loop narrows from each width to the next
             state = self._rows(state, np.arange(w)) if w < _width(state) else state
             state = self._advance(data, np.int32(1), np.int32(0), state, np.zeros(w, bool))[0]
