@@ -129,7 +129,5 @@ def test_two_devices_equal_one():
     base = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
     flags = [f for f in base.pop("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
     env = {**base, "XLA_FLAGS": " ".join(flags)}
-    r = subprocess.run(
-        [sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600
-    )
+    r = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
