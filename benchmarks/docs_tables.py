@@ -1182,15 +1182,15 @@ def _first_round_ratios(rec: dict, text) -> str:
     return "; ".join(text(q) for q in rec["ratio"] if q["round"] == 0)
 
 
-def sweep_cores() -> str:
+def sweep_cores(name: str = "sweep_cores.json") -> str:
     """docs/sweep.md's devices paragraph: the CLI's demo-DAG sweep on one CPU device and on one per core,
     compiling in the run and (with `--warm`) with a filled compilation cache."""
-    rec = _load("sweep_cores.json")
+    rec = _load(name)
     rows = [r for r in rec["rows"] if r["round"] == 0]
     n = rec["settings"]["n_inits"]
     lines = [
         f"`invariant-jax sweep --graph example --n-inits {n:,}` (figures off) at {_commit(rec)}{_on_cpu(rec['provenance'])}, each arm a "
-        f"fresh process; `{rec['command']}` (`benchmarks/results/sweep_cores.json`).",
+        f"fresh process; `{rec['command']}` (`benchmarks/results/{name}`).",
         "",
         "| compilation cache | processes x devices | wall | engine | trajectories/s | peak RSS | load before |",
         "|---|---|---|---|---|---|---|",
@@ -2279,6 +2279,7 @@ BLOCKS = {
     "kink-compile-newton": kink_compile_newton,
     "kink-compile-restart": kink_compile_restart,
     "sweep-cores": sweep_cores,
+    "sweep-cores-warm": lambda: sweep_cores("sweep_cores_warm.json"),
     "sweep-million": sweep_million,
     "sweep-cores-slots": sweep_cores_slots,
     "coupled-pairs": coupled_pairs,
