@@ -43,8 +43,14 @@ elif mode.startswith("dist"):  # process p of 2 under jax.distributed (CPU, 127.
     print(json.dumps({"n": len(r), "useful_steps": r.stats["useful_steps"]}))
 else:
     assert jax.device_count() == 4, jax.devices()
-    r = run_sweep(cfg, batch=BatchOptions(slots=4, steps_per_call=8, progress=False))
-    assert r.stats["devices"] == 4
+    batch = BatchOptions(slots=4, steps_per_call=8, progress=False)
+    # every device compiled first, so all four take trajectories (a device that must compile
+    # joins only a run whose work outlasts its compiling)
+    from invariant_jax.sweep._engines import config_engine
+    graph = cfg.build_graph()
+    config_engine(cfg, graph, *cfg.build_data(graph), batch=batch).warm_up()
+    r = run_sweep(cfg, batch=batch)
+    assert r.stats["devices"] == 4, r.stats
     np.savez(out, **{k: getattr(r, k) for k in KEYS})
 """.replace("KEYS", repr(KEYS))
 
