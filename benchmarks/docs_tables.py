@@ -1218,6 +1218,33 @@ def sweep_cores(name: str = "sweep_cores.json") -> str:
     return "\n".join(lines) + "\n"
 
 
+def sweep_first_call() -> str:
+    """docs/sweep.md: a cold 64-init CLI sweep on one and two CPU devices, at the
+    per-device loops and before them (one `shard_map`, c352292)."""
+    lines = [
+        "| engine | devices | wall (rounds 0, 1) | engine seconds (rounds 0, 1) |",
+        "|---|---|---|---|",
+    ]
+    commands = []
+    for name, label in (
+        ("sweep_first_call_c352292.json", "one `shard_map`"),
+        ("sweep_first_call.json", "per-device loops"),
+    ):
+        rec = _load(name)
+        for d in sorted({r["devices"] for r in rec["rows"]}):
+            rows = sorted((r for r in rec["rows"] if r["devices"] == d), key=lambda r: r["round"])
+            wall = ", ".join(f"{r['wall_s']:.1f} s" for r in rows)
+            eng = ", ".join(f"{r['engine_s']:.1f} s" for r in rows)
+            lines.append(f"| {label} at {_commit(rec)} | {d} | {wall} | {eng} |")
+        commands.append(f"`{rec['command']}` (`benchmarks/results/{name}`)")
+    head = (
+        f"`invariant-jax sweep --graph example --n-inits 64` (figures off, no compilation cache: the first "
+        f"call compiles){_on_cpu(_load('sweep_first_call.json')['provenance'])}, each arm a fresh process, "
+        "two rounds in alternating order: "
+    )
+    return head + "; ".join(commands) + ".\n\n" + "\n".join(lines) + "\n"
+
+
 def sweep_cores_slots() -> str:
     """docs/sweep.md: the 1- and 2-device sweeps at several `--slots`, warm cache."""
     rec = _load("sweep_cores_slots.json")
@@ -2280,6 +2307,7 @@ BLOCKS = {
     "kink-compile-restart": kink_compile_restart,
     "sweep-cores": sweep_cores,
     "sweep-cores-warm": lambda: sweep_cores("sweep_cores_warm.json"),
+    "sweep-first-call": sweep_first_call,
     "sweep-million": sweep_million,
     "sweep-cores-slots": sweep_cores_slots,
     "coupled-pairs": coupled_pairs,
