@@ -131,3 +131,62 @@ def test_two_devices_equal_one():
     env = {**base, "XLA_FLAGS": " ".join(flags)}
     r = subprocess.run([sys.executable, "-c", _TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+_SIGTERM_TWO_DEVICES = r"""
+import os, signal, sys, threading
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_enable_x64", True)
+import numpy as np
+from invariant_jax.sweep import BatchOptions, StoreOptions, SweepConfig, SweepInterrupted, load_sweep, run_sweep
+from invariant_jax.sweep._engines import config_engine
+cfg = SweepConfig(graph="example", n_inits=200_000)
+graph = cfg.build_graph()
+X, Y = cfg.build_data(graph)
+batch = BatchOptions(progress=False)
+config_engine(cfg, graph, X, Y, batch=batch).warm_up()  # the sweep's engine: both devices run from the start
+threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+try:
+    run_sweep(cfg, sys.argv[1], batch=batch, store=StoreOptions(flush_seconds=0.0))
+    raise SystemExit("the sweep was not interrupted")
+except SweepInterrupted as e:
+    assert e.signal == "SIGTERM", e
+assert threading.active_count() <= 2, threading.enumerate()  # no device loop left running (the timer may be)
+_, part = load_sweep(sys.argv[1])
+assert 0 < len(part) < cfg.n_inits, len(part)
+assert len(np.unique(part.index)) == len(part)
+# the records both devices wrote equal one device's run of the same indices, bit for bit
+pick = part.index[:: max(1, len(part) // 64)]
+one = config_engine(cfg, graph, X, Y, batch=BatchOptions(progress=False, devices=jax.devices()[:1]))
+got = []
+one.run(pick, on_results=got.append)
+ref = {k: np.concatenate([g[k] for g in got]) for k in got[0]}
+order = np.argsort(ref["index"])
+at = np.searchsorted(part.index, ref["index"][order])
+np.testing.assert_array_equal(part.theta_final[at], ref["theta_final"][order])
+np.testing.assert_array_equal(part.num_steps[at], ref["num_steps"][order])
+print("ok", len(part))
+"""
+
+
+def test_sigterm_stops_both_devices_and_keeps_their_records(tmp_path):
+    """SIGTERM during a sweep on two forced CPU devices, both running: the sweep raises
+    `SweepInterrupted`, no device's loop outlives it, every claim is released, and the
+    records in the folder (written by either device's loop) equal a one-device run of
+    the same indices bit for bit."""
+    import json
+
+    base = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    flags = [f for f in base.pop("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_TWO_DEVICES, str(out)],
+        env={**base, "XLA_FLAGS": " ".join(flags)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0 and r.stdout.strip().startswith("ok"), r.stderr[-3000:]
+    claims = [json.loads(p.read_text()) for p in (out / "claims").glob("*.json")]
+    assert all(c.get("done") for c in claims), claims[:3]  # a released claim is deleted, a held one is not done

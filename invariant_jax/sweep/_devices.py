@@ -155,9 +155,19 @@ class Joiner:
             self.waiting = []
 
     def finish(self) -> None:
-        """Wait for the started devices (they stop once the queue is exhausted)."""
+        """Wait for the started devices (they stop once the queue is exhausted). A signal
+        while waiting (Ctrl-C, SIGTERM) stops them, and is raised once they have stopped,
+        so that no device's loop outlives the run."""
+        raised: BaseException | None = None
         for t in self.threads:
-            t.join()
+            while t.is_alive():
+                try:
+                    t.join()
+                except BaseException as e:  # noqa: BLE001 (raised below, once every loop has stopped)
+                    self.queue.fail(e)
+                    raised = raised or e
+        if raised is not None:
+            raise raised
 
 
 def engine_devices(devices=None, *, exact: bool = True) -> list:
