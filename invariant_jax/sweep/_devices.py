@@ -216,8 +216,8 @@ def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, d
     - `slots`: `--slots`, or `None` to choose.
     - `devices`: the devices (default `jax.devices()`); each has a `.platform`.
 
-    **Returns:** `(exact, slots, line)`, `line` saying what was chosen and why (the sweep
-    header prints it).
+    **Returns:** `(exact, slots, line)`, `line` saying what was chosen and why, and on
+    several devices when they join (`worth_joining`; the sweep header prints it).
     """
     devices = list(jax.devices() if devices is None else devices)
     platform = devices[0].platform
@@ -241,4 +241,6 @@ def choose_device_mode(*, exact: bool | None = None, slots: int | None = None, d
         f"{'exact' if exact else 'vmap'} mode, {slots} slots on {len(devices)} {platform} "
         f"device{'s' if len(devices) != 1 else ''} ({why})"
     )
+    if len(devices) > 1:
+        line += "; a device not compiled yet joins once the work left outlasts its compiling"
     return bool(exact), int(slots), line
