@@ -4,6 +4,7 @@ Two devices running together are tested in `test_sweep_devices.py` (a fresh proc
 
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -46,8 +47,18 @@ def test_the_queue_hands_out_each_index_once_across_rounds():
 
 
 def test_the_queue_shared_by_threads_loses_and_repeats_nothing():
-    q, got = _queue(np.arange(10_000))
-    assert q.expected == 10_000
+    q, got = _queue(np.arange(2_000))
+    assert q.expected == 2_000
+    inside, most = [], []  # callbacks running now: never more than one (each sleeps, releasing the GIL)
+
+    def on_results(rec):
+        inside.append(1)
+        time.sleep(1e-4)
+        most.append(len(inside))
+        inside.pop()
+        got.append(rec)
+
+    q._on_results = on_results
 
     def worker():
         while (new := q.take(7)).size:
@@ -58,9 +69,10 @@ def test_the_queue_shared_by_threads_loses_and_repeats_nothing():
         t.start()
     for t in threads:
         t.join()
+    assert max(most) == 1, "two threads ran on_results at once"
     done = np.concatenate([g["index"] for g in got])
-    np.testing.assert_array_equal(np.sort(done), np.arange(10_000))
-    assert q.done == 10_000 and q.exhausted
+    np.testing.assert_array_equal(np.sort(done), np.arange(2_000))
+    assert q.done == 2_000 and q.exhausted
 
 
 def test_a_failure_stops_the_queue_and_keeps_the_first_error():

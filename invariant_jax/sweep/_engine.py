@@ -651,13 +651,7 @@ class SweepEngine(abc.ABC):
                     joiner.consider()
             if queue.check_stop():
                 break
-        self._ready.add(device)
         return useful, iters, calls
-
-    def _compile_on(self, device) -> None:
-        """Compile every program on `device` (`warm_up`'s, there)."""
-        self._warm_up_here(device, None)
-        self._ready.add(device)
 
     def widths(self, n: int | None = None) -> list[int]:
         """Batch widths of each device's loop in a run of `n` trajectories (default: at
@@ -682,10 +676,10 @@ class SweepEngine(abc.ABC):
         device, so that a later `run` of `n` trajectories (default: at least `slots`)
         compiles nothing."""
         for device in self.devices:
-            self._warm_up_here(device, n)
-            self._ready.add(device)
+            self._compile_on(device, n)
 
-    def _warm_up_here(self, device, n: int | None) -> None:
+    def _compile_on(self, device, n: int | None = None) -> None:
+        """`warm_up` on `device` alone (a device that joins a run compiles so, first)."""
         data = self._data_on(device)
         widths = self.widths(n)
         S = widths[0]
@@ -694,6 +688,7 @@ class SweepEngine(abc.ABC):
             state = self._rows(state, np.arange(w)) if w < _width(state) else state
             state = self._advance(data, np.int32(1), np.int32(0), state, np.zeros(w, bool))[0]
         jax.block_until_ready(state)
+        self._ready.add(device)
 
     def _rows(self, state, rows):
         """The slots `rows` of `state` (a narrower batch)."""
