@@ -26,13 +26,22 @@ the work left outlasts its compiling, so a 64-init sweep compiles on one device,
 second run compiles the others; `--warm-up-inits N` fills the cache with an `N`-init
 sweep instead (large enough, every device's programs).
 
+`--bare K` adds each arm's distance to its bare arithmetic (`benchmarks/_bare.py`): the
+gradient and event-condition evaluations of the first K inits, counted in an
+instrumented one-slot run, priced at a tight compiled loop's cost, scaled to the arm's
+steps (`steps_total`, from its `table.csv`), shared among its cores: `engine_over_bare`
+and `wall_over_bare` (1 would be every core doing nothing but the arithmetic).
+`--core-ratio SECONDS` adds the machine's own ratio: the bare gradient loop in one
+process, then in one process per core at once (the ceiling of the sweep's ratio).
+
 `--slots S1 S2 ...` runs every arm at each `--slots` (the CLI's default otherwise); the
 ratios are then taken at equal slots, and also between each arm's best slots
 (`slots: "best"`). `--warm-only` keeps only the warm arms. `--graph-args` sweeps another
 graph than the demo DAG (`"--graph mlp --widths 5,20,1"`).
 
 Usage: python benchmarks/sweep_cores.py [--n-inits 100000] [--devices 1 2] [--processes 2] [--slots 64 256]
-    [--rounds 1] [--warm] [--warm-only] [--graph-args "--graph example"] [--out benchmarks/results/sweep_cores.json]
+    [--rounds 1] [--warm] [--warm-only] [--bare 1000] [--core-ratio 20] [--graph-args "--graph example"]
+    [--out benchmarks/results/sweep_cores.json]
 """
 
 from __future__ import annotations
@@ -47,6 +56,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
+from pyarrow import csv as pa_csv
+
+from _bare import config_work, core_ratio  # benchmarks/_bare.py
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +121,8 @@ def arm(
         engine.append(_engine_seconds(stdout))
     wall = time.perf_counter() - t
     summary = json.loads((out / "summary.json").read_text())  # the last writer's: every record
+    steps = pa_csv.read_csv(out / "table.csv", convert_options=pa_csv.ConvertOptions(include_columns=["num_steps"]))
+    config = json.loads((out / "manifest.json").read_text())["config"]
     statuses = {k: summary[k] for k in summary if k.startswith("status_")}
     return dict(
         processes=processes,
@@ -127,6 +143,7 @@ def arm(
         records=sum(statuses.values()),
         not_ok=n_inits - statuses["status_ok"],
         statuses=statuses,
+        steps_total=int(pa.compute.sum(steps["num_steps"]).as_py()),
         steps_median=summary.get("steps_median"),
         steps_max=summary.get("steps_max"),
         ambiguous_events=summary.get("ambiguous_events"),
@@ -135,6 +152,7 @@ def arm(
         failures=summary.get("failures"),
         flagged=summary.get("flagged"),
         load_average_before=load,
+        _config=config,
     )
 
 
@@ -165,6 +183,21 @@ def main():
     )
     ap.add_argument(
         "--graph-args", default=" ".join(GRAPH), help='the sweep\'s graph options (e.g. "--graph mlp --widths 5,20,1")'
+    )
+    ap.add_argument(
+        "--bare",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also each arm's distance to its bare arithmetic: evaluations counted on the first K inits "
+        "(kink-aware sweeps), priced by a tight compiled loop, scaled by the arm's steps",
+    )
+    ap.add_argument(
+        "--core-ratio",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="also the machine's own ratio: the bare gradient loop in one process, then in one per core at once",
     )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/sweep_cores.json)")
     args = ap.parse_args()
@@ -198,6 +231,15 @@ def main():
                         f"{row['trajectories_per_s']:.0f} traj/s, not ok {row['not_ok']}",
                         flush=True,
                     )
+    config = rows[0].get("_config")
+    for x in rows:
+        x.pop("_config", None)
+    bare = config_work(config, args.bare) if args.bare else None
+    for x in rows if bare else ():
+        x["bare_s"] = bare["bare_s_per_step"] * x["steps_total"]
+        per_core = x["bare_s"] / (x["processes"] * x["devices"])
+        x.update(engine_over_bare=x["engine_s"] / per_core, wall_over_bare=x["wall_s"] / per_core)
+    machine = core_ratio(config, os.cpu_count() or 1, args.core_ratio) if args.core_ratio else None
     write_json(
         output_path(args.out, "sweep_cores.json"),
         dict(
@@ -213,9 +255,13 @@ def main():
                 warm_only=args.warm_only,
                 warm_up_inits=args.warm_up_inits,
                 graph_args=args.graph_args,
+                bare=args.bare,
+                core_ratio_seconds=args.core_ratio,
             ),
             rows=rows,
             ratio=_ratios(rows, args.rounds, min(args.devices)),
+            bare=bare,
+            machine_core_ratio=machine,
         ),
     )
 

@@ -115,6 +115,7 @@ args = _args()
 
 import jax  # noqa: E402
 
+from _bare import BareCosts, count_kink_work  # noqa: E402 (benchmarks/_bare.py)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
@@ -125,8 +126,6 @@ import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
-from invariant_jax import solvers  # noqa: E402
-from invariant_jax.kinks import KinkProblem  # noqa: E402
 from invariant_jax.sweep import Engine, KinkEngine, make_problem  # noqa: E402
 
 TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11
@@ -145,46 +144,6 @@ def workload(name, n):
         keys = jax.vmap(lambda i: jr.fold_in(jr.key(0), i))(jnp.arange(n))
         thetas = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys).edge_weights()
     return g, X, Y, thetas
-
-
-class BareCosts:
-    """Seconds per gradient and per forward pass (per trajectory) at each batch width, in
-    a tight jitted loop. Re-measured after every arm; the minimum over the process is
-    kept (other jobs on a shared machine only ever make a measurement slower)."""
-
-    def __init__(self, g, X, Y, theta, widths, reps=2000):
-        net = ij.DAGNetwork(g, "relu", edge_weights=theta)
-        gr = jax.grad(ij.edge_loss_fn(net, X, Y))
-        fwd = lambda th: net.with_edge_weights(th).evaluate(X)[1]  # noqa: E731
-        self.reps, self.loops, self.best = reps, {}, {}
-        for w in sorted(set(widths)):
-            y = jnp.tile(theta[None], (w, 1)) * (1 + 1e-3 * jnp.arange(w)[:, None])
-            g_loop = jax.jit(lambda y: jax.lax.fori_loop(0, reps, lambda i, y: y - 1e-6 * jax.vmap(gr)(y), y))
-            f_loop = jax.jit(
-                lambda y: jax.lax.fori_loop(
-                    0, reps, lambda i, y: y * (1 - 1e-9 * jnp.sum(jax.vmap(fwd)(y), axis=(1, 2))[:, None]), y
-                )
-            )
-            g_loop(y).block_until_ready()
-            f_loop(y).block_until_ready()
-            self.loops[w] = (y, g_loop, f_loop)
-        self.measure()
-
-    def measure(self):
-        for w, (y, g_loop, f_loop) in self.loops.items():
-            out = {}
-            for name, f in (("grad", g_loop), ("forward", f_loop)):
-                best = best_cpu = np.inf
-                for _ in range(3):
-                    t, c = time.perf_counter(), time.process_time()
-                    f(y).block_until_ready()
-                    best, best_cpu = min(best, time.perf_counter() - t), min(best_cpu, time.process_time() - c)
-                out[name] = min(best / self.reps / w, self.best.get(w, {}).get(name, np.inf))
-                out[name + "_cpu"] = min(best_cpu / self.reps / w, self.best.get(w, {}).get(name + "_cpu", np.inf))
-            self.best[w] = out
-
-    def __getitem__(self, w):
-        return self.best[w]
 
 
 def run_engine(eng, n):
@@ -262,21 +221,12 @@ def timing(secs):
     )
 
 
-def count_kink_work(template, X, Y, thetas):
-    """(gradient-equivalents, condition evaluations) per trajectory, from an instrumented
-    exact-mode run (a separately compiled program with counting callbacks)."""
-    counts = dict(grad=0, cond=0)
-    per = []
-    solvers._EVAL_HOOK = lambda k: counts.__setitem__("grad", counts["grad"] + k)
-    orig = KinkProblem.cond_value
+def count_work(template, X, Y, thetas):
+    """(gradient-equivalents, condition evaluations, steps) per trajectory, from an
+    instrumented exact-mode run (`_bare.count_kink_work`)."""
 
-    def counted(self, theta, P, slots, margin):
-        jax.debug.callback(lambda: counts.__setitem__("cond", counts["cond"] + 1))
-        return orig(self, theta, P, slots, margin)
-
-    KinkProblem.cond_value = counted
-    try:
-        eng = KinkEngine(
+    def make():
+        return KinkEngine(
             template,
             X,
             Y,
@@ -287,16 +237,8 @@ def count_kink_work(template, X, Y, thetas):
             options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
             saveat=ij.SaveTimes(n_save=N_SAVE),
         )
-        for i in range(thetas.shape[0]):
-            counts.update(grad=0, cond=0)
-            rec = []
-            eng.run(np.asarray([i]), on_results=rec.append)
-            jax.effects_barrier()
-            per.append((counts["grad"], counts["cond"], int(rec[0]["num_steps"][0])))
-    finally:
-        solvers._EVAL_HOOK = None
-        KinkProblem.cond_value = orig
-    return np.asarray(per)
+
+    return count_kink_work(make, range(thetas.shape[0]))
 
 
 def main():
@@ -310,7 +252,7 @@ def main():
         for n in ns:
             thetas = thetas_all[:n]
             slots = min(slots_default, n) if vmap_mode else slots_default
-            costs = BareCosts(g, X, Y, thetas[0], [1, slots, n])
+            costs = BareCosts(template, X, Y, [1, slots, n])
             row = dict(workload=wl, network="mlp 5-20-1 (no bias)", n_inits=n, slots=slots, edges=len(g.edges))
             arms = []
             init = lambda i, th=thetas: th[i]  # noqa: E731
@@ -418,7 +360,7 @@ def main():
                     )
                     _print(rows + [dict(row, arms=arms)])
                 k = min(args.count_inits, n)
-                per = count_kink_work(template, X, Y, thetas[:k])
+                per = count_work(template, X, Y, thetas[:k])
                 for a in arms:
                     if a["arm"].startswith("kink"):
                         scale = a["steps_total"] / max(per[:, 2].sum(), 1)  # 1 when k == n
