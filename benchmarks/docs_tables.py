@@ -1215,7 +1215,37 @@ def sweep_cores(name: str = "sweep_cores.json") -> str:
         "Over 1 x 1, trajectories per second: "
         f"{ratios}. Goal: 1.8. With several processes the peak RSS is the largest process's."
     )
+    lines += _bare_lines(rec, rows)
     return "\n".join(lines) + "\n"
+
+
+def _bare_lines(rec: dict, rows: list[dict], bare: bool = True) -> list[str]:
+    """The paragraphs on a `sweep_cores.py` file's bare arithmetic (`--bare`, where
+    `bare`) and the machine's own core ratio (`--core-ratio`), where it has them."""
+    b, m = rec.get("bare") if bare else None, rec.get("machine_core_ratio")
+    out = []
+    if b:
+        arms = "; ".join(
+            f"{r.get('processes', 1)} x {r['devices']}: engine {r['engine_over_bare']:.2f}x, wall {r['wall_over_bare']:.2f}x"
+            for r in rows
+        )
+        out += [
+            "",
+            f"The bare arithmetic (`--bare {b['counted_inits']}`): the first {b['counted_inits']:,} trajectories, "
+            f"counted in an instrumented one-slot run, make {b['gradients_per_step']:.2f} gradient evaluations "
+            f"and {b['conditions_per_step']:.2f} event-condition evaluations per solver step; alone in a compiled "
+            f"loop a gradient costs {b['gradient_us']:.2f} us and a condition {b['forward_us']:.2f} us, so "
+            f"{b['bare_s_per_step'] * 1e6:.1f} us per step. Each arm's time over its steps' bare cost shared "
+            f"among its cores (1: every core doing nothing but this arithmetic): {arms}.",
+        ]
+    if m:
+        out += [
+            "",
+            f"The machine's own ratio (`--core-ratio {m['seconds_each']:g}`): that gradient loop in "
+            f"{m['processes']} processes at once gave {m['ratio']:.2f}x its throughput in one "
+            f"({m['gradients_per_s_one']:,.0f} gradients/s alone).",
+        ]
+    return out
 
 
 def sweep_first_call() -> str:
@@ -1316,6 +1346,19 @@ def sweep_million() -> str:
         "before; "
         f"`{rec['command']}` (`benchmarks/results/sweep_million.json`).\n"
     )
+    b = rec.get("bare")
+    if b:
+        bare = r["bare_s"]
+        text += (
+            f"\nIts {r['steps_total']:,} solver steps cost {bare:.0f} s of bare arithmetic on one core "
+            f"({b['bare_s_per_step'] * 1e6:.1f} us per step: {b['gradients_per_step']:.2f} gradients at "
+            f"{b['gradient_us']:.2f} us and {b['conditions_per_step']:.2f} event conditions at "
+            f"{b['forward_us']:.2f} us, counted on the first {b['counted_inits']:,} trajectories), "
+            f"{bare / r['devices']:.0f} s on {r['devices']} cores: the engine took {r['engine_over_bare']:.2f}x that "
+            f"and the whole command {r['wall_over_bare']:.2f}x. Two minutes for the whole command (issue 27's goal) "
+            f"is {120 / (bare / r['devices']):.2f}x this arithmetic alone on every core.\n"
+        )
+    text += "".join(line + "\n" for line in _bare_lines(rec, [], bare=False))
     small = _load("sweep_hundred_thousand.json")
     s = small["rows"][0]
     return text + (
