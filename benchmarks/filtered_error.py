@@ -16,22 +16,30 @@ Per run: steps and rejected steps, the first call's wall time with its XLA compi
 norm at the last row. Tasks (mu, solver) share `--workers` processes; a worker that ran
 the same shapes and solver before compiles nothing, which the counts show.
 
+`--resume FILE` keeps the runs of an earlier output of this script made with the same
+settings (their commit, rtol, max_steps, maxnorm) and runs only the tasks it lacks; each
+run records the commit it ran at. `--again MU:SOLVER,...` reruns some of the kept tasks
+as a check that the two commits compute the same: the JSON's `again` compares their
+steps, rejected steps and result.
+
 Usage: python benchmarks/filtered_error.py --repo /path/to/channels-to-infinity.git
        [--mus=1,-1.6,-1,0,2.2,1.4,-2,0.5] [--solvers kvaerno5_newton,kvaerno5_newton_filtered]
        [--rtol 1e-8] [--max-steps 20000] [--warm-below 60] [--workers 2]
+       [--resume benchmarks/results/filtered_error.json --again -1:kvaerno5_newton]
        [--out benchmarks/results/filtered_error.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 
 import numpy as np
 
-from _output import CompileCounter, output_path, write_json  # benchmarks/_output.py
+from _output import CompileCounter, output_path, provenance, write_json  # benchmarks/_output.py
 from channels_saddle_split import _read, _theta, penalty_strength, their_files
 
 MUS = "1,-1.6,-1,0,2.2,1.4,-2,0.5"  # the longest first: two workers finish together
@@ -123,6 +131,8 @@ def main():
     p.add_argument("--warm-below", type=float, default=60.0, help="a warm second call when the first took less (s)")
     p.add_argument("--maxnorm", type=float, default=1e3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--resume", default=None, help="an earlier output: keep its runs, run only the missing tasks")
+    p.add_argument("--again", default="", help="with --resume: MU:SOLVER,... of its runs to rerun as a check")
     p.add_argument("--out", default=None, help="default: benchmarks/results/local/filtered_error.json")
     args = p.parse_args()
     import invariant_jax as ij
@@ -137,19 +147,22 @@ def main():
     missing = [m for m in mus if m not in files]
     if missing:
         raise SystemExit(f"--mus {missing}: no such file; the files have mu in {sorted(files)}.")
+    tasks = [(m, s) for m in mus for s in solvers]
+    kept, resumed, again = _resumed(args, commit, tasks)
     t = time.perf_counter()
     runs = []
-    tasks = [(m, s) for m in mus for s in solvers]
+    here = provenance()["commit"]
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
         futures = [
             pool.submit(
                 one_run, args.repo, commit, files[m], m, s, args.rtol, args.max_steps, args.warm_below, args.maxnorm
             )
             for m, s in tasks
+            if (m, s) not in kept or (m, s) in again
         ]
         for f in as_completed(futures):
-            runs.append(f.result())
-            run = runs[-1]
+            run = dict(f.result(), commit=here)
+            runs.append(run)
             print(
                 f"mu = {run['mu']:g}, {run['solver']}: {run['steps']} steps ({run['rejected_steps']} rejected), "
                 f"{run['rows_reached']}/{run['rows']} rows, max distance {run['max_distance']:.1e}, "
@@ -168,10 +181,56 @@ def main():
                     penalty="unscaled",
                     warm_below=args.warm_below,
                     wall_seconds=time.perf_counter() - t,
-                    complete=len(runs) == len(tasks),
-                    runs=sorted(runs, key=lambda r: (r["mu"], solvers.index(r["solver"]))),
+                    complete=len(runs) == len(futures),
+                    resumed_from=resumed,
+                    again=_compared(runs, kept, again),
+                    runs=sorted(  # an --again task's kept run stays; its rerun is in `again`
+                        [r for r in runs if (r["mu"], r["solver"]) not in again] + list(kept.values()),
+                        key=lambda r: (r["mu"], solvers.index(r["solver"])),
+                    ),
                 ),
             )
+
+
+def _resumed(args, commit, tasks):
+    """`(kept runs by (mu, solver), where they came from, tasks to run again)` of `--resume`."""
+    if args.resume is None:
+        if args.again:
+            raise SystemExit("--again reruns tasks of --resume; give --resume FILE too.")
+        return {}, None, set()
+    old = json.loads(open(args.resume).read())
+    want = dict(their_commit=commit, rtol=args.rtol, max_steps=args.max_steps, maxnorm=args.maxnorm)
+    differ = {k: (old.get(k), v) for k, v in want.items() if old.get(k) != v}
+    if differ:
+        raise SystemExit(f"--resume {args.resume}: made with other settings (theirs, ours): {differ}.")
+    made_at = old["provenance"]["commit"]
+    kept = {(r["mu"], r["solver"]): dict(r, commit=r.get("commit", made_at)) for r in old["runs"]}
+    kept = {k: r for k, r in kept.items() if k in tasks}
+    again = set()
+    for item in filter(None, args.again.split(",")):
+        mu, _, solver = item.partition(":")
+        if (float(mu), solver) not in kept:
+            raise SystemExit(f"--again {item}: not a run of {args.resume}; it has {sorted(kept)}.")
+        again.add((float(mu), solver))
+    source = dict(path=args.resume, commit=made_at, dirty=old["provenance"].get("dirty"), command=old["command"])
+    return kept, source, again
+
+
+def _compared(runs, kept, again):
+    """Each `--again` task's steps, rejected steps and result, kept against rerun."""
+    new = {(r["mu"], r["solver"]): r for r in runs}
+    out = []
+    for k in sorted(again & set(new)):
+        a, b = kept[k], new[k]
+        out.append(
+            dict(
+                mu=k[0],
+                solver=k[1],
+                **{f: dict(kept=a[f], rerun=b[f]) for f in ("steps", "rejected_steps", "result", "max_distance")},
+                same=all(a[f] == b[f] for f in ("steps", "rejected_steps", "result")),
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":
