@@ -56,8 +56,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute  # noqa: F401 (pa.compute)
 from pyarrow import csv as pa_csv
 
 from _bare import config_work, core_ratio  # benchmarks/_bare.py
@@ -143,7 +141,7 @@ def arm(
         records=sum(statuses.values()),
         not_ok=n_inits - statuses["status_ok"],
         statuses=statuses,
-        steps_total=int(pa.compute.sum(steps["num_steps"]).as_py()),
+        steps_total=int(steps["num_steps"].to_numpy().sum()),
         steps_median=summary.get("steps_median"),
         steps_max=summary.get("steps_max"),
         ambiguous_events=summary.get("ambiguous_events"),
@@ -201,10 +199,14 @@ def main():
     )
     ap.add_argument("--out", default=None, help="JSON path (committed: benchmarks/results/sweep_cores.json)")
     args = ap.parse_args()
+    graph = shlex.split(args.graph_args)
+    if args.bare and not _kink_aware(graph):
+        raise SystemExit(
+            f"--bare counts kink-aware sweeps; --graph-args {args.graph_args!r} is not one. Leave --bare out."
+        )
     slots = args.slots or [None]
     arms = [(1, d, s) for s in slots for d in args.devices]
     arms += [(args.processes, 1, s) for s in slots] if args.processes else []
-    graph = shlex.split(args.graph_args)
     caches = (True,) if args.warm_only else (False, True) if args.warm else (False,)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ij-sweep-cores-") as tmp:
@@ -264,6 +266,14 @@ def main():
             machine_core_ratio=machine,
         ),
     )
+
+
+def _kink_aware(graph: list[str]) -> bool:
+    """Whether `invariant-jax sweep` with these options runs the kink-aware flow."""
+    from invariant_jax.cli import build_parser
+    from invariant_jax.cli._sweep import config_from_args
+
+    return config_from_args(build_parser().parse_args(["sweep", *graph]))[0].kink_aware
 
 
 def _ratios(rows: list[dict], rounds: int, base_devices: int) -> list[dict]:
