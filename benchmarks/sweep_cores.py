@@ -269,11 +269,15 @@ def main():
 
 
 def _kink_aware(graph: list[str]) -> bool:
-    """Whether `invariant-jax sweep` with these options runs the kink-aware flow."""
+    """Whether `invariant-jax sweep` with these options runs the kink-aware flow (the
+    given flags as `SweepConfig` fields; the CLI's other checks come when it runs)."""
     from invariant_jax.cli import build_parser
-    from invariant_jax.cli._sweep import config_from_args
+    from invariant_jax.sweep import SweepConfig
 
-    return config_from_args(build_parser().parse_args(["sweep", *graph]))[0].kink_aware
+    given = vars(build_parser().parse_args(["sweep", *graph]))
+    if isinstance(given.get("widths"), str):
+        given["widths"] = [int(w) for w in given["widths"].split(",")]
+    return SweepConfig(**{k: v for k, v in given.items() if k in SweepConfig.keys()}).kink_aware
 
 
 def _ratios(rows: list[dict], rounds: int, base_devices: int) -> list[dict]:
