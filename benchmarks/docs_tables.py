@@ -1987,11 +1987,28 @@ def filtered_error() -> str:
             f"({r['compilations']['seconds']:.0f} s compiling) | {warm} | {r['max_distance']:.1e}"
         )
 
+    src = rec.get("resumed_from")
+    if src:
+        old = [r for r in rec["runs"] if r.get("commit") == src["commit"]]
+        wall = (
+            f"{rec['wall_seconds'] / 60:.0f} minutes of wall time for the {len(rec['runs']) - len(old)} runs made "
+            f"at {_commit_of(rec)}, the others kept from an earlier output (`--resume`): {len(old)} runs made at "
+            f"{src['commit'][:7]} by `{src['command']}`"
+        )
+        for a in rec.get("again", []):
+            k, r = a["steps"], a["rejected_steps"]
+            wall += (
+                f"; mu = {a['mu']:g} with `{a['solver']}` run again at {_commit_of(rec)} took {k['rerun']} steps "
+                f"({r['rerun']} rejected, `{a['result']['rerun']}`) against {k['kept']} ({r['kept']}, "
+                f"`{a['result']['kept']}`) there"
+            )
+    else:
+        wall = f"{rec['wall_seconds'] / 60:.0f} minutes of wall time in all"
     out = [
         f"`{rec['command']}` ({_commit_of(rec)}), reading the authors' commit {rec['their_commit'][:7]}; "
         f"rtol = atol = {_tol(rec['rtol'])}, at most {rec['max_steps']} steps, their penalty without `n_samples`, "
-        f"maxnorm = {rec['maxnorm']:g}; every run to their last saved time; {rec['wall_seconds'] / 60:.0f} minutes "
-        f"of wall time in all (shared 2-core machine). Per solver: steps (rejected), first call (its XLA compilation), "
+        f"maxnorm = {rec['maxnorm']:g}; every run to their last saved time; {wall} "
+        f"(shared 2-core machine). Per solver: steps (rejected), first call (its XLA compilation), "
         f"a warm second call where the first took under {rec['warm_below']:g} s, and the largest distance to their "
         "saved rows. A worker that had compiled the same program for an earlier run compiles nothing (0 s)." + missing,
         "",
