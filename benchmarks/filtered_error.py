@@ -198,7 +198,10 @@ def _resumed(args, commit, tasks):
         if args.again:
             raise SystemExit("--again reruns tasks of --resume; give --resume FILE too.")
         return {}, None, set()
-    old = json.loads(open(args.resume).read())
+    try:
+        old = json.loads(open(args.resume).read())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume {args.resume}: cannot read it as this script's JSON ({e}).") from None
     want = dict(their_commit=commit, rtol=args.rtol, max_steps=args.max_steps, maxnorm=args.maxnorm)
     differ = {k: (old.get(k), v) for k, v in want.items() if old.get(k) != v}
     if differ:
@@ -209,9 +212,13 @@ def _resumed(args, commit, tasks):
     again = set()
     for item in filter(None, args.again.split(",")):
         mu, _, solver = item.partition(":")
-        if (float(mu), solver) not in kept:
+        try:
+            mu = float(mu)
+        except ValueError:
+            raise SystemExit(f"--again {item}: expected MU:SOLVER, e.g. -1:kvaerno5_newton.") from None
+        if (mu, solver) not in kept:
             raise SystemExit(f"--again {item}: not a run of {args.resume}; it has {sorted(kept)}.")
-        again.add((float(mu), solver))
+        again.add((mu, solver))
     source = dict(path=args.resume, commit=made_at, dirty=old["provenance"].get("dirty"), command=old["command"])
     return kept, source, again
 
