@@ -149,6 +149,8 @@ def main():
         raise SystemExit(f"--mus {missing}: no such file; the files have mu in {sorted(files)}.")
     tasks = [(m, s) for m in mus for s in solvers]
     kept, resumed, again = _resumed(args, commit, tasks)
+    if all(k in kept and k not in again for k in tasks):
+        raise SystemExit(f"--resume {args.resume}: it has every task already; give --again MU:SOLVER to rerun some.")
     t = time.perf_counter()
     runs = []
     here = provenance()["commit"]

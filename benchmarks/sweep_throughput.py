@@ -223,21 +223,9 @@ def timing(secs):
 
 def count_work(template, X, Y, thetas):
     """(gradient-equivalents, condition evaluations, steps) per trajectory, from an
-    instrumented exact-mode run (`_bare.count_kink_work`)."""
-
-    def make():
-        return KinkEngine(
-            template,
-            X,
-            Y,
-            T1,
-            lambda i: thetas[i],
-            slots=1,
-            exact=True,
-            options=ij.SolverOptions("tsit5", rtol=TOL, atol=TOL, max_steps=10_000),
-            saveat=ij.SaveTimes(n_save=N_SAVE),
-        )
-
+    instrumented exact-mode run of the kink arm's engine with one slot
+    (`_bare.count_kink_work`)."""
+    make = lambda: kink_engine(template, X, Y, thetas, slots=1, exact=True)  # noqa: E731
     return count_kink_work(make, range(thetas.shape[0]))
 
 
