@@ -5,6 +5,7 @@
 - `count_kink_work`: the gradient evaluations (every JVP/VJP row of the Filippov solve
   counts as one) and event-condition evaluations (forward passes) of each kink-aware
   trajectory, counted in a separately compiled, instrumented exact-mode run.
+- `workload`: the heavy and light workloads of `sweep_throughput.py`.
 - `core_ratio`: the machine's own k-process / 1-process throughput on the bare gradient
   loop, each process a fresh one with one CPU device: what k cores give to arithmetic
   that shares nothing.
@@ -73,6 +74,33 @@ class BareCosts:
         """Bare seconds of `work` (rows or one row of (gradients, condition evaluations, ...))."""
         work = np.atleast_2d(work)
         return float(work[:, 0].sum() * self[width]["grad"] + work[:, 1].sum() * self[width]["forward"])
+
+
+N_SAMPLES = 20  # teacher points of the `workload`s
+
+
+def workload(name: str, n: int):
+    """`(graph, X, Y, thetas)` of the `sweep_throughput.py` workloads, `n` inits (ReLU):
+
+    - `heavy`: 5-20-1 MLP without bias, teacher key `PRNGKey(3)`, inits `PRNGKey(i)`;
+    - `light`: 5-20-1 MLP without bias, teacher key `key(1)`, inits `fold_in(key(0), i)`.
+    """
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    import invariant_jax as ij
+
+    g = ij.mlp([5, 20, 1], bias=False)
+    if name == "heavy":
+        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.PRNGKey(3))
+        keys = jax.vmap(jr.PRNGKey)(jnp.arange(n))  # = PRNGKey(i), i < n
+    else:
+        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.key(1))
+        keys = jax.vmap(lambda i: jr.fold_in(jr.key(0), i))(jnp.arange(n))
+    thetas = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys).edge_weights()
+    return g, X, Y, thetas
 
 
 def count_kink_work(make_engine, indices) -> np.ndarray:

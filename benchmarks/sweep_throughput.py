@@ -115,35 +115,19 @@ args = _args()
 
 import jax  # noqa: E402
 
-from _bare import BareCosts, count_kink_work  # noqa: E402 (benchmarks/_bare.py)
+from _bare import N_SAMPLES, BareCosts, count_kink_work, workload  # noqa: E402 (benchmarks/_bare.py)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 jax.config.update("jax_enable_x64", True)
 
-import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import jax.random as jr  # noqa: E402
 import numpy as np  # noqa: E402
 
 import invariant_jax as ij  # noqa: E402
 from invariant_jax.sweep import Engine, KinkEngine, make_problem  # noqa: E402
 
-TOL, T1, N_SAMPLES, N_SAVE = 1e-8, 1.0, 20, 11
+TOL, T1, N_SAVE = 1e-8, 1.0, 11
 LOAD_START = list(os.getloadavg())
 GPU = jax.default_backend() != "cpu"
-
-
-def workload(name, n):
-    g = ij.mlp([5, 20, 1], bias=False)
-    if name == "heavy":
-        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.PRNGKey(3))
-        keys = jax.vmap(jr.PRNGKey)(jnp.arange(n))  # = PRNGKey(i), i < n
-        thetas = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys).edge_weights()
-    else:
-        X, Y, _ = ij.teacher_student(g, N_SAMPLES, key=jr.key(1))
-        keys = jax.vmap(lambda i: jr.fold_in(jr.key(0), i))(jnp.arange(n))
-        thetas = eqx.filter_vmap(lambda k: ij.DAGNetwork(g, "relu", key=k))(keys).edge_weights()
-    return g, X, Y, thetas
 
 
 def run_engine(eng, n):

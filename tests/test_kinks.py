@@ -332,3 +332,38 @@ def test_lean_segments_take_diffeqsolves_steps_and_events(solver):
         assert float(jnp.max(jnp.where(ev, jnp.abs(x.ev_times - y.ev_times), 0.0))) <= 100 * tol
         assert float(jnp.max(jnp.abs(x.theta - y.theta))) <= 100 * tol
         assert float(jnp.max(jnp.abs(x.ys - y.ys))) <= 100 * tol
+
+
+def test_a_segment_ends_with_the_step_diffeqsolve_takes_next():
+    # A segment stopped by an event hands the next segment the step the controller
+    # proposed after the event's step (`SegmentSolution.dt_next`), not a fresh initial
+    # step selection. The reference: diffeqsolve over the same interval with no event,
+    # whose steps are the segment's up to the event and whose next step is the proposal
+    # (y' = -y, no rejected step). `first_step` is diffeqsolve's own first step.
+    from invariant_jax.kinks._segment import first_step, solve_segment
+
+    solver = diffrax.Tsit5()
+    controller = diffrax.PIDController(rtol=1e-6, atol=1e-6)
+    vf = lambda t, y, args: -y  # noqa: E731
+    y0 = jnp.array([1.0, 2.0])
+    ref = diffrax.diffeqsolve(
+        diffrax.ODETerm(vf), solver, 0.0, 3.0, None, y0, stepsize_controller=controller,
+        saveat=diffrax.SaveAt(steps=True), max_steps=64,
+    )  # fmt: skip
+    ts = np.asarray(ref.ts)[: int(ref.stats["num_steps"])]
+    assert int(ref.stats["num_rejected_steps"]) == 0 and len(ts) > 5
+    np.testing.assert_allclose(float(first_step(vf, solver, controller, 0.0, 3.0, y0, None)), ts[0], rtol=1e-12)
+    k = 3  # the event lies inside step k (from ts[k-1] to ts[k])
+    level = float(jnp.exp(-(ts[k - 1] + ts[k]) / 2))
+    sol = solve_segment(
+        vf, lambda y, args: y[0] - level, solver, controller, 0.0, 3.0, y0, None, jnp.linspace(0.0, 3.0, 4),
+        max_steps=64, event_tol=1e-13,
+    )  # fmt: skip
+    assert sol.result == diffrax.RESULTS.event_occurred and int(sol.num_steps) == k + 1
+    np.testing.assert_allclose(float(sol.dt_next), ts[k + 1] - ts[k], rtol=1e-12)
+    # a segment given that step as its first takes it
+    again = solve_segment(
+        vf, lambda y, args: y[0] + 1.0, solver, controller, ts[k], 3.0, ref.ys[k], None, jnp.linspace(0.0, 3.0, 4),
+        max_steps=64, event_tol=1e-13, dt0=ts[k + 1] - ts[k],
+    )  # fmt: skip
+    np.testing.assert_allclose(np.asarray(again.y), np.asarray(ref.ys[int(ref.stats["num_steps"]) - 1]), rtol=1e-12)

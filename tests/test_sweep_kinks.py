@@ -135,6 +135,7 @@ def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
     # counts recorded with the code before the kinks package and the segment engine
     # (tests/data/kink_event_counts.json); a crossing is transversal, so a rearranged
     # program (round-off apart) crosses the same surfaces and slides on the same ones
+    import dataclasses
     import json
     from pathlib import Path
 
@@ -145,31 +146,36 @@ def test_event_counts_unchanged_on_the_kink_sweep_workload(solver):
     X, Y, _ = ij.teacher_student(g, 20, key=jax.random.PRNGKey(1234))
     thetas = jax.numpy.stack([ij.DAGNetwork(g, "relu", key=jax.random.PRNGKey(s)).edge_weights() for s in range(40)])
     template = ij.DAGNetwork(g, "relu", edge_weights=thetas[0])
-    eng = KinkEngine(
-        template,
-        X,
-        Y,
-        1.0,
-        lambda i: thetas[i],
-        slots=8,
-        options=ij.SolverOptions(solver, rtol=ref["tol"], atol=ref["tol"], max_steps=10_000),
-        saveat=ij.SaveTimes(n_save=11),
-    )
-    parts = []
-    eng.run(np.arange(40), on_results=parts.append)
-    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.argsort(rec["index"])
-    for k in (
-        "num_events",
-        "num_crossings",
-        "num_sliding_entries",
-        "num_sliding_exits",
-        "num_ambiguous",
-        "max_sliding_pairs",
-    ):
-        assert rec[k][order].tolist() == ref[k], k
-    # steps: equal up to an accept/reject flip per segment
-    assert abs(int(rec["num_steps"].sum()) - sum(ref["num_steps"])) <= 2 * int(rec["num_events"].sum())
+    for reselect in (False, True):
+        eng = KinkEngine(
+            template,
+            X,
+            Y,
+            1.0,
+            lambda i: thetas[i],
+            slots=8,
+            options=ij.SolverOptions(solver, rtol=ref["tol"], atol=ref["tol"], max_steps=10_000),
+            saveat=ij.SaveTimes(n_save=11),
+        )
+        eng.integrator = dataclasses.replace(eng.integrator, reselect_step=reselect)
+        parts = []
+        eng.run(np.arange(40), on_results=parts.append)
+        rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        order = np.argsort(rec["index"])
+        for k in ("num_crossings", "num_sliding_entries", "num_sliding_exits", "num_ambiguous", "max_sliding_pairs"):
+            assert rec[k][order].tolist() == ref[k], k
+        steps, events = int(rec["num_steps"].sum()), int(rec["num_events"].sum())
+        split = np.abs(rec["num_events"][order] - np.asarray(ref["num_events"]))
+        if reselect:  # the rule the counts were recorded with: the same events, and the same
+            # steps up to an accept/reject flip per segment
+            assert split.max() == 0
+            assert abs(steps - sum(ref["num_steps"])) <= 2 * events
+        else:  # each segment starts with the step proposed at the event: fewer steps. Init 12
+            # has two pairs reach their surfaces together (at t = 0.63245); at this tolerance
+            # they are one simultaneous event in the recorded run and two events here, with
+            # the same crossings and slides
+            assert split.sum() <= 1
+            assert steps < sum(ref["num_steps"])
 
 
 def test_kink_options_are_one_validated_object_everywhere(problem):
@@ -253,3 +259,26 @@ def test_vmap_mode_names_its_lanes_and_exact_mode_does_not(problem):
         eng = KinkEngine(one, X, Y, 1.0, init_table=table, slots=4, exact=exact)
         assert eng.integrator.prob.lanes == lanes
         assert eng.integrator.one_site is exact
+
+
+def test_an_engines_replaced_integrator_is_the_one_run(problem):
+    # `KinkEngine.integrator` set before the first run is what every slot runs (the
+    # benchmarks' side-by-side arms): with `reselect_step` each trajectory takes the
+    # steps of that integrator run alone, which differ from the default's.
+    import dataclasses
+
+    from invariant_jax.sweep import KinkEngine
+
+    X, Y, nets, alone = problem
+    one = jax.tree.map(lambda a: a[0] if a.ndim == 3 else a, nets)
+    table = np.asarray(nets.edge_weights())
+    options = ij.SolverOptions("tsit5", rtol=1e-8, atol=1e-8, max_steps=10_000)
+    eng = KinkEngine(one, X, Y, 1.0, init_table=table, slots=2, options=options, saveat=OPTS["saveat"])
+    eng.integrator = dataclasses.replace(eng.integrator, reselect_step=True)
+    parts = []
+    eng.run(np.arange(5), on_results=parts.append)
+    steps = dict(zip(np.concatenate([p["index"] for p in parts]), np.concatenate([p["num_steps"] for p in parts])))
+    run = eqx.filter_jit(eng.integrator.run)
+    want = [int(run(jax.numpy.asarray(table[i])).steps) for i in range(5)]
+    assert [int(steps[i]) for i in range(5)] == want
+    assert want != [int(kf.flow.stats["num_steps"]) for kf in alone]

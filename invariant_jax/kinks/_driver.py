@@ -33,7 +33,7 @@ from ._filippov import KinkProblem, no_ties, slot_mask
 from ._illinois import Illinois
 from ._lanes import lane_cond
 from ._modes import resolve_event
-from ._segment import Refine, SegmentSolution, solve_segment
+from ._segment import Refine, SegmentSolution, first_step, solve_segment
 
 
 class KinkFlow(eqx.Module):
@@ -139,6 +139,7 @@ class KinkState(eqx.Module):
     steps: Array
     acc: Array
     rej: Array
+    dt: Array  # the step size the next segment starts with
     result: RESULTS
     done: Array
 
@@ -165,6 +166,9 @@ class KinkIntegrator(eqx.Module):
     event_tol: float = eqx.field(static=True)
     surface_tol: float = eqx.field(static=True)
     reference_solve: bool = eqx.field(static=True, default=False)  # segments by diffrax.diffeqsolve (tests)
+    # each segment selects its first step afresh (diffrax's `dt0=None`), as before 2026-12
+    # (benchmarks/kink_restart_step.py), instead of the step proposed at the event
+    reselect_step: bool = eqx.field(static=True, default=False)
     # the event condition compiled once per segment (`solve_segment`), for Gauss-Legendre
     # inside (an explicit solver's short segments run faster as two loops); False under vmap
     one_site: bool = eqx.field(static=True, default=True)
@@ -202,12 +206,34 @@ class KinkIntegrator(eqx.Module):
             steps=i0,
             acc=i0,
             rej=i0,
+            dt=self._first_step(theta0, Z0 > 0),
             result=RESULTS.successful,
             done=jnp.asarray(False),
         )
 
-    def segment(self, c: KinkState) -> KinkState:
-        """Integrate from `c.t` to the next event (or `t1`) and resolve the event."""
+    def _controller(self, tclip):
+        # step_ts: diffrax 0.7's metaclass wraps it in a ClipStepSizeController; diffrax 0.6 knows only this spelling
+        return diffrax.PIDController(
+            rtol=self.rtol,
+            atol=self.atol,  # type: ignore[call-arg]
+            step_ts=tclip if self.is_gl else None,
+        )
+
+    def _first_step(self, theta0, P) -> Array:
+        # diffrax's initial step selection, once per trajectory: every later segment starts
+        # with the step its predecessor's controller proposed (`KinkState.dt`)
+        prob = self.prob
+        slots = -jnp.ones((prob.max_sliding,), int)
+        ties = no_ties(prob.max_sliding, theta0.dtype)
+
+        def vf(t, theta, args):
+            return prob.field(theta, P, slots, ties)[0]
+
+        t0 = jnp.asarray(self.t0, theta0.dtype)
+        return first_step(vf, self.inner, self._controller(jnp.clip(self.ts, t0, self.t1)), t0, self.t1, theta0, None)
+
+    def _solve_segment(self, c: KinkState) -> SegmentSolution:
+        """The segment from `c.t` to the next event (or `t1`), before the event's resolution."""
         prob, ts, t1 = self.prob, self.ts, self.t1
 
         def vf(t, theta, args):
@@ -223,32 +249,35 @@ class KinkIntegrator(eqx.Module):
             jac = lambda t, theta, args: prob.frozen_jacobian(theta, args[0])  # noqa: E731
             inner = dataclasses.replace(inner, keep_jacobian=True, newton_jacobian=jac)
         tclip = jnp.clip(ts, c.t, t1)
-        # step_ts: diffrax 0.7's metaclass wraps it in a ClipStepSizeController; diffrax 0.6 knows only this spelling
-        controller = diffrax.PIDController(
-            rtol=self.rtol,
-            atol=self.atol,  # type: ignore[call-arg]
-            step_ts=tclip if self.is_gl else None,
+        controller = self._controller(tclip)
+        sol = solve_segment(
+            vf,
+            lambda y, args: cond_fn(None, y, args),
+            inner,
+            controller,
+            c.t,
+            t1,
+            c.theta,
+            (c.P, c.slots, c.ties, c.margin),
+            ts,
+            max_steps=self.max_steps,
+            event_tol=self.event_tol,
+            one_site=self.one_site and self.is_gl,
+            refine=self.one_site and self.is_gl,  # (the event restart, in the segment's loop)
+            lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
+            dt0=None if self.reselect_step else c.dt,
         )
-        if self.reference_solve:
+        if self.reference_solve:  # (diffeqsolve's segment; the step it proposes next is the lean one's)
             with cacheable_checks():
-                sol = self._solve(vf, cond_fn, tclip, controller, c, inner)
-        else:
-            sol = solve_segment(
-                vf,
-                lambda y, args: cond_fn(None, y, args),
-                inner,
-                controller,
-                c.t,
-                t1,
-                c.theta,
-                (c.P, c.slots, c.ties, c.margin),
-                ts,
-                max_steps=self.max_steps,
-                event_tol=self.event_tol,
-                one_site=self.one_site and self.is_gl,
-                refine=self.one_site and self.is_gl,  # (the event restart, in the segment's loop)
-                lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
-            )
+                sol = eqx.tree_at(
+                    lambda s: s.dt_next, self._solve(vf, cond_fn, tclip, controller, c, inner), sol.dt_next
+                )
+        return sol
+
+    def segment(self, c: KinkState) -> KinkState:
+        """Integrate from `c.t` to the next event (or `t1`) and resolve the event."""
+        ts = self.ts
+        sol = self._solve_segment(c)
         t_end, y_end = sol.t, sol.y
         event = sol.result == diffrax.RESULTS.event_occurred
         if self.is_gl and (self.reference_solve or not self.one_site):
@@ -258,7 +287,7 @@ class KinkIntegrator(eqx.Module):
         ys = jnp.where(seg_ok[:, None], sol.ys, c.ys)
         slide_dt = jnp.where(jnp.any(c.slots >= 0), t_end - c.t, 0.0)
         c = eqx.tree_at(
-            lambda c: (c.ys, c.filled, c.steps, c.acc, c.rej, c.t_slide),
+            lambda c: (c.ys, c.filled, c.steps, c.acc, c.rej, c.t_slide, c.dt),
             c,
             (
                 ys,
@@ -267,6 +296,7 @@ class KinkIntegrator(eqx.Module):
                 c.acc + sol.num_accepted,
                 c.rej + sol.num_rejected,
                 c.t_slide + slide_dt,
+                jnp.where(jnp.isfinite(sol.dt_next) & (sol.dt_next > 0), sol.dt_next, c.dt),
             ),
         )
         return self._end(c, sol.result, event, t_end, y_end)
@@ -305,7 +335,7 @@ class KinkIntegrator(eqx.Module):
             inner,
             c.t,
             self.t1,
-            None,
+            None if self.reselect_step else c.dt,
             c.theta,
             args=(c.P, c.slots, c.ties, c.margin),
             saveat=diffrax.SaveAt(
@@ -327,6 +357,7 @@ class KinkIntegrator(eqx.Module):
             num_accepted=st["num_accepted_steps"],
             num_rejected=st["num_rejected_steps"],
             solver_state=sol.solver_state,
+            dt_next=jnp.full((), jnp.nan, c.theta.dtype),
         )
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
@@ -518,7 +549,9 @@ def kink_aware_flow(
     - `solver`: the solver inside each pattern: an `ij.SolverOptions`, or a name in
         `ij.SOLVERS` or a diffrax solver (then with `rtol`, `atol` and a step budget
         `max_steps=10_000`, `KINK_MAX_STEPS`). `SolverOptions.max_steps` is the step budget of each
-        segment between events; `dt0` and `stepsize_controller` are not used. The
+        segment between events; `dt0` and `stepsize_controller` are not used: the
+        first step is diffrax's initial step selection, and each later segment starts
+        with the step the controller proposed after the event's step. The
         default `"gauss4"` (Gauss-Legendre, order 4) conserves `c` to round-off;
         `"tsit5"` is cheaper per step but conserves only to tolerance.
     - `kinks`: an `ij.KinkOptions`: the cap on events (`max_events`; hitting it sets

@@ -45,7 +45,8 @@ class SegmentSolution(eqx.Module):
     **Fields:** `t`, `y` (where it stopped: the event, `t1`, or the last good step),
     `ys` `(T, E)` and `saved` `(T,)` (the saves made at `ts`), `result` (a
     `diffrax.RESULTS`: `event_occurred` at an event), `num_steps`, `num_accepted`,
-    `num_rejected`, `solver_state` (after the last accepted step)."""
+    `num_rejected`, `solver_state` (after the last accepted step), `dt_next` (the step
+    the controller proposed after the last step: where the next segment starts)."""
 
     t: Array
     y: Array
@@ -56,6 +57,7 @@ class SegmentSolution(eqx.Module):
     num_accepted: Array
     num_rejected: Array
     solver_state: object
+    dt_next: Array
 
 
 class _Root(eqx.Module):
@@ -308,7 +310,7 @@ class _Stepper:
         return self.solver.interpolation_cls(t0=tprev, t1=tnext, **dense_info).evaluate(t)
 
 
-def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int) -> tuple[_Stepper, _Carry]:
+def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int, dt0=None) -> tuple[_Stepper, _Carry]:
     """As `diffeqsolve` does before its loop: wrap the term and the controller, give an
     implicit solver the controller's tolerances, choose the first step (clipped to `t1`)
     and initialise the solver. Returns the `_Stepper` and the loop's first carry."""
@@ -318,7 +320,7 @@ def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: in
     solver = with_controller_tols(solver, controller)
     clip_floor = t1_clip_floor(t1)
     error_order = solver.error_order(terms)
-    tnext, cstate = controller.init(terms, t0, t1, y0, None, args, solver.func, error_order)
+    tnext, cstate = controller.init(terms, t0, t1, y0, dt0, args, solver.func, error_order)
     tnext = jnp.minimum(tnext, t1)
     sstate = solver.init(terms, t0, tnext, y0, args)
     T = ts.shape[0]
@@ -468,6 +470,17 @@ def _loop_result(f: _Carry, t1):
     return diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
 
 
+def first_step(vf: Callable, solver, controller, t0, t1, y0, args):
+    """The first step size `diffeqsolve` would choose (`dt0=None`), clipped to `t1`."""
+    dtype = jnp.result_type(y0)
+    t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
+    terms = wrap_term(diffrax.ODETerm(vf), jnp.asarray(1))
+    controller = controller.wrap(jnp.asarray(1))
+    solver = with_controller_tols(solver, controller)
+    tnext, _ = controller.init(terms, t0, t1, y0, None, args, solver.func, solver.error_order(terms))
+    return jnp.minimum(tnext, t1) - t0
+
+
 def solve_segment(
     vf: Callable,
     cond: Callable,
@@ -484,13 +497,15 @@ def solve_segment(
     one_site: bool = True,
     refine: bool = False,
     lanes: str | None = None,
+    dt0: ArrayLike | None = None,
 ) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
     **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
-    `max_steps` (steps budget) and `event_tol` (time tolerance of the root find);
+    `max_steps` (steps budget) and `event_tol` (time tolerance of the root find); `dt0`:
+    the first step (`None`: diffrax's initial step selection, as `diffeqsolve`);
     `one_site`: evaluate the condition in one place (see below); `refine` (with
     `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time on the
     solver's own step from the last step's start (`Refine`), not on the interpolant, so
@@ -508,13 +523,10 @@ def solve_segment(
     times. Unbatched, the skipped step costs nothing; under `vmap` a `lax.cond` computes
     both branches, so there `one_site=False` (a step loop, then a root-find loop:
     `_step_loop`, `locate`) is cheaper to run. Both take the same steps and evaluate the
-    condition at the same points.
-
-    **Returns:** a `SegmentSolution`."""
+    condition at the same points. **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
-    t0 = jnp.asarray(t0, dtype)
-    t1 = jnp.asarray(t1, dtype)
-    st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps)
+    t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
+    st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0)
     if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
         raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
     if one_site:
@@ -547,4 +559,5 @@ def solve_segment(
         num_accepted=f.num_accepted,
         num_rejected=f.num_rejected,
         solver_state=f.solver_state,
+        dt_next=f.tnext - f.tprev,
     )

@@ -140,9 +140,7 @@ class KinkEngine(SweepEngine):
         self._one_site = bool(exact)
         self.integrator = self._make_integrator(net, X, Y, t1, **options)
         self.loss = options.get("loss", "mse")
-        self._static = eqx.filter(self.integrator, eqx.is_array, inverse=True)
         dtype = self.integrator.prob.X.dtype
-        self.data = eqx.filter(self.integrator, eqx.is_array)
         self.table = host_table(init_table, dtype, net.n_edges)
         if steps_per_call is None:
             steps_per_call = KINK_STEPS_PER_CALL_EXACT if exact else KINK_STEPS_PER_CALL
@@ -162,11 +160,22 @@ class KinkEngine(SweepEngine):
                 "with_data needs arrays of the same structure, shapes and dtypes, and the same t1 "
                 "and options, as the engine's; build a new KinkEngine for a different problem."
             )
-        self.net, self.integrator, self.data = net, integ, new
+        self.net, self.integrator = net, integ
         if init_table is not None:
             assert self.table is not None  # checked above: both have a table, or neither
             self.table = host_table(init_table, self.table.dtype, net.n_edges)
         return self
+
+    @property
+    def integrator(self):
+        """The `KinkIntegrator` each slot runs; one set before the first run replaces it."""
+        return self._integrator
+
+    @integrator.setter
+    def integrator(self, integ):
+        self._integrator = integ
+        self.data = eqx.filter(integ, eqx.is_array)
+        self._static = eqx.filter(integ, eqx.is_array, inverse=True)
 
     def _make_integrator(self, net, X, Y, t1, **options):
         integ = make_kink_integrator(net, X, Y, t1, **options)

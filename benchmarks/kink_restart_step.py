@@ -1,0 +1,147 @@
+"""The step a kink-aware segment starts with after an event, two rules side by side.
+
+- `proposed` (the default since 2026-12): each segment after the first starts with the
+  step the controller proposed after the event's step, the step `diffeqsolve` would
+  have taken next had the event not stopped it.
+- `reselect` (before): each segment selects its first step afresh, as `diffeqsolve` with
+  `dt0=None` does (diffrax's initial step selection: two more gradients, and a first
+  step that is often short), `KinkIntegrator(reselect_step=True)`.
+
+Workloads (ReLU, float64, Tsit5 inside, exact mode):
+
+- `demo`: the CLI's default sweep (`invariant-jax sweep --graph example`: `SweepConfig()`),
+  its first `--demo-inits` inits: light-tailed (a median of about 12 steps);
+- `heavy`: the 5-20-1 workload of `sweep_throughput.py` (`_bare.workload`), 11 saves:
+  heavy-tailed (trajectories slide along kinks).
+
+Fewer steps give a larger error at the same tolerance, so each rule runs at each of
+`--tols` (rtol = atol): compare the rules at equal error, not only at equal tolerance.
+For each workload, tolerance and rule, in one process: the first call (engine built, compiled and
+run on two inits) and the warm time of the whole batch (`KinkEngine`, exact mode, 64
+slots, one device; the fastest of `--repeats`); per trajectory the steps, rejected steps
+and events from the records, and the gradients and event-condition evaluations counted
+in an instrumented one-slot run (`_bare.count_kink_work`; on the first `--count-inits`);
+the bare cost of those counts (`_bare.BareCosts`); the error, `max |theta_final -
+reference|` per trajectory, the reference the kink-aware flow at rtol = atol = 1e-12
+(default rule); the conservation drift. `ratios` divides `reselect` by `proposed` at each tolerance.
+
+    PYTHONPATH=. python benchmarks/kink_restart_step.py --out benchmarks/results/kink_restart_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+p.add_argument("--demo-inits", type=int, default=1000)
+p.add_argument("--heavy-inits", type=int, default=64)
+p.add_argument("--count-inits", type=int, default=300, help="inits whose evaluations are counted (per workload)")
+p.add_argument("--repeats", type=int, default=3)
+p.add_argument("--tols", type=float, nargs="+", default=[1e-8, 1e-9], help="rtol = atol of each arm")
+p.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/kink_restart_step.json)")
+args = p.parse_args()
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import invariant_jax as ij  # noqa: E402
+from _bare import BareCosts, config_problem, count_kink_work, workload  # noqa: E402 (benchmarks/_bare.py)
+from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from invariant_jax.sweep import STATUSES, KinkEngine, SweepConfig, init_theta  # noqa: E402
+
+RULES = ("proposed", "reselect")
+
+
+def problems():
+    """`{name: (template, X, Y, t1, init(i), options, saveat, n)}`."""
+    c, g, X, Y, net = config_problem(SweepConfig().to_dict())
+    demo = (net, X, Y, c.t1, lambda i: init_theta(c, g, i), c.solver_options, c.save_times, args.demo_inits)
+    hg, hX, hY, thetas = workload("heavy", args.heavy_inits)
+    heavy_opts = ij.SolverOptions("tsit5", rtol=1e-8, atol=1e-8, max_steps=10_000)
+    hnet = ij.DAGNetwork(hg, "relu", edge_weights=thetas[0])
+    heavy = (hnet, hX, hY, 1.0, lambda i: thetas[i], heavy_opts, ij.SaveTimes(n_save=11), args.heavy_inits)
+    return dict(demo=demo, heavy=heavy)
+
+
+def engine(prob, rule, *, slots=64, tol=None):
+    net, X, Y, t1, init, options, saveat, _ = prob
+    if tol is not None:
+        options = dataclasses.replace(options, rtol=tol, atol=tol)
+    eng = KinkEngine(
+        net, X, Y, t1, init, slots=slots, exact=True, devices=jax.devices()[:1], options=options, saveat=saveat
+    )
+    # before compiling: the engine's programs trace eng.integrator
+    eng.integrator = dataclasses.replace(eng.integrator, reselect_step=rule == "reselect")
+    return eng
+
+
+def run(eng, n):
+    parts = []
+    eng.run(np.arange(n), on_results=parts.append)
+    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(rec["index"])
+    return {k: v[order] for k, v in rec.items()}
+
+
+def arm(prob, rule, tol, reference, costs):
+    n = prob[-1]
+    t = time.perf_counter()
+    eng = engine(prob, rule, tol=tol)
+    run(eng, 2)
+    first = time.perf_counter() - t
+    warm = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        rec = run(eng, n)
+        warm.append(time.perf_counter() - t)
+    k = min(args.count_inits, n)
+    work = count_kink_work(lambda: engine(prob, rule, slots=1, tol=tol), range(k))
+    err = np.max(np.abs(rec["theta_final"] - reference), axis=1)
+    return dict(
+        rule=rule,
+        tol=tol,
+        first_call_s=first,
+        warm_s=min(warm),
+        warm_s_all=warm,
+        statuses={STATUSES[s]: int(k) for s, k in zip(*np.unique(rec["status"], return_counts=True))},
+        steps_per_traj=float(rec["num_steps"].mean()),
+        rejected_per_traj=float(rec["num_rejected_steps"].mean()),
+        events_per_traj=float(rec["num_events"].mean()),
+        counted_inits=k,
+        gradients_per_traj=float(work[:, 0].mean()),
+        conditions_per_traj=float(work[:, 1].mean()),
+        bare_us_per_traj=1e6 * costs.of(work) / k,
+        err_max=float(err.max()),
+        err_median=float(np.median(err)),
+        err_p90=float(np.quantile(err, 0.9)),
+        drift_max=float(np.max(np.abs(rec["drift"]))),
+    )
+
+
+def main():
+    out = output_path(args.out, "kink_restart_step.json")
+    result = dict(rules=list(RULES), workloads={})
+    for name, prob in problems().items():
+        net, X, Y, n = prob[0], prob[1], prob[2], prob[-1]
+        reference = run(engine(prob, "proposed", tol=1e-12), n)["theta_final"]
+        costs = BareCosts(net, X, Y, [1], reps=20000)
+        costs.measure()
+        rows = [arm(prob, rule, tol, reference, costs) for tol in args.tols for rule in RULES]
+        keys = ("warm_s", "steps_per_traj", "gradients_per_traj", "conditions_per_traj", "bare_us_per_traj")
+        ratios = {  # reselect / proposed at each tolerance
+            f"{new['tol']:g}": {k: old[k] / new[k] for k in keys} for new, old in zip(rows[::2], rows[1::2])
+        }
+        result["workloads"][name] = dict(n_inits=n, gradient_us=1e6 * costs[1]["grad"], rows=rows, ratios=ratios)
+        for r in rows:
+            print(name, {k: v for k, v in r.items() if k != "warm_s_all"}, flush=True)
+        print(name, "reselect / proposed:", ratios, flush=True)
+    write_json(out, result)
+
+
+if __name__ == "__main__":
+    main()
