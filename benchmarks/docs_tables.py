@@ -1435,18 +1435,72 @@ def sweep_throughput() -> str:
         f'{g[str(n)]:.1f} us wall, {c[str(n)]:.1f} us CPU per trajectory {n}-wide. "error" is the largest '
         f"`max |theta(t1) - ref|` over the {n} trajectories, against the kink-aware flow at rtol = atol = 1e-12. "
         "`engine, vmap, full width` is vmap mode without narrowing (the engine before it narrowed), side by side.",
+        "The file's `diffeqsolve segments` arm is left out: it ran the lean segments too (`KinkEngine` built "
+        "its programs from the integrator it was constructed with until b781332, so the benchmark's replaced "
+        "integrator was ignored; its error equals the lean arm's to every digit). That comparison is below, "
+        "from its own file.",
         "",
         "| workload | arm | compile s | traj/s | vs naive | cpu vs naive | steps median / max | events "
         "| wall / bare | cpu / bare | error |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in rec["results"]:
-        for a in w["arms"]:
+        for a in (a for a in w["arms"] if "diffeqsolve" not in a["arm"]):
             out.append(
                 f"| {w['workload']} | {_arm(a)} | {a['compile_s']:.1f} | {_rate(a['traj_per_s'])} | "
                 f"{_times(a['vs_naive'])} | {_times(a['cpu_vs_naive'])} | {a['steps_median']:,.0f} / "
                 f"{a['steps_max']:,} | {a.get('events_total', '')} | {_bare(a['wall_over_bare'])} | "
                 f"{_bare(a['cpu_over_bare'])} | {_e(a['err_vs_ref_max'])} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def sweep_throughput_segments() -> str:
+    """docs/sweep.md: the kink-aware engine's lean segments against `diffeqsolve` segments."""
+    rec = _load("sweep_throughput_segments.json")
+    w0 = rec["results"][0]
+    out = [
+        f"`{rec['command']}` (`benchmarks/results/sweep_throughput_segments.json`, at {_commit(rec)}"
+        f"{_on_cpu(rec['provenance'])}; {w0['n_inits']} inits in {w0['slots']} slots, the faster of "
+        f"{rec['meta']['repeats']} timed runs, {_load_range(rec['meta'])}):",
+        "",
+        "| workload | segments | compile s | traj/s | ms per segment | steps | events | wall / bare | cpu / bare "
+        "| error max / median |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for w in rec["results"]:
+        for a in w["arms"]:
+            kind = "`diffeqsolve`" if "diffeqsolve" in a["arm"] else "lean (`_segment.py`)"
+            out.append(
+                f"| {w['workload']} | {kind} | {a['compile_s']:.1f} | {_rate(a['traj_per_s'])} | "
+                f"{a['ms_per_segment']:.2f} | {a['steps_total']:,} | {a['events_total']:,} | "
+                f"{_bare(a['wall_over_bare'])} | {_bare(a['cpu_over_bare'])} | {_e(a['err_vs_ref_max'])} / "
+                f"{_e(a['err_vs_ref_median'])} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def kink_restart_step() -> str:
+    """docs/solvers.md: the step a segment starts with after an event, two rules at two tolerances."""
+    rec = _load("kink_restart_step.json")
+    out = [
+        f"`{rec['command']}` (`benchmarks/results/kink_restart_step.json`, at {_commit(rec)}"
+        f"{_on_cpu(rec['provenance'])}). Per trajectory, the means; gradients and conditions counted on the "
+        "inits shown as counted; first call: the engine built, compiled and run on two inits; warm: the whole "
+        "batch; error: `max |theta(t1) - ref|` against the kink-aware flow at 1e-12:",
+        "",
+        "| workload | tol | first step | steps | rejected | gradients | conditions | bare us | first call s "
+        "| warm s | error median / p90 / max |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, w in rec["workloads"].items():
+        for r in w["rows"]:
+            rule = "proposed at the event" if r["rule"] == "proposed" else "selected afresh"
+            out.append(
+                f"| {name} ({w['n_inits']:,} inits, {r['counted_inits']:,} counted) | {_tol(r['tol'])} | {rule} | "
+                f"{r['steps_per_traj']:.2f} | {r['rejected_per_traj']:.2f} | {r['gradients_per_traj']:.1f} | "
+                f"{r['conditions_per_traj']:.1f} | {r['bare_us_per_traj']:.0f} | {r['first_call_s']:.1f} | "
+                f"{r['warm_s']:.2f} | {_e(r['err_median'])} / {_e(r['err_p90'])} / {_e(r['err_max'])} |"
             )
     return "\n".join(out) + "\n"
 
@@ -2374,6 +2428,8 @@ BLOCKS = {
     "sweep-throughput": sweep_throughput,
     "kink-vmap-profile": kink_vmap_profile,
     "sweep-throughput-256": sweep_throughput_256,
+    "sweep-throughput-segments": sweep_throughput_segments,
+    "kink-restart-step": kink_restart_step,
     "sweep-throughput-small-n": sweep_throughput_small_n,
     "kink-sweep": kink_sweep,
     "sweep-throughput-gpu": sweep_throughput_gpu,

@@ -170,16 +170,21 @@ def _sweep_claims():
         "kink-aware (tsit5 inside, diffeqsolve segments)",
         "naive jit(vmap(gradient_flow))",
     )
-    ks = {r["arm"]: r for r in _load("kink_sweep.json")["rows"]}
-    x = docs_tables._times
+    x, x_e = docs_tables._times, docs_tables._e
+    seg = {w["workload"]: {a["arm"]: a for a in w["arms"]} for w in _load("sweep_throughput_segments.json")["results"]}
+    sh, sl = seg["heavy"], seg["light"]
+    same = all(
+        (w[k]["steps_total"], w[k]["events_total"], x_e(w[k]["err_vs_ref_max"]), x_e(w[k]["err_vs_ref_median"]))
+        == (w[kd]["steps_total"], w[kd]["events_total"], x_e(w[kd]["err_vs_ref_max"]), x_e(w[kd]["err_vs_ref_median"]))
+        for w in (sh, sl)
+    )
     claims = [
-        f"Per segment (wall / segments) {h[k]['ms_per_segment']:.2f} ms against {h[kd]['ms_per_segment']:.2f} ms with "
-        f"`diffeqsolve` segments (heavy), {li[k]['ms_per_segment']:.2f} against {li[kd]['ms_per_segment']:.2f} ms (light) in this run",
-        f"The kink-aware errors (max {docs_tables._e(h[k]['err_vs_ref_max'])}, median {docs_tables._e(h[k]['err_vs_ref_median'])} "
-        f"on `heavy`) are the same for both segment implementations"
-        if (h[k]["err_vs_ref_max"], h[k]["err_vs_ref_median"]) == (h[kd]["err_vs_ref_max"], h[kd]["err_vs_ref_median"])
-        else "the kink-aware errors differ between the segment implementations",
-        f"on the `kink_sweep.py` workload the max is {docs_tables._e(ks['kink tsit5 1e-8']['err_max'])}",
+        "The lean segments take the same steps and events, with the same errors to the digits shown"
+        if same
+        else "the segment implementations differ",
+        f"in {sh[k]['ms_per_segment']:.2f} ms per segment against {sh[kd]['ms_per_segment']:.2f} ms with `diffeqsolve` on "
+        f"`heavy` and {sl[k]['ms_per_segment']:.2f} against {sl[kd]['ms_per_segment']:.2f} ms on `light`",
+        f"the lean segments' wall time is {sh[k]['wall_over_bare']:.2f}x on `heavy` and {sl[k]['wall_over_bare']:.2f}x on `light`",
         f"CPU time {h['engine']['cpu_over_bare']:.2f}x (heavy) and {li['engine']['cpu_over_bare']:.2f}x (light) its bare "
         f"unbatched cost (goal 2x); wall / bare {h['engine']['wall_over_bare']:.2f} and "
         f"{li['engine']['wall_over_bare']:.2f} in this loaded run",
@@ -379,3 +384,42 @@ def test_getting_started_channel_setting_matches_its_file():
     page = " ".join((ROOT / "docs" / "getting_started.md").read_text().split())
     missing = [c for c in _recipe_seed_claims() if " ".join(c.split()) not in page]
     assert not missing, f"docs/getting_started.md no longer says what its files hold: {missing}"
+
+
+def _restart_step_claims():
+    """docs/solvers.md's prose under "The step after an event", rebuilt from its file."""
+    w = _load("kink_restart_step.json")["workloads"]
+    row = {(n, r["rule"], r["tol"]): r for n in w for r in w[n]["rows"]}
+
+    def less(n, k):  # percent the proposed step saves at 1e-8
+        return f"{round(100 * (1 - row[(n, 'proposed', 1e-8)][k] / row[(n, 'reselect', 1e-8)][k])):d}%"
+
+    def more(n, k):
+        return f"{round(100 * (row[(n, 'proposed', 1e-8)][k] / row[(n, 'reselect', 1e-8)][k] - 1)):d}%"
+
+    e = docs_tables._e
+    p9 = {n: row[(n, "proposed", 1e-9)] for n in w}
+    r8 = {n: row[(n, "reselect", 1e-8)] for n in w}
+    assert all(p9[n][k] < r8[n][k] for n in w for k in ("err_median", "err_p90", "err_max"))
+    return [
+        f"The proposed step saves {less('demo', 'steps_per_traj')} of the steps and {less('demo', 'gradients_per_traj')} "
+        f"of the gradients per trajectory on the demo DAG at 1e-8, and {less('heavy', 'steps_per_traj')} of the steps "
+        f"and {less('heavy', 'gradients_per_traj')} of the gradients on `heavy`",
+        f"Event conditions rise ({more('demo', 'conditions_per_traj')} and {more('heavy', 'conditions_per_traj')})",
+        f"The bare cost falls {less('demo', 'bare_us_per_traj')} and {less('heavy', 'bare_us_per_traj')}; warm wall time "
+        f"{less('demo', 'warm_s')} and {less('heavy', 'warm_s')}",
+        f"(median {e(row[('heavy', 'proposed', 1e-8)]['err_median'])} against {e(r8['heavy']['err_median'])})",
+        f"for {round(100 * (1 - p9['heavy']['bare_us_per_traj'] / r8['heavy']['bare_us_per_traj'])):d}% less bare cost on "
+        f"`heavy` and {round(100 * (p9['demo']['bare_us_per_traj'] / r8['demo']['bare_us_per_traj'] - 1)):d}% more on the "
+        "demo DAG",
+        f"The largest demo-DAG error at 1e-8 is {e(r8['demo']['err_max'])} under both rules ({e(p9['demo']['err_max'])} "
+        f"and {e(row[('demo', 'reselect', 1e-9)]['err_max'])} at 1e-9)"
+        if e(row[("demo", "proposed", 1e-8)]["err_max"]) == e(r8["demo"]["err_max"])
+        else "the rules' largest demo-DAG errors differ",
+    ]
+
+
+def test_restart_step_prose_matches_its_file():
+    page = " ".join((ROOT / "docs" / "solvers.md").read_text().split())
+    missing = [c for c in _restart_step_claims() if " ".join(c.split()) not in page]
+    assert not missing, f"docs/solvers.md no longer says what kink_restart_step.json holds: {missing}"
