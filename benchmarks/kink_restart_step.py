@@ -108,7 +108,7 @@ def arm(prob, rule, tol, reference, costs):
         first_call_s=first,
         warm_s=min(warm),
         warm_s_all=warm,
-        statuses={STATUSES[s]: int(k) for s, k in zip(*np.unique(rec["status"], return_counts=True))},
+        statuses={STATUSES[s]: int(c) for s, c in zip(*np.unique(rec["status"], return_counts=True))},
         steps_per_traj=float(rec["num_steps"].mean()),
         rejected_per_traj=float(rec["num_rejected_steps"].mean()),
         events_per_traj=float(rec["num_events"].mean()),
