@@ -3,7 +3,8 @@
 - `BareCosts`: seconds per gradient and per forward pass of one network, per trajectory at
   each batch width, in a tight compiled loop (the least of several measurements).
 - `count_kink_work`: the gradient evaluations (every JVP/VJP row of the Filippov solve
-  counts as one) and event-condition evaluations (forward passes) of each kink-aware
+  counts as one) and event-condition evaluations (forward passes; the checks inside each
+  step count one per point) of each kink-aware
   trajectory, counted in a separately compiled, instrumented exact-mode run.
 - `workload`: the heavy and light workloads of `sweep_throughput.py`.
 - `core_ratio`: the machine's own k-process / 1-process throughput on the bare gradient
@@ -115,13 +116,17 @@ def count_kink_work(make_engine, indices) -> np.ndarray:
     counts = dict(grad=0, cond=0)
     per = []
     solvers._EVAL_HOOK = lambda k: counts.__setitem__("grad", counts["grad"] + k)
-    orig = KinkProblem.cond_value
+    originals = {name: getattr(KinkProblem, name) for name in ("cond_value", "crossing_value")}
 
-    def counted(self, *args):
-        jax.debug.callback(lambda: counts.__setitem__("cond", counts["cond"] + 1))
-        return orig(self, *args)
+    def counted(orig):
+        def counted_call(self, theta, *args):  # (a forward pass each; under vmap, one per point)
+            jax.debug.callback(lambda x: counts.__setitem__("cond", counts["cond"] + np.size(x)), theta[0])
+            return orig(self, theta, *args)
 
-    KinkProblem.cond_value = counted
+        return counted_call
+
+    for name, orig in originals.items():
+        setattr(KinkProblem, name, counted(orig))
     try:
         eng = make_engine()
         for i in indices:
@@ -132,7 +137,8 @@ def count_kink_work(make_engine, indices) -> np.ndarray:
             per.append((counts["grad"], counts["cond"], int(rec[0]["num_steps"][0])))
     finally:
         solvers._EVAL_HOOK = None
-        KinkProblem.cond_value = orig
+        for name, orig in originals.items():
+            setattr(KinkProblem, name, orig)
     return np.asarray(per)
 
 

@@ -1481,26 +1481,32 @@ def sweep_throughput_segments() -> str:
 
 
 def kink_restart_step() -> str:
-    """docs/solvers.md: the step a segment starts with after an event, two rules at two tolerances."""
+    """docs/solvers.md: how a segment starts and where it looks for events, three rules at two tolerances."""
     rec = _load("kink_restart_step.json")
     out = [
         f"`{rec['command']}` (`benchmarks/results/kink_restart_step.json`, at {_commit(rec)}"
         f"{_on_cpu(rec['provenance'])}). Per trajectory, the means; gradients and conditions counted on the "
         "inits shown as counted; first call: the engine built, compiled and run on two inits; warm: the whole "
-        "batch; error: `max |theta(t1) - ref|` against the kink-aware flow at 1e-12:",
+        "batch; events differ: trajectories whose event count is not the reference's; error: "
+        "`max |theta(t1) - ref|` against the kink-aware flow at 1e-12 (default rule):",
         "",
-        "| workload | tol | first step | steps | rejected | gradients | conditions | bare us | first call s "
-        "| warm s | error median / p90 / max |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | tol | rule | steps | rejected | gradients | conditions | bare us | first call s "
+        "| warm s | events differ | error median / p90 / max |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    names = {
+        "default": "proposed step, checked inside",
+        "ends_only": "proposed step, step ends only",
+        "reselect": "fresh first step, step ends only",
+    }
     for name, w in rec["workloads"].items():
         for r in w["rows"]:
-            rule = "proposed at the event" if r["rule"] == "proposed" else "selected afresh"
             out.append(
-                f"| {name} ({w['n_inits']:,} inits, {r['counted_inits']:,} counted) | {_tol(r['tol'])} | {rule} | "
-                f"{r['steps_per_traj']:.2f} | {r['rejected_per_traj']:.2f} | {r['gradients_per_traj']:.1f} | "
-                f"{r['conditions_per_traj']:.1f} | {r['bare_us_per_traj']:.0f} | {r['first_call_s']:.1f} | "
-                f"{r['warm_s']:.2f} | {_e(r['err_median'])} / {_e(r['err_p90'])} / {_e(r['err_max'])} |"
+                f"| {name} ({w['n_inits']:,} inits, {r['counted_inits']:,} counted) | {_tol(r['tol'])} | "
+                f"{names[r['rule']]} | {r['steps_per_traj']:.2f} | {r['rejected_per_traj']:.2f} | "
+                f"{r['gradients_per_traj']:.1f} | {r['conditions_per_traj']:.1f} | {r['bare_us_per_traj']:.0f} | "
+                f"{r['first_call_s']:.1f} | {r['warm_s']:.2f} | {r['events_differ']} | {_e(r['err_median'])} / "
+                f"{_e(r['err_p90'])} / {_e(r['err_max'])} |"
             )
     return "\n".join(out) + "\n"
 

@@ -1,11 +1,16 @@
-"""The step a kink-aware segment starts with after an event, two rules side by side.
+"""How a kink-aware segment starts and where it looks for events: three rules side by side.
 
-- `proposed` (the default since 2026-12): each segment after the first starts with the
-  step the controller proposed after the event's step, the step `diffeqsolve` would
-  have taken next had the event not stopped it.
-- `reselect` (before): each segment selects its first step afresh, as `diffeqsolve` with
+- `default`: each segment after the first starts with the step the controller proposed
+  after the event's step (the step `diffeqsolve` would have taken next had the event not
+  stopped it), and the crossing part of the event condition is also checked at
+  `INTERIOR_POINTS` inside each step, so a pair that crosses its surface and back within
+  one step is seen (since 2026-12-06);
+- `ends_only`: the same step, the condition at step ends only (`KinkIntegrator(
+  interior_check=False)`; the default of b781332);
+- `reselect`: each segment selects its first step afresh, as `diffeqsolve` with
   `dt0=None` does (diffrax's initial step selection: two more gradients, and a first
-  step that is often short), `KinkIntegrator(reselect_step=True)`.
+  step that is often short), the condition at step ends only (`reselect_step=True,
+  interior_check=False`; the default before b781332).
 
 Workloads (ReLU, float64, Tsit5 inside, exact mode):
 
@@ -16,14 +21,17 @@ Workloads (ReLU, float64, Tsit5 inside, exact mode):
 
 Fewer steps give a larger error at the same tolerance, so each rule runs at each of
 `--tols` (rtol = atol): compare the rules at equal error, not only at equal tolerance.
-For each workload, tolerance and rule, in one process: the first call (engine built, compiled and
-run on two inits) and the warm time of the whole batch (`KinkEngine`, exact mode, 64
-slots, one device; the fastest of `--repeats`); per trajectory the steps, rejected steps
-and events from the records, and the gradients and event-condition evaluations counted
-in an instrumented one-slot run (`_bare.count_kink_work`; on the first `--count-inits`);
-the bare cost of those counts (`_bare.BareCosts`); the error, `max |theta_final -
-reference|` per trajectory, the reference the kink-aware flow at rtol = atol = 1e-12
-(default rule); the conservation drift. `ratios` divides `reselect` by `proposed` at each tolerance.
+For each workload, tolerance and rule, in one process: the first call (engine built,
+compiled and run on two inits) and the warm time of the whole batch (`KinkEngine`, exact
+mode, 64 slots, one device; the fastest of `--repeats`); per trajectory the steps,
+rejected steps and events from the records, and the gradients and event-condition
+evaluations counted in an instrumented one-slot run (`_bare.count_kink_work`; on the
+first `--count-inits`; the interior checks are forward passes of the crossing part of the
+condition, counted as conditions); the bare cost of those counts (`_bare.BareCosts`);
+the error, `max |theta_final - reference|` per trajectory, the reference the kink-aware
+flow at rtol = atol = 1e-12 (default rules); the number of trajectories whose event count
+differs from the reference's; the conservation drift. `ratios` divides each rule's
+numbers by `default`'s at each tolerance.
 
     PYTHONPATH=. python benchmarks/kink_restart_step.py --out benchmarks/results/kink_restart_step.json
 """
@@ -54,7 +62,11 @@ from _bare import BareCosts, config_problem, count_kink_work, workload  # noqa: 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from invariant_jax.sweep import STATUSES, KinkEngine, SweepConfig, init_theta  # noqa: E402
 
-RULES = ("proposed", "reselect")
+RULES = {  # (reselect_step, interior_check)
+    "default": (False, True),
+    "ends_only": (False, False),
+    "reselect": (True, False),
+}
 
 
 def problems():
@@ -76,7 +88,8 @@ def engine(prob, rule, *, slots=64, tol=None):
         net, X, Y, t1, init, slots=slots, exact=True, devices=jax.devices()[:1], options=options, saveat=saveat
     )
     # before compiling: the engine's programs trace eng.integrator
-    eng.integrator = dataclasses.replace(eng.integrator, reselect_step=rule == "reselect")
+    reselect, interior = RULES[rule]
+    eng.integrator = dataclasses.replace(eng.integrator, reselect_step=reselect, interior_check=interior)
     return eng
 
 
@@ -101,7 +114,7 @@ def arm(prob, rule, tol, reference, costs):
         warm.append(time.perf_counter() - t)
     k = min(args.count_inits, n)
     work = count_kink_work(lambda: engine(prob, rule, slots=1, tol=tol), range(k))
-    err = np.max(np.abs(rec["theta_final"] - reference), axis=1)
+    err = np.max(np.abs(rec["theta_final"] - reference["theta_final"]), axis=1)
     return dict(
         rule=rule,
         tol=tol,
@@ -112,6 +125,7 @@ def arm(prob, rule, tol, reference, costs):
         steps_per_traj=float(rec["num_steps"].mean()),
         rejected_per_traj=float(rec["num_rejected_steps"].mean()),
         events_per_traj=float(rec["num_events"].mean()),
+        events_differ=int(np.sum(rec["num_events"] != reference["num_events"])),
         counted_inits=k,
         gradients_per_traj=float(work[:, 0].mean()),
         conditions_per_traj=float(work[:, 1].mean()),
@@ -128,18 +142,20 @@ def main():
     result = dict(rules=list(RULES), workloads={})
     for name, prob in problems().items():
         net, X, Y, n = prob[0], prob[1], prob[2], prob[-1]
-        reference = run(engine(prob, "proposed", tol=1e-12), n)["theta_final"]
+        reference = run(engine(prob, "default", tol=1e-12), n)
         costs = BareCosts(net, X, Y, [1], reps=20000)
         costs.measure()
         rows = [arm(prob, rule, tol, reference, costs) for tol in args.tols for rule in RULES]
         keys = ("warm_s", "steps_per_traj", "gradients_per_traj", "conditions_per_traj", "bare_us_per_traj")
-        ratios = {  # reselect / proposed at each tolerance
-            f"{new['tol']:g}": {k: old[k] / new[k] for k in keys} for new, old in zip(rows[::2], rows[1::2])
+        by = {(r["rule"], r["tol"]): r for r in rows}
+        ratios = {  # each rule over `default` at each tolerance
+            f"{tol:g}": {rule: {k: by[(rule, tol)][k] / by[("default", tol)][k] for k in keys} for rule in RULES}
+            for tol in args.tols
         }
         result["workloads"][name] = dict(n_inits=n, gradient_us=1e6 * costs[1]["grad"], rows=rows, ratios=ratios)
         for r in rows:
             print(name, {k: v for k, v in r.items() if k != "warm_s_all"}, flush=True)
-        print(name, "reselect / proposed:", ratios, flush=True)
+        print(name, "over default:", ratios, flush=True)
     write_json(out, result)
 
 

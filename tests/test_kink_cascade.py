@@ -339,13 +339,13 @@ def test_init_447_has_an_excursion():
     np.testing.assert_allclose(np.asarray(kf.event_times[:2]), [0.2202, 0.2498], atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="events are seen at step ends only: an excursion within one step is missed")
 def test_an_excursion_within_one_step_is_seen():
-    """At rtol = atol = 1e-8 one Tsit5 step spans init 447's excursion (above), the event
-    condition is positive at both of its ends, and the excursion is missed: 2 events
-    instead of 4, 1.4e-5 from the flow at 1e-12 (the largest demo-DAG error in
-    `benchmarks/results/kink_restart_step.json`, under both step rules). Fixed when the
-    condition is also checked inside each step."""
+    """At rtol = atol = 1e-8 one Tsit5 step spans init 447's excursion (above), and the
+    event condition is positive at both of its ends. With the condition checked at step
+    ends only, the excursion was missed: 2 events instead of 4, 1.4e-5 from the flow at
+    1e-12 (the largest demo-DAG error in `benchmarks/results/kink_restart_step.json`,
+    under both step rules). The crossing part of the condition is now also checked inside
+    each step (`kinks._segment.INTERIOR_POINTS`)."""
     ref, kf = _init_447(1e-12), _init_447(1e-8)
     assert int(kf.num_events) == int(ref.num_events)
     assert float(jnp.max(jnp.abs(ref.theta_final - kf.theta_final))) < 1e-6

@@ -165,7 +165,9 @@ def test_gauss_kink_aware_conserves_on_random_relu_dags(kind):
         # events located on the Gauss solution itself: no spurious extra events
         kt = kink_aware_flow(net, X, Y, 2.0, solver="tsit5", rtol=1e-10, atol=1e-10, saveat=ij.SaveTimes(n_save=11))
         assert int(kf.num_events) == int(kt.num_events)
-        np.testing.assert_allclose(kf.event_times, kt.event_times, atol=1e-6)
+        # event times to a few times the Gauss flow's tolerance: 1.3e-6 here since each
+        # segment starts with the step proposed at the event (1.2e-7 with a fresh first step)
+        np.testing.assert_allclose(kf.event_times, kt.event_times, atol=5e-6)
     assert float(kf.flow.drift_relative) < 1e-12
     assert float(ft.drift_relative) > 1e3 * max(float(kf.flow.drift_relative), 1e-16)
 
@@ -300,7 +302,9 @@ def test_lean_segments_take_diffeqsolves_steps_and_events(solver):
     # kinks/_segment.py writes out diffeqsolve's loop (+ the Illinois root find) for one
     # segment; the reference is the same segment run by diffrax.diffeqsolve
     # (reference_solve=True). Two compiled programs: the discrete path (events, steps)
-    # is the same, the numbers agree to round-off amplified by adaptive stepping.
+    # is the same, the numbers agree to round-off amplified by adaptive stepping. (The
+    # lean segments also check the condition inside each step, which diffeqsolve does
+    # not; on these inits that finds no event the step ends miss.)
     import dataclasses
 
     from invariant_jax.kinks import make_kink_integrator

@@ -309,6 +309,11 @@ class KinkProblem(eqx.Module):
             )
         return self._cond(theta, P, slots, margin, lam)
 
+    def crossing_value(self, theta, P, slots, margin):
+        """`s z + margin` over non-sliding kinked pairs, smallest: the part of `cond_value`
+        that needs no Filippov solve (a forward pass), so never below it."""
+        return self._cond(theta, P, slots, margin, None)
+
     def _cond(self, theta, P, slots, margin, lam):
         Z = self.Z(theta, self.D_of(P))
         N, H = Z.shape
@@ -317,7 +322,7 @@ class KinkProblem(eqx.Module):
         on = on & ~slot_mask(slots, N, H)
         big = jnp.asarray(jnp.inf, theta.dtype)
         m = jnp.min(jnp.where(on, sz, big))
-        if self.max_sliding:
+        if self.max_sliding and lam is not None:
             act = slots >= 0
             m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
         return m

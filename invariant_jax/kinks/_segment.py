@@ -7,7 +7,9 @@ solver and step-size-controller objects, as the sweep engine does) and over the 
 finder's iterations. It takes the same steps, makes the same saves and locates
 the same event time as `diffeqsolve` (`diffrax/_integrate.py`: the initial step,
 clipping to `t1`, rejection, the event check after every step, the root find on the
-last step's dense output, the saves after the event dropped), but a segment is short
+last step's dense output, the saves after the event dropped), with one addition
+(`inside`): a cheaper bound of the condition checked inside each step, which catches a
+crossing and its return within one step that `diffeqsolve` misses. A segment is short
 (a few steps) and is run thousands of times per sweep, so what `diffeqsolve` and
 `optimistix.root_find` add around the arithmetic dominated its cost (measured in
 `benchmarks/sweep_throughput.py`): set-up and checks, output buffers, the root finder's
@@ -142,6 +144,8 @@ class _Carry(eqx.Module):
     ev_value: Array
     ev_tprev: Array
     ev_tnext: Array
+    ev_thi: Array  # the upper end of the event's bracket: the step's end, or the first interior point inside crossed
+    ev_inside: Array  # `inside` crossed inside the last step
     ev_y: Array
     ev_dense: dict
 
@@ -151,6 +155,8 @@ _INIT, _STEP, _ROOT, _REFINE, _DONE = 0, 1, 2, 3, 4
 RESTART_ITERATIONS = 5
 """Steps of the event-time refinement (`refine=True`): at the interpolant's root, just
 before it, two secant steps, and the one kept."""
+INTERIOR_POINTS = 3
+"""Evenly spaced points inside each step where `inside` is checked (`solve_segment`)."""
 SECANT_OFFSET = 1e-6
 """Where the refinement's second point lies before the interpolant's root, as a fraction of
 the last step."""
@@ -233,6 +239,7 @@ class _Stepper:
     error_order: float | Array | None
     ts: Array
     max_steps: int
+    inside: Callable | None = None
 
     def going(self, c: _Carry):
         return (c.tprev < self.t1) & (c.result == diffrax.RESULTS.successful) & (c.num_steps < self.max_steps)
@@ -266,6 +273,7 @@ class _Stepper:
         result = diffrax.RESULTS.where(result == ok, cres, result)
         interp = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
         save_i, ys, saved = self._save(c, keep, interp)
+        thi, crossed = self._inside(c, keep, interp)
         return _Carry(
             y=y,
             tprev=tprev,
@@ -282,9 +290,25 @@ class _Stepper:
             ev_value=c.ev_value,
             ev_tprev=c.tprev,
             ev_tnext=c.tnext,
+            ev_thi=thi,
+            ev_inside=crossed,
             ev_y=c.y,
             ev_dense=dense_info,
         )
+
+    def _inside(self, c: _Carry, keep, interp):
+        """`(t, crossed)`: the first of the accepted step's `INTERIOR_POINTS` where
+        `inside` is negative, from a positive condition at its start (a pair that crosses
+        its surface and back within the step); the step's end if there is none."""
+        inside = self.inside
+        if inside is None:
+            return c.tnext, jnp.asarray(False)
+        frac = jnp.arange(1, INTERIOR_POINTS + 1, dtype=c.tnext.dtype) / (INTERIOR_POINTS + 1)
+        tj = c.tprev + frac * (c.tnext - c.tprev)
+        v = jax.vmap(lambda t: inside(interp.evaluate(t), self.args))(tj)
+        neg = (v < 0) & keep & (c.ev_value > 0)
+        crossed = jnp.any(neg)
+        return jnp.where(crossed, tj[jnp.argmax(neg)], c.tnext), crossed
 
     def _save(self, c: _Carry, keep, interp):
         """The saves at the `ts` an accepted step `[c.tprev, c.tnext]` passed, from its
@@ -310,7 +334,9 @@ class _Stepper:
         return self.solver.interpolation_cls(t0=tprev, t1=tnext, **dense_info).evaluate(t)
 
 
-def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int, dt0=None) -> tuple[_Stepper, _Carry]:
+def _start(
+    vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int, dt0=None, inside=None
+) -> tuple[_Stepper, _Carry]:
     """As `diffeqsolve` does before its loop: wrap the term and the controller, give an
     implicit solver the controller's tolerances, choose the first step (clipped to `t1`)
     and initialise the solver. Returns the `_Stepper` and the loop's first carry."""
@@ -341,6 +367,8 @@ def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: in
         ev_value=jnp.zeros((), dtype),
         ev_tprev=t0,
         ev_tnext=t0,
+        ev_thi=t0,
+        ev_inside=jnp.asarray(False),
         ev_y=y0,
         ev_dense=jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), dense_struct),
     )
@@ -354,13 +382,14 @@ def _start(vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: in
         error_order=error_order,
         ts=ts,
         max_steps=max_steps,
+        inside=inside,
     )
     return stepper, init
 
 
 def _checked(c_old: _Carry, c: _Carry, value) -> _Carry:
-    """The event check after a step: the condition changed sign."""
-    event = jnp.sign(c_old.ev_value) != jnp.sign(value)
+    """The event check after a step: the condition changed sign, at its end or inside it."""
+    event = (jnp.sign(c_old.ev_value) != jnp.sign(value)) | c.ev_inside
     result = diffrax.RESULTS.where(event, diffrax.RESULTS.event_occurred, c.result)
     return eqx.tree_at(lambda c: (c.result, c.ev_value), c, (result, value))
 
@@ -417,7 +446,7 @@ def _one_site_loop(
             lambda a, b, d: jnp.where(phase == _ROOT, a, jnp.where(refining, b, d)),
             r_new,
             r,
-            _root_init(c_new.ev_tprev, c_new.ev_tnext, dtype),
+            _root_init(c_new.ev_tprev, c_new.ev_thi, dtype),
         )
         # (the refinement starts at the root find's last iterate)
         R = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), Refine.start(r_new.y, c.y), R)
@@ -460,7 +489,7 @@ def _locate_on_dense(st: _Stepper, cond: Callable, f: _Carry, event_tol: float, 
         return cond(st.dense(ev_tprev, ev_tnext, ev_dense, t), args)
 
     data = (f.ev_tprev, f.ev_tnext, f.ev_dense, st.args)
-    return locate(g, f.ev_tprev, f.ev_tnext, event_tol, event, data, lanes)
+    return locate(g, f.ev_tprev, f.ev_thi, event_tol, event, data, lanes)
 
 
 def _loop_result(f: _Carry, t1):
@@ -498,6 +527,7 @@ def solve_segment(
     refine: bool = False,
     lanes: str | None = None,
     dt0: ArrayLike | None = None,
+    inside: Callable | None = None,
 ) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
@@ -505,28 +535,27 @@ def solve_segment(
     **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
     `max_steps` (steps budget) and `event_tol` (time tolerance of the root find); `dt0`:
-    the first step (`None`: diffrax's initial step selection, as `diffeqsolve`);
-    `one_site`: evaluate the condition in one place (see below); `refine` (with
-    `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time on the
-    solver's own step from the last step's start (`Refine`), not on the interpolant, so
-    the end state is a Gauss step (it conserves quadratic invariants) and on the
-    surface. The refinement's steps and conditions are iterations of the same loop, so
-    neither the step nor the condition is compiled twice. `lanes` (`one_site=False`): a
-    batch's named `vmap` axis; steps and root-find iterations then run for the lanes
-    going only (`lane_while`: what differs between lanes is in `args`; no `step_ts`).
+    the first step (`None`: diffrax's initial step selection, as `diffeqsolve`); `inside`:
+    a cheaper function no smaller than `cond`, checked at `INTERIOR_POINTS` inside each
+    step: where it is negative so is `cond`, and the event's bracket ends there (a crossing
+    and its return within one step); `one_site`: evaluate the condition in one place
+    (below); `refine` (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an
+    event's time on the solver's own step from the last step's start (`Refine`), so the end
+    state is a Gauss step (it conserves quadratic invariants) on the surface, in the same
+    loop; `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find
+    iterations then run for the lanes going only (`lane_while`: what differs between lanes
+    is in `args`; no `step_ts`).
 
-    With `one_site=True` the condition at `y0`, after every step and in the root find
-    is evaluated in one place: a single `while_loop` whose iterations are, in turn, the
-    condition at `y0`, the steps (the step is a `lax.cond` branch, skipped in the other
-    iterations) and the root finder's iterations (`_one_site_loop`). The condition of a
-    kink-aware flow holds a Filippov solve, so it is compiled once instead of three
-    times. Unbatched, the skipped step costs nothing; under `vmap` a `lax.cond` computes
-    both branches, so there `one_site=False` (a step loop, then a root-find loop:
-    `_step_loop`, `locate`) is cheaper to run. Both take the same steps and evaluate the
-    condition at the same points. **Returns:** a `SegmentSolution`."""
+    With `one_site=True` the condition (at `y0`, after every step, in the root find) is
+    evaluated in one place, one `while_loop` whose iterations are each of those in turn,
+    the step a `lax.cond` branch (`_one_site_loop`): a kink-aware condition holds a
+    Filippov solve, so it is compiled once instead of three times. Under `vmap` a
+    `lax.cond` computes both branches, so there `one_site=False` (a step loop, then a
+    root-find loop: `_step_loop`, `locate`) is cheaper. Both take the same steps and
+    evaluate the condition at the same points. **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
-    st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0)
+    st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
     if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
         raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
     if one_site:
