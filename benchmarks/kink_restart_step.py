@@ -4,7 +4,7 @@
   after the event's step (the step `diffeqsolve` would have taken next had the event not
   stopped it), and the crossing part of the event condition is also checked at
   `INTERIOR_POINTS` inside each step, so a pair that crosses its surface and back within
-  one step is seen (since 2026-12-06);
+  one step is seen (since cb3d6ec);
 - `ends_only`: the same step, the condition at step ends only (`KinkIntegrator(
   interior_check=False)`; the default of b781332);
 - `reselect`: each segment selects its first step afresh, as `diffeqsolve` with

@@ -166,11 +166,11 @@ class KinkIntegrator(eqx.Module):
     event_tol: float = eqx.field(static=True)
     surface_tol: float = eqx.field(static=True)
     reference_solve: bool = eqx.field(static=True, default=False)  # segments by diffrax.diffeqsolve (tests)
-    # each segment selects its first step afresh (diffrax's `dt0=None`), as before 2026-12
+    # each segment selects its first step afresh (diffrax's `dt0=None`), as before b781332
     # (benchmarks/kink_restart_step.py), instead of the step proposed at the event
     reselect_step: bool = eqx.field(static=True, default=False)
     # the crossing part of the event condition also checked inside each step
-    # (`_segment.INTERIOR_POINTS`); False: at step ends only, as before 2026-12 (benchmarks)
+    # (`_segment.INTERIOR_POINTS`); False: at step ends only, as before cb3d6ec (benchmarks)
     interior_check: bool = eqx.field(static=True, default=True)
     # the event condition compiled once per segment (`solve_segment`), for Gauss-Legendre
     # inside (an explicit solver's short segments run faster as two loops); False under vmap
