@@ -225,23 +225,20 @@ class KinkIntegrator(eqx.Module):
     def _first_step(self, theta0, P) -> Array:
         # diffrax's initial step selection, once per trajectory: every later segment starts
         # with the step its predecessor's controller proposed (`KinkState.dt`)
-        prob = self.prob
-        slots = -jnp.ones((prob.max_sliding,), int)
-        ties = no_ties(prob.max_sliding, theta0.dtype)
-
-        def vf(t, theta, args):
-            return prob.field(theta, P, slots, ties)[0]
-
+        m = self.prob.max_sliding
+        args = (P, -jnp.ones((m,), int), no_ties(m, theta0.dtype), None)  # (nothing slides yet)
         t0 = jnp.asarray(self.t0, theta0.dtype)
-        return first_step(vf, self.inner, self._controller(jnp.clip(self.ts, t0, self.t1)), t0, self.t1, theta0, None)
+        controller = self._controller(jnp.clip(self.ts, t0, self.t1))
+        return first_step(self._vf, self.inner, controller, t0, self.t1, theta0, args)
+
+    def _vf(self, t, theta, args):
+        """The segment's field: the pattern-frozen or (pairs sliding) Filippov field."""
+        P, slots, ties, _ = args
+        return self.prob.field(theta, P, slots, ties)[0]
 
     def _solve_segment(self, c: KinkState) -> SegmentSolution:
         """The segment from `c.t` to the next event (or `t1`), before the event's resolution."""
-        prob, ts, t1 = self.prob, self.ts, self.t1
-
-        def vf(t, theta, args):
-            P, slots, ties, _ = args
-            return prob.field(theta, P, slots, ties)[0]
+        prob, ts, t1, vf = self.prob, self.ts, self.t1, self._vf
 
         def cond_fn(t, y, args, **kw):
             P, slots, ties, margin = args  # (in `args`: it differs between the lanes of a batch)

@@ -341,9 +341,7 @@ def _start(
     implicit solver the controller's tolerances, choose the first step (clipped to `t1`)
     and initialise the solver. Returns the `_Stepper` and the loop's first carry."""
     dtype = jnp.result_type(y0)
-    terms = wrap_term(diffrax.ODETerm(vf), jnp.asarray(1))
-    controller = controller.wrap(jnp.asarray(1))
-    solver = with_controller_tols(solver, controller)
+    terms, solver, controller = _wrapped(vf, solver, controller)
     clip_floor = t1_clip_floor(t1)
     error_order = solver.error_order(terms)
     tnext, cstate = controller.init(terms, t0, t1, y0, dt0, args, solver.func, error_order)
@@ -499,13 +497,18 @@ def _loop_result(f: _Carry, t1):
     return diffrax.RESULTS.where((f.tprev < t1) & (f.result == ok), diffrax.RESULTS.max_steps_reached, f.result)
 
 
+def _wrapped(vf: Callable, solver, controller):
+    """`(terms, solver, controller)` as `diffeqsolve` wraps them: the term and the
+    controller for forward time, the solver given the controller's tolerances."""
+    controller = controller.wrap(jnp.asarray(1))
+    return wrap_term(diffrax.ODETerm(vf), jnp.asarray(1)), with_controller_tols(solver, controller), controller
+
+
 def first_step(vf: Callable, solver, controller, t0, t1, y0, args):
     """The first step size `diffeqsolve` would choose (`dt0=None`), clipped to `t1`."""
     dtype = jnp.result_type(y0)
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
-    terms = wrap_term(diffrax.ODETerm(vf), jnp.asarray(1))
-    controller = controller.wrap(jnp.asarray(1))
-    solver = with_controller_tols(solver, controller)
+    terms, solver, controller = _wrapped(vf, solver, controller)
     tnext, _ = controller.init(terms, t0, t1, y0, None, args, solver.func, solver.error_order(terms))
     return jnp.minimum(tnext, t1) - t0
 
