@@ -46,6 +46,20 @@ def test_the_queue_hands_out_each_index_once_across_rounds():
     assert q.take(4).tolist() == [] and q.exhausted
 
 
+def test_a_prefetch_asks_for_the_next_round_only_when_the_queue_runs_low():
+    asked = []
+    q, _ = _queue([0, 1, 2], rounds=([3, 4], [5], []), with_more=True)
+    q._more = lambda f=q._more: asked.append(1) or f()
+    q.prefetch(3)  # three queued: not asked
+    assert asked == []
+    assert q.take(2).tolist() == [0, 1]
+    q.prefetch(3)  # one queued: the next round joins it, in order
+    assert len(asked) == 1 and q.take(3).tolist() == [2, 3, 4] and not q.exhausted
+    q.prefetch(1)
+    q.prefetch(2)  # [5] then an empty round: the queue ends with what it holds
+    assert len(asked) == 3 and q.exhausted is False and q.take(5).tolist() == [5] and q.exhausted
+
+
 def test_the_queue_shared_by_threads_loses_and_repeats_nothing():
     q, got = _queue(np.arange(2_000))
     assert q.expected == 2_000

@@ -151,7 +151,7 @@ def run_claimed(
             mine.remove(k)
 
     def more() -> np.ndarray:
-        # the engine's queue is empty: the next round, claimed while its slots still work
+        # the engine's queue runs low: the next round, claimed while its slots still work
         nonlocal pending
         finish_blocks()
         todo, pending = w.claim_round(claims, pending, blocks, target, mine)

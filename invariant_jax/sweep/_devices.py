@@ -81,6 +81,18 @@ class RunQueue:
                 self.q, k = self.q + n, k - n
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
+    def prefetch(self, k: int) -> None:
+        """Ask `more` now if fewer than `k` indices are queued, so that the next `take`
+        does not (a device loop calls this while its device works: `more` writes the
+        finished records, and the device would wait for it)."""
+        with self.lock:
+            if self._more is None or self.stopped or len(self.indices) - self.q >= k:
+                return
+            new = np.asarray(self._more(), dtype=np.int64)
+            if not new.size:
+                self._more = None
+            self.indices, self.q = np.concatenate([self.indices[self.q :], new]), 0
+
     @property
     def exhausted(self) -> bool:
         """Nothing left to queue, now or later."""

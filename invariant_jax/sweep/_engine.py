@@ -559,14 +559,15 @@ class SweepEngine(abc.ABC):
         """Integrate every index in `indices` (in queue order). Each batch of finished
         trajectories is passed to `on_results` as a dict of NumPy arrays (one row per
         trajectory). `progress(records)` is called after each harvest. `more()`, called
-        whenever the queue is empty and a slot is free, returns the next indices to queue
+        when the queue runs low (fewer indices than a device's slots), returns the next indices to queue
         (none: the run drains and ends): the slots keep working across the caller's
         rounds instead of draining at the end of each. `expected`: the trajectories the
         run will get in all (default: `indices`, or unknown with `more`), which decides
         whether a device that must compile first joins (`worth_joining`).
 
         Each device runs its own loop over its share of the slots, all taking from one
-        queue; the callbacks are called from one device's loop at a time, under one lock.
+        queue; the callbacks are called from one device's loop at a time, under one lock,
+        while that device runs its next call (a harvest is handed on one call later).
         A device that is not compiled yet compiles in the background and joins when the
         work left is worth it; the first device runs in the caller's thread.
         """
@@ -609,6 +610,7 @@ class SweepEngine(abc.ABC):
         # state is on `device` from the start, so every program runs there
         state = self._start(data, *jax.device_put(self._empty(S), device))
         useful = iters = calls = 0
+        harvested = None  # the last call's finished records, handed on while the next call runs
         while True:
             free = np.flatnonzero(slot_idx < 0)
             new = queue.take(free.size) if free.size else np.zeros(0, np.int64)
@@ -634,6 +636,12 @@ class SweepEngine(abc.ABC):
                 state, slot_idx = self._narrow(state, slot_idx, widths)
                 floor = max((w for w in widths if w < len(slot_idx)), default=0)
             state, n, active, recs = self._advance(data, np.int32(limit), np.int32(floor), state, slot_idx >= 0)
+            # the host's work while the call runs: the last call's records to the caller,
+            # and the next indices asked for before the queue runs dry
+            if harvested is not None:
+                _hand_on(queue, harvested, joiner)
+                harvested = None
+            queue.prefetch(len(slot_idx))
             calls += 1
             iters += int(n) * len(slot_idx)
             done = (slot_idx >= 0) & ~np.asarray(active)
@@ -643,14 +651,13 @@ class SweepEngine(abc.ABC):
                 self._ready.add(device)
                 joiner.first_ready()
             if done.any():
-                rec = {k: np.asarray(v)[done] for k, v in recs.items()}
-                useful += self.useful_work(rec)
+                harvested = {k: np.asarray(v)[done] for k, v in recs.items()}
+                useful += self.useful_work(harvested)
                 slot_idx[done] = -1
-                queue.deliver(rec)
-                if joiner is not None:
-                    joiner.consider()
             if queue.check_stop():
                 break
+        if harvested is not None:
+            _hand_on(queue, harvested, joiner)
         return useful, iters, calls
 
     def widths(self, n: int | None = None) -> list[int]:
@@ -820,6 +827,13 @@ def host_table(init_table, dtype, n_edges: int) -> np.ndarray | None:
             f"init_table has shape {table.shape}; expected (n, {n_edges}): one row of edge weights per trajectory."
         )
     return table
+
+
+def _hand_on(queue: RunQueue, records: dict, joiner: Joiner | None) -> None:
+    # a harvest to the run's caller; the first device's loop then considers the others
+    queue.deliver(records)
+    if joiner is not None:
+        joiner.consider()
 
 
 def _width(state) -> int:
