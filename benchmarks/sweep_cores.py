@@ -65,9 +65,9 @@ ROOT = Path(__file__).resolve().parent.parent
 GRAPH = ("--graph", "example")  # the CLI's default sweep (`--graph-args` replaces it)
 
 
-def _engine_seconds(stdout: str) -> float:
-    """The `engine_seconds` the CLI prints in its summary."""
-    return float(next(ln.split(":")[1] for ln in stdout.splitlines() if ln.strip().startswith("engine_seconds:")))
+def _printed(stdout: str, key: str = "engine_seconds") -> float:
+    """A number the CLI prints in its summary (`engine_seconds`, `engine_host_seconds`)."""
+    return float(next(ln.split(":")[1] for ln in stdout.splitlines() if ln.strip().startswith(f"{key}:")))
 
 
 def arm(
@@ -106,7 +106,7 @@ def arm(
         task = dict(SLURM_ARRAY_TASK_ID=str(i), SLURM_ARRAY_TASK_COUNT=str(processes)) if processes > 1 else {}
         logs = (open(work / f"{out.name}_{i}.out", "w+"), open(work / f"{out.name}_{i}.err", "w+"))
         procs.append((subprocess.Popen(cmd, env={**env, **task}, stdout=logs[0], stderr=logs[1], text=True), logs))
-    rss, cpu, engine = [], 0.0, []
+    rss, cpu, engine, host = [], 0.0, [], []
     for proc, (so, se) in procs:
         _, status, usage = os.wait4(proc.pid, 0)
         so.seek(0), se.seek(0)
@@ -116,7 +116,8 @@ def arm(
             raise RuntimeError(f"the sweep with {processes} x {devices} devices failed:\n{err[-3000:]}")
         rss.append(usage.ru_maxrss / 1024)
         cpu += usage.ru_utime + usage.ru_stime
-        engine.append(_engine_seconds(stdout))
+        engine.append(_printed(stdout))
+        host.append(_printed(stdout, "engine_host_seconds"))
     wall = time.perf_counter() - t
     summary = json.loads((out / "summary.json").read_text())  # the last writer's: every record
     steps = pa_csv.read_csv(out / "table.csv", convert_options=pa_csv.ConvertOptions(include_columns=["num_steps"]))
@@ -132,6 +133,7 @@ def arm(
         wall_s=wall,
         engine_s=max(engine),
         engine_s_per_process=engine,
+        engine_host_s_per_process=host,
         peak_rss_mb=max(rss),
         peak_rss_mb_per_process=rss,
         cpu_s=cpu,

@@ -95,3 +95,28 @@ def test_a_failure_stops_the_queue_and_keeps_the_first_error():
     q.fail(RuntimeError("second"))
     assert isinstance(q.error, ValueError) and q.exhausted and q.check_stop()
     assert q.take(3).size == 0
+
+
+def test_the_callers_time_is_host_time_and_every_record_arrives():
+    # a slow caller (on_results sleeps) is the host's work, counted in host_seconds (the
+    # last harvest too, handed on after the loop); every record arrives once
+    import jax
+    import jax.random as jr
+
+    import invariant_jax as ij
+    from invariant_jax.sweep._engine import Engine, make_problem
+
+    g = ij.mlp([2, 3, 1])
+    X, Y, _ = ij.teacher_student(g, 8, key=jr.key(0))
+    nets = jax.vmap(lambda k: ij.DAGNetwork(g, "tanh", key=k).edge_weights())(jr.split(jr.key(1), 12))
+    engine = Engine(make_problem(ij.DAGNetwork(g, "tanh", key=jr.key(2)), X, Y, 0.3), init_table=nets, slots=4)
+    engine.run(np.arange(4), on_results=lambda rec: None)  # compile
+    got, nap = [], 0.05
+
+    def on_results(rec):
+        time.sleep(nap)
+        got.append(rec["index"])
+
+    st = engine.run(np.arange(12), on_results=on_results)
+    assert np.sort(np.concatenate(got)).tolist() == list(range(12))
+    assert nap * len(got) <= st.host_seconds <= st.seconds

@@ -322,14 +322,17 @@ def _finalize_slot(p: SweepProblem, s: _Slot) -> dict:
 class EngineStats(NamedTuple):
     """Work accounting of one engine run: `useful_steps` (units of work of harvested
     trajectories: solver steps, or segments for the kink-aware engine),
-    `slot_iterations` (slots x loop iterations), `calls`, `seconds`, and `devices`
-    (the devices that ran work)."""
+    `slot_iterations` (slots x loop iterations), `calls`, `seconds`, `devices`
+    (the devices that ran work), and `host_seconds`: the time the device loops spent
+    on the host's work after their first call (harvests, records, refills), summed over
+    devices; each device runs its next call meanwhile, except during the harvest and refill."""
 
     useful_steps: int
     slot_iterations: int
     calls: int
     seconds: float
     devices: int = 1
+    host_seconds: float = 0.0
 
     @property
     def work_efficiency(self) -> float:
@@ -575,7 +578,7 @@ class SweepEngine(abc.ABC):
         queue = RunQueue(
             indices, on_results=on_results, progress=progress, should_stop=should_stop, more=more, expected=expected
         )
-        stats: list[tuple[int, int, int]] = []
+        stats: list[tuple[int, int, int, float]] = []
         first, *others = self.devices
 
         def loop(device, q, joiner=None):
@@ -591,14 +594,14 @@ class SweepEngine(abc.ABC):
             joiner.finish()
         if queue.error is not None:
             raise queue.error
-        useful, iters, calls = (sum(x) for x in zip(*stats))
-        return EngineStats(useful, iters, calls, time.perf_counter() - t_start, len(stats))
+        useful, iters, calls, host = (sum(x) for x in zip(*stats))
+        return EngineStats(useful, iters, calls, time.perf_counter() - t_start, len(stats), host)
 
-    def _device_loop(self, device, queue: RunQueue, joiner: Joiner | None) -> tuple[int, int, int]:
+    def _device_loop(self, device, queue: RunQueue, joiner: Joiner | None) -> tuple[int, int, int, float]:
         """One device's host loop: harvest its finished slots and refill them from
         `queue` until the queue is exhausted and its slots are done. `joiner` (the first
         device's loop): measures the compilation and admits the other devices.
-        **Returns:** `(useful work, slot iterations, calls)`."""
+        **Returns:** `(useful work, slot iterations, calls, host seconds)` (`EngineStats`)."""
         compiled = device in self._ready
         t_first = time.perf_counter()
         widths = self.widths(None if math.isinf(queue.expected) else int(queue.expected))
@@ -610,6 +613,7 @@ class SweepEngine(abc.ABC):
         # state is on `device` from the start, so every program runs there
         state = self._start(data, *jax.device_put(self._empty(S), device))
         useful = iters = calls = 0
+        host, t_back = 0.0, None  # (t_back: when the last wait for the device ended)
         harvested = None  # the last call's finished records, handed on while the next call runs
         while True:
             free = np.flatnonzero(slot_idx < 0)
@@ -643,7 +647,9 @@ class SweepEngine(abc.ABC):
                 harvested = None
             queue.prefetch(len(slot_idx))
             calls += 1
+            t_wait = time.perf_counter()
             iters += int(n) * len(slot_idx)
+            host, t_back = host + (0.0 if t_back is None else t_wait - t_back), time.perf_counter()
             done = (slot_idx >= 0) & ~np.asarray(active)
             if calls == 1 and joiner is not None:
                 if not compiled:
@@ -658,7 +664,7 @@ class SweepEngine(abc.ABC):
                 break
         if harvested is not None:
             _hand_on(queue, harvested, joiner)
-        return useful, iters, calls
+        return useful, iters, calls, host + (0.0 if t_back is None else time.perf_counter() - t_back)
 
     def widths(self, n: int | None = None) -> list[int]:
         """Batch widths of each device's loop in a run of `n` trajectories (default: at

@@ -192,4 +192,5 @@ def add_stats(a: EngineStats | None, b: EngineStats) -> EngineStats:
         a.calls + b.calls,
         a.seconds + b.seconds,
         max(a.devices, b.devices),
+        a.host_seconds + b.host_seconds,
     )

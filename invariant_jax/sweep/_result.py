@@ -54,8 +54,9 @@ class SweepResult(eqx.Module):
         keeps (its `result` column, beside the readable `result_name`).
     - `status`: the coarse `STATUSES` index derived from it (`ij.sweep.status_code`; ask
         `ij.sweep.status_is` / `status_is_success`, never compare the integers).
-    - `stats`: `useful_steps`, `slot_iterations`, `work_efficiency`, `seconds`, `calls`
-        of the engine run that produced them (summed over resumptions in this process).
+    - `stats`: `useful_steps`, `slot_iterations`, `work_efficiency`, `seconds`, `calls`,
+        `slots`, `devices` and `host_seconds` (`EngineStats`) of the engine run that
+        produced them (summed over resumptions in this process).
     - `rtol`, `atol`.
     - `kink`: for kink-aware sweeps, a dict of per-trajectory event counts
         (`num_events`, `num_crossings`, `num_sliding_entries`, `num_sliding_exits`,
@@ -169,4 +170,5 @@ def stats_dict(st: EngineStats | None, engine) -> dict[str, Any]:
         calls=st.calls,
         slots=engine.slots,
         devices=st.devices,
+        host_seconds=st.host_seconds,
     )

@@ -270,7 +270,7 @@ def summarize_sweep(
     }
     if "events" in rows:
         agg.update(_kink_aggregate(rec, len(rows["status"])))
-    keys = ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices")
+    keys = ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices", "host_seconds")
     engine = stats or {}
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
     agg.update({f"result_{result_name(code)}": n for code, n in _failure_counts(rows["result"])})
