@@ -1182,18 +1182,27 @@ def _first_round_ratios(rec: dict, text) -> str:
     return "; ".join(text(q) for q in rec["ratio"] if q["round"] == 0)
 
 
+HOST_WORK = (
+    "Host work: the time the engine's device loops spent on the host's work after their first call "
+    "(harvests, writing records, refills; summary.json's `engine_host_seconds`), summed over devices and "
+    "processes. A device runs its next call meanwhile, except during its harvest and refill."
+)
+
+
 def sweep_cores(name: str = "sweep_cores.json") -> str:
     """docs/sweep.md's devices paragraph: the CLI's demo-DAG sweep on one CPU device and on one per core,
     compiling in the run and (with `--warm`) with a filled compilation cache."""
     rec = _load(name)
     rows = [r for r in rec["rows"] if r["round"] == 0]
     n = rec["settings"]["n_inits"]
+    host = all("engine_host_s_per_process" in r for r in rows)  # (files from before 0845c4f: no host column)
     lines = [
         f"`invariant-jax sweep --graph example --n-inits {n:,}` (figures off) at {_commit(rec)}{_on_cpu(rec['provenance'])}, each arm a "
         f"fresh process; `{rec['command']}` (`benchmarks/results/{name}`).",
         "",
-        "| compilation cache | processes x devices | wall | engine | trajectories/s | peak RSS | load before |",
-        "|---|---|---|---|---|---|---|",
+        "| compilation cache | processes x devices | wall | engine | trajectories/s | peak RSS | load before |"
+        + (" host work |" if host else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if host else ""),
     ]
     for r in rows:
         cache = r.get("compilation_cache", "none")
@@ -1202,8 +1211,11 @@ def sweep_cores(name: str = "sweep_cores.json") -> str:
         lines.append(
             f"| {cache} | {r.get('processes', 1)} x {r['devices']} | {r['wall_s']:.0f} s | {r['engine_s']:.0f} s | "
             f"{r['trajectories_per_s']:,.0f} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['load_average_before'][0]:.1f} |"
+            + (f" {sum(r['engine_host_s_per_process']):.1f} s |" if host else "")
         )
     lines.append("")
+    if host:
+        lines += [HOST_WORK, ""]
     ratios = _first_round_ratios(
         rec,
         lambda q: (
@@ -1217,6 +1229,31 @@ def sweep_cores(name: str = "sweep_cores.json") -> str:
     )
     lines += _bare_lines(rec, rows)
     return "\n".join(lines) + "\n"
+
+
+def sweep_cores_overlap() -> str:
+    """docs/sweep.md: engine seconds before and after the device loops handed on their
+    harvests while the next call ran (two runs of `sweep_cores.py`, one after the other)."""
+    runs = [("before", _load("sweep_cores_overlap_before.json")), ("after", _load("sweep_cores_overlap_after.json"))]
+    lines = [
+        "| devices | " + " | ".join(f"engine, {label} ({_commit(rec)})" for label, rec in runs) + " | after / before |",
+        "|---|---|---|---|",
+    ]
+    for d in runs[0][1]["settings"]["devices"]:
+        e = [next(r["engine_s"] for r in rec["rows"] if r["devices"] == d) for _, rec in runs]
+        lines.append(f"| {d} | {e[0]:.1f} s | {e[1]:.1f} s | {e[1] / e[0]:.3f} |")
+    ratio = [
+        next(r["engine_s"] for r in rec["rows"] if r["devices"] == 1)
+        / next(r["engine_s"] for r in rec["rows"] if r["devices"] == 2)
+        for _, rec in runs
+    ]
+    cmds = "; ".join(f"`{rec['command']}` at {_commit(rec)}" for _, rec in runs)
+    return "\n".join(lines) + (
+        f"\n\nTwo devices over one, in the engine: {ratio[0]:.2f}x before, {ratio[1]:.2f}x after. "
+        f"100,000 inits, compilation cache filled by a 40,000-init sweep first, one run each, one after the "
+        f"other{_on_cpu(runs[1][1]['provenance'])}: {cmds} (`benchmarks/results/sweep_cores_overlap_before.json`, "
+        "`benchmarks/results/sweep_cores_overlap_after.json`).\n"
+    )
 
 
 def _bare_lines(rec: dict, rows: list[dict], bare: bool = True) -> list[str]:
@@ -1342,8 +1379,13 @@ def sweep_million() -> str:
         f"{r['devices']} CPU devices) at {_commit(rec)}{_on_cpu(rec['provenance'])}: {r['wall_s']:.0f} s wall "
         f"(engine {r['engine_s']:.0f} s, "
         f"{r['trajectories_per_s']:,.0f} trajectories/s), peak RSS {r['peak_rss_mb'] / 1024:.1f} GB; statuses: {st}; "
-        f"{r['ambiguous_events']:,} ambiguous events{_flagged(r)}. Load average {r['load_average_before'][0]:.1f} "
-        "before; "
+        f"{r['ambiguous_events']:,} ambiguous events{_flagged(r)}. "
+        + (
+            f"Host work {sum(r['engine_host_s_per_process']):.0f} s (below). "
+            if "engine_host_s_per_process" in r
+            else ""
+        )
+        + f"Load average {r['load_average_before'][0]:.1f} before; "
         f"`{rec['command']}` (`benchmarks/results/sweep_million.json`).\n"
     )
     b = rec.get("bare")
@@ -1359,6 +1401,8 @@ def sweep_million() -> str:
             f"is {120 / (bare / r['devices']):.2f}x this arithmetic alone on every core.\n"
         )
     text += "".join(line + "\n" for line in _bare_lines(rec, [], bare=False))
+    if "engine_host_s_per_process" in r:
+        text += f"\n{HOST_WORK}\n"
     small = _load("sweep_hundred_thousand.json")
     s = small["rows"][0]
     return text + (
@@ -2427,6 +2471,7 @@ BLOCKS = {
     "kink-compile-restart": kink_compile_restart,
     "sweep-cores": sweep_cores,
     "sweep-cores-warm": lambda: sweep_cores("sweep_cores_warm.json"),
+    "sweep-cores-overlap": sweep_cores_overlap,
     "sweep-first-call": sweep_first_call,
     "sweep-million": sweep_million,
     "sweep-cores-slots": sweep_cores_slots,
