@@ -92,6 +92,34 @@ def test_claim_rounds_stream_into_one_engine_run(tmp_path, reference, monkeypatc
         assert c["done"] and set(range(k * bs, min(CFG["n_inits"], (k + 1) * bs))) <= held
 
 
+def test_a_claim_round_looks_at_the_folder_once(tmp_path, reference, monkeypatch):
+    """Other writers' chunks are looked for once per round of claims, not once per claimed
+    block: each look lists every chunk, so one per claim grew with the square of the sweep."""
+    from invariant_jax.sweep._claimed import _Writer
+
+    looks, rounds = [], []
+    new_indices, claim_round = ResultsStore.new_indices, _Writer.claim_round
+    monkeypatch.setattr(ResultsStore, "new_indices", lambda self: looks.append(1) or new_indices(self))
+    monkeypatch.setattr(_Writer, "claim_round", lambda self, *a: rounds.append(1) or claim_round(self, *a))
+    res = run_sweep(SweepConfig.from_dict(CFG), tmp_path / "run", store=StoreOptions(flush_seconds=0.0), **KW)
+    _same(res, reference)  # (6 blocks of one index, 4 indices a round)
+    assert len(looks) <= 1 + len(rounds) < 1 + CFG["n_inits"]  # (1: when the writer starts)
+
+
+def test_new_chunks_are_found_without_a_stat_of_the_seen_ones(folder, reference, monkeypatch):
+    import pathlib
+
+    store = ResultsStore(folder)
+    seen = store.new_indices()
+    other = ResultsStore(folder)  # a second writer adds a chunk
+    other.open(manifest_for(SweepConfig.from_dict(CFG)), resume=True)
+    other.write_chunk(_records(reference, [1, 4]))
+    stats, stat = [], pathlib.Path.stat
+    monkeypatch.setattr(pathlib.Path, "stat", lambda self, **kw: stats.append(self.name) or stat(self, **kw))
+    assert sorted(store.new_indices().tolist()) == [1, 4] and len(seen) == CFG["n_inits"]
+    assert len(stats) <= 1 and store.new_indices().size == 0
+
+
 def test_chunks_are_parquet_with_hash_schema_and_checksum(folder, reference):
     cfg = SweepConfig.from_dict(CFG)
     table = pq.read_table(folder / "chunks")  # a whole folder, read by pyarrow alone

@@ -618,11 +618,19 @@ class ResultsStore:
         return np.sort(layout.row_index[layout.dest >= 0].astype(np.int64))
 
     def new_indices(self) -> np.ndarray:
-        """Indices in chunk files not seen before by this method (cheap: not verified)."""
+        """Indices in chunk files not seen before by this method (cheap: not verified).
+        One listing of `chunks/`, whose names seen before cost a set lookup each: a
+        writer calls this once per claim, so a stat or sort of every chunk per call
+        would grow with the square of the sweep."""
+        try:
+            with os.scandir(self.chunk_dir) as entries:
+                fresh = sorted(
+                    e.name for e in entries if e.name not in self._seen_indices and _is_chunk(e.name) and e.is_file()
+                )
+        except (FileNotFoundError, NotADirectoryError):
+            return np.zeros(0, np.int64)
         out = []
-        for f in self.chunk_files():
-            if f.name in self._seen_indices:
-                continue
+        for f in (self.chunk_dir / name for name in fresh):
             try:
                 self._seen_indices[f.name] = idx = (
                     self._cache[f.name].indices if f.name in self._cache else read_indices(f)
