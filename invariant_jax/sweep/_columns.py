@@ -54,11 +54,10 @@ def component_labels(g: DAG, frozen: np.ndarray, thetas: np.ndarray) -> np.ndarr
     """One label per row: each frozen edge `u->v` with the sign of its weight (`:+` or
     `:-`), space-separated in edge order, or `"connected"` when no edge is frozen."""
     names = [f"{u!s}->{v!s}" for u, v in g.edges]
-    labels = [
-        " ".join(f"{names[e]}:{'+' if th[e] > 0 else '-'}" for e in np.flatnonzero(f)) or "connected"
-        for f, th in zip(frozen, thetas)
-    ]
-    return np.asarray(labels, dtype=str).reshape(len(thetas))
+    labels = np.full(len(thetas), "connected", dtype=object)
+    for r in np.flatnonzero(np.any(frozen, axis=1)):  # (most rows: none frozen)
+        labels[r] = " ".join(f"{names[e]}:{'+' if thetas[r][e] > 0 else '-'}" for e in np.flatnonzero(frozen[r]))
+    return labels.astype(str).reshape(len(thetas))
 
 
 def trajectory_columns(g: DAG, rec: dict[str, np.ndarray], *, rtol: float, atol: float) -> dict[str, np.ndarray]:

@@ -178,8 +178,7 @@ class SweepSummary:
         with path.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(names)
-            for i in range(len(self.rows["index"])):
-                w.writerow([_cell(col[i]) for col in cols])
+            w.writerows(zip(*(_cells(col) for col in cols)))
         return path
 
     def save_figures(self, folder: str | Path, *, trajectories: int = 3) -> list[Path]:
@@ -217,6 +216,15 @@ class SweepSummary:
                 fig.savefig(paths[-1], dpi=110)
                 plt.close(fig)
         return paths
+
+
+def _cells(col: np.ndarray) -> list:
+    """A column's CSV cells, as `_cell` gives them, converted a column at a time."""
+    if col.dtype.kind == "f":
+        return [repr(x) for x in col.astype(np.float64).tolist()]
+    if col.dtype.kind in "iub":
+        return col.astype(np.int64).tolist()
+    return [_cell(v) for v in col]
 
 
 def _cell(v):
