@@ -599,8 +599,9 @@ def test_folder_summary_is_the_loaded_results_summary(folder):
 
 
 def _summary_peak(tmp_path, reference, n: int) -> int:
-    """tracemalloc peak of `summarize_sweep(config, folder)` over a folder of `n` records
-    (the reference's rows repeated, derived columns included), in 20 chunks out of order."""
+    """tracemalloc peak of `summarize_sweep(config, folder)` and its `to_csv` over a folder
+    of `n` records (the reference's rows repeated, derived columns included), in 20 chunks
+    out of order."""
     import tracemalloc
 
     from invariant_jax.sweep import summarize_sweep, with_columns
@@ -617,6 +618,7 @@ def _summary_peak(tmp_path, reference, n: int) -> int:
     tracemalloc.start()
     try:
         summary = summarize_sweep(cfg, tmp_path / f"n{n}", check_rows=2)
+        summary.to_csv(tmp_path / f"n{n}.csv")  # (the CLI's table.csv: written a block of rows at a time)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

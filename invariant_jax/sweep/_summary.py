@@ -178,7 +178,8 @@ class SweepSummary:
         with path.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(names)
-            w.writerows(zip(*(_cells(col) for col in cols)))
+            for a in range(0, len(self.rows["index"]), CSV_BLOCK):  # (the cells of a block at a time)
+                w.writerows(zip(*(_cells(col[a : a + CSV_BLOCK]) for col in cols)))
         return path
 
     def save_figures(self, folder: str | Path, *, trajectories: int = 3) -> list[Path]:
@@ -216,6 +217,11 @@ class SweepSummary:
                 fig.savefig(paths[-1], dpi=110)
                 plt.close(fig)
         return paths
+
+
+CSV_BLOCK = 1024
+"""Rows of `table.csv` converted to cells at a time: a column at a time is fast, and a
+block at a time keeps the cells' memory from growing with the sweep."""
 
 
 def _cells(col: np.ndarray) -> list:
