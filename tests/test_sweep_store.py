@@ -92,21 +92,9 @@ def test_claim_rounds_stream_into_one_engine_run(tmp_path, reference, monkeypatc
         assert c["done"] and set(range(k * bs, min(CFG["n_inits"], (k + 1) * bs))) <= held
 
 
-def test_a_claim_round_looks_at_the_folder_once(tmp_path, reference, monkeypatch):
-    """Other writers' chunks are looked for once per round of claims, not once per claimed
-    block: each look lists every chunk, so one per claim grew with the square of the sweep."""
-    from invariant_jax.sweep._claimed import _Writer
-
-    looks, rounds = [], []
-    new_indices, claim_round = ResultsStore.new_indices, _Writer.claim_round
-    monkeypatch.setattr(ResultsStore, "new_indices", lambda self: looks.append(1) or new_indices(self))
-    monkeypatch.setattr(_Writer, "claim_round", lambda self, *a: rounds.append(1) or claim_round(self, *a))
-    res = run_sweep(SweepConfig.from_dict(CFG), tmp_path / "run", store=StoreOptions(flush_seconds=0.0), **KW)
-    _same(res, reference)  # (6 blocks of one index, 4 indices a round)
-    assert len(looks) <= 1 + len(rounds) < 1 + CFG["n_inits"]  # (1: when the writer starts)
-
-
 def test_new_chunks_are_found_without_a_stat_of_the_seen_ones(folder, reference, monkeypatch):
+    """A writer looks for other writers' chunks after each claim: a stat (or a sort) of
+    every chunk per look grew with the square of the sweep."""
     import pathlib
 
     store = ResultsStore(folder)

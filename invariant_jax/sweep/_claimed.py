@@ -84,11 +84,10 @@ class _Writer:
         """Claim blocks of `pending` (appended to `mine`, so that an interrupt releases them)
         until `target` indices are to do: `(todo, busy)`, `busy` the blocks to look at
         again (claimed by others, or not looked at)."""
-        claimed: list[int] = []
+        todo: list[np.ndarray] = []
         busy: list[int] = []
-        size = 0
         for k in pending:
-            if size >= target:
+            if sum(map(len, todo)) >= target:
                 busy.append(k)  # not looked at this round
                 continue
             if self.done[blocks[k]].all():
@@ -102,20 +101,12 @@ class _Writer:
             if got == BUSY:
                 busy.append(k)
                 continue
-            mine.append(k)
-            claimed.append(k)
-            size += int(np.sum(~self.done[blocks[k]]))
-        # other writers may have finished parts of the claimed blocks before the claims:
-        # one look at the folder for the round (one per claim grew with the sweep)
-        if claimed:
-            self.refresh()
-        todo: list[np.ndarray] = []
-        for k in claimed:
+            self.refresh()  # another writer may have finished part of it meanwhile
             rest = blocks[k][~self.done[blocks[k]]]
             if rest.size == 0:
-                mine.remove(k)
                 claims.mark_done(k, [])
                 continue
+            mine.append(k)
             todo.append(rest)
         return todo, busy
 

@@ -620,7 +620,7 @@ class ResultsStore:
     def new_indices(self) -> np.ndarray:
         """Indices in chunk files not seen before by this method (cheap: not verified).
         One listing of `chunks/`, whose names seen before cost a set lookup each: a
-        writer calls this once per claim, so a stat or sort of every chunk per call
+        writer calls this after each claim, so a stat or sort of every chunk per call
         would grow with the square of the sweep."""
         try:
             with os.scandir(self.chunk_dir) as entries:
