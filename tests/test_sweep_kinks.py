@@ -283,3 +283,6 @@ def test_an_engines_replaced_integrator_is_the_one_run(problem):
     want = [int(run(jax.numpy.asarray(table[i])).steps) for i in range(5)]
     assert [int(steps[i]) for i in range(5)] == want
     assert want != [int(kf.flow.stats["num_steps"]) for kf in alone]
+    # after the first run its programs are compiled: other options are refused, not ignored
+    with pytest.raises(ValueError, match="only be set before the first run"):
+        eng.integrator = dataclasses.replace(eng.integrator, reselect_step=False)

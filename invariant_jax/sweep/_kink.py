@@ -173,9 +173,16 @@ class KinkEngine(SweepEngine):
 
     @integrator.setter
     def integrator(self, integ):
+        static = eqx.filter(integ, eqx.is_array, inverse=True)
+        if getattr(self, "_ready", None) and not eqx.tree_equal(static, self._static):
+            # (the compiled programs took the old one's options; they would run on)
+            raise ValueError(
+                "KinkEngine.integrator with other options can only be set before the first run "
+                "(its programs are compiled by then); build a new KinkEngine instead."
+            )
         self._integrator = integ
         self.data = eqx.filter(integ, eqx.is_array)
-        self._static = eqx.filter(integ, eqx.is_array, inverse=True)
+        self._static = static
 
     def _make_integrator(self, net, X, Y, t1, **options):
         integ = make_kink_integrator(net, X, Y, t1, **options)
