@@ -22,7 +22,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array
 
 from ..flow import trajectory_record
-from ..kinks import LANES, KinkState, make_kink_integrator
+from ..kinks import LANES, KinkIntegrator, KinkState, make_kink_integrator
 from ..network import DAGNetwork
 from ..options import KinkOptions, SolverOptions, StopRules
 from ._engine import SlotProgram, SweepEngine, host_table, same_arrays
@@ -116,6 +116,9 @@ class KinkEngine(SweepEngine):
     (an `ij.SaveTimes`), `kinks` (an `ij.KinkOptions`), `loss` -- the objects
     `kink_aware_flow` builds from its keywords; checked here, before any compilation.
     """
+
+    _integrator: KinkIntegrator
+    _static: KinkIntegrator  # (its non-array part: the programs' options)
 
     def __init__(
         self,
