@@ -322,13 +322,18 @@ def test_restart_in_the_loop_is_the_separate_restarts():
 
 
 @functools.cache
-def _init_447(tol):
-    """Init 447 of the CLI's default sweep, its kink-aware flow (Tsit5 inside) at `tol`."""
+def _demo_init(index, tol):
+    """Init `index` of the CLI's default sweep (the inits do not depend on `n_inits`), its
+    kink-aware flow (Tsit5 inside) at `tol`."""
     jax.config.update("jax_enable_x64", True)
-    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1000)
+    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1_000_000)
     g = cfg.build_graph()
     X, Y = cfg.build_data(g)
-    return ij.kink_aware_flow(ij.sweep.sweep_network(cfg, 447), X, Y, 1.0, solver="tsit5", rtol=tol, atol=tol)
+    return ij.kink_aware_flow(ij.sweep.sweep_network(cfg, index), X, Y, 1.0, solver="tsit5", rtol=tol, atol=tol)
+
+
+def _init_447(tol):
+    return _demo_init(447, tol)
 
 
 def test_init_447_has_an_excursion():
@@ -349,3 +354,26 @@ def test_an_excursion_within_one_step_is_seen():
     ref, kf = _init_447(1e-12), _init_447(1e-8)
     assert int(kf.num_events) == int(ref.num_events)
     assert float(jnp.max(jnp.abs(ref.theta_final - kf.theta_final))) < 1e-6
+
+
+def test_init_17845_slides_then_leaves():
+    """The reference for the test below: at 1e-12 init 17845 of the CLI's default sweep
+    starts to slide at t = 0.08174 and leaves its surface at t = 0.36449 (a sliding
+    weight reaches the end of `(0, 1)`): 2 events, 1 exit, sliding time 0.28275."""
+    kf = _demo_init(17845, 1e-12)
+    assert (int(kf.num_events), int(kf.num_sliding_exits)) == (2, 1)
+    np.testing.assert_allclose(np.asarray(kf.event_times[:2]), [0.08174, 0.36449], atol=1e-5)
+    np.testing.assert_allclose(float(kf.sliding_time), 0.28275, atol=1e-5)
+
+
+def test_a_sliding_exit_within_one_step_is_seen():
+    """At rtol = atol = 1e-5 one Tsit5 step spans init 17845's exit (above), and the
+    sliding weight is back inside `(0, 1)` at the step's end. With the sliding weights
+    checked at step ends only, the exit was missed: 1 event, sliding to t = 1 (sliding
+    time 0.918), 2.9e-4 from the flow at 1e-12. Inside each step the whole condition is
+    now checked while pairs slide (`KinkProblem.interior_value`): the reference's events,
+    and 7.7e-6 from it."""
+    ref, kf = _demo_init(17845, 1e-12), _demo_init(17845, 1e-5)
+    assert (int(kf.num_events), int(kf.num_sliding_exits)) == (int(ref.num_events), int(ref.num_sliding_exits))
+    np.testing.assert_allclose(float(kf.sliding_time), float(ref.sliding_time), atol=1e-5)
+    assert float(jnp.max(jnp.abs(ref.theta_final - kf.theta_final))) < 3e-5

@@ -314,6 +314,29 @@ class KinkProblem(eqx.Module):
         that needs no Filippov solve (a forward pass), so never below it."""
         return self._cond(theta, P, slots, margin, None)
 
+    def interior_value(self, thetas, args, sliding: bool = True):
+        """The event condition at the states `thetas` (`(k, E)`) inside a step, with
+        `args = (P, slots, ties, margin)`: `crossing_value` (a forward pass each) while no
+        pair slides, the whole `cond_value` while some do (a Filippov solve each), so a
+        sliding weight that leaves `(0, 1)` and returns within one step is seen too.
+        `sliding=False`: `crossing_value` only (the rule before that was added)."""
+        P, slots, ties, margin = args
+
+        def crossing(thetas, P, slots, ties, margin):
+            return jax.vmap(lambda th: self.crossing_value(th, P, slots, margin))(thetas)
+
+        if not (self.max_sliding and sliding):
+            return crossing(thetas, P, slots, ties, margin)
+
+        def with_weights(thetas, P, slots, ties, margin):
+            def one(th):
+                lam = self._sliding_at(th, P, slots, ties)[1]
+                return jnp.minimum(self.crossing_value(th, P, slots, margin), self._weights_value(lam, slots))
+
+            return jax.vmap(one)(thetas)
+
+        return lane_cond(self.lanes, jnp.any(slots >= 0), with_weights, crossing, thetas, P, slots, ties, margin)
+
     def _cond(self, theta, P, slots, margin, lam):
         Z = self.Z(theta, self.D_of(P))
         N, H = Z.shape
@@ -323,9 +346,13 @@ class KinkProblem(eqx.Module):
         big = jnp.asarray(jnp.inf, theta.dtype)
         m = jnp.min(jnp.where(on, sz, big))
         if self.max_sliding and lam is not None:
-            act = slots >= 0
-            m = jnp.minimum(m, jnp.min(jnp.where(act, jnp.minimum(lam, 1.0 - lam), big)))
+            m = jnp.minimum(m, self._weights_value(lam, slots))
         return m
+
+    def _weights_value(self, lam, slots):
+        # the sliding part of the condition: the smallest of `lam`, `1 - lam` over the sliding slots
+        big = jnp.asarray(jnp.inf, lam.dtype)
+        return jnp.min(jnp.where(slots >= 0, jnp.minimum(lam, 1.0 - lam), big))
 
     def cond_and_field(self, theta, P, slots, ties, margin):
         """`(cond_value, field)` with one Filippov solve for both."""

@@ -305,7 +305,7 @@ class _Stepper:
             return c.tnext, jnp.asarray(False)
         frac = jnp.arange(1, INTERIOR_POINTS + 1, dtype=c.tnext.dtype) / (INTERIOR_POINTS + 1)
         tj = c.tprev + frac * (c.tnext - c.tprev)
-        v = jax.vmap(lambda t: inside(interp.evaluate(t), self.args))(tj)
+        v = inside(jax.vmap(interp.evaluate)(tj), self.args)
         neg = (v < 0) & keep & (c.ev_value > 0)
         crossed = jnp.any(neg)
         return jnp.where(crossed, tj[jnp.argmax(neg)], c.tnext), crossed
@@ -539,9 +539,10 @@ def solve_segment(
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
     `max_steps` (steps budget) and `event_tol` (time tolerance of the root find); `dt0`:
     the first step (`None`: diffrax's initial step selection, as `diffeqsolve`); `inside`:
-    a cheaper function no smaller than `cond`, checked at `INTERIOR_POINTS` inside each
-    step: where it is negative so is `cond`, and the event's bracket ends there (a crossing
-    and its return within one step); `one_site`: evaluate the condition in one place
+    `(ys, args) -> values`, a function no smaller than `cond` (or `cond` itself) at each
+    of the `(INTERIOR_POINTS, ...)` states `ys` inside each step: where it is negative so
+    is `cond`, and the event's bracket ends there (a crossing and its return within one
+    step); `one_site`: evaluate the condition in one place
     (below); `refine` (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an
     event's time on the solver's own step from the last step's start (`Refine`), so the end
     state is a Gauss step (it conserves quadratic invariants) on the surface, in the same
