@@ -316,26 +316,22 @@ class KinkProblem(eqx.Module):
 
     def interior_value(self, thetas, args, sliding: bool = True):
         """The event condition at the states `thetas` (`(k, E)`) inside a step, with
-        `args = (P, slots, ties, margin)`: `crossing_value` (a forward pass each) while no
-        pair slides, the whole `cond_value` while some do (a Filippov solve each), so a
-        sliding weight that leaves `(0, 1)` and returns within one step is seen too.
+        `args = (P, slots, ties, margin)`: `crossing_value` (a forward pass each), and
+        while pairs slide their weights' part too (a Filippov solve each), so a sliding
+        weight that leaves `(0, 1)` and returns within one step is seen too.
         `sliding=False`: `crossing_value` only (the rule before that was added)."""
         P, slots, ties, margin = args
-
-        def crossing(thetas, P, slots, ties, margin):
-            return jax.vmap(lambda th: self.crossing_value(th, P, slots, margin))(thetas)
-
+        v = jax.vmap(lambda th: self.crossing_value(th, P, slots, margin))(thetas)
         if not (self.max_sliding and sliding):
-            return crossing(thetas, P, slots, ties, margin)
+            return v
 
-        def with_weights(thetas, P, slots, ties, margin):
-            def one(th):
-                lam = self._sliding_at(th, P, slots, ties)[1]
-                return jnp.minimum(self.crossing_value(th, P, slots, margin), self._weights_value(lam, slots))
+        def weights(thetas, P, slots, ties):
+            return jax.vmap(lambda th: self._weights_value(self._sliding_at(th, P, slots, ties)[1], slots))(thetas)
 
-            return jax.vmap(one)(thetas)
+        def none(thetas, P, slots, ties):
+            return jnp.full(thetas.shape[:1], jnp.inf, thetas.dtype)
 
-        return lane_cond(self.lanes, jnp.any(slots >= 0), with_weights, crossing, thetas, P, slots, ties, margin)
+        return jnp.minimum(v, lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, thetas, P, slots, ties))
 
     def _cond(self, theta, P, slots, margin, lam):
         Z = self.Z(theta, self.D_of(P))
