@@ -360,14 +360,14 @@ def test_a_segment_ends_with_the_step_diffeqsolve_takes_next():
     k = 3  # the event lies inside step k (from ts[k-1] to ts[k])
     level = float(jnp.exp(-(ts[k - 1] + ts[k]) / 2))
     sol = solve_segment(
-        vf, lambda y, args: y[0] - level, solver, controller, 0.0, 3.0, y0, None, jnp.linspace(0.0, 3.0, 4),
+        vf, lambda ys, args: ys[:, 0] - level, solver, controller, 0.0, 3.0, y0, None, jnp.linspace(0.0, 3.0, 4),
         max_steps=64, event_tol=1e-13,
     )  # fmt: skip
     assert sol.result == diffrax.RESULTS.event_occurred and int(sol.num_steps) == k + 1
     np.testing.assert_allclose(float(sol.dt_next), ts[k + 1] - ts[k], rtol=1e-12)
     # a segment given that step as its first takes it
     again = solve_segment(
-        vf, lambda y, args: y[0] + 1.0, solver, controller, ts[k], 3.0, ref.ys[k], None, jnp.linspace(0.0, 3.0, 4),
+        vf, lambda ys, args: ys[:, 0] + 1.0, solver, controller, ts[k], 3.0, ref.ys[k], None, jnp.linspace(0.0, 3.0, 4),
         max_steps=64, event_tol=1e-13, dt0=ts[k + 1] - ts[k],
     )  # fmt: skip
     np.testing.assert_allclose(np.asarray(again.y), np.asarray(ref.ys[int(ref.stats["num_steps"]) - 1]), rtol=1e-12)

@@ -170,11 +170,12 @@ class KinkIntegrator(eqx.Module):
     # each segment selects its first step afresh (diffrax's `dt0=None`), as before b781332
     # (benchmarks/kink_restart_step.py), instead of the step proposed at the event
     reselect_step: bool = eqx.field(static=True, default=False)
-    # the event condition also checked inside each step (`_segment.INTERIOR_POINTS`,
-    # `KinkProblem.interior_value`); False: at step ends only, as before cb3d6ec (benchmarks)
+    # the event condition also checked inside each step (`_segment.INTERIOR_POINTS`);
+    # False: at step ends only, as before cb3d6ec (benchmarks)
     interior_check: bool = eqx.field(static=True, default=True)
-    # inside each step, while pairs slide, their weights too (a Filippov solve per point);
-    # False: the crossing part only, as from cb3d6ec to 2909e6b (benchmarks/kink_sliding_exits.py)
+    # inside each step, while pairs slide, their weights too (a Filippov solve per point,
+    # `KinkProblem.cond_values`); False: the crossing part only, as from cb3d6ec to 2909e6b
+    # (benchmarks/kink_sliding_exits.py)
     interior_sliding: bool = eqx.field(static=True, default=True)
     # the event condition compiled once per segment (`solve_segment`), for Gauss-Legendre
     # inside (an explicit solver's short segments run faster as two loops); False under vmap
@@ -256,7 +257,7 @@ class KinkIntegrator(eqx.Module):
         controller = self._controller(tclip)
         sol = solve_segment(
             vf,
-            lambda y, args: cond_fn(None, y, args),
+            functools.partial(prob.cond_values, weights_inside=self.interior_sliding),
             inner,
             controller,
             c.t,
@@ -270,9 +271,7 @@ class KinkIntegrator(eqx.Module):
             refine=self.one_site and self.is_gl,  # (the event restart, in the segment's loop)
             lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
             dt0=None if self.reselect_step else c.dt,
-            inside=functools.partial(prob.interior_value, sliding=self.interior_sliding)
-            if self.interior_check
-            else None,
+            inside=self.interior_check,
         )
         if self.reference_solve:  # (diffeqsolve's segment; the step it proposes next is the lean one's)
             with cacheable_checks():

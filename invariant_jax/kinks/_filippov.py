@@ -314,24 +314,34 @@ class KinkProblem(eqx.Module):
         that needs no Filippov solve (a forward pass), so never below it."""
         return self._cond(theta, P, slots, margin, None)
 
-    def interior_value(self, thetas, args, sliding: bool = True):
-        """The event condition at the states `thetas` (`(k, E)`) inside a step, with
-        `args = (P, slots, ties, margin)`: `crossing_value` (a forward pass each), and
-        while pairs slide their weights' part too (a Filippov solve each), so a sliding
-        weight that leaves `(0, 1)` and returns within one step is seen too.
-        `sliding=False`: `crossing_value` only (the rule before that was added)."""
+    def cond_values(self, thetas, args, weights_inside: bool = True):
+        """`cond_value` at each of the states `thetas` (`(k, E)`), with `args = (P, slots,
+        ties, margin)`: the crossing part (`crossing_value`, a forward pass each), and
+        while pairs slide their weights' part (a Filippov solve each, all under one
+        `lane_cond`). A segment checks its steps' ends and interior points in one call
+        (`_segment.solve_segment`'s `inside`), so this is compiled once per call site.
+        `weights_inside=False`: the weights' part at the last state only (the step's
+        end), as from cb3d6ec to 2909e6b, when only the crossing part was checked inside
+        steps."""
         P, slots, ties, margin = args
-        v = jax.vmap(lambda th: self.crossing_value(th, P, slots, margin))(thetas)
-        if not (self.max_sliding and sliding):
+        crossing = lambda th: self.crossing_value(th, P, slots, margin)  # noqa: E731
+        v = crossing(thetas[0])[None] if thetas.shape[0] == 1 else jax.vmap(crossing)(thetas)
+        if not self.max_sliding:
             return v
 
         def weights(thetas, P, slots, ties):
-            return jax.vmap(lambda th: self._weights_value(self._sliding_at(th, P, slots, ties)[1], slots))(thetas)
+            # (one point at a time: a vmapped Filippov solve, loops and all, compiled to a
+            # program several seconds slower to compile)
+            one = lambda th: self._weights_value(self._sliding_at(th, P, slots, ties)[1], slots)  # noqa: E731
+            return one(thetas[0])[None] if thetas.shape[0] == 1 else jax.lax.map(one, thetas)
 
         def none(thetas, P, slots, ties):
             return jnp.full(thetas.shape[:1], jnp.inf, thetas.dtype)
 
-        return jnp.minimum(v, lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, thetas, P, slots, ties))
+        w = lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, thetas, P, slots, ties)
+        if not weights_inside:
+            w = w.at[:-1].set(jnp.inf)
+        return jnp.minimum(v, w)
 
     def _cond(self, theta, P, slots, margin, lam):
         Z = self.Z(theta, self.D_of(P))

@@ -8,8 +8,8 @@ finder's iterations. It takes the same steps, makes the same saves and locates
 the same event time as `diffeqsolve` (`diffrax/_integrate.py`: the initial step,
 clipping to `t1`, rejection, the event check after every step, the root find on the
 last step's dense output, the saves after the event dropped), with one addition
-(`inside`): a cheaper bound of the condition checked inside each step, which catches a
-crossing and its return within one step that `diffeqsolve` misses. A segment is short
+(`inside`): the condition is also checked inside each step, which catches a crossing and
+its return within one step that `diffeqsolve` misses. A segment is short
 (a few steps) and is run thousands of times per sweep, so what `diffeqsolve` and
 `optimistix.root_find` add around the arithmetic dominated its cost (measured in
 `benchmarks/sweep_throughput.py`): set-up and checks, output buffers, the root finder's
@@ -145,7 +145,7 @@ class _Carry(eqx.Module):
     ev_tprev: Array
     ev_tnext: Array
     ev_thi: Array  # the upper end of the event's bracket: the step's end, or the first interior point inside crossed
-    ev_inside: Array  # `inside` crossed inside the last step
+    ev_inside: Array  # the condition was negative inside the last step
     ev_y: Array
     ev_dense: dict
 
@@ -156,7 +156,8 @@ RESTART_ITERATIONS = 5
 """Steps of the event-time refinement (`refine=True`): at the interpolant's root, just
 before it, two secant steps, and the one kept."""
 INTERIOR_POINTS = 3
-"""Evenly spaced points inside each step where `inside` is checked (`solve_segment`)."""
+"""Evenly spaced points inside each step where the condition is checked (`solve_segment`'s
+`inside`)."""
 SECANT_OFFSET = 1e-6
 """Where the refinement's second point lies before the interpolant's root, as a fraction of
 the last step."""
@@ -239,7 +240,7 @@ class _Stepper:
     error_order: float | Array | None
     ts: Array
     max_steps: int
-    inside: Callable | None = None
+    inside: bool = False
 
     def going(self, c: _Carry):
         return (c.tprev < self.t1) & (c.result == diffrax.RESULTS.successful) & (c.num_steps < self.max_steps)
@@ -273,7 +274,6 @@ class _Stepper:
         result = diffrax.RESULTS.where(result == ok, cres, result)
         interp = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
         save_i, ys, saved = self._save(c, keep, interp)
-        thi, crossed = self._inside(c, keep, interp)
         return _Carry(
             y=y,
             tprev=tprev,
@@ -290,25 +290,33 @@ class _Stepper:
             ev_value=c.ev_value,
             ev_tprev=c.tprev,
             ev_tnext=c.tnext,
-            ev_thi=thi,
-            ev_inside=crossed,
+            ev_thi=c.tnext,
+            ev_inside=jnp.asarray(False),
             ev_y=c.y,
             ev_dense=dense_info,
         )
 
-    def _inside(self, c: _Carry, keep, interp):
-        """`(t, crossed)`: the first of the accepted step's `INTERIOR_POINTS` where
-        `inside` is negative, from a positive condition at its start (a pair that crosses
-        its surface and back within the step); the step's end if there is none."""
-        inside = self.inside
-        if inside is None:
-            return c.tnext, jnp.asarray(False)
-        frac = jnp.arange(1, INTERIOR_POINTS + 1, dtype=c.tnext.dtype) / (INTERIOR_POINTS + 1)
-        tj = c.tprev + frac * (c.tnext - c.tprev)
-        v = inside(jax.vmap(interp.evaluate)(tj), self.args)
-        neg = (v < 0) & keep & (c.ev_value > 0)
-        crossed = jnp.any(neg)
-        return jnp.where(crossed, tj[jnp.argmax(neg)], c.tnext), crossed
+    def step_points(self, c: _Carry):
+        """The states where the condition is checked after the step `c` took: with
+        `inside`, at `INTERIOR_POINTS` evenly spaced times inside it (on its dense
+        output), then at its end; `(k, ...)`."""
+        if not self.inside:
+            return c.y[None]
+        interior = jax.vmap(lambda t: self.dense_at(c, t))(_interior_times(c))
+        return jnp.concatenate([interior, c.y[None]])
+
+    def checked(self, c_old: _Carry, c: _Carry, values) -> _Carry:
+        """The event check after the step from `c_old` to `c`, with the condition's
+        `values` at `step_points(c)`: a sign change at the step's end, or (`inside`) a
+        negative value inside an accepted step from a positive start (a pair that
+        crosses its surface and back within the step), whose first such point then ends
+        the event's bracket."""
+        if self.inside:
+            neg = (values[:-1] < 0) & (c.num_accepted > c_old.num_accepted) & (c_old.ev_value > 0)
+            crossed = jnp.any(neg)
+            thi = jnp.where(crossed, _interior_times(c)[jnp.argmax(neg)], c.ev_tnext)
+            c = eqx.tree_at(lambda c: (c.ev_thi, c.ev_inside), c, (thi, crossed))
+        return _checked(c_old, c, values[-1])
 
     def _save(self, c: _Carry, keep, interp):
         """The saves at the `ts` an accepted step `[c.tprev, c.tnext]` passed, from its
@@ -335,7 +343,7 @@ class _Stepper:
 
 
 def _start(
-    vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int, dt0=None, inside=None
+    vf: Callable, solver, controller, t0, t1, y0, args, ts, max_steps: int, dt0=None, inside: bool = False
 ) -> tuple[_Stepper, _Carry]:
     """As `diffeqsolve` does before its loop: wrap the term and the controller, give an
     implicit solver the controller's tolerances, choose the first step (clipped to `t1`)
@@ -385,6 +393,12 @@ def _start(
     return stepper, init
 
 
+def _interior_times(c: _Carry):
+    """The `INTERIOR_POINTS` evenly spaced times inside the last step."""
+    frac = jnp.arange(1, INTERIOR_POINTS + 1, dtype=c.ev_tnext.dtype) / (INTERIOR_POINTS + 1)
+    return c.ev_tprev + frac * (c.ev_tnext - c.ev_tprev)
+
+
 def _checked(c_old: _Carry, c: _Carry, value) -> _Carry:
     """The event check after a step: the condition changed sign, at its end or inside it."""
     event = (jnp.sign(c_old.ev_value) != jnp.sign(value)) | c.ev_inside
@@ -421,20 +435,20 @@ def _one_site_loop(
             t_re = R.time(r.y, c.ev_tprev, st.ts, c.result == diffrax.RESULTS.event_occurred)
             c_in = _restep(st, c, refining, t_re)
         c_new = jax.lax.cond((phase == _STEP) | refining, st.advance, lambda c: c, c_in)
-        point = jtu.tree_map(
-            lambda a, b, d: jnp.where(phase == _INIT, a, jnp.where((phase == _STEP) | refining, b, d)),
-            c.y,
-            c_new.y,
-            st.dense_at(c, _root_point(r)),
+        point = jnp.where(
+            phase == _INIT, c.y, jnp.where((phase == _STEP) | refining, c_new.y, st.dense_at(c, _root_point(r)))
         )
-        value = cond(point, st.args)  # the one evaluation site
+        # the one evaluation site: after a step, inside it too (`step_points`)
+        points = jnp.where(phase == _STEP, st.step_points(c_new), point[None])
+        values = cond(points, st.args)
+        value = values[-1]
         if refine:
             accepted = c_new.num_accepted > c_in.num_accepted
             R_new = R.update(t_re, c_new.y, accepted, value, r.y, c.ev_tprev, st.t1)
             R = jtu.tree_map(lambda a, b: jnp.where(refining, a, b), R_new, R)
         c_new = jtu.tree_map(
             lambda a, b: jnp.where(phase == _STEP, a, b),
-            _checked(c, c_new, value),
+            st.checked(c, c_new, values),
             eqx.tree_at(lambda c: c.ev_value, c, jnp.where(phase == _INIT, value, c.ev_value)),
         )
         r_new = _root_update(finder, r, value)
@@ -474,9 +488,9 @@ def _step_loop(st: _Stepper, cond: Callable, init: _Carry, lanes: str | None = N
     def loop_body(c: _Carry, args) -> _Carry:
         st_lane = dataclasses.replace(st, args=args)
         c_new = st_lane.advance(c)
-        return _checked(c, c_new, cond(c_new.y, args))
+        return st_lane.checked(c, c_new, cond(st_lane.step_points(c_new), args))
 
-    first = eqx.tree_at(lambda c: c.ev_value, init, cond(init.y, st.args))
+    first = eqx.tree_at(lambda c: c.ev_value, init, cond(init.y[None], st.args)[0])
     return lane_while(lanes, st.going, loop_body, first, st.args)
 
 
@@ -484,7 +498,7 @@ def _locate_on_dense(st: _Stepper, cond: Callable, f: _Carry, event_tol: float, 
     """The event's time on the last step's dense output (`locate`)."""
 
     def g(t, ev_tprev, ev_tnext, ev_dense, args):
-        return cond(st.dense(ev_tprev, ev_tnext, ev_dense, t), args)
+        return cond(st.dense(ev_tprev, ev_tnext, ev_dense, t)[None], args)[0]
 
     data = (f.ev_tprev, f.ev_tnext, f.ev_dense, st.args)
     return locate(g, f.ev_tprev, f.ev_thi, event_tol, event, data, lanes)
@@ -530,19 +544,19 @@ def solve_segment(
     refine: bool = False,
     lanes: str | None = None,
     dt0: ArrayLike | None = None,
-    inside: Callable | None = None,
+    inside: bool = False,
 ) -> SegmentSolution:
-    """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until `cond(y, args)`
+    """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until the event condition
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
-    **Arguments:** the vector field, the event condition (a scalar), the diffrax solver
+    **Arguments:** the vector field, the event condition `cond(ys, args)` (its values at
+    a stack of states `ys`, `(k, ...)`: one per state), the diffrax solver
     and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
     `max_steps` (steps budget) and `event_tol` (time tolerance of the root find); `dt0`:
     the first step (`None`: diffrax's initial step selection, as `diffeqsolve`); `inside`:
-    `(ys, args) -> values`, a function no smaller than `cond` (or `cond` itself) at each
-    of the `(INTERIOR_POINTS, ...)` states `ys` inside each step: where it is negative so
-    is `cond`, and the event's bracket ends there (a crossing and its return within one
-    step); `one_site`: evaluate the condition in one place
+    also check the condition at `INTERIOR_POINTS` inside each step, in the same call as
+    at its end (`_Stepper.step_points`): where it is negative the event's bracket ends
+    (a crossing and its return within one step); `one_site`: evaluate the condition in one place
     (below); `refine` (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an
     event's time on the solver's own step from the last step's start (`Refine`), so the end
     state is a Gauss step (it conserves quadratic invariants) on the surface, in the same
@@ -556,7 +570,9 @@ def solve_segment(
     Filippov solve, so it is compiled once instead of three times. Under `vmap` a
     `lax.cond` computes both branches, so there `one_site=False` (a step loop, then a
     root-find loop: `_step_loop`, `locate`) is cheaper. Both take the same steps and
-    evaluate the condition at the same points. **Returns:** a `SegmentSolution`."""
+    evaluate the condition at the same points (with `inside`, the one site evaluates it at
+    `INTERIOR_POINTS + 1` states in every phase, of which the root find and the
+    refinement use the last). **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
