@@ -371,7 +371,7 @@ def test_a_sliding_exit_within_one_step_is_seen():
     sliding weight is back inside `(0, 1)` at the step's end. With the sliding weights
     checked at step ends only, the exit was missed: 1 event, sliding to t = 1 (sliding
     time 0.918), 2.9e-4 from the flow at 1e-12. Inside each step the whole condition is
-    now checked while pairs slide (`KinkProblem.interior_value`): the reference's events,
+    now checked while pairs slide (`KinkProblem.cond_values`): the reference's events,
     and 7.7e-6 from it."""
     ref, kf = _demo_init(17845, 1e-12), _demo_init(17845, 1e-5)
     assert (int(kf.num_events), int(kf.num_sliding_exits)) == (int(ref.num_events), int(ref.num_sliding_exits))

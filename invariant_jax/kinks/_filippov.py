@@ -322,7 +322,7 @@ class KinkProblem(eqx.Module):
         (`_segment.solve_segment`'s `inside`), so this is compiled once per call site.
         `weights_inside=False`: the weights' part at the last state only (the step's
         end), as from cb3d6ec to 2909e6b, when only the crossing part was checked inside
-        steps."""
+        steps (with that rule's cost: no Filippov solve at the other states)."""
         P, slots, ties, margin = args
         crossing = lambda th: self.crossing_value(th, P, slots, margin)  # noqa: E731
         v = crossing(thetas[0])[None] if thetas.shape[0] == 1 else jax.vmap(crossing)(thetas)
@@ -338,9 +338,10 @@ class KinkProblem(eqx.Module):
         def none(thetas, P, slots, ties):
             return jnp.full(thetas.shape[:1], jnp.inf, thetas.dtype)
 
-        w = lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, thetas, P, slots, ties)
+        at = thetas if weights_inside else thetas[-1:]
+        w = lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, at, P, slots, ties)
         if not weights_inside:
-            w = w.at[:-1].set(jnp.inf)
+            w = jnp.concatenate([jnp.full(thetas.shape[0] - 1, jnp.inf, thetas.dtype), w])
         return jnp.minimum(v, w)
 
     def _cond(self, theta, P, slots, margin, lam):
