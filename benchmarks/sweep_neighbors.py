@@ -68,7 +68,8 @@ def _measure(n: int, work: Path, env: dict) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"the sweep failed:\n{err[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
-    return dict(wall_s=wall, engine_s=_printed(stdout), not_ok=summary["n_inits"] - summary.get("status_ok", 0))
+    not_ok = sum(v for k, v in summary.items() if k.startswith("status_") and k != "status_ok")
+    return dict(wall_s=wall, engine_s=_printed(stdout), not_ok=not_ok)
 
 
 def arm(name: str, n: int, work: Path, env: dict, config: dict) -> dict:
