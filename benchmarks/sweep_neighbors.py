@@ -12,7 +12,8 @@ filled first) alone, and beside each of:
 Each neighbour starts first and runs until the measured sweep has ended. Arms alternate
 within a round, and the order flips every round. Recorded per arm: the measured sweep's
 engine seconds and CPU seconds (`wait4`), and the slowdown of each over the same round's
-`alone` (CPU seconds: the measured process's own, from the OS). If the sweep slows by more beside a second
+`alone` (CPU seconds: the measured process's own, from the OS), and whether the
+neighbour was still running when the measured sweep ended. If the sweep slows by more beside a second
 sweep than beside the bare loop or the stream, the cores' shared resources, not idle
 time or the store, are what keeps the 2-core ratio below 2.
 
@@ -92,6 +93,7 @@ def arm(name: str, n: int, work: Path, env: dict, config: dict) -> dict:
     after = os.times()
     row["cpu_s"] = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     if neighbour is not None:
+        row["neighbour_ran_throughout"] = neighbour.poll() is None  # (still running when the sweep ended)
         neighbour.kill()
         neighbour.wait()
     return row
