@@ -1555,6 +1555,96 @@ def kink_restart_step() -> str:
     return "\n".join(out) + "\n"
 
 
+def kink_sliding_exits() -> str:
+    """docs/solvers.md: sliding weights checked inside each step, against the crossing part only."""
+    rec = _load("kink_sliding_exits.json")
+    out = [
+        f"`{rec['command']}` (`benchmarks/results/kink_sliding_exits.json`, at {_commit(rec)}"
+        f"{_on_cpu(rec['provenance'])}). Per trajectory, the means; gradients, conditions and bare cost per "
+        "counted trajectory, counted on inits that slide; first call: the engine built, compiled and run on two "
+        "inits; warm: the whole batch (exact mode, 64 slots, one device):",
+        "",
+        "| workload | tol | rule | steps | events | trajectories that slide | counted | gradients | conditions "
+        "| bare us | first call s | warm s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    names = {"default": "whole condition inside while sliding", "crossing_only": "crossing part inside only"}
+    for name, w in rec["workloads"].items():
+        for r in w["rows"]:
+            out.append(
+                f"| {name} ({w['n_inits']:,} inits) | {_tol(r['tol'])} | {names[r['rule']]} | "
+                f"{r['steps_per_traj']:.2f} | {r['events_per_traj']:.3f} | {r['sliding_trajectories']:,} | "
+                f"{r['counted_sliding_inits']} | {r['gradients_per_counted_traj']:.1f} | "
+                f"{r['conditions_per_counted_traj']:.1f} | {r['bare_us_per_counted_traj']:.0f} | "
+                f"{r['first_call_s']:.1f} | {r['warm_s']:.2f} |"
+            )
+    differ = [(name, d) for name, w in rec["workloads"].items() for d in w["differ"]]
+    out += [
+        "",
+        "Trajectories whose event count differs between the rules, against the reference (the default rule at "
+        "rtol = atol = 1e-12); error: `max |theta(t1) - ref|`:",
+        "",
+        "| workload | tol | init | events: reference / whole / crossing only | sliding time: reference / whole / "
+        "crossing only | error: whole / crossing only |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, d in differ:
+        out.append(
+            f"| {name} | {_tol(d['tol'])} | {d['index']} | {d['events_reference']} / {d['events_default']} / "
+            f"{d['events_crossing_only']} | {d['sliding_time_reference']:.4f} / {d['sliding_time_default']:.4f} / "
+            f"{d['sliding_time_crossing_only']:.4f} | {_e(d['error_default'])} / {_e(d['error_crossing_only'])} |"
+        )
+    if not differ:
+        out.append("| (none) | | | | | |")
+    comp = _load("kink_compile_sliding_inside.json")
+    med = {
+        (code, solver): statistics.median(
+            r["compile_s"] for r in comp["rows"] if r["code"] == code and r["solver"] == solver
+        )
+        for code in ("before", "after")
+        for solver in comp["settings"]["solvers"]
+    }
+    out += [
+        "",
+        f"Compile time of one `kink_aware_flow` on the 5-20-1 MLP (`{comp['command']}`, at {_commit(comp)}; "
+        f"`--before`: the code without the check, {comp['settings']['rounds']} rounds alternating, medians): "
+        + "; ".join(
+            f"{solver.capitalize()} inside {med[('before', solver)]:.1f} s without, {med[('after', solver)]:.1f} s with"
+            for solver in comp["settings"]["solvers"]
+        )
+        + ".",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def sweep_neighbors() -> str:
+    """docs/sweep.md: what a neighbour on the other core costs one sweep process."""
+    rec = _load("sweep_neighbors.json")
+    names = {
+        "alone": "nothing",
+        "bare": "the bare gradient loop",
+        "stream": "a 256 MiB memory copy",
+        "sweep": "a second sweep",
+    }
+    out = [
+        f"`{rec['command']}` (`benchmarks/results/sweep_neighbors.json`, at {_commit(rec)}"
+        f"{_on_cpu(rec['provenance'])}): {rec['workload']}; {rec['settings']['rounds']} rounds, arms alternating; "
+        "medians over rounds of the measured sweep's engine seconds and CPU seconds over the same round's "
+        "`alone`:",
+        "",
+        "| on the other core | engine s, per round | engine over alone | CPU over alone |",
+        "|---|---|---|---|",
+    ]
+    for name, label in names.items():
+        rows = [r for r in rec["rows"] if r["neighbour"] == name]
+        per_round = ", ".join(f"{r['engine_s']:.1f}" for r in rows)
+        out.append(
+            f"| {label} | {per_round} | "
+            f"{rec['summary'][name]['engine_over_alone']:.3f} | {rec['summary'][name]['cpu_over_alone']:.3f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def sweep_throughput_256() -> str:
     """docs/sweep.md: more inits than slots (256 in 64)."""
     rec = _load("sweep_throughput_256.json")
@@ -2481,6 +2571,8 @@ BLOCKS = {
     "sweep-throughput-256": sweep_throughput_256,
     "sweep-throughput-segments": sweep_throughput_segments,
     "kink-restart-step": kink_restart_step,
+    "kink-sliding-exits": kink_sliding_exits,
+    "sweep-neighbors": sweep_neighbors,
     "sweep-throughput-small-n": sweep_throughput_small_n,
     "kink-sweep": kink_sweep,
     "sweep-throughput-gpu": sweep_throughput_gpu,

@@ -550,29 +550,26 @@ def solve_segment(
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
     **Arguments:** the vector field, the event condition `cond(ys, args)` (its values at
-    a stack of states `ys`, `(k, ...)`: one per state), the diffrax solver
-    and step-size controller, `t0` (traced), `t1`, `y0`, `args`, the save times `ts`;
-    `max_steps` (steps budget) and `event_tol` (time tolerance of the root find); `dt0`:
-    the first step (`None`: diffrax's initial step selection, as `diffeqsolve`); `inside`:
-    also check the condition at `INTERIOR_POINTS` inside each step, in the same call as
-    at its end (`_Stepper.step_points`): where it is negative the event's bracket ends
-    (a crossing and its return within one step); `one_site`: evaluate the condition in one place
-    (below); `refine` (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an
-    event's time on the solver's own step from the last step's start (`Refine`), so the end
-    state is a Gauss step (it conserves quadratic invariants) on the surface, in the same
-    loop; `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find
-    iterations then run for the lanes going only (`lane_while`: what differs between lanes
-    is in `args`; no `step_ts`).
+    a stack of states `ys`), the diffrax solver and step-size controller, `t0` (traced),
+    `t1`, `y0`, `args`, the save times `ts`; `max_steps`, `event_tol` (the root find's
+    time tolerance); `dt0`: the first step (`None`: diffrax's initial step selection);
+    `inside`: also check the condition at `INTERIOR_POINTS` inside each step, in the same
+    call as at its end (`_Stepper.step_points`): where it is negative the event's bracket
+    ends (a crossing and back within one step); `one_site`: one evaluation site; `refine`
+    (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time
+    on the solver's own step from the last step's start (`Refine`), so the end state is a
+    Gauss step (it conserves quadratic invariants) on the surface, in the same loop;
+    `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find
+    iterations then run for the lanes going only (`lane_while`: what differs between
+    lanes is in `args`; no `step_ts`).
 
     With `one_site=True` the condition (at `y0`, after every step, in the root find) is
-    evaluated in one place, one `while_loop` whose iterations are each of those in turn,
-    the step a `lax.cond` branch (`_one_site_loop`): a kink-aware condition holds a
-    Filippov solve, so it is compiled once instead of three times. Under `vmap` a
-    `lax.cond` computes both branches, so there `one_site=False` (a step loop, then a
-    root-find loop: `_step_loop`, `locate`) is cheaper. Both take the same steps and
-    evaluate the condition at the same points (with `inside`, the one site evaluates it at
-    `INTERIOR_POINTS + 1` states in every phase, of which the root find and the
-    refinement use the last). **Returns:** a `SegmentSolution`."""
+    evaluated in one place (on `INTERIOR_POINTS + 1` states with `inside`), one
+    `while_loop` whose iterations are each of those in turn, the step a `lax.cond` branch
+    (`_one_site_loop`): a kink-aware condition holds a Filippov solve, so it is compiled
+    once instead of three times. Under `vmap` a `lax.cond` computes both branches, so
+    there `one_site=False` (`_step_loop`, then `locate`) is cheaper. Both take the same
+    steps and evaluate the condition at the same points. **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
