@@ -201,6 +201,51 @@ def config_work(config: dict, k: int):
     )
 
 
+def kink_workloads(demo_inits: int, heavy_inits: int) -> dict:
+    """The kink-aware benchmarks' two workloads, `{name: (template, X, Y, t1, init(i),
+    options, saveat, n)}`: `demo`, the CLI's default sweep (`SweepConfig()`), its first
+    `demo_inits` inits; `heavy`, `workload("heavy", heavy_inits)` at Tsit5 1e-8, 11 saves."""
+    import invariant_jax as ij
+    from invariant_jax.sweep import SweepConfig, init_theta
+
+    c, g, X, Y, net = config_problem(SweepConfig().to_dict())
+    demo = (net, X, Y, c.t1, lambda i: init_theta(c, g, i), c.solver_options, c.save_times, demo_inits)
+    hg, hX, hY, thetas = workload("heavy", heavy_inits)
+    heavy_opts = ij.SolverOptions("tsit5", rtol=1e-8, atol=1e-8, max_steps=10_000)
+    hnet = ij.DAGNetwork(hg, "relu", edge_weights=thetas[0])
+    heavy = (hnet, hX, hY, 1.0, lambda i: thetas[i], heavy_opts, ij.SaveTimes(n_save=11), heavy_inits)
+    return dict(demo=demo, heavy=heavy)
+
+
+def kink_engine(prob, *, tol=None, slots: int = 64, **integrator_fields):
+    """A `KinkEngine` for a `kink_workloads` entry (exact mode, one device), at rtol = atol
+    = `tol` if given, with `KinkIntegrator` fields replaced (before it compiles)."""
+    import dataclasses
+
+    import jax
+
+    from invariant_jax.sweep import KinkEngine
+
+    net, X, Y, t1, init, options, saveat, _ = prob
+    if tol is not None:
+        options = dataclasses.replace(options, rtol=tol, atol=tol)
+    eng = KinkEngine(
+        net, X, Y, t1, init, slots=slots, exact=True, devices=jax.devices()[:1], options=options, saveat=saveat
+    )
+    # (the engine's programs trace eng.integrator when they first run)
+    eng.integrator = dataclasses.replace(eng.integrator, **integrator_fields)
+    return eng
+
+
+def run_sorted(eng, indices) -> dict:
+    """An engine's records of `indices`, in index order."""
+    parts = []
+    eng.run(np.asarray(indices), on_results=parts.append)
+    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(rec["index"])
+    return {k: v[order] for k, v in rec.items()}
+
+
 def _loop(seconds: float, config: dict) -> float:
     """Gradients per second of the bare gradient loop, run for about `seconds`."""
     import jax

@@ -39,7 +39,6 @@ numbers by `default`'s at each tolerance.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -57,10 +56,9 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-import invariant_jax as ij  # noqa: E402
-from _bare import BareCosts, config_problem, count_kink_work, workload  # noqa: E402 (benchmarks/_bare.py)
+from _bare import BareCosts, count_kink_work, kink_engine, kink_workloads, run_sorted  # noqa: E402 (benchmarks/_bare.py)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from invariant_jax.sweep import STATUSES, KinkEngine, SweepConfig, init_theta  # noqa: E402
+from invariant_jax.sweep import STATUSES  # noqa: E402
 
 RULES = {  # (reselect_step, interior_check)
     "default": (False, True),
@@ -69,36 +67,13 @@ RULES = {  # (reselect_step, interior_check)
 }
 
 
-def problems():
-    """`{name: (template, X, Y, t1, init(i), options, saveat, n)}`."""
-    c, g, X, Y, net = config_problem(SweepConfig().to_dict())
-    demo = (net, X, Y, c.t1, lambda i: init_theta(c, g, i), c.solver_options, c.save_times, args.demo_inits)
-    hg, hX, hY, thetas = workload("heavy", args.heavy_inits)
-    heavy_opts = ij.SolverOptions("tsit5", rtol=1e-8, atol=1e-8, max_steps=10_000)
-    hnet = ij.DAGNetwork(hg, "relu", edge_weights=thetas[0])
-    heavy = (hnet, hX, hY, 1.0, lambda i: thetas[i], heavy_opts, ij.SaveTimes(n_save=11), args.heavy_inits)
-    return dict(demo=demo, heavy=heavy)
-
-
 def engine(prob, rule, *, slots=64, tol=None):
-    net, X, Y, t1, init, options, saveat, _ = prob
-    if tol is not None:
-        options = dataclasses.replace(options, rtol=tol, atol=tol)
-    eng = KinkEngine(
-        net, X, Y, t1, init, slots=slots, exact=True, devices=jax.devices()[:1], options=options, saveat=saveat
-    )
-    # before compiling: the engine's programs trace eng.integrator
     reselect, interior = RULES[rule]
-    eng.integrator = dataclasses.replace(eng.integrator, reselect_step=reselect, interior_check=interior)
-    return eng
+    return kink_engine(prob, tol=tol, slots=slots, reselect_step=reselect, interior_check=interior)
 
 
 def run(eng, n):
-    parts = []
-    eng.run(np.arange(n), on_results=parts.append)
-    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.argsort(rec["index"])
-    return {k: v[order] for k, v in rec.items()}
+    return run_sorted(eng, np.arange(n))
 
 
 def arm(prob, rule, tol, reference, costs):
@@ -140,7 +115,7 @@ def arm(prob, rule, tol, reference, costs):
 def main():
     out = output_path(args.out, "kink_restart_step.json")
     result = dict(rules=list(RULES), workloads={})
-    for name, prob in problems().items():
+    for name, prob in kink_workloads(args.demo_inits, args.heavy_inits).items():
         net, X, Y, n = prob[0], prob[1], prob[2], prob[-1]
         reference = run(engine(prob, "default", tol=1e-12), n)
         costs = BareCosts(net, X, Y, [1], reps=20000)

@@ -27,7 +27,6 @@ rule (the reference), and listed with both rules' event counts and their
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,54 +44,26 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-import invariant_jax as ij  # noqa: E402
-from _bare import BareCosts, config_problem, count_kink_work, workload  # noqa: E402 (benchmarks/_bare.py)
+from _bare import BareCosts, count_kink_work, kink_engine, kink_workloads, run_sorted  # noqa: E402 (benchmarks/_bare.py)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
-from invariant_jax.sweep import KinkEngine, SweepConfig, init_theta  # noqa: E402
 
 RULES = {"default": True, "crossing_only": False}  # interior_sliding
 
 
-def problems():
-    """`{name: (template, X, Y, t1, init(i), options, saveat, n)}`."""
-    c, g, X, Y, net = config_problem(SweepConfig().to_dict())
-    demo = (net, X, Y, c.t1, lambda i: init_theta(c, g, i), c.solver_options, c.save_times, args.demo_inits)
-    hg, hX, hY, thetas = workload("heavy", args.heavy_inits)
-    heavy_opts = ij.SolverOptions("tsit5", rtol=1e-8, atol=1e-8, max_steps=10_000)
-    hnet = ij.DAGNetwork(hg, "relu", edge_weights=thetas[0])
-    heavy = (hnet, hX, hY, 1.0, lambda i: thetas[i], heavy_opts, ij.SaveTimes(n_save=11), args.heavy_inits)
-    return dict(demo=demo, heavy=heavy)
-
-
 def engine(prob, rule, *, tol, slots=64):
-    net, X, Y, t1, init, options, saveat, _ = prob
-    options = dataclasses.replace(options, rtol=tol, atol=tol)
-    eng = KinkEngine(
-        net, X, Y, t1, init, slots=slots, exact=True, devices=jax.devices()[:1], options=options, saveat=saveat
-    )
-    # before compiling: the engine's programs trace eng.integrator
-    eng.integrator = dataclasses.replace(eng.integrator, interior_sliding=RULES[rule])
-    return eng
-
-
-def run(eng, indices):
-    parts = []
-    eng.run(np.asarray(indices), on_results=parts.append)
-    rec = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.argsort(rec["index"])
-    return {k: v[order] for k, v in rec.items()}
+    return kink_engine(prob, tol=tol, slots=slots, interior_sliding=RULES[rule])
 
 
 def arm(prob, rule, tol, costs, sliding):
     n = prob[-1]
     t = time.perf_counter()
     eng = engine(prob, rule, tol=tol)
-    run(eng, range(2))
+    run_sorted(eng, range(2))
     first = time.perf_counter() - t
     warm = []
     for _ in range(args.repeats):
         t = time.perf_counter()
-        rec = run(eng, range(n))
+        rec = run_sorted(eng, range(n))
         warm.append(time.perf_counter() - t)
     counted = sliding[: args.count_inits]
     work = count_kink_work(lambda: engine(prob, rule, tol=tol, slots=1), counted)
@@ -117,12 +88,12 @@ def arm(prob, rule, tol, costs, sliding):
 def main():
     out = output_path(args.out, "kink_sliding_exits.json")
     result = dict(rules=list(RULES), workloads={})
-    for name, prob in problems().items():
+    for name, prob in kink_workloads(args.demo_inits, args.heavy_inits).items():
         net, X, Y, n = prob[0], prob[1], prob[2], prob[-1]
         costs = BareCosts(net, X, Y, [1], reps=20000)
         costs.measure()
         # the inits that slide (at the default tolerance's first arm) are the ones counted
-        probe = run(engine(prob, "default", tol=args.tols[0]), range(n))
+        probe = run_sorted(engine(prob, "default", tol=args.tols[0]), range(n))
         sliding = [int(i) for i in np.flatnonzero(probe["sliding_time"] > 0)]
         rows, differ = [], []
         for tol in args.tols:
@@ -134,7 +105,7 @@ def main():
             ne = {r: recs[r]["num_events"] for r in RULES}
             idx = np.flatnonzero(ne["default"] != ne["crossing_only"])
             if len(idx):
-                ref = run(engine(prob, "default", tol=1e-12), idx)
+                ref = run_sorted(engine(prob, "default", tol=1e-12), idx)
                 for j, i in enumerate(idx):
                     entry = dict(tol=tol, index=int(i), events_reference=int(ref["num_events"][j]))
                     for r in RULES:
