@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 
 from _bare import BareCosts, count_kink_work, kink_engine, kink_workloads, run_sorted  # noqa: E402 (benchmarks/_bare.py)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from invariant_jax.sweep import status_is_success  # noqa: E402
 
 RULES = {"default": True, "crossing_only": False}  # interior_sliding
 
@@ -73,7 +74,7 @@ def arm(prob, rule, tol, costs, sliding):
         first_call_s=first,
         warm_s=min(warm),
         warm_s_all=warm,
-        not_ok=int(np.sum(rec["status"] != 0)),
+        not_ok=int(np.sum(~status_is_success(rec["status"]))),
         steps_per_traj=float(rec["num_steps"].mean()),
         events_per_traj=float(rec["num_events"].mean()),
         sliding_trajectories=int(np.sum(rec["sliding_time"] > 0)),
