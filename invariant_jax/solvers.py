@@ -68,8 +68,15 @@ _EVAL_HOOK: Callable | None = None
 
 @jax.custom_jvp
 def _tap(y):
-    jax.debug.callback(_hook_primal, jnp.ones((), y.dtype))
+    jax.debug.callback(_hook_primal, jnp.ones((), y.dtype) + _none_of(y))
     return y
+
+
+def _none_of(x):
+    # 0, computed from `x` (an empty slice's sum): under `vmap` a callback argument built
+    # from it is batched wherever `x` is, so each point is counted (a constant would be
+    # counted once per batch).
+    return jnp.sum(jnp.ravel(x)[:0])
 
 
 @_tap.defjvp
@@ -77,7 +84,7 @@ def _tap_jvp(primals, tangents):
     (y,), (t,) = primals, tangents
     # One call per tangent direction (under vmap, e.g. inside jax.jacfwd, the batch of
     # tangents is counted element by element).
-    jax.debug.callback(_hook_primal, jnp.ones((), y.dtype) + 0 * jnp.sum(t))
+    jax.debug.callback(_hook_primal, jnp.ones((), y.dtype) + _none_of(y) + _none_of(t))
     return _tap(y), t
 
 

@@ -349,3 +349,30 @@ def test_filtered_error_solves_its_stages_to_a_tolerance_in_y():
     converged = y1(None)
     assert np.max(np.abs(y1(1e30) - converged)) > 1e-6
     np.testing.assert_allclose(y1(0.1), converged, rtol=1e-7, atol=1e-9)
+
+
+def test_evaluation_counter_counts_each_point_of_a_batch():
+    # `count_evaluations` against counts known by construction: one per point, plus one
+    # per tangent direction (E = 3) under `jacfwd`, under `vmap` (5 points) and `lax.map`.
+    from invariant_jax import solvers
+
+    count = [0]
+    f = lambda y: jnp.sin(solvers.count_evaluations(y))  # noqa: E731
+    y = jnp.linspace(0.1, 1.5, 15).reshape(5, 3)
+    solvers._EVAL_HOOK = lambda k: count.__setitem__(0, count[0] + k)
+    try:
+        seen = {}
+        for name, fn in {
+            "one": lambda y: f(y[0]),
+            "vmap": jax.vmap(f),
+            "map": lambda y: jax.lax.map(f, y),
+            "jacfwd": lambda y: jax.jacfwd(f)(y[0]),
+            "vmap of jacfwd": jax.vmap(jax.jacfwd(f)),
+        }.items():
+            count[0] = 0
+            jax.block_until_ready(jax.jit(fn)(y))
+            jax.effects_barrier()
+            seen[name] = count[0]
+    finally:
+        solvers._EVAL_HOOK = None
+    assert seen == {"one": 1, "vmap": 5, "map": 5, "jacfwd": 4, "vmap of jacfwd": 20}
