@@ -14,8 +14,11 @@
   Hessian of the loss by autodiff, tagged symmetric for lineax. Registered as
   `"kvaerno5_hessian"`.
 - `newton_kvaerno5()`: diffrax's `Kvaerno5` whose stage equations are solved by Newton's
-  method, the Jacobian evaluated afresh at every iteration. Registered as
-  `"kvaerno5_newton"`: the solver of the flat-channels flow phase.
+  method, the Jacobian evaluated afresh at every iteration, to a tenth of the step's
+  tolerance in `y` (`StageTolerance`). Registered as `"kvaerno5_newton"`: the solver of
+  the flat-channels flow phase.
+- `StageTolerance(solver)`: an implicit solver whose stages are solved by `StageNewton`
+  to a fraction of the step's tolerance in `y` (diffrax's own rule is `atol` in `f`).
 - `FilteredError(solver)`: an implicit solver whose error estimate is filtered along the
   field's stable directions (Shampine's filter). Registered, around `newton_kvaerno5()`,
   as `"kvaerno5_newton_filtered"`.
@@ -52,6 +55,7 @@ __all__ = [
     "GaussLegendre",
     "Projected",
     "FilteredError",
+    "StageTolerance",
     "StageNewton",
     "hessian_kvaerno5",
     "newton_kvaerno5",
@@ -406,50 +410,36 @@ class Projected(_Wrapper):
         return y1p, err, dense, state, res
 
 
-# ------------------------------------------------------------------ filtered error estimate
+# ------------------------------------------------------------------ stage solves in y
 
 
-class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
-    """Wrap an implicit Runge-Kutta solver (e.g. `diffrax.Kvaerno5`): the same steps,
-    with the error estimate `e` filtered along the field's stable directions (Shampine's
-    filter, Hairer & Wanner, *Solving ODEs II*, IV.8):
+class StageTolerance(diffrax.AbstractImplicitSolver, _Wrapper):
+    """Wrap an implicit Runge-Kutta solver (e.g. `diffrax.Kvaerno5`): the same method,
+    its stage equations solved by `StageNewton` to `stage_tolerance` times the step's
+    tolerance in `y`.
 
-        e <- V diag(1 / max(1, 1 + gamma h lambda_i)) V^T e,
+    Why: diffrax solves stage `i` for its derivative `f_i` to the controller's `atol` in
+    `f`, which is `gamma h atol` in `y`. Once `gamma h > 1` that is looser than the step's
+    own tolerance, so the error estimate, built from those stages, carries their error,
+    and the controller keeps `h` where `gamma h atol` is about the step's tolerance. Where
+    Newton converges quadratically the stages are far more accurate than asked and this
+    does not show; at a hover on `maxnorm` it converges linearly (docs/channels.md,
+    "Hovering at maxnorm"), and the flow crawls (docs/solvers.md has the measurement).
 
-    where `-(J + J^T)/2 = V diag(lambda) V^T` at the step's start and `gamma` is the
-    method's diagonal coefficient. For a gradient flow `J = -Hessian` is symmetric, and
-    on its stable directions (`lambda_i > 0`) this is `(I - gamma h J)^-1 e`, the filter
-    that OrdinaryDiffEq.jl's ESDIRK methods (KenCarp58 among them) apply by default. On
-    unstable or flat directions the estimate is left as it is: there the full filter
-    would shrink the estimate of a growing error once `gamma h lambda_i < -2`.
-
-    Why: along a stiff direction the method damps any perturbation, but the plain
-    estimate does not shrink with it; late on a hover at `maxnorm` it is the stiff
-    wall's round-off times `h`, so the controller rejects steps and keeps `h` small where
-    nothing is left to resolve. It is not the default: with its stages solved to the
-    step's tolerance it loses its gain on the long hovers of the flat-channels runs, and
-    stalls where the plain estimate finishes (docs/solvers.md has the measurement). The
-    method, its dense output and its linear solver are the wrapped solver's; the
-    accept/reject decision, the next step size and the stage solves' stopping rule change.
-    Costs one Jacobian (`jax.jacfwd` of the field) and one symmetric eigendecomposition
-    per step. A non-finite estimate is passed through unchanged, and so is every estimate
-    whose Jacobian is not finite. A step whose stage solve failed (rejected) returns `y0`.
-
-    The filter is only as good as the stage solves. diffrax solves stage `i` for its
-    derivative `f_i` to the controller's `atol` in `f`, which is `gamma h atol` in `y`:
-    at large `h` the stage values are then wrong by far more than the step's tolerance,
-    along stiff directions too, and the filter hides that error (docs/solvers.md, "Why
-    the filtered run stalled"). So the stages are solved by `StageNewton` to
-    `stage_tolerance` times the step's tolerance in `y`.
+    The test is `gamma h norm(diff / tol_y) < 1` for each Newton update `diff` of `f_i`,
+    with `tol_y = stage_tolerance (atol + rtol |y0|)` (the controller's tolerances and
+    norm, which diffrax hands to the wrapped root finder). `gamma h` multiplies the
+    update's size rather than dividing the tolerance, which would fall below the smallest
+    normal float (and be flushed to zero) for `gamma h` above about 1e300. A step whose
+    stage solve failed (rejected) returns `y0`.
 
     **Arguments:**
 
     - `solver`: the implicit solver to wrap (a diffrax Runge-Kutta method with a
         diagonal coefficient, or any implicit solver given `gamma`).
     - `gamma`: the diagonal coefficient; default None, read from the solver's tableau.
-    - `stage_tolerance`: the stage solves' tolerance in `y`, as a fraction of the step's
-        (`rtol`, `atol` and norm of the wrapped root finder, which diffrax takes from the
-        step-size controller); default 0.1. None keeps the wrapped solver's root finder.
+    - `stage_tolerance`: the fraction of the step's tolerance; default 0.1. None keeps
+        the wrapped solver's root finder.
     """
 
     solver: diffrax.AbstractImplicitSolver
@@ -457,13 +447,14 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
     stage_tolerance: float | None = eqx.field(static=True, default=0.1)
 
     def __check_init__(self):
+        name = type(self).__name__
         if not isinstance(self.solver, diffrax.AbstractImplicitSolver):
             raise ValueError(
-                f"FilteredError wraps an implicit solver (e.g. diffrax.Kvaerno5()); got {type(self.solver).__name__}."
+                f"{name} wraps an implicit solver (e.g. diffrax.Kvaerno5()); got {type(self.solver).__name__}."
             )
-        check_positive("FilteredError's gamma (the diagonal coefficient)", self._gamma())
+        check_positive(f"{name}'s gamma (the diagonal coefficient)", self._gamma())
         if self.stage_tolerance is not None:
-            check_positive("FilteredError's stage_tolerance", self.stage_tolerance)
+            check_positive(f"{name}'s stage_tolerance", self.stage_tolerance)
 
     def _gamma(self) -> float:
         if self.gamma is not None:
@@ -490,12 +481,6 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         return self.solver.interpolation_cls
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, err, dense, state, result = self.unfiltered_step(terms, t0, t1, y0, args, solver_state, made_jump)
-        return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
-
-    def unfiltered_step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        """The wrapped solver's step with this wrapper's stage solves, its error estimate
-        not yet filtered."""
         solver = self.stage_solver(t0, t1, y0)
         y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
         # a failed stage solve is rejected; its y1 may be NaN, which would poison the
@@ -511,11 +496,71 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         if fraction is None:
             return self.solver
         rf = self.solver.root_finder
-        width = jnp.maximum(self._gamma() * jnp.abs(t1 - t0), jnp.finfo(jnp.result_type(t0, t1, float)).tiny)
-        atol = jax.tree.map(lambda y: fraction * (rf.atol + rf.rtol * jnp.abs(y)) / width, y0)
+        atol = jax.tree.map(lambda y: fraction * (rf.atol + rf.rtol * jnp.abs(y)), y0)
         linear = getattr(rf, "linear_solver", lx.AutoLinearSolver(well_posed=None))
-        stages = StageNewton(rtol=0.0, atol=atol, norm=rf.norm, linear_solver=linear)
+        scale = self._gamma() * jnp.abs(t1 - t0)
+        stages = StageNewton(rtol=0.0, atol=atol, norm=rf.norm, linear_solver=linear, scale=scale)
         return eqx.tree_at(lambda s: s.root_finder, self.solver, stages)
+
+
+class StageNewton(optx.Newton):
+    """`optx.Newton` for an implicit stage, stopped when its last update is below 1 in
+    `scale * norm(diff / atol)` (give `rtol=0`), after at least one update. The residual
+    is not tested: in `f`-space it cannot fall below the field's round-off, while the
+    tolerance that matters is the stage value's, in `y`, `gamma h` times the update's
+    (`StageTolerance` passes `scale = gamma h`)."""
+
+    scale: float | Array = 1.0
+
+    def terminate(self, fn, y, args, options, state, tags):
+        ok = state.result == optx.RESULTS.successful
+        return ~ok | ((state.step >= 1) & (self.scale * state.diffsize < 1)), state.result
+
+
+# ------------------------------------------------------------------ filtered error estimate
+
+
+class FilteredError(StageTolerance):
+    """Wrap an implicit Runge-Kutta solver (e.g. `diffrax.Kvaerno5`): the same steps,
+    with the error estimate `e` filtered along the field's stable directions (Shampine's
+    filter, Hairer & Wanner, *Solving ODEs II*, IV.8):
+
+        e <- V diag(1 / max(1, 1 + gamma h lambda_i)) V^T e,
+
+    where `-(J + J^T)/2 = V diag(lambda) V^T` at the step's start and `gamma` is the
+    method's diagonal coefficient. For a gradient flow `J = -Hessian` is symmetric, and
+    on its stable directions (`lambda_i > 0`) this is `(I - gamma h J)^-1 e`, the filter
+    that OrdinaryDiffEq.jl's ESDIRK methods (KenCarp58 among them) apply by default. On
+    unstable or flat directions the estimate is left as it is: there the full filter
+    would shrink the estimate of a growing error once `gamma h lambda_i < -2`.
+
+    Why: along a stiff direction the method damps any perturbation, but the plain
+    estimate does not shrink with it; late on a hover at `maxnorm` it is the stiff
+    wall's round-off times `h`, so the controller rejects steps and keeps `h` small where
+    nothing is left to resolve. It is not the default: with its stages solved to the
+    step's tolerance it loses its gain on the long hovers of the flat-channels runs, and
+    stalls where the plain estimate finishes (docs/solvers.md has the measurement). The
+    method, its dense output and its linear solver are the wrapped solver's; the
+    accept/reject decision, the next step size and the stage solves' stopping rule change.
+    Costs one Jacobian (`jax.jacfwd` of the field) and one symmetric eigendecomposition
+    per step. A non-finite estimate is passed through unchanged, and so is every estimate
+    whose Jacobian is not finite.
+
+    The filter is only as good as the stage solves: with diffrax's, at large `h` the
+    stage values are wrong by far more than the step's tolerance, along stiff directions
+    too, and the filter hides that error (docs/solvers.md, "Why the filtered run
+    stalled"). So the stages are solved as `StageTolerance` solves them.
+
+    **Arguments:** those of `StageTolerance`.
+    """
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, err, dense, state, result = self.unfiltered_step(terms, t0, t1, y0, args, solver_state, made_jump)
+        return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
+
+    def unfiltered_step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        """`StageTolerance`'s step: this wrapper's stage solves, the estimate not filtered."""
+        return super().step(terms, t0, t1, y0, args, solver_state, made_jump)
 
     def filter(self, terms, t0, t1, y0, args, err):
         """The filtered estimate of a step from `(t0, y0)` to `t1` whose plain estimate is `err`."""
@@ -527,18 +572,6 @@ class FilteredError(diffrax.AbstractImplicitSolver, _Wrapper):
         factor = 1 / jnp.maximum(1.0, 1 + self._gamma() * (t1 - t0) * lam)
         filtered = V @ (factor * (V.T @ jnp.where(usable, e, 0.0)))
         return unravel(jnp.where(usable, filtered, e))
-
-
-class StageNewton(optx.Newton):
-    """`optx.Newton` for an implicit stage, stopped when its last update is below 1 in
-    `norm(diff / atol)` (give `rtol=0`), after at least one update. The residual is not
-    tested: in `f`-space it cannot fall below the field's round-off, and `FilteredError`
-    sets `atol` to a tolerance in `y` divided by `gamma h`, far below that round-off when
-    `h` is large."""
-
-    def terminate(self, fn, y, args, options, state, tags):
-        ok = state.result == optx.RESULTS.successful
-        return ~ok | ((state.step >= 1) & (state.diffsize < 1)), state.result
 
 
 # ------------------------------------------------------------------ Kvaerno5 + Hessian
@@ -560,18 +593,22 @@ def hessian_kvaerno5(*, rtol: float | None = None, atol: float | None = None) ->
     return diffrax.Kvaerno5(root_finder=rf)
 
 
-def newton_kvaerno5() -> diffrax.Kvaerno5:
-    """`diffrax.Kvaerno5` whose stage equations are solved by optimistix's `Newton`: the
+def newton_kvaerno5(stage_tolerance: float | None = 0.1) -> diffrax.AbstractImplicitSolver:
+    """`diffrax.Kvaerno5` whose stage equations are solved by Newton's method: the
     Jacobian (the negative Hessian, structured where `ij.losses.gradient_fn` applies) is
-    evaluated afresh at every iteration, with the step-size controller's tolerances.
+    evaluated afresh at every iteration, and (`StageTolerance`) the stages are solved to
+    `stage_tolerance` times the step's tolerance in `y`.
 
-    diffrax's default, the chord method, evaluates it once per step. Along a flat channel
-    the Hessian changes so fast within a step that the chord iteration fails to converge
-    on many steps; each failure rejects the step, and the step size stays small: on the
-    flat-channels studies' networks the flow crawls out along a channel
-    (`benchmarks/channels_flow_budget.py`).
+    diffrax's default, the chord method, evaluates the Jacobian once per step. Along a
+    flat channel the Hessian changes so fast within a step that the chord iteration fails
+    to converge on many steps; each failure rejects the step, and the step size stays
+    small: on the flat-channels studies' networks the flow crawls out along a channel
+    (`benchmarks/channels_flow_budget.py`). With diffrax's stage tolerance (`atol` in
+    `f`; `stage_tolerance=None`, the earlier form of this solver) the flow crawls where it
+    hovers at `maxnorm` (docs/solvers.md, "Stage solves to the step's tolerance").
     """
-    return diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())
+    inner = diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())
+    return inner if stage_tolerance is None else StageTolerance(inner, stage_tolerance=stage_tolerance)
 
 
 class _SymmetricLU(lx.AbstractLinearSolver):
@@ -617,7 +654,7 @@ SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
     "gauss6": lambda: GaussLegendre(stages=3),
     "kvaerno5_hessian": hessian_kvaerno5,
     "kvaerno5_newton": newton_kvaerno5,
-    "kvaerno5_newton_filtered": lambda: FilteredError(newton_kvaerno5()),
+    "kvaerno5_newton_filtered": lambda: FilteredError(newton_kvaerno5(stage_tolerance=None)),
 }
 """Solver names accepted wherever a solver is chosen (`SolverOptions(solver=...)`,
 `SweepConfig.solver`, the CLI's `--solver`), each mapped to a factory of a fresh

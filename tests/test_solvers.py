@@ -276,7 +276,7 @@ def test_filtered_error_is_shampines_filter_on_a_linear_flow():
             )
 
 
-def test_filtered_error_crosses_a_hover_that_stalls_the_plain_estimate():
+def test_stages_solved_in_y_cross_a_hover_that_stalls_diffraxs_stage_solves():
     # The hover and its exact solution (polar coordinates): benchmarks/filtered_error_hover.py
     ts = jnp.array([1e2, 1e4, 1e8, 1e12, 1e15])
     term = diffrax.ODETerm(lambda t, z, args: -jax.grad(hover_loss)(z))  # to t = 1e20
@@ -285,21 +285,17 @@ def test_filtered_error_crosses_a_hover_that_stalls_the_plain_estimate():
     def solve(s):
         return diffrax.diffeqsolve(term, s, 0.0, 1e20, None, jnp.array([1.0, 0.0]), max_steps=2000, throw=False, **kw)
 
-    # Late on, the plain estimate is the stiff wall's round-off times h, so every step is
-    # rejected; where that starts depends on the CPU's round-off (t ~ 1e15 with AVX, past
-    # 1e16 with SSE4.2), hence a horizon far beyond both.
-    plain, filtered = solve(ij.newton_kvaerno5()), solve(ij.get_solver("kvaerno5_newton_filtered"))
-    assert plain.result == diffrax.RESULTS.max_steps_reached
-    # The filtered solver finishes within the same 2000 steps: 607 in
-    # filtered_error_hover.json (266 with diffrax's stage solves), 1064 in a test run under
-    # SSE4.2. Late on, its stage solves fail at the largest steps, where the field's
-    # round-off times h is above the stage tolerance, so the count depends on round-off.
-    assert filtered.result == diffrax.RESULTS.successful
-
+    # With diffrax's stage solves (atol in f, gamma h atol in y) the steps stop growing
+    # late on the hover, and the 2000 steps run out; where that starts depends on the
+    # CPU's round-off (t ~ 1e15 with AVX, past 1e16 with SSE4.2), hence a horizon far
+    # beyond both. Solved to a tenth of the step's tolerance in y (the plain estimate, or
+    # the filtered one) the stages let the steps grow (378 and 607 steps in a scratch run).
+    assert solve(ij.newton_kvaerno5(stage_tolerance=None)).result == diffrax.RESULTS.max_steps_reached
     exact = hover_exact(np.asarray(ts))
-    np.testing.assert_allclose(
-        filtered.ys, exact, rtol=0, atol=1e-5
-    )  # benchmarks/results/filtered_error_hover.json: both errors
+    for solver in (ij.newton_kvaerno5(), ij.get_solver("kvaerno5_newton_filtered")):
+        sol = solve(solver)
+        assert sol.result == diffrax.RESULTS.successful
+        np.testing.assert_allclose(sol.ys, exact, rtol=0, atol=1e-5)  # filtered_error_hover.json: the errors
 
 
 def test_filtered_error_refuses_what_it_cannot_filter():
@@ -324,24 +320,28 @@ def test_stage_newton_stops_on_its_update_in_the_given_units():
     assert stuck.result == optx.RESULTS.nonlinear_max_steps_reached
 
 
-def test_filtered_error_solves_its_stages_to_a_tolerance_in_y():
-    # The stage root finder's atol is stage_tolerance (atol + rtol |y0|) / (gamma h), by
-    # hand; and the step uses it: with a stage tolerance of 1e30 StageNewton stops after
-    # one Newton update, which leaves the cubic's stages off, while 0.1 agrees with the
-    # wrapped root finder's converged solve.
+def test_stage_tolerance_solves_the_stages_to_a_tolerance_in_y():
+    # The stage root finder stops when gamma h norm(diff / (stage_tolerance (atol + rtol
+    # |y0|))) < 1, by hand; and the step uses it: with a stage tolerance of 1e30
+    # StageNewton stops after one Newton update, which leaves the cubic's stages off,
+    # while 0.1 agrees with the wrapped root finder's converged solve. The filtered
+    # solver solves its stages the same way.
     import optimistix as optx
 
-    inner = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-6, atol=1e-8))
+    inner = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-6, atol=1e-8, norm=optx.rms_norm))
     gamma = float(np.max(inner.tableau.a_diagonal))
     t0, t1, y0 = jnp.asarray(0.0), jnp.asarray(0.1), jnp.array([1.0, -2.0])
-    rf = ij.FilteredError(inner, stage_tolerance=0.5).stage_solver(t0, t1, y0).root_finder
-    assert isinstance(rf, ij.StageNewton) and rf.rtol == 0.0
-    np.testing.assert_allclose(rf.atol, 0.5 * (1e-8 + 1e-6 * np.array([1.0, 2.0])) / (gamma * 0.1), rtol=1e-14)
+    for wrapper in (ij.StageTolerance, ij.FilteredError):
+        rf = wrapper(inner, stage_tolerance=0.5).stage_solver(t0, t1, y0).root_finder
+        assert isinstance(rf, ij.StageNewton) and rf.rtol == 0.0
+        diff = jnp.array([3e-7, -1e-6])
+        by_hand = gamma * 0.1 * np.sqrt(np.mean((diff / (0.5 * (1e-8 + 1e-6 * np.array([1.0, 2.0])))) ** 2))
+        np.testing.assert_allclose(rf.scale * rf.norm(diff / rf.atol), by_hand, rtol=1e-14)
 
     term = diffrax.ODETerm(lambda t, y, args: -(y**3) - y)
 
     def y1(stage_tolerance):
-        s = ij.FilteredError(inner, stage_tolerance=stage_tolerance)
+        s = ij.StageTolerance(inner, stage_tolerance=stage_tolerance)
         y, _, _, _, result = s.step(term, t0, t1, y0, None, s.init(term, t0, t1, y0, None), False)
         assert result == diffrax.RESULTS.successful
         return np.asarray(y)
@@ -349,6 +349,23 @@ def test_filtered_error_solves_its_stages_to_a_tolerance_in_y():
     converged = y1(None)
     assert np.max(np.abs(y1(1e30) - converged)) > 1e-6
     np.testing.assert_allclose(y1(0.1), converged, rtol=1e-7, atol=1e-9)
+
+
+def test_stage_tolerance_holds_at_steps_near_the_largest_float():
+    # y' = -A (y - 1) from its fixed point, one step of h = 1e305: the stage updates are
+    # round-off, and a tolerance of 1e-9 / (gamma h) would be below the smallest normal
+    # float (flushed to zero on XLA's CPU). Scaling the update instead, the step succeeds
+    # and stays at the fixed point.
+    import optimistix as optx
+
+    A = jnp.asarray(np.diag([1e-3, 1.0, 30.0]))
+    term = diffrax.ODETerm(lambda t, y, args: -A @ (y - 1.0))
+    inner = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-8, atol=1e-8, norm=optx.rms_norm))
+    t0, t1, y0 = jnp.asarray(1e305), jnp.asarray(1.1e306), jnp.ones(3)
+    s = ij.StageTolerance(inner)
+    y, _, _, _, result = s.step(term, t0, t1, y0, None, s.init(term, t0, t1, y0, None), False)
+    assert result == diffrax.RESULTS.successful
+    np.testing.assert_allclose(y, y0, rtol=0, atol=1e-12)
 
 
 def test_evaluation_counter_counts_each_point_of_a_batch():
