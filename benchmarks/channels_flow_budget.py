@@ -22,7 +22,8 @@ Studies (`--study`):
   paper's four scalings, `--teachers` x `--inits` runs per scaling (its inits and data).
 
 Arms (`--solvers`, names in `ij.SOLVERS`): `kvaerno5` (diffrax's chord stage solve, the
-flow phase's solver until this benchmark) and `kvaerno5_newton` (the default now). The
+flow phase's solver until this benchmark) and `kvaerno5_newton` (the default now; its
+stages solved in `y`, `kvaerno5_newton_diffrax_stages` with diffrax's stage solves). The
 arms alternate run by run. The first run of each arm and cell is timed twice: its first
 call (compilation included) and warm; the curves use the warm time.
 

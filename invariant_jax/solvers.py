@@ -655,6 +655,8 @@ SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
     "kvaerno5_hessian": hessian_kvaerno5,
     "kvaerno5_newton": newton_kvaerno5,
     "kvaerno5_newton_filtered": lambda: FilteredError(newton_kvaerno5(stage_tolerance=None)),
+    # kvaerno5_newton as it was: diffrax's stage solves (atol in f), for side-by-side runs
+    "kvaerno5_newton_diffrax_stages": lambda: newton_kvaerno5(stage_tolerance=None),
 }
 """Solver names accepted wherever a solver is chosen (`SolverOptions(solver=...)`,
 `SweepConfig.solver`, the CLI's `--solver`), each mapped to a factory of a fresh
