@@ -452,6 +452,11 @@ class StageTolerance(diffrax.AbstractImplicitSolver, _Wrapper):
             raise ValueError(
                 f"{name} wraps an implicit solver (e.g. diffrax.Kvaerno5()); got {type(self.solver).__name__}."
             )
+        if isinstance(self.solver, StageTolerance):
+            raise ValueError(
+                f"{name} solves the stages of the solver it wraps itself; wrap the bare solver, e.g. "
+                f"{name}(ij.newton_kvaerno5(stage_tolerance=None)), or give stage_tolerance= to {name}."
+            )
         check_positive(f"{name}'s gamma (the diagonal coefficient)", self._gamma())
         if self.stage_tolerance is not None:
             check_positive(f"{name}'s stage_tolerance", self.stage_tolerance)

@@ -303,6 +303,8 @@ def test_filtered_error_refuses_what_it_cannot_filter():
         ij.FilteredError(diffrax.Tsit5())
     with pytest.raises(ValueError, match="gamma.*positive"):
         ij.FilteredError(diffrax.Kvaerno5(), gamma=-1.0)
+    with pytest.raises(ValueError, match=r"solves the stages.*newton_kvaerno5\(stage_tolerance=None\)"):
+        ij.FilteredError(ij.newton_kvaerno5())
 
 
 def test_stage_newton_stops_on_its_update_in_the_given_units():
