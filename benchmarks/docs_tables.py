@@ -215,15 +215,11 @@ def _budget_cells(runs: list, key: str) -> dict:
     return cells
 
 
-def channels_flow_budget() -> str:
-    """docs/channels.md: the flow phase's first passage of maxnorm, chord against Newton stage
-    solves side by side, and the Newton solve on the whole g-without-bias group, run by run
-    against the committed study's verdicts."""
-    arms = _load("channels_flow_budget_levels_arms.json")
-    full = _load("channels_flow_budget_levels_newton.json")
-    study = _load("channels_loss_levels_paper_g_nobias.json")["records"]
+def _flow_budget_arms(arms: dict) -> list[str]:
+    """The side-by-side table of a `channels_flow_budget.py` run with several arms."""
     lines = [
-        f"Side by side (`{arms['command']}`; {arms['wall_budget']:.0f} s per run; the two arms alternate run by run):",
+        f"Side by side (`{arms['command']}`, {_commit_of(arms)}; {arms['wall_budget']:.0f} s per run; the arms "
+        "alternate run by run):",
         "",
         "| stage solve | runs | passed maxnorm | solver steps (sum) | wall (sum) | per width r: passed / runs |",
         "|---|---|---|---|---|---|",
@@ -235,6 +231,31 @@ def channels_flow_budget() -> str:
             f"{w}: {sum(r['passed'] for r in c)}/{len(c)}" for w, c in sorted(_budget_cells(rs, "r").items())
         )
         lines.append(f"| `{s}` | {a['n']} | {a['passed']} | {a['steps_sum']} | {a['wall_sum']:.0f} s | {per} |")
+    return lines
+
+
+def channels_flow_budget_stages() -> str:
+    """docs/channels.md: the flow phase's first passage of maxnorm, `kvaerno5_newton`'s
+    stages solved in `y` against diffrax's stage solves."""
+    arms = _load("channels_flow_budget_levels_stages.json")
+    lines = _flow_budget_arms(arms)
+    a, b = (arms["arms"][s] for s in arms["solvers"])
+    lines += [
+        "",
+        f"Steps: {a['steps_sum']} against {b['steps_sum']} ({a['steps_sum'] / b['steps_sum']:.2f}x); wall: "
+        f"{a['wall_sum']:.0f} against {b['wall_sum']:.0f} s ({a['wall_sum'] / b['wall_sum']:.2f}x).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def channels_flow_budget() -> str:
+    """docs/channels.md: the flow phase's first passage of maxnorm, chord against Newton stage
+    solves side by side, and the Newton solve on the whole g-without-bias group, run by run
+    against the committed study's verdicts."""
+    arms = _load("channels_flow_budget_levels_arms.json")
+    full = _load("channels_flow_budget_levels_newton.json")
+    study = _load("channels_loss_levels_paper_g_nobias.json")["records"]
+    lines = _flow_budget_arms(arms)
     crawl = sorted(
         r["weightnorm"] for r in arms["runs"] if r["solver"] == "kvaerno5" and not r["passed"] and r["t_flow"] < 1e12
     )
@@ -2579,6 +2600,7 @@ BLOCKS = {
     "blas-threads-readme": blas_threads_readme,
     "channels-solvers": channels_solvers,
     "channels-flow-budget": channels_flow_budget,
+    "channels-flow-budget-stages": channels_flow_budget_stages,
     "channels-flow-budget-roughness": channels_flow_budget_roughness,
     "channels-loss-levels-newton": channels_loss_levels_newton,
     "channels-loss-levels-newton-softplus-bias": channels_loss_levels_newton_softplus_bias,
