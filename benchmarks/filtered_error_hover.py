@@ -39,9 +39,9 @@ def _solver(name: str):
     import invariant_jax as ij
 
     if name == SOLVERS[2]:
-        return ij.newton_kvaerno5(stage_tolerance=None)
+        return ij.newton_kvaerno5(None, 10)
     if name == SOLVERS[3]:
-        return ij.FilteredError(ij.newton_kvaerno5(stage_tolerance=None), stage_tolerance=None)
+        return ij.FilteredError(ij.newton_kvaerno5(None, 10), stage_tolerance=None)
     return ij.get_solver(name)
 
 

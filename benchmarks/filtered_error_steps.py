@@ -6,7 +6,7 @@ by side, and the true local error of the suspect steps.
 after 17 of the authors' 500 rows, where the plain estimate finishes. This script runs
 the same flow (their start, their `maxnorm` penalty, rtol = atol = `--rtol`) for
 `--max-steps` attempted steps in three arms (`ARMS`): the plain estimate with diffrax's
-stage solves (`kvaerno5_newton` as it was when this ran: `newton_kvaerno5(stage_tolerance=None)`
+stage solves (`kvaerno5_newton` as it was when this ran: `newton_kvaerno5(None, 10)`
 now); the filtered
 one with diffrax's stage solves (`FilteredError(stage_tolerance=None)`, the solver that
 stalled); and `kvaerno5_newton_filtered`, whose stages are solved to a tenth of the
@@ -96,7 +96,7 @@ def _logged_run(field, theta0, args, t1, *, filtered: bool, stage_tolerance, rto
     t = time.perf_counter()
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
-        Logged(ij.newton_kvaerno5(stage_tolerance=None), stage_tolerance=stage_tolerance, use_filtered=filtered),
+        Logged(ij.newton_kvaerno5(None, 10), stage_tolerance=stage_tolerance, use_filtered=filtered),
         0.0,
         t1,
         None,
@@ -175,7 +175,7 @@ def _probes(
     def reference(y0, h):
         s = diffrax.diffeqsolve(
             diffrax.ODETerm(field),
-            ij.newton_kvaerno5(stage_tolerance=None),
+            ij.newton_kvaerno5(None, 10),
             jnp.zeros_like(h),
             h,
             None,

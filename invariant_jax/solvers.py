@@ -455,7 +455,7 @@ class StageTolerance(diffrax.AbstractImplicitSolver, _Wrapper):
         if isinstance(self.solver, StageTolerance):
             raise ValueError(
                 f"{name} solves the stages of the solver it wraps itself; wrap the bare solver, e.g. "
-                f"{name}(ij.newton_kvaerno5(stage_tolerance=None)), or give stage_tolerance= to {name}."
+                f"{name}(ij.newton_kvaerno5(None, 10)), or give stage_tolerance= to {name}."
             )
         check_positive(f"{name}'s gamma (the diagonal coefficient)", self._gamma())
         if self.stage_tolerance is not None:
@@ -598,21 +598,28 @@ def hessian_kvaerno5(*, rtol: float | None = None, atol: float | None = None) ->
     return diffrax.Kvaerno5(root_finder=rf)
 
 
-def newton_kvaerno5(stage_tolerance: float | None = 0.1) -> diffrax.AbstractImplicitSolver:
+def newton_kvaerno5(
+    stage_tolerance: float | None = 0.1, root_find_max_steps: int = 30
+) -> diffrax.AbstractImplicitSolver:
     """`diffrax.Kvaerno5` whose stage equations are solved by Newton's method: the
     Jacobian (the negative Hessian, structured where `ij.losses.gradient_fn` applies) is
-    evaluated afresh at every iteration, and (`StageTolerance`) the stages are solved to
-    `stage_tolerance` times the step's tolerance in `y`.
+    evaluated afresh at every iteration, at most `root_find_max_steps` iterations per
+    stage, and (`StageTolerance`) the stages are solved to `stage_tolerance` times the
+    step's tolerance in `y`.
 
     diffrax's default, the chord method, evaluates the Jacobian once per step. Along a
     flat channel the Hessian changes so fast within a step that the chord iteration fails
     to converge on many steps; each failure rejects the step, and the step size stays
     small: on the flat-channels studies' networks the flow crawls out along a channel
     (`benchmarks/channels_flow_budget.py`). With diffrax's stage tolerance (`atol` in
-    `f`; `stage_tolerance=None`, the earlier form of this solver) the flow crawls where it
-    hovers at `maxnorm` (docs/solvers.md, "Stage solves to the step's tolerance").
+    `f`; `stage_tolerance=None`) the flow crawls where it hovers at `maxnorm`, and there
+    Newton converges only linearly, so diffrax's 10 iterations often fail where 30 do not
+    (docs/solvers.md, "Stage solves to the step's tolerance").
+    `newton_kvaerno5(None, 10)` is the earlier form of this solver.
     """
-    inner = diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())
+    inner = diffrax.Kvaerno5(
+        root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)(), root_find_max_steps=root_find_max_steps
+    )
     return inner if stage_tolerance is None else StageTolerance(inner, stage_tolerance=stage_tolerance)
 
 
@@ -659,9 +666,10 @@ SOLVERS: dict[str, Callable[[], diffrax.AbstractSolver]] = {
     "gauss6": lambda: GaussLegendre(stages=3),
     "kvaerno5_hessian": hessian_kvaerno5,
     "kvaerno5_newton": newton_kvaerno5,
-    "kvaerno5_newton_filtered": lambda: FilteredError(newton_kvaerno5(stage_tolerance=None)),
-    # kvaerno5_newton as it was: diffrax's stage solves (atol in f), for side-by-side runs
-    "kvaerno5_newton_diffrax_stages": lambda: newton_kvaerno5(stage_tolerance=None),
+    "kvaerno5_newton_filtered": lambda: FilteredError(newton_kvaerno5(None, 10)),
+    # kvaerno5_newton as it was: diffrax's stage solves (atol in f, 10 iterations), for
+    # side-by-side runs
+    "kvaerno5_newton_diffrax_stages": lambda: newton_kvaerno5(None, 10),
 }
 """Solver names accepted wherever a solver is chosen (`SolverOptions(solver=...)`,
 `SweepConfig.solver`, the CLI's `--solver`), each mapped to a factory of a fresh
