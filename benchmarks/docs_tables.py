@@ -756,7 +756,7 @@ def channels_hover() -> str:
         f"`{rec['command']}` (commit {_commit(rec)}); the default flow phase (penalty, {rec['solver']}), warm calls:",
         "",
         "| r | seed | passage: steps, flow time | hover_steps = 100: steps, flow time, result, weightnorm at the end "
-        "| warm wall: passage / with the hover | the hover alone: steps, rejected, flow time "
+        "| warm wall: passage / with the hover | the hover alone: steps taken (of at most), rejected, flow time "
         "| loss moved (relative) | closest pair moved (relative) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -765,7 +765,7 @@ def channels_hover() -> str:
         ph = next((f for f in row["flow_phase"] if f["hover_steps"] == 100), row["flow_phase"][-1])
         pr = row.get("hover_probe")
         probe = (
-            f"{pr['steps']}, {pr['rejected']}, {pr['t_start']:.3g} to {pr['t_end']:.3g} "
+            f"{pr['accepted'] + pr['rejected']} ({pr['steps']}), {pr['rejected']}, {pr['t_start']:.3g} to {pr['t_end']:.3g} "
             f"| {pr['loss_change_relative']:.0e} | {pr['min_cos_change_relative']:.0e}"
             if pr
             else "- | - | -"
