@@ -1,8 +1,8 @@
 """`ij.FilteredError` against the plain estimate, each with its stages solved to a tenth
 of the step's tolerance in `y` (`ij.StageTolerance`) and with diffrax's own stage solves,
-on a two-weight hover with an exact solution: steps, rejected steps, first call (with its compilations) and warm call, and
-the error against the exact solution at each saved time (up to 1e15), for several
-horizons. Where the plain estimate starts to stall depends on the CPU's round-off.
+on a two-weight hover with an exact solution: steps, rejected steps, first call (with its
+compilations) and warm call, and the error against the exact solution at each saved time
+(up to 1e15), for several horizons. Where the plain estimate starts to stall depends on the CPU's round-off.
 
 The hover (`hover_loss`): an outward pull `-log r` held by a stiff wall
 `s (r - R)^3 / 3` above `R = 10` (`s = 1e3`), while the angle creeps towards 2 along

@@ -14,14 +14,14 @@
   Hessian of the loss by autodiff, tagged symmetric for lineax. Registered as
   `"kvaerno5_hessian"`.
 - `newton_kvaerno5()`: diffrax's `Kvaerno5` whose stage equations are solved by Newton's
-  method, the Jacobian evaluated afresh at every iteration, to a tenth of the step's
-  tolerance in `y` (`StageTolerance`). Registered as `"kvaerno5_newton"`: the solver of
-  the flat-channels flow phase.
+  method, the Jacobian evaluated afresh at every iteration (at most 30 per stage), to a
+  tenth of the step's tolerance in `y` (`StageTolerance`). Registered as
+  `"kvaerno5_newton"`: the solver of the flat-channels flow phase.
 - `StageTolerance(solver)`: an implicit solver whose stages are solved by `StageNewton`
   to a fraction of the step's tolerance in `y` (diffrax's own rule is `atol` in `f`).
 - `FilteredError(solver)`: an implicit solver whose error estimate is filtered along the
-  field's stable directions (Shampine's filter). Registered, around `newton_kvaerno5()`,
-  as `"kvaerno5_newton_filtered"`.
+  field's stable directions (Shampine's filter). Registered, around
+  `newton_kvaerno5(None, 10)`, as `"kvaerno5_newton_filtered"`.
 
 Step-size control of `GaussLegendre` is by **step doubling**: every step is taken once
 with `h` and twice with `h/2`; the two-half-step result is kept and the difference,
