@@ -8,8 +8,8 @@ on the loss plus MLPGradientFlow's soft, cubic `maxnorm` penalty
 to `sum (f - y)^2`, with `nx = weightnorm`), so a flow can reach `maxnorm` and hover
 there, under a budget in flow time (`t1`) and wall time (`flow_wall_time`) rather than
 in steps. The hover is a separate solve from the first step past `maxnorm`, with its own
-budget of `hover_steps` solver steps: there the implicit stages converge slowly and the
-flow time advances slowly (see `FlowPhaseOptions`). Every run records whether the ODE
+budget of `hover_steps` solver steps: there the implicit stages converge slowly (see
+`FlowPhaseOptions`). Every run records whether the ODE
 phase alone passed `maxnorm` (the paper's Fig. 4 criterion reads the ODE phase's end),
 a log-spaced `TrajectoryRecord` of the flow, and at its final point the converged
 gradient inf-norm and the minimum Hessian eigenvalue (a minimum has it >= 0, a saddle
@@ -244,9 +244,12 @@ class FlowPhaseOptions(eqx.Module):
         passage only. Why a separate budget: the penalty's gradient vanishes
         quadratically at `maxnorm`, so where the flow hovers (just above it) Newton's
         iteration on an implicit stage halves its step instead of converging
-        quadratically, about half the steps are rejected, and the flow time advances
-        slowly: a hover with no budget of its own spends the whole flow budget there
-        (docs/channels.md, "Hovering at maxnorm"; `benchmarks/channels_hover.py`).
+        quadratically. With diffrax's stage solves (10 iterations, `atol` in `f`) about
+        half the steps were rejected and a hover with no budget of its own spent the
+        whole flow budget there. `"kvaerno5_newton"` (stages to the step's tolerance in
+        `y`, up to 30 iterations) reached `t1 = 1e12` within 28 to 608 hover steps on the
+        four runs measured (docs/channels.md, "Hovering at maxnorm";
+        `benchmarks/channels_hover.py`).
     - `n_record`: rows of the log-spaced `TrajectoryRecord` (0: none, else >= 2; default
         41). The `"sweep"` engine records none.
     - `engine`: `"loop"` runs one compiled program of batch 1 on one run at a time (each
