@@ -243,7 +243,20 @@ def channels_flow_budget_stages() -> str:
     lines += [
         "",
         f"Steps: {a['steps_sum']} against {b['steps_sum']} ({a['steps_sum'] / b['steps_sum']:.2f}x); wall: "
-        f"{a['wall_sum']:.0f} against {b['wall_sum']:.0f} s ({a['wall_sum'] / b['wall_sum']:.2f}x).",
+        f"{a['wall_sum']:.0f} against {b['wall_sum']:.0f} s ({a['wall_sum'] / b['wall_sum']:.2f}x). "
+        "Compilation (a cell's first call less the same run warm), by width: "
+        + "; ".join(
+            f"{c}: "
+            + " / ".join(
+                f"{f['compile_estimate']:.1f}"
+                for s in arms["solvers"]
+                for f in arms["first_calls"]
+                if f["solver"] == s and f["cell"] == c
+            )
+            + " s"
+            for c in dict.fromkeys(f["cell"] for f in arms["first_calls"])
+        )
+        + ".",
     ]
     return "\n".join(lines) + "\n"
 
