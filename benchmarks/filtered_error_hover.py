@@ -11,7 +11,7 @@ The hover (`hover_loss`): an outward pull `-log r` held by a stiff wall
 exactly (`hover_exact`). `tests/test_solvers.py` uses both.
 
 Usage: python benchmarks/filtered_error_hover.py [--horizons 1e12,1e14,1e15,1e16,1e20]
-       [--max-steps 20000] [--out benchmarks/results/filtered_error_hover.json]
+       [--max-steps 20000] [--rtol 1e-8] [--atol 1e-8] [--out benchmarks/results/filtered_error_hover.json]
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--horizons", default="1e12,1e14,1e15,1e16,1e20", help="comma-separated t1")
     p.add_argument("--max-steps", type=int, default=20_000)
+    p.add_argument("--rtol", type=float, default=1e-8)
+    p.add_argument("--atol", type=float, default=1e-8)
     p.add_argument("--out", default=None, help="default: benchmarks/results/local/filtered_error_hover.json")
     args = p.parse_args()
     out = output_path(args.out, "filtered_error_hover.json")
@@ -97,7 +99,7 @@ def main():
                     None,
                     jnp.array([1.0, 0.0]),
                     saveat=diffrax.SaveAt(ts=jnp.array(ts)),
-                    stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+                    stepsize_controller=diffrax.PIDController(rtol=args.rtol, atol=args.atol),
                     max_steps=args.max_steps,
                     throw=False,
                 )
@@ -123,7 +125,7 @@ def main():
                 )
             )
             print(f"t1 = {t1:g}, {name}: {rows[-1]['steps']} steps, errors {rows[-1]['errors']}", flush=True)
-    write_json(out, dict(rtol=1e-8, atol=1e-8, max_steps=args.max_steps, R=R, s=S, rows=rows))
+    write_json(out, dict(rtol=args.rtol, atol=args.atol, max_steps=args.max_steps, R=R, s=S, rows=rows))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def _logged_run(field, theta0, args, t1, *, filtered: bool, stage_tolerance, rto
         use_filtered: bool = eqx.field(static=True, default=True)
 
         def step(self, terms, t0, t1, y0, args, state, made_jump):
-            y1, err, dense, state, result = self.unfiltered_step(terms, t0, t1, y0, args, state, made_jump)
+            y1, err, dense, state, result = ij.StageTolerance.step(self, terms, t0, t1, y0, args, state, made_jump)
             ferr = self.filter(terms, t0, t1, y0, args, err)
             J = jax.jacfwd(lambda y: terms.vf(t0, y, args))(y0)
             lam = jnp.linalg.eigvalsh(jnp.where(jnp.all(jnp.isfinite(J)), -(J + J.T) / 2, 0.0))

@@ -560,12 +560,8 @@ class FilteredError(StageTolerance):
     """
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, err, dense, state, result = self.unfiltered_step(terms, t0, t1, y0, args, solver_state, made_jump)
+        y1, err, dense, state, result = super().step(terms, t0, t1, y0, args, solver_state, made_jump)
         return y1, self.filter(terms, t0, t1, y0, args, err), dense, state, result
-
-    def unfiltered_step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        """`StageTolerance`'s step: this wrapper's stage solves, the estimate not filtered."""
-        return super().step(terms, t0, t1, y0, args, solver_state, made_jump)
 
     def filter(self, terms, t0, t1, y0, args, err):
         """The filtered estimate of a step from `(t0, y0)` to `t1` whose plain estimate is `err`."""
