@@ -247,7 +247,7 @@ class FlowPhaseOptions(eqx.Module):
         quadratically. With diffrax's stage solves (10 iterations, `atol` in `f`) about
         half the steps were rejected and a hover with no budget of its own spent the
         whole flow budget there. `"kvaerno5_newton"` (stages to the step's tolerance in
-        `y`, up to 30 iterations) reached `t1 = 1e12` within 28 to 608 hover steps on the
+        `y`, up to 30 iterations) reached `t1 = 1e12` within 17 to 38 hover steps on the
         four runs measured (docs/channels.md, "Hovering at maxnorm";
         `benchmarks/channels_hover.py`).
     - `n_record`: rows of the log-spaced `TrajectoryRecord` (0: none, else >= 2; default
