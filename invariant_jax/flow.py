@@ -37,12 +37,13 @@ from .options import (
     as_solver_options,
 )
 from .regularizers import get_regularizer
-from .solvers import is_implicit
+from .solvers import GradientFlowTerm, is_implicit
 
 __all__ = [
     "Flow",
     "gradient_flow",
     "flow_field",
+    "flow_potential",
     "trajectory_record",
     "ConservationReport",
     "check_conservation",
@@ -289,6 +290,27 @@ def flow_field(
     return field
 
 
+def flow_potential(
+    net: DAGNetwork,
+    *,
+    loss: str | Callable = "mse",
+    weight_decay: float = 0.0,
+    regularizer: Callable | None = None,
+    strength: float = 0.0,
+) -> Callable:
+    """The potential `(t, theta, (X, Y)) -> L + strength R + weight_decay |theta|^2 / 2`
+    whose negative gradient is `flow_field`'s field (`ij.GradientFlowTerm` carries it)."""
+
+    def potential(t, theta, args):
+        X, Y = args
+        v = edge_loss_fn(net, X, Y, loss)(theta)
+        if regularizer is not None:
+            v = v + strength * regularizer(net.with_edge_weights(theta))
+        return v + weight_decay * jnp.sum(theta**2) / 2
+
+    return potential
+
+
 def gradient_flow(
     net: DAGNetwork,
     X: ArrayLike,
@@ -481,8 +503,9 @@ def _gradient_flow(
     if stop.enabled:
         start = stop.start_clock()
         event = diffrax.Event(lambda t, y, args, **kwargs: jnp.any(rule_hits(t, y, args, start)))
+    potential = flow_potential(net, loss=loss, weight_decay=weight_decay, regularizer=reg, strength=strength)
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field),
+        GradientFlowTerm(field, potential),
         solver,
         t0,
         t1,

@@ -285,6 +285,27 @@ def test_default_stage_solve_reaches_maxnorm_on_a_study_run():
     assert ch.confirm_channel(net.with_edge_weights(end), X, Y).confirmed
 
 
+def test_flow_phase_never_raises_the_loss_on_a_study_run():
+    # The loss-levels study's g-without-bias run r = 3, seed 66 of 100 (infinite in the
+    # committed study). Without the potential check one step of kvaerno5_newton's, at
+    # t ~ 5e7, jumped from loss 0.1487 at weightnorm 623 to a spurious root of the stage
+    # equations at loss 0.49995, weightnorm 0.0074, where the flow then stayed to t1
+    # (benchmarks/results/channels_flow_budget_levels_newton.json at 20eec93). A gradient
+    # flow never raises its loss: the recorded losses must not rise, and the run passes
+    # maxnorm, as diffrax's stage solves and tighter tolerances do.
+    X, Y = ij.rosenbrock_grid(10**4)
+    g = ij.mlp([2, 3, 1], bias=False)
+    net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, 100)[66])
+    flow = ij.FlowPhaseOptions(flow_stop="stop", max_flow_steps=300, n_record=41, engine="loop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ij.NoConservationLaw)
+        res = ch.flow_phase(net, X, Y, flow)
+    loss = np.asarray(res.record.loss[0])
+    loss = loss[np.isfinite(loss)]
+    assert np.all(np.diff(loss) <= 1e-3 * loss[:-1] + 1e-6)  # rtol |V| + atol
+    assert float(res.weightnorm_max[0]) >= 1e3
+
+
 def test_penalized_flow_phase_hovers_past_maxnorm():
     # Two runs in one vmapped batch, maxnorm 5: one starts below it and ends at t1 below it,
     # taking no hover step; the other starts at weightnorm 30, already past it (the passage

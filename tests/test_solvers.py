@@ -319,6 +319,40 @@ def test_stage_solves_in_y_stay_fast_at_loose_tolerances():
         np.testing.assert_allclose(sol.ys, exact, rtol=0, atol=1e-2)  # rtol |y|
 
 
+def test_stage_tolerance_rejects_a_step_that_raises_the_potential():
+    # y' = -grad V for V = |y - 1|^2 / 2, one step of h = 0.5 from y = 0: given the true
+    # potential the step is kept (a finite error estimate), given one that the step raises
+    # (-V) it is rejected (an infinite estimate), and a plain ODETerm is never checked.
+    # Through diffeqsolve (which wraps the term) only steps that raise -V by less than
+    # rtol |V| + atol are kept, so the solve cannot get far.
+    import optimistix as optx
+
+    V = lambda t, y, args: jnp.sum((y - 1.0) ** 2) / 2  # noqa: E731
+    field = lambda t, y, args: -(y - 1.0)  # noqa: E731
+    inner = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-6, atol=1e-8, norm=optx.rms_norm))
+    s = ij.StageTolerance(inner)
+    t0, t1, y0 = jnp.asarray(0.0), jnp.asarray(0.5), jnp.zeros(2)
+
+    def err(term):
+        _, e, _, _, result = s.step(term, t0, t1, y0, None, s.init(term, t0, t1, y0, None), False)
+        assert result == diffrax.RESULTS.successful
+        return np.asarray(e)
+
+    assert np.all(np.isfinite(err(ij.GradientFlowTerm(field, V))))
+    assert np.all(np.isinf(err(ij.GradientFlowTerm(field, lambda t, y, a: -V(t, y, a)))))
+    assert np.all(np.isfinite(err(diffrax.ODETerm(field))))
+
+    def solve(term):
+        ctrl = diffrax.PIDController(rtol=1e-6, atol=1e-8)
+        return diffrax.diffeqsolve(
+            term, ij.newton_kvaerno5(), 0.0, 1.0, 0.1, y0, stepsize_controller=ctrl, max_steps=50, throw=False
+        )
+
+    assert solve(ij.GradientFlowTerm(field, V)).result == diffrax.RESULTS.successful
+    rising = solve(ij.GradientFlowTerm(field, lambda t, y, a: -V(t, y, a)))
+    assert rising.result == diffrax.RESULTS.max_steps_reached
+
+
 def test_filtered_error_refuses_what_it_cannot_filter():
     with pytest.raises(ValueError, match="implicit solver.*Tsit5"):
         ij.FilteredError(diffrax.Tsit5())
