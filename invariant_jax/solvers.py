@@ -19,7 +19,8 @@
   `"kvaerno5_newton"`: the solver of the flat-channels flow phase.
 - `StageTolerance(solver)`: an implicit solver whose stages are solved by `StageNewton`
   to a fraction of the step's tolerance in `y` (diffrax's own rule is `atol` in `f`).
-  Given a `GradientFlowTerm`, it also rejects any step that raises the potential.
+  Given a `GradientFlowTerm`, it also rejects a step that raises the potential by more
+  than the step's error can explain.
 - `GradientFlowTerm(field, potential)`: an `ODETerm` `-grad V` that carries `V`.
 - `FilteredError(solver)`: an implicit solver whose error estimate is filtered along the
   field's stable directions (Shampine's filter). Registered, around
@@ -497,11 +498,19 @@ class StageTolerance(diffrax.AbstractImplicitSolver, _Wrapper):
         y1 = jax.tree.map(lambda a, b: jnp.where(failed, b, a), y1, y0)
         flow = _gradient_flow_term(terms)
         if flow is not None:
-            rf = self.solver.root_finder
-            v0, v1 = flow.potential(t0, y0, args), flow.potential(t1, y1, args)
-            rose = ~(v1 <= v0 + rf.rtol * jnp.abs(v0) + rf.atol)  # (a NaN potential too)
-            err = jax.tree.map(lambda e: jnp.where(rose, jnp.inf, e), err)
+            err = jax.tree.map(lambda e: jnp.where(self.raised(flow, t0, t1, y0, y1, err, args), jnp.inf, e), err)
         return y1, err, dense, state, result
+
+    def raised(self, flow: GradientFlowTerm, t0, t1, y0, y1, err, args):
+        """Whether a step from `y0` to `y1` with error estimate `err` raised the flow's
+        potential `V` by more than its error can explain: by more than 10 times
+        `|V(y1) - V(y1 - err)|` (the difference to the embedded solution), plus
+        `rtol |V(y0)| + atol`. True also for a NaN potential."""
+        rf = self.solver.root_finder
+        v0, v1 = flow.potential(t0, y0, args), flow.potential(t1, y1, args)
+        embedded = flow.potential(t1, jax.tree.map(lambda a, e: a - e, y1, err), args)
+        slack = 10 * jnp.abs(v1 - embedded) + rf.rtol * jnp.abs(v0) + rf.atol
+        return ~(v1 - v0 <= slack)
 
     def stage_solver(self, t0, t1, y0) -> diffrax.AbstractImplicitSolver:
         """The wrapped solver, its stages solved by `StageNewton` to `stage_tolerance` times
@@ -522,7 +531,7 @@ class GradientFlowTerm(diffrax.ODETerm):
     potential `V(t, y, args)` it descends (the loss and its regularizers).
 
     The exact flow never raises `V`. `StageTolerance` (so `"kvaerno5_newton"`) rejects
-    any step that raises it by more than `rtol |V| + atol` (the controller's tolerances),
+    any step that raises it by more than the step's error can explain (`StageTolerance.raised`),
     as it would a step whose error estimate is infinite, and retries with a smaller one.
     Why: at large `h` the stage equations can have roots far from the flow, and Newton
     may converge to one; all stages then agree with each other, so the error estimate
