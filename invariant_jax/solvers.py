@@ -498,7 +498,8 @@ class StageTolerance(diffrax.AbstractImplicitSolver, _Wrapper):
         y1 = jax.tree.map(lambda a, b: jnp.where(failed, b, a), y1, y0)
         flow = _gradient_flow_term(terms)
         if flow is not None:
-            err = jax.tree.map(lambda e: jnp.where(self.raised(flow, t0, t1, y0, y1, err, args), jnp.inf, e), err)
+            raised = self.raised(flow, t0, t1, y0, y1, err, args)
+            err = jax.tree.map(lambda e: jnp.where(raised, jnp.inf, e), err)
         return y1, err, dense, state, result
 
     def raised(self, flow: GradientFlowTerm, t0, t1, y0, y1, err, args):
@@ -535,9 +536,9 @@ class GradientFlowTerm(diffrax.ODETerm):
     as it would a step whose error estimate is infinite, and retries with a smaller one.
     Why: at large `h` the stage equations can have roots far from the flow, and Newton
     may converge to one; all stages then agree with each other, so the error estimate
-    passes the step. In a study run (docs/channels.md, "How far the ODE phase gets") one
-    such step took the flow from loss 0.1487 at `weightnorm` 623 to loss 0.49995 at
-    `weightnorm` 0.0074.
+    passes the step. In a flat-channels study run one such step took the flow from loss
+    0.1487 at `weightnorm` 623 to loss 0.49995 at `weightnorm` 0.0074 (docs/solvers.md,
+    "A step may not raise the loss").
 
     **Arguments:** `vector_field` (as `diffrax.ODETerm`), `potential`.
     """
