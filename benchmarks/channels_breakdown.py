@@ -2,11 +2,16 @@
 compilation and the rest, each counted and timed against its bare cost.
 
 Runs of the loss-levels g-without-bias group (2-r-1 `g` network without bias, the 101 x 101
-Rosenbrock grid, `ch.study_inits`; `--runs r:seed`). Per run and phase:
+Rosenbrock grid, `ch.study_inits`; `--runs r:seed`). Per run, per flow solver (`--solvers`,
+names in `ij.SOLVERS`, side by side on the same run) and phase:
 
 - the **flow phase**: `ch.flow_phase` with the studies' stop at `maxnorm`
-  (`flow_stop="stop"`, loop engine, the default Newton stage solve, `--max-flow-steps`);
-- the **Newton phase**: `ij.newton_phase` from the flow's end, default `NewtonOptions`.
+  (`flow_stop="stop"`, loop engine, `--max-flow-steps`);
+- the **Newton phase**: `ij.newton_phase` from that flow's end, default `NewtonOptions`.
+
+Each Newton iteration of an implicit stage evaluates one Jacobian, so the flow's Hessian
+count over its attempted steps (accepted and rejected) is its stage iterations per step;
+Kvaerno5 has 6 implicit stages per step.
 
 Each phase is timed twice, its first call (compile and run) and warm. Then it runs once
 more, untimed, after `jax.clear_caches()`, with the package's structured gradient, its
@@ -28,7 +33,7 @@ estimates, the host round trips between Newton chunks. The issue's goal is that 
 and Hessians make at least 70% of the warm wall.
 
 Usage: PYTHONPATH=. python benchmarks/channels_breakdown.py [--runs 2:2,5:0,2:0]
-       [--max-flow-steps 2000] [--out PATH]
+       [--solvers kvaerno5_newton,kvaerno5_newton_diffrax_stages] [--max-flow-steps 2000] [--out PATH]
 """
 
 from __future__ import annotations
@@ -158,9 +163,48 @@ def breakdown(first, warm, counts, bare, phase) -> dict:
     )
 
 
+def run_row(net, Xc, Yc, flow, newton, bare) -> dict:
+    """One run with one flow solver: both phases timed (first call, warm), counted, broken down."""
+    res = ch.flow_phase(net, Xc, Yc, flow)
+    end = res.theta_final[0]
+    runs = dict(
+        flow=lambda: ch.flow_phase(net, Xc, Yc, flow).theta_final,
+        newton=lambda: ij.newton_phase(net.with_edge_weights(end[None]), Xc, Yc, options=newton).theta,
+    )
+    nres = ij.newton_phase(net.with_edge_weights(end[None]), Xc, Yc, options=newton)
+    row = dict(
+        E=int(end.size),
+        flow_steps=int(res.n_steps[0]),
+        flow_result=str(ij.result_name(res.result)[0]),
+        flow_weightnorm_max=float(res.weightnorm_max[0]),
+        newton_steps=int(nres.n_steps[0]),
+        newton_result=str(ij.result_name(nres.result)[0]),
+        bare_seconds=bare,
+    )
+    for phase, run in runs.items():
+        jax.clear_caches()
+        first = timed(run)
+        warm = timed(run)
+        row[phase] = breakdown(first, warm, counting(run), bare, phase)
+        b = row[phase]
+        print(
+            f"  {flow.solver} {phase}: first {first:.2f} s, warm {warm:.2f} s; counts {b['counts']}; "
+            f"arithmetic {100 * b['arithmetic_fraction']:.0f}% of warm, "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in b["fraction_of_warm"].items()),
+            flush=True,
+        )
+    row["flow"]["stage_iterations_per_step"] = row["flow"]["counts"]["hessian"] / max(row["flow_steps"], 1)
+    row["run"] = {k: row["flow"][k] + row["newton"][k] for k in ("first_call", "warm", "compile")}
+    arith = sum(row[p]["seconds"]["gradients"] + row[p]["seconds"]["hessians"] for p in runs)
+    row["run"]["arithmetic_fraction_of_warm"] = arith / row["run"]["warm"]
+    row["run"]["compile_fraction_of_first_call"] = row["run"]["compile"] / row["run"]["first_call"]
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", default="2:2,5:0,2:0", help="r:seed pairs of the g-without-bias group")
+    ap.add_argument("--solvers", default="kvaerno5_newton", help="flow solvers, names in ij.SOLVERS")
     ap.add_argument("--max-flow-steps", type=int, default=2000)
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/...)")
     args = ap.parse_args()
@@ -168,53 +212,33 @@ def main():
     warnings.simplefilter("ignore", ij.NoConservationLaw)
     X, Y = ij.rosenbrock_grid(10**4)
     start, rows = time.perf_counter(), []
-    flow = ij.FlowPhaseOptions(flow_stop="stop", max_flow_steps=args.max_flow_steps, n_record=0, engine="loop")
+    solvers = args.solvers.split(",")
+    flows = {
+        s: ij.FlowPhaseOptions(
+            solver=s, flow_stop="stop", max_flow_steps=args.max_flow_steps, n_record=0, engine="loop"
+        )
+        for s in solvers
+    }
     newton = ij.NewtonOptions()
     for pair in args.runs.split(","):
         r, seed = (int(v) for v in pair.split(":"))
         net = study_run(r, seed)
         Xc, Yc = losses.check_data(net.graph, X, Y)
-        res = ch.flow_phase(net, Xc, Yc, flow)
-        end = res.theta_final[0]
-        runs = dict(
-            flow=lambda: ch.flow_phase(net, Xc, Yc, flow).theta_final,  # noqa: B023
-            newton=lambda: ij.newton_phase(net.with_edge_weights(end[None]), Xc, Yc, options=newton).theta,  # noqa: B023
-        )
         bare = bare_costs(net, Xc, Yc, net.edge_weights())
-        row = dict(
-            r=r,
-            seed=seed,
-            E=int(end.size),
-            flow_steps=int(res.n_steps[0]),
-            flow_result=str(ij.result_name(res.result)[0]),
-            bare_seconds=bare,
-        )
-        nres = ij.newton_phase(net.with_edge_weights(end[None]), Xc, Yc, options=newton)
-        row["newton_steps"], row["newton_result"] = int(nres.n_steps[0]), str(ij.result_name(nres.result)[0])
-        for phase, run in runs.items():
-            jax.clear_caches()
-            first = timed(run)
-            warm = timed(run)
-            row[phase] = breakdown(first, warm, counting(run), bare, phase)
-            b = row[phase]
+        for solver, flow in flows.items():
+            rows.append(run_row(net, Xc, Yc, flow, newton, bare) | dict(r=r, seed=seed, solver=solver))
+            b = rows[-1]["flow"]
             print(
-                f"r={r} seed={seed} {phase}: first {first:.2f} s, warm {warm:.2f} s; counts {b['counts']}; "
-                f"arithmetic {100 * b['arithmetic_fraction']:.0f}% of warm, "
-                + ", ".join(f"{k} {100 * v:.0f}%" for k, v in b["fraction_of_warm"].items()),
+                f"r={r} seed={seed} {solver}: {rows[-1]['flow_steps']} steps, "
+                f"{b['counts']['hessian'] / rows[-1]['flow_steps']:.1f} stage iterations per step, "
+                f"warm {b['warm']:.2f} s ({1e3 * b['warm'] / rows[-1]['flow_steps']:.1f} ms per step)",
                 flush=True,
             )
-        row["run"] = {  # the whole run: the flow phase, then the Newton phase
-            k: row["flow"][k] + row["newton"][k] for k in ("first_call", "warm", "compile")
-        }
-        arith = sum(row[p]["seconds"]["gradients"] + row[p]["seconds"]["hessians"] for p in runs)
-        row["run"]["arithmetic_fraction_of_warm"] = arith / row["run"]["warm"]
-        row["run"]["compile_fraction_of_first_call"] = row["run"]["compile"] / row["run"]["first_call"]
-        rows.append(row)
     write_json(
         path,
         dict(
             benchmark="channels_breakdown",
-            flow_options=dict(solver=flow.solver, flow_stop=flow.flow_stop, max_flow_steps=flow.max_flow_steps),
+            flow_options=dict(solvers=solvers, flow_stop="stop", max_flow_steps=args.max_flow_steps),
             newton_options=newton.settings(),
             total_seconds=time.perf_counter() - start,
             runs=rows,

@@ -566,13 +566,22 @@ class StageNewton(optx.Newton):
     (`StageTolerance` passes `scale = gamma h`). The first update is not trusted: it
     measures how far the predictor was, not how far its result is; stopping on it, a
     hover at loose tolerances took 9078 steps where two updates at least take 43
-    (docs/solvers.md, "Stage solves to the step's tolerance")."""
+    (docs/solvers.md, "Stage solves to the step's tolerance").
+
+    A solve that fails returns NaN. The step is rejected in any case, and the later
+    stages of a Runge-Kutta step, built on this one, then stop before their first
+    iteration (`optx.root_find` stops on a non-finite start) instead of each running to
+    `max_steps` on values that cannot be used."""
 
     scale: float | Array = 1.0
 
     def terminate(self, fn, y, args, options, state, tags):
         ok = state.result == optx.RESULTS.successful
         return ~ok | ((state.step >= 2) & (self.scale * state.diffsize < 1)), state.result
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        failed = result != optx.RESULTS.successful
+        return jax.tree.map(lambda a: jnp.where(failed, jnp.nan, a), y), aux, {}
 
 
 # ------------------------------------------------------------------ filtered error estimate

@@ -411,6 +411,41 @@ def test_stage_tolerance_solves_the_stages_to_a_tolerance_in_y():
     np.testing.assert_allclose(y1(0.1), converged, rtol=1e-7, atol=1e-9)
 
 
+def test_a_failed_stage_solve_stops_the_steps_later_stages():
+    # One Kvaerno5 step (6 implicit stages) of y' = -y^3 - y, each stage solve given two
+    # Newton updates: with a stage tolerance of 1e30 every stage passes after two; with
+    # 1e-30 the first implicit stage fails, and returns NaN so that the later stages, built
+    # on it, stop before their first update: 12 field evaluations (primal and tangents)
+    # against 42 (42 before, when each later stage ran its two updates too). The step is
+    # rejected either way: y0 back, an infinite estimate.
+    import optimistix as optx
+
+    from invariant_jax import solvers
+
+    inner = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-6, atol=1e-8, norm=optx.rms_norm), root_find_max_steps=2)
+    term = diffrax.ODETerm(lambda t, y, args: -(solvers.count_evaluations(y) ** 3) - y)
+    t0, t1, y0 = jnp.asarray(0.0), jnp.asarray(0.5), jnp.array([1.0, -2.0])
+    count = [0]
+
+    def step(stage_tolerance):
+        s = ij.StageTolerance(inner, stage_tolerance=stage_tolerance)
+        count[0] = 0
+        out = jax.jit(lambda y: s.step(term, t0, t1, y, None, s.init(term, t0, t1, y, None), False))(y0)
+        jax.block_until_ready(out)
+        jax.effects_barrier()
+        return out, count[0]
+
+    solvers._EVAL_HOOK = lambda k: count.__setitem__(0, count[0] + k)
+    try:
+        (y_ok, _, _, _, ok), n_ok = step(1e30)
+        (y_bad, err, _, _, bad), n_bad = step(1e-30)
+    finally:
+        solvers._EVAL_HOOK = None
+    assert ok == diffrax.RESULTS.successful and bad != diffrax.RESULTS.successful
+    assert np.all(np.isfinite(y_ok)) and np.array_equal(y_bad, y0) and np.all(np.isinf(err))
+    assert 0 < n_bad <= n_ok / 3
+
+
 def test_stage_tolerance_holds_at_steps_near_the_largest_float():
     # y' = -A (y - 1) from its fixed point, one step of h = 1e305: the stage updates are
     # round-off, and a tolerance of 1e-9 / (gamma h) would be below the smallest normal
