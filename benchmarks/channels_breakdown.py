@@ -3,7 +3,8 @@ compilation and the rest, each counted and timed against its bare cost.
 
 Runs of the loss-levels g-without-bias group (2-r-1 `g` network without bias, the 101 x 101
 Rosenbrock grid, `ch.study_inits`; `--runs r:seed`). Per run, per flow solver (`--solvers`,
-names in `ij.SOLVERS`, side by side on the same run) and phase:
+names in `ij.SOLVERS`, or with `:pid` for `diffrax.PIDController`'s step sizes, as
+`channels_flow_budget.py` takes them; side by side on the same run) and phase:
 
 - the **flow phase**: `ch.flow_phase` with the studies' stop at `maxnorm`
   (`flow_stop="stop"`, loop engine, `--max-flow-steps`);
@@ -54,6 +55,7 @@ import invariant_jax as ij  # noqa: E402
 import invariant_jax.channels._converge as converge  # noqa: E402 (patched for the counting run)
 import invariant_jax.losses as losses  # noqa: E402 (patched for the counting run)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from channels_flow_budget import arm_options  # noqa: E402
 from channels_hover import study_run  # noqa: E402
 from converge_cost import median_ms  # noqa: E402
 from invariant_jax import channels as ch  # noqa: E402
@@ -188,7 +190,7 @@ def run_row(net, Xc, Yc, flow, newton, bare) -> dict:
         row[phase] = breakdown(first, warm, counting(run), bare, phase)
         b = row[phase]
         print(
-            f"  {flow.solver} {phase}: first {first:.2f} s, warm {warm:.2f} s; counts {b['counts']}; "
+            f"  {phase}: first {first:.2f} s, warm {warm:.2f} s; counts {b['counts']}; "
             f"arithmetic {100 * b['arithmetic_fraction']:.0f}% of warm, "
             + ", ".join(f"{k} {100 * v:.0f}%" for k, v in b["fraction_of_warm"].items()),
             flush=True,
@@ -213,12 +215,7 @@ def main():
     X, Y = ij.rosenbrock_grid(10**4)
     start, rows = time.perf_counter(), []
     solvers = args.solvers.split(",")
-    flows = {
-        s: ij.FlowPhaseOptions(
-            solver=s, flow_stop="stop", max_flow_steps=args.max_flow_steps, n_record=0, engine="loop"
-        )
-        for s in solvers
-    }
+    flows = {s: arm_options(s, flow_stop="stop", max_flow_steps=args.max_flow_steps) for s in solvers}
     newton = ij.NewtonOptions()
     for pair in args.runs.split(","):
         r, seed = (int(v) for v in pair.split(":"))

@@ -23,8 +23,10 @@ Studies (`--study`):
 
 Arms (`--solvers`, names in `ij.SOLVERS`): `kvaerno5` (diffrax's chord stage solve, the
 flow phase's solver until this benchmark) and `kvaerno5_newton` (the default now; its
-stages solved in `y`, `kvaerno5_newton_diffrax_stages` with diffrax's stage solves). The
-arms alternate run by run. The first run of each arm and cell is timed twice: its first
+stages solved in `y`, `kvaerno5_newton_diffrax_stages` with diffrax's stage solves). A
+name with `:pid` runs the same solver with `diffrax.PIDController`'s step sizes
+(`recovery=None`: after a failed step the step grows back by up to 10 at once) instead of
+the default `ij.RecoveringPIDController`. The arms alternate run by run. The first run of each arm and cell is timed twice: its first
 call (compilation included) and warm; the curves use the warm time.
 
 Usage: python benchmarks/channels_flow_budget.py [--study levels|roughness] [--widths 1,2,3,4,5]
@@ -78,6 +80,17 @@ def roughness_runs(teachers, inits, samples=10**4):
                 )
 
 
+def arm_options(arm: str, **fields) -> ij.FlowPhaseOptions:
+    """An arm's flow options (one run at a time, no record): `solver`, a name in
+    `ij.SOLVERS`, or `solver:pid` for the same with `recovery=None`."""
+    solver, _, controller = arm.partition(":")
+    if solver not in ij.SOLVERS or controller not in ("", "pid"):
+        raise SystemExit(f"--solvers: {arm!r} is not a name in ij.SOLVERS, nor one with ':pid' ({sorted(ij.SOLVERS)}).")
+    if controller:
+        fields["recovery"] = None
+    return ij.FlowPhaseOptions(solver=solver, n_record=0, engine="loop", **fields)
+
+
 def one_run(net, X, Y, options):
     """The ODE phase of one run to its first passage of `maxnorm`; wall seconds of the call."""
     t = time.perf_counter()
@@ -124,23 +137,13 @@ def main():
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/...)")
     args = ap.parse_args()
     solvers = args.solvers.split(",")
-    for s in solvers:
-        if s not in ij.SOLVERS:
-            raise SystemExit(f"--solvers: {s!r} is not in ij.SOLVERS ({sorted(ij.SOLVERS)}).")
     path = output_path(args.out, f"channels_flow_budget_{args.study}.json")
     if args.study == "levels":
         runs = levels_runs([int(w) for w in args.widths.split(",")], args.seeds)
     else:
         runs = roughness_runs(args.teachers, args.inits)
     options = {
-        s: ij.FlowPhaseOptions(
-            solver=s,
-            flow_stop="stop",
-            flow_wall_time=args.wall,
-            max_flow_steps=args.max_flow_steps,
-            n_record=0,
-            engine="loop",
-        )
+        s: arm_options(s, flow_stop="stop", flow_wall_time=args.wall, max_flow_steps=args.max_flow_steps)
         for s in solvers
     }
     rows, first_calls = [], []

@@ -28,7 +28,7 @@ from ._defaults import MAX_STEPS
 from ._results import STOP_RESULTS, result_code
 from .losses import get_loss
 from .regularizers import get_regularizer
-from .solvers import SOLVERS, get_solver
+from .solvers import SOLVERS, RecoveringPIDController, check_recovery, get_solver
 
 __all__ = [
     "SolverOptions",
@@ -55,12 +55,16 @@ class SolverOptions(eqx.Module):
     **Fields:**
 
     - `solver`: a name in `ij.SOLVERS` (e.g. `"tsit5"`, `"gauss4"`) or a diffrax solver.
-    - `rtol`, `atol`: tolerances of the `diffrax.PIDController` (positive; `rtol < 1`,
+    - `rtol`, `atol`: tolerances of the step-size controller (positive; `rtol < 1`,
         since a relative tolerance of 1 accepts any error, and at least 10 machine
         epsilons of the state's dtype, checked by `check_dtype` when the data is known).
     - `max_steps`: diffrax's step budget (an integer >= 1).
     - `dt0`: the first step (`None`: chosen by diffrax).
-    - `stepsize_controller`: replaces the default `PIDController(rtol, atol)`.
+    - `recovery`: after a failed step (an implicit stage solve that did not converge, or
+        a non-finite error estimate), the step size grows back by at most this factor per
+        accepted step (`ij.RecoveringPIDController`; default 1.5). None: by
+        `diffrax.PIDController`'s `factormax` (10) at once.
+    - `stepsize_controller`: replaces the default controller (the two fields above).
     """
 
     solver: str | diffrax.AbstractSolver = "tsit5"
@@ -68,6 +72,7 @@ class SolverOptions(eqx.Module):
     atol: float = 1e-8
     max_steps: int = MAX_STEPS
     dt0: float | None = None
+    recovery: float | None = 1.5
     stepsize_controller: diffrax.AbstractStepSizeController | None = None
 
     def __check_init__(self):
@@ -87,6 +92,7 @@ class SolverOptions(eqx.Module):
         check_positive("atol", self.atol)
         check_integer("max_steps", self.max_steps, minimum=1)
         check_positive("dt0", self.dt0, allow_none=True)
+        check_recovery(self.recovery)
         if self.stepsize_controller is not None and not isinstance(
             self.stepsize_controller, diffrax.AbstractStepSizeController
         ):
@@ -108,9 +114,18 @@ class SolverOptions(eqx.Module):
         """A fresh diffrax solver instance."""
         return get_solver(self.solver)
 
-    def get_controller(self) -> diffrax.AbstractStepSizeController:
-        """`stepsize_controller`, or `PIDController(rtol, atol)`."""
-        return self.stepsize_controller or diffrax.PIDController(rtol=self.rtol, atol=self.atol)
+    def get_controller(self, dtype=None) -> diffrax.AbstractStepSizeController:
+        """`stepsize_controller`, or `ij.RecoveringPIDController(rtol, atol, recovery=)`
+        (`diffrax.PIDController(rtol, atol)` when `recovery` is None). Given a `dtype`, the
+        tolerances are arrays of it, so that a new tolerance compiles nothing."""
+        if self.stepsize_controller is not None:
+            return self.stepsize_controller
+        rtol, atol = (
+            (self.rtol, self.atol) if dtype is None else (jnp.asarray(self.rtol, dtype), jnp.asarray(self.atol, dtype))
+        )
+        if self.recovery is None:
+            return diffrax.PIDController(rtol=rtol, atol=atol)
+        return RecoveringPIDController(rtol=rtol, atol=atol, recovery=self.recovery)
 
 
 # ------------------------------------------------------------------ save times

@@ -60,6 +60,7 @@ __all__ = [
     "FilteredError",
     "StageTolerance",
     "StageNewton",
+    "RecoveringPIDController",
     "GradientFlowTerm",
     "hessian_kvaerno5",
     "newton_kvaerno5",
@@ -582,6 +583,62 @@ class StageNewton(optx.Newton):
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
         failed = result != optx.RESULTS.successful
         return jax.tree.map(lambda a: jnp.where(failed, jnp.nan, a), y), aux, {}
+
+
+# ------------------------------------------------------------------ step sizes after a failed step
+
+
+def check_recovery(recovery, *, allow_none: bool = True) -> None:
+    """`recovery` (the step size's growth per accepted step after a failed step) is a
+    number above 1, or None where `allow_none`."""
+    if recovery is None and allow_none:
+        return
+    if isinstance(recovery, bool) or not (isinstance(recovery, (int, float)) and recovery > 1):
+        none = ", or None for diffrax.PIDController's growth" if allow_none else ""
+        raise ValueError(
+            f"recovery must be a number above 1 (the step size's growth per accepted step after a "
+            f"failed step){none}; got {recovery!r}."
+        )
+
+
+class RecoveringPIDController(diffrax.PIDController):
+    """`diffrax.PIDController` that, after a failed step, lets the step size grow back
+    by at most `recovery` per accepted step, from the size it was cut to.
+
+    A failed step is one whose error estimate is not finite: an implicit stage solve
+    that did not converge, a step that raised the potential (`StageTolerance`), or a
+    non-finite field. `PIDController` cuts such a step by `factormin` and accepts the
+    retry, whose error is then tiny, so it grows the step by up to `factormax` at once,
+    back into the size where the stage solves fail. Along a flat channel the step size
+    is bounded by where Newton converges, not by accuracy, and the error estimate cannot
+    see that bound: on the flat-channels runs about half of all steps failed, each after
+    a stage solve's full `root_find_max_steps` iterations (docs/solvers.md, "Steps after a
+    failed stage solve"). Here the step sizes after a failure stay below `factormin`
+    times the failed size, times `recovery` per accepted step since. Steps without a
+    failure are `PIDController`'s, bit for bit.
+
+    **Arguments:** those of `diffrax.PIDController`, and `recovery` (> 1; default 1.5).
+    """
+
+    recovery: float = eqx.field(static=True, default=1.5)
+
+    def __check_init__(self):
+        check_recovery(self.recovery, allow_none=False)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tnext, state = super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return tnext, (state, jnp.asarray(jnp.inf, jnp.result_type(tnext)))
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        state, cap = controller_state
+        keep, next_t0, next_t1, made_jump, state, result = super().adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, state
+        )
+        failed = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(e)) for e in jax.tree.leaves(y_error)]))
+        cap = jnp.where(failed, jnp.abs(t1 - t0) * self.factormin, jnp.where(keep, cap * self.recovery, cap))
+        dt = next_t1 - next_t0
+        next_t1 = next_t0 + jnp.sign(dt) * jnp.minimum(jnp.abs(dt), cap)
+        return keep, next_t0, next_t1, made_jump, (state, cap), result
 
 
 # ------------------------------------------------------------------ filtered error estimate

@@ -116,6 +116,7 @@ def test_flow_phase_options():
         (dict(slots=0), "slots"),
         (dict(exact=1), "exact"),
         (dict(rtol=-1.0), "rtol"),
+        (dict(recovery=0.5), "recovery"),
     ):
         with pytest.raises((ValueError, TypeError), match=word):
             ch.FlowPhaseOptions(**kw)

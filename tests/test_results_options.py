@@ -154,13 +154,14 @@ def test_no_status_integer_comparisons_in_the_package_or_benchmarks():
         (dict(max_steps=0), ValueError, "max_steps must be a positive integer"),
         (dict(solver="rk99"), ValueError, "Unknown solver 'rk99'"),
         (dict(dt0=-1.0), ValueError, "dt0 must be a positive finite number"),
+        (dict(recovery=1.0), ValueError, "recovery must be a number above 1"),
     ],
 )
 def test_solver_options_one_validator_everywhere(bad, err, match):
     with pytest.raises(err, match=match):
         ij.SolverOptions(**bad)
     # SweepConfig goes through the same validator, with the same words
-    if "dt0" not in bad:  # SweepConfig has no dt0
+    if "dt0" not in bad and "recovery" not in bad:  # SweepConfig has neither
         with pytest.raises(err, match=match):
             SweepConfig(**bad)
 

@@ -446,6 +446,38 @@ def test_a_failed_stage_solve_stops_the_steps_later_stages():
     assert 0 < n_bad <= n_ok / 3
 
 
+def test_recovering_controller_grows_back_gradually_after_a_failed_step():
+    # adapt_step_size by hand: a step of h = 1 fails (infinite error), then every retry
+    # passes with a tiny error. PIDController retries at factormin h = 0.2 and then grows
+    # by factormax = 10 per step; the recovering one by 1.5 from 0.2: 0.3, 0.45, ...
+    # Errors stay finite, its steps are PIDController's.
+    y0 = jnp.zeros(2)
+    ctrls = [ctrl(rtol=1e-6, atol=1e-6) for ctrl in (diffrax.PIDController, ij.RecoveringPIDController)]
+    term = diffrax.ODETerm(lambda t, y, args: -y)
+    states = [c.init(term, 0.0, 10.0, y0, 1.0, None, lambda *a: -y0, 5)[1] for c in ctrls]
+    sizes = [[], []]
+    t0, t1 = [0.0, 0.0], [1.0, 1.0]
+    for k in range(5):
+        err = jnp.full(2, jnp.inf if k == 0 else 1e-12)
+        for i, c in enumerate(ctrls):
+            keep, t0[i], t1[i], _, states[i], _ = c.adapt_step_size(t0[i], t1[i], y0, y0, None, err, 5, states[i])
+            assert bool(keep) == (k > 0)
+            sizes[i].append(float(t1[i] - t0[i]))
+    np.testing.assert_allclose(sizes[0], [0.2, 2.0, 20.0, 200.0, 2000.0], rtol=1e-12)
+    np.testing.assert_allclose(sizes[1], [0.2, 0.3, 0.45, 0.675, 1.0125], rtol=1e-12)
+    # no failure: the same steps as PIDController, bit for bit
+    sols = [
+        diffrax.diffeqsolve(
+            term, diffrax.Tsit5(), 0.0, 5.0, 0.1, jnp.ones(2), stepsize_controller=c, saveat=diffrax.SaveAt(steps=True)
+        )
+        for c in ctrls
+    ]
+    assert int(sols[0].stats["num_steps"]) == int(sols[1].stats["num_steps"]) > 5
+    np.testing.assert_array_equal(sols[0].ts, sols[1].ts)
+    with pytest.raises(ValueError, match="recovery must be a number above 1"):
+        ij.RecoveringPIDController(rtol=1e-6, atol=1e-6, recovery=1.0)
+
+
 def test_stage_tolerance_holds_at_steps_near_the_largest_float():
     # y' = -A (y - 1) from its fixed point, one step of h = 1e305: the stage updates are
     # round-off, and a tolerance of 1e-9 / (gamma h) would be below the smallest normal

@@ -65,7 +65,7 @@ from ..flow import gradient_flow
 from ..losses import check_data, edge_loss_fn, hessian_fn
 from ..network import DAGNetwork
 from ..options import Objective, SaveTimes, SolverOptions, StopRules, log_times
-from ..solvers import SOLVERS
+from ..solvers import SOLVERS, check_recovery
 from ..sweep import BatchOptions, sweep_flows
 from ._flow_phase import (
     MaxnormPenalty,
@@ -230,6 +230,11 @@ class FlowPhaseOptions(eqx.Module):
         solve fails on many steps along a channel and crawls, see
         `ij.newton_kvaerno5`; the paper used KenCarp58) and its tolerances
         (default 1e-3, 1e-6, the paper's).
+    - `recovery`: the step size's growth per accepted step after a failed step (as
+        `ij.SolverOptions`; default 1.5, None: `diffrax.PIDController`'s). Along a
+        channel the step size is bounded by where the stage solves converge; growing
+        back by `PIDController`'s 10 at once, 88 of the 164 steps of study run r = 5,
+        seed 2 failed (docs/solvers.md, "Steps after a failed stage solve").
     - `max_flow_steps`: solver steps per run, a backstop (default 100 000).
     - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
     - `flow_stop`: `"penalty"` (default, the paper's way: MLPGradientFlow's soft `maxnorm`
@@ -265,6 +270,7 @@ class FlowPhaseOptions(eqx.Module):
     solver: str = "kvaerno5_newton"
     rtol: float = 1e-3
     atol: float = 1e-6
+    recovery: float | None = 1.5
     max_flow_steps: int = MAX_STEPS
     flow_wall_time: float = np.inf
     flow_stop: str = "penalty"
@@ -280,6 +286,7 @@ class FlowPhaseOptions(eqx.Module):
             raise ValueError(f"solver must be a name in ij.SOLVERS, e.g. 'kvaerno5'; got {self.solver!r}.")
         check_positive("rtol", self.rtol)
         check_positive("atol", self.atol)
+        check_recovery(self.recovery)
         check_integer("max_flow_steps", self.max_flow_steps, minimum=1)
         check_positive("flow_wall_time", self.flow_wall_time, allow_inf=True)
         if self.flow_stop not in FLOW_STOPS:
@@ -763,13 +770,14 @@ def _vmapped_flow(
     strength=1.0,
     n_record=0,
     wall_time=None,
+    recovery=1.5,
 ):
     """The flow phase of a batch, vmapped, up to its hover. `t1` is a Python float
     (static). `ceiling`: the hard stop on `||theta||` (None: none); `maxnorm`: the flow runs
     on the loss plus `MaxnormPenalty(maxnorm)` (at `strength`) and stops at the first step end past
     `maxnorm` (None: no penalty); `n_record`: rows of the log-spaced `TrajectoryRecord` (0:
     none); `wall_time`: seconds per call."""
-    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps)
+    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=max_steps, recovery=recovery)
     if maxnorm is not None:
         ceiling = float(np.sqrt(2 * maxnorm * nets.edge_weights().shape[-1]))  # weightnorm > maxnorm
     stop = StopRules(max_param_norm=ceiling, max_wall_time=wall_time)
@@ -802,11 +810,25 @@ def _vmapped_flow(
 
 @eqx.filter_jit
 def _vmapped_hover(
-    nets, X, Y, res: FlowPhaseResult, t1, solver, rtol, atol, hover_steps, loss, *, maxnorm, strength, n_record
+    nets,
+    X,
+    Y,
+    res: FlowPhaseResult,
+    t1,
+    solver,
+    rtol,
+    atol,
+    hover_steps,
+    loss,
+    *,
+    maxnorm,
+    strength,
+    n_record,
+    recovery,
 ):
     """The hover of a batch after `_vmapped_flow` (`res`), vmapped: compiled only when a run
     passed `maxnorm`."""
-    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=hover_steps)
+    opts = SolverOptions(solver, rtol=rtol, atol=atol, max_steps=hover_steps, recovery=recovery)
     objective, grid, record = _pieces(nets, X, Y, t1, loss, maxnorm, strength, n_record)
     hovered = eqx.filter_vmap(lambda n, out: _hover(n, X, Y, t1, opts, objective, grid, record, out))(nets, res)
     return _with_record_max(hovered)
@@ -876,7 +898,9 @@ def flow_phase(
     theta = theta[None] if theta.ndim == 1 else theta
     if engine == "sweep":
         exact = jax.default_backend() == "cpu" if flow.exact is None else flow.exact
-        solver = SolverOptions(flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=flow.max_flow_steps)
+        solver = SolverOptions(
+            flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=flow.max_flow_steps, recovery=flow.recovery
+        )
         batch = BatchOptions(slots=flow.slots or min(theta.shape[0], 256), exact=exact)
         res = sweep_flows(
             nets,
@@ -901,7 +925,12 @@ def flow_phase(
         )
     X, Y = check_data(nets.graph, X, Y)
     one_net = _one_net(nets)
-    kw = dict(maxnorm=pen, strength=penalty_strength(_penalty_form(flow), X.shape[0]), n_record=int(flow.n_record))
+    kw = dict(
+        maxnorm=pen,
+        strength=penalty_strength(_penalty_form(flow), X.shape[0]),
+        n_record=int(flow.n_record),
+        recovery=flow.recovery,
+    )
     t1, name, rtol, atol = float(flow.t1), flow.solver, float(flow.rtol), float(flow.atol)
     hover = (t1, name, rtol, atol, int(flow.hover_steps), loss)
 

@@ -145,13 +145,15 @@ def make_problem(
 
     **Arguments:** `net` (template network: graph and activations), `X`, `Y`, `t1`, `t0`,
     and the option objects `options` (`ij.SolverOptions`; no `stepsize_controller`: the
-    engine uses `PIDController(rtol, atol)`), `saveat` (`ij.SaveTimes`), `stop`
+    engine uses `ij.RecoveringPIDController(rtol, atol)`), `saveat` (`ij.SaveTimes`), `stop`
     (`ij.StopRules`), and the objective's `loss` name and `weight_decay`.
 
     **Returns:** a `SweepProblem`.
     """
     if options.stepsize_controller is not None:
-        raise ValueError("The sweep engine uses PIDController(rtol, atol); drop SolverOptions.stepsize_controller.")
+        raise ValueError(
+            "The sweep engine uses ij.RecoveringPIDController(rtol, atol); drop SolverOptions.stepsize_controller."
+        )
     theta = net.edge_weights()
     dtype = jnp.result_type(theta.dtype, X.dtype)
     ts = jnp.asarray(saveat.times(t0, t1), dtype=dtype)
