@@ -80,7 +80,8 @@ def flow_row(net, X, Y, hover_steps: int) -> dict:
 def hover_probe(net, X, Y, start: dict, steps: int) -> dict:
     """The penalized flow from the passage point for `steps` solver steps."""
     obj = ij.Objective("mse", regularizer=ch.MaxnormPenalty(MAXNORM), strength=1.0)
-    solver = ij.SolverOptions("kvaerno5_newton", rtol=1e-3, atol=1e-6, max_steps=steps)
+    flow = ij.FlowPhaseOptions()  # the flow phase's solver, tolerances and step-size controller
+    solver = ij.SolverOptions(flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=steps, recovery=flow.recovery)
     t = time.perf_counter()
     f = ij.gradient_flow(
         net.with_edge_weights(jnp.asarray(start["theta"])), X, Y, 1e12, t0=start["t_flow"], solver=solver, loss=obj

@@ -221,7 +221,7 @@ def _flow_budget_arms(arms: dict) -> list[str]:
         f"Side by side (`{arms['command']}`, {_commit_of(arms)}; {arms['wall_budget']:.0f} s per run; the arms "
         "alternate run by run):",
         "",
-        "| stage solve | runs | passed maxnorm | solver steps (sum) | wall (sum) | per width r: passed / runs |",
+        "| arm (solver, `:pid`: recovery=None) | runs | passed maxnorm | solver steps (sum) | wall (sum) | per width r: passed / runs |",
         "|---|---|---|---|---|---|",
     ]
     for s in arms["solvers"]:
@@ -239,12 +239,18 @@ def channels_flow_budget_stages() -> str:
     stages solved in `y` against diffrax's stage solves."""
     arms = _load("channels_flow_budget_levels_stages.json")
     lines = _flow_budget_arms(arms)
-    a, b = (arms["arms"][s] for s in arms["solvers"])
+    first, *others = arms["solvers"]
+    a = arms["arms"][first]
     lines += [
         "",
-        f"Steps: {a['steps_sum']} against {b['steps_sum']} ({a['steps_sum'] / b['steps_sum']:.2f}x); wall: "
-        f"{a['wall_sum']:.0f} against {b['wall_sum']:.0f} s ({a['wall_sum'] / b['wall_sum']:.2f}x). "
-        "Compilation (a cell's first call less the same run warm), by width: "
+        f"`{first}` against "
+        + "; against ".join(
+            f"`{o}`: steps {a['steps_sum']} / {b['steps_sum']} ({a['steps_sum'] / b['steps_sum']:.2f}x), wall "
+            f"{a['wall_sum']:.0f} / {b['wall_sum']:.0f} s ({a['wall_sum'] / b['wall_sum']:.2f}x)"
+            for o in others
+            for b in [arms["arms"][o]]
+        )
+        + ". Compilation (a cell's first call less the same run warm), by width: "
         + "; ".join(
             f"{c}: "
             + " / ".join(
@@ -811,29 +817,46 @@ def channels_hover() -> str:
 
 
 def channels_breakdown() -> str:
-    """docs/channels.md: one run's wall time split into arithmetic, linear algebra, compile and the rest."""
+    """docs/channels.md: one run's wall time split into arithmetic, linear algebra, compile
+    and the rest, per flow solver side by side."""
     rec = _load("channels_breakdown.json")
     lines = [
         f"`{rec['command']}` (commit {_commit(rec)}); the flow phase as the studies run it "
-        f'(`{rec["flow_options"]["solver"]}`, `flow_stop="{rec["flow_options"]["flow_stop"]}"`, loop engine), '
-        "then the Newton phase from its end:",
+        f'(`flow_stop="{rec["flow_options"]["flow_stop"]}"`, loop engine) with each flow solver '
+        "(`:pid`: `recovery=None`), then the Newton phase from its end:",
         "",
-        "| r | seed | flow: steps, result | Newton: iterations, result | gradient + Hessian evaluations (flow) "
-        "| bare ms: gradient / Hessian / both in one trace | flow warm s | gradients + Hessians, bare, share of it "
-        "| LU solves, share | first call: flow + Newton | warm: flow + Newton | compile share of the first call |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| r | seed | flow solver | flow: steps, result | Newton: iterations, result "
+        "| Jacobians (flow), per step | bare ms: gradient / Hessian / both in one trace | flow warm s "
+        "| gradients + Hessians, bare, share of it | LU solves, share | first call: flow + Newton "
+        "| warm: flow + Newton | compile share of the first call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rec["runs"]:
         f, n, b, run = row["flow"], row["newton"], row["bare_seconds"], row["run"]
         fr = f["fraction_of_warm"]
         lines.append(
-            f"| {row['r']} | {row['seed']} | {row['flow_steps']}, `{row['flow_result']}` "
-            f"| {row['newton_steps']}, `{row['newton_result']}` | {f['counts']['hessian']} "
+            f"| {row['r']} | {row['seed']} | `{row['solver']}` | {row['flow_steps']}, `{row['flow_result']}` "
+            f"| {row['newton_steps']}, `{row['newton_result']}` | {f['counts']['hessian']}, "
+            f"{f['stage_iterations_per_step']:.1f} "
             f"| {1e3 * b['gradient']:.2f} / {1e3 * b['hessian']:.2f} / {1e3 * b['gradient_and_jacobian']:.2f} "
             f"| {f['warm']:.2f} | {_pct(fr['gradients'] + fr['hessians'])}% | {_pct(fr['linear_algebra'])}% "
             f"| {f['first_call']:.1f} + {n['first_call']:.1f} s | {f['warm']:.2f} + {n['warm']:.2f} s "
             f"| {_pct(run['compile_fraction_of_first_call'])}% |"
         )
+    first = rec["flow_options"]["solvers"][0]
+    totals = {
+        s: [sum(row[k] for row in rec["runs"] if row["solver"] == s) for k in ("flow_steps",)]
+        + [sum(row["flow"][k] for row in rec["runs"] if row["solver"] == s) for k in ("warm",)]
+        + [sum(row["flow"]["counts"]["hessian"] for row in rec["runs"] if row["solver"] == s)]
+        for s in rec["flow_options"]["solvers"]
+    }
+    lines += [
+        "",
+        "Summed over the runs, flow phase, steps / Jacobians / warm wall: "
+        + "; ".join(f"`{s}` {st} / {jac} / {w:.1f} s" for s, (st, w, jac) in totals.items())
+        + ".",
+    ]
+    rec = dict(rec, runs=[row for row in rec["runs"] if row["solver"] == first])
     # compiling once per study (networks padded to the largest width) against once per width
     by_r = {row["r"]: row for row in rec["runs"]}
     lo, hi = min(by_r), max(by_r)

@@ -60,11 +60,14 @@ class SolverOptions(eqx.Module):
         epsilons of the state's dtype, checked by `check_dtype` when the data is known).
     - `max_steps`: diffrax's step budget (an integer >= 1).
     - `dt0`: the first step (`None`: chosen by diffrax).
-    - `recovery`: after a failed step (an implicit stage solve that did not converge, or
-        a non-finite error estimate), the step size grows back by at most this factor per
-        accepted step (`ij.RecoveringPIDController`; default 1.5). None: by
-        `diffrax.PIDController`'s `factormax` (10) at once.
-    - `stepsize_controller`: replaces the default controller (the two fields above).
+    - `recovery`: None (default) for `diffrax.PIDController(rtol, atol)`; a number above 1
+        for `ij.RecoveringPIDController`, whose step size grows back by at most that factor
+        per accepted step after a failed step (an implicit stage solve that did not
+        converge, or a non-finite error estimate). The flat-channels flow phase uses 1.5
+        (`ij.FlowPhaseOptions`); on the authors' saddle-split runs at 1e-8, which grow
+        their steps by decades to `t ~ 1e300`, it cost steps (docs/solvers.md, "Steps after
+        a failed stage solve").
+    - `stepsize_controller`: replaces the default controller (the fields above).
     """
 
     solver: str | diffrax.AbstractSolver = "tsit5"
@@ -72,7 +75,7 @@ class SolverOptions(eqx.Module):
     atol: float = 1e-8
     max_steps: int = MAX_STEPS
     dt0: float | None = None
-    recovery: float | None = 1.5
+    recovery: float | None = None
     stepsize_controller: diffrax.AbstractStepSizeController | None = None
 
     def __check_init__(self):
@@ -115,8 +118,8 @@ class SolverOptions(eqx.Module):
         return get_solver(self.solver)
 
     def get_controller(self, dtype=None) -> diffrax.AbstractStepSizeController:
-        """`stepsize_controller`, or `ij.RecoveringPIDController(rtol, atol, recovery=)`
-        (`diffrax.PIDController(rtol, atol)` when `recovery` is None). Given a `dtype`, the
+        """`stepsize_controller`, or `diffrax.PIDController(rtol, atol)`, or with a
+        `recovery` `ij.RecoveringPIDController(rtol, atol, recovery=)`. Given a `dtype`, the
         tolerances are arrays of it, so that a new tolerance compiles nothing."""
         if self.stepsize_controller is not None:
             return self.stepsize_controller

@@ -230,8 +230,9 @@ class FlowPhaseOptions(eqx.Module):
         solve fails on many steps along a channel and crawls, see
         `ij.newton_kvaerno5`; the paper used KenCarp58) and its tolerances
         (default 1e-3, 1e-6, the paper's).
-    - `recovery`: the step size's growth per accepted step after a failed step (as
-        `ij.SolverOptions`; default 1.5, None: `diffrax.PIDController`'s). Along a
+    - `recovery`: the step size's growth per accepted step after a failed step
+        (`ij.RecoveringPIDController`; default 1.5; None: `diffrax.PIDController`, the
+        default of `ij.SolverOptions`). Along a
         channel the step size is bounded by where the stage solves converge; growing
         back by `PIDController`'s 10 at once, 88 of the 164 steps of study run r = 5,
         seed 2 failed (docs/solvers.md, "Steps after a failed stage solve").
@@ -252,7 +253,7 @@ class FlowPhaseOptions(eqx.Module):
         quadratically. With diffrax's stage solves (10 iterations, `atol` in `f`) about
         half the steps were rejected and a hover with no budget of its own spent the
         whole flow budget there. `"kvaerno5_newton"` (stages to the step's tolerance in
-        `y`, up to 30 iterations) reached `t1 = 1e12` within 17 to 38 hover steps on the
+        `y`, up to 30 iterations) reached `t1 = 1e12` within 16 to 39 hover steps on the
         four runs measured (docs/channels.md, "Hovering at maxnorm";
         `benchmarks/channels_hover.py`).
     - `n_record`: rows of the log-spaced `TrajectoryRecord` (0: none, else >= 2; default

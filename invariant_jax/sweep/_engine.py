@@ -145,14 +145,14 @@ def make_problem(
 
     **Arguments:** `net` (template network: graph and activations), `X`, `Y`, `t1`, `t0`,
     and the option objects `options` (`ij.SolverOptions`; no `stepsize_controller`: the
-    engine uses `ij.RecoveringPIDController(rtol, atol)`), `saveat` (`ij.SaveTimes`), `stop`
+    engine uses `options.get_controller()`), `saveat` (`ij.SaveTimes`), `stop`
     (`ij.StopRules`), and the objective's `loss` name and `weight_decay`.
 
     **Returns:** a `SweepProblem`.
     """
     if options.stepsize_controller is not None:
         raise ValueError(
-            "The sweep engine uses ij.RecoveringPIDController(rtol, atol); drop SolverOptions.stepsize_controller."
+            "The sweep engine builds its step-size controller from rtol, atol and recovery; drop SolverOptions.stepsize_controller."
         )
     theta = net.edge_weights()
     dtype = jnp.result_type(theta.dtype, X.dtype)
