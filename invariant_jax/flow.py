@@ -386,7 +386,6 @@ def _solve(net, X, Y, theta0, ts, t0, t1, *, opts: SolverOptions, stop: StopRule
     # t0, t1 and the tolerances enter the program as arrays, so a new horizon or tolerance
     # compiles nothing (a stepsize_controller given by the user is passed as it is)
     controller = opts.get_controller(dtype)
-
     return _gradient_flow(
         net,
         X,

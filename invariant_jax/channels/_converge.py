@@ -232,10 +232,10 @@ class FlowPhaseOptions(eqx.Module):
         (default 1e-3, 1e-6, the paper's).
     - `recovery`: the step size's growth per accepted step after a failed step
         (`ij.RecoveringPIDController`; default 1.5; None: `diffrax.PIDController`, the
-        default of `ij.SolverOptions`). Along a
-        channel the step size is bounded by where the stage solves converge; growing
-        back by `PIDController`'s 10 at once, 88 of the 164 steps of study run r = 5,
-        seed 2 failed (docs/solvers.md, "Steps after a failed stage solve").
+        default of `ij.SolverOptions`). Along a channel the step size is bounded by where
+        the stage solves converge; growing back by `PIDController`'s 10 at once, 88 of
+        the 164 steps of study run r = 5, seed 2 failed (docs/solvers.md, "Steps after a
+        failed stage solve").
     - `max_flow_steps`: solver steps per run, a backstop (default 100 000).
     - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
     - `flow_stop`: `"penalty"` (default, the paper's way: MLPGradientFlow's soft `maxnorm`
