@@ -844,16 +844,19 @@ def channels_breakdown() -> str:
             f"| {_pct(run['compile_fraction_of_first_call'])}% |"
         )
     first = rec["flow_options"]["solvers"][0]
-    totals = {
-        s: [sum(row[k] for row in rec["runs"] if row["solver"] == s) for k in ("flow_steps",)]
-        + [sum(row["flow"][k] for row in rec["runs"] if row["solver"] == s) for k in ("warm",)]
-        + [sum(row["flow"]["counts"]["hessian"] for row in rec["runs"] if row["solver"] == s)]
-        for s in rec["flow_options"]["solvers"]
-    }
+
+    def total(solver):
+        rows = [row for row in rec["runs"] if row["solver"] == solver]
+        return (
+            sum(r["flow_steps"] for r in rows),
+            sum(r["flow"]["counts"]["hessian"] for r in rows),
+            sum(r["flow"]["warm"] for r in rows),
+        )
+
     lines += [
         "",
         "Summed over the runs, flow phase, steps / Jacobians / warm wall: "
-        + "; ".join(f"`{s}` {st} / {jac} / {w:.1f} s" for s, (st, w, jac) in totals.items())
+        + "; ".join("`{}` {} / {} / {:.1f} s".format(s, *total(s)) for s in rec["flow_options"]["solvers"])
         + ".",
     ]
     rec = dict(rec, runs=[row for row in rec["runs"] if row["solver"] == first])

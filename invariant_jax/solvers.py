@@ -642,8 +642,8 @@ class RecoveringPIDController(diffrax.PIDController):
         )
         failed = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(e)) for e in jax.tree.leaves(y_error)]))
         cap = jnp.where(failed, jnp.abs(t1 - t0) * self.factormin, jnp.where(keep, cap * self.recovery, cap))
-        dt = next_t1 - next_t0
-        next_t1 = next_t0 + jnp.sign(dt) * jnp.minimum(jnp.abs(dt), cap)
+        dt = next_t1 - next_t0  # PIDController's next step, passed through unless the cap binds
+        next_t1 = jnp.where(jnp.abs(dt) > cap, next_t0 + jnp.sign(dt) * cap, next_t1)
         return keep, next_t0, next_t1, made_jump, (state, cap), result
 
 

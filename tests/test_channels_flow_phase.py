@@ -268,19 +268,26 @@ def test_stop_reasons_is_deprecated_for_results():
     assert not hasattr(ch, "STOP_REASONS")  # the deprecated name stays behind, on the alias only
 
 
+def _study_flow_phase(r, n_seeds, seed, **flow):
+    """The flow phase (stop at maxnorm, loop engine) of the loss-levels study's
+    g-without-bias run `seed` of `n_seeds` at width r: net, X, Y, options, result."""
+    X, Y = ij.rosenbrock_grid(10**4)
+    g = ij.mlp([2, r, 1], bias=False)
+    net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, n_seeds)[seed])
+    options = ij.FlowPhaseOptions(flow_stop="stop", engine="loop", **flow)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ij.NoConservationLaw)
+        return net, X, Y, options, ch.flow_phase(net, X, Y, options)
+
+
 def test_default_stage_solve_reaches_maxnorm_on_a_study_run():
     # The loss-levels study's g-without-bias run r = 2, seed 2 (infinite in the committed
     # study): the default flow phase alone passes maxnorm within 200 steps and ends on a
     # channel that confirm_channel confirms. diffrax's chord stage solve (the default before)
     # ended this run's 60 s at weightnorm 113, after 5432 steps
     # (benchmarks/results/channels_flow_budget_levels_arms.json).
-    X, Y = ij.rosenbrock_grid(10**4)
-    g = ij.mlp([2, 2, 1], bias=False)
-    net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, 3)[2])
-    flow = ij.FlowPhaseOptions(flow_stop="stop", max_flow_steps=200, n_record=0, engine="loop")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ij.NoConservationLaw)
-        end = np.asarray(ch.flow_phase(net, X, Y, flow).theta_final[0])
+    net, X, Y, flow, res = _study_flow_phase(2, 3, 2, max_flow_steps=200, n_record=0)
+    end = np.asarray(res.theta_final[0])
     assert flow.solver == "kvaerno5_newton"
     assert float(ch.weightnorm(end)) >= 1e3
     assert ch.confirm_channel(net.with_edge_weights(end), X, Y).confirmed
@@ -294,13 +301,7 @@ def test_flow_phase_never_raises_the_loss_on_a_study_run():
     # (benchmarks/results/channels_flow_budget_levels_newton.json at 20eec93). A gradient
     # flow never raises its loss: the recorded losses must not rise, and the run passes
     # maxnorm, as diffrax's stage solves and tighter tolerances do.
-    X, Y = ij.rosenbrock_grid(10**4)
-    g = ij.mlp([2, 3, 1], bias=False)
-    net = ij.DAGNetwork(g, "g", edge_weights=ch.study_inits(g, 100)[66])
-    flow = ij.FlowPhaseOptions(flow_stop="stop", max_flow_steps=300, n_record=41, engine="loop")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ij.NoConservationLaw)
-        res = ch.flow_phase(net, X, Y, flow)
+    *_, res = _study_flow_phase(3, 100, 66, max_flow_steps=300, n_record=41)
     loss = np.asarray(res.record.loss[0])
     loss = loss[np.isfinite(loss)]
     assert np.all(np.diff(loss) <= 1e-3 * loss[:-1] + 1e-6)  # rtol |V| + atol
