@@ -7,7 +7,12 @@ the error names the difference. The summary (% infinite / duplicates with Wilson
 intervals, confirmed channels, loss levels) is recomputed over all runs. The output must
 not be one of the inputs.
 
-Usage: python benchmarks/channels_merge.py PART.json [PART.json ...] [--out MERGED.json]
+`--seeds-per-width 10,20,40,80,160` keeps, of each cell of width r, its first n_r seeds
+(the r-th number, for the r-th width in increasing order): the authors' scheme in
+`scripts/simulations/loss_levels.jl`, 10 / 20 / 40 / 80 / 160 seeds for r = 1..5.
+
+Usage: python benchmarks/channels_merge.py PART.json [PART.json ...] [--seeds-per-width N,N,...]
+       [--out MERGED.json]
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+import numpy as np
 
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 from channels_loss_levels import figures  # noqa: E402
@@ -59,9 +66,33 @@ def _ran(study, cell) -> bool:
     return seeds <= set(study.records["seed"][m].tolist())
 
 
+def first_seeds(study, per_width: list[int]):
+    """`study` with, of each cell of its k-th width (in increasing order), only the
+    `per_width[k]` smallest seeds; a cell with fewer runs is an error."""
+    rec = study.records
+    widths = sorted({int(r) for r in rec["r"].tolist()})
+    if len(per_width) != len(widths):
+        raise SystemExit(f"--seeds-per-width gives {len(per_width)} counts for the {len(widths)} widths {widths}.")
+    n_of = dict(zip(widths, per_width))
+    keep = np.zeros(len(rec["loss"]), bool)
+    for cell in sorted({(a, b, int(r)) for a, b, r in zip(rec["activation"], rec["bias"], rec["r"])}, key=str):
+        m = np.flatnonzero(study.select(activation=cell[0], bias=cell[1], r=cell[2]))
+        n = n_of[cell[2]]
+        if len(m) < n:
+            raise SystemExit(f"cell {cell} has {len(m)} runs, fewer than the {n} that --seeds-per-width asks for.")
+        keep[m[np.argsort(rec["seed"][m], kind="stable")[:n]]] = True
+    settings = dict(study.settings, n_seeds=sorted(set(per_width)), seeds_per_width=n_of)
+    return ch.ConvergenceStudy(records={k: v[keep] for k, v in rec.items()}, settings=settings, seconds=study.seconds)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="+", type=Path)
+    ap.add_argument(
+        "--seeds-per-width",
+        default=None,
+        help="comma-separated seed counts, one per width in increasing order: keep each cell's first seeds",
+    )
     ap.add_argument(
         "--out",
         default=None,
@@ -95,6 +126,8 @@ def main():
         study = ch.ConvergenceStudy.merge(parts)
     except ValueError as e:
         raise SystemExit(f"not merged: {e}") from None
+    if args.seeds_per_width:
+        study = first_seeds(study, [int(v) for v in args.seeds_per_width.split(",")])
     print(study.table())
     merged = dict(
         benchmark="channels_loss_levels",
