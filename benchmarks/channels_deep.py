@@ -164,7 +164,7 @@ def main():
     path = output_path(args.out, "channels_deep.json")
     X, Y = ij.rosenbrock_grid()
     shapes = [[X.shape[1], *([w] * depth), 1] for depth in depths for w in widths]
-    flow = ij.FlowPhaseOptions(flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, slots=None, engine="loop")
+    flow = ij.FlowPhaseOptions(flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, engine="loop")
     newton = ij.NewtonOptions(max_steps=args.max_steps)
     t = time.perf_counter()
     archs = []

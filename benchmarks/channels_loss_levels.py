@@ -254,7 +254,6 @@ def main():
         flow_stop=args.flow_stop,
         flow_wall_time=args.flow_wall_time,
         n_record=args.n_record,
-        slots=None,
         engine=args.engine,
     )
     newton = ij.NewtonOptions(max_steps=args.max_steps, patience=args.patience, batch_size=args.newton_batch)

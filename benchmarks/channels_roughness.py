@@ -222,9 +222,7 @@ def main():
     # teachers in the order m = 0, 1, ... across the scalings, so that a time budget
     # leaves every scaling with the same number of teachers
     order = [(m, k, s) for m in range(args.first_teacher, args.teachers) for k, s in enumerate(scalings)]
-    flow = ij.FlowPhaseOptions(
-        max_flow_steps=args.max_flow_steps, flow_stop="stop", n_record=0, slots=None, engine=args.engine
-    )
+    flow = ij.FlowPhaseOptions(max_flow_steps=args.max_flow_steps, flow_stop="stop", n_record=0, engine=args.engine)
     newton = ij.NewtonOptions(max_steps=args.max_steps)
     for m, k, s in order:
         if k == 0 and time.perf_counter() - t > 60 * args.max_minutes:

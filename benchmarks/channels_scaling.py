@@ -185,9 +185,7 @@ def main():
     if args.activation not in ij.ACTIVATIONS:
         raise SystemExit(f"--activation must be one of {sorted(ij.ACTIVATIONS)}; got {args.activation!r}.")
     path = output_path(args.out, "channels_scaling.json")
-    flow = ij.FlowPhaseOptions(
-        t1=args.t1, flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, slots=None, engine="loop"
-    )
+    flow = ij.FlowPhaseOptions(t1=args.t1, flow_wall_time=args.flow_wall_time, max_flow_steps=100_000, engine="loop")
     newton = ij.NewtonOptions(max_steps=args.max_steps, max_time=args.newton_max_time)
     grid = [(d, r) for d in dins for r in widths]
     t = time.perf_counter()

@@ -394,8 +394,8 @@ def _loss_levels_newton(new_name: str, old_name: str) -> str:
         )
     }
     lines = [
-        f"Flow then Newton, the study's pipeline with the Newton stage solve (`{rec['command']}`; "
-        f"{rec['total_seconds'] / 60:.0f} min, seeds in rounds of {rec['settings']['seeds_per_round']} "
+        f"Flow then Newton, the study's pipeline with the Newton stage solve (`{rec['command']}`, "
+        f"commit {_commit(rec)}; {rec['total_seconds'] / 60:.0f} min, seeds in rounds of {rec['settings']['seeds_per_round']} "
         f"until the time budget), against the committed study on the same seeds (`{old_name}`):",
         "",
         "| r | runs | ODE phase passed maxnorm | infinite (before: the study) | paper channel (before) "
@@ -455,6 +455,39 @@ def channels_loss_levels_newton_g_bias() -> str:
     return _loss_levels_newton(
         "channels_loss_levels_newton_g_bias.json", "channels_loss_levels_paper_g_bias_cpu_seeds100.json"
     )
+
+
+AUTHORS_SEEDS = (
+    ("g", "no", "channels_loss_levels_newton_g_nobias"),
+    ("softplus", "no", "channels_loss_levels_newton_softplus_nobias"),
+    ("softplus", "yes", "channels_loss_levels_newton_softplus_bias"),
+)
+
+
+def channels_loss_levels_authors_seeds() -> str:
+    """docs/channels.md: the loss-levels groups at the authors' seeds per width (10 / 20 / 40 /
+    80 / 160 for r = 1..5), beside the same groups at 100 seeds per width."""
+    lines = [
+        "| activation | bias | r | seeds (theirs) | % infinite [95%] | paper criterion | confirmed "
+        "| authors' Fig. 4 criterion among kept | % infinite at 100 seeds [95%] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    commands = []
+    for act, bias, stem in AUTHORS_SEEDS:
+        rec = _load(f"{stem}_authors_seeds.json")
+        hundred = {c["r"]: c for c in _load(f"{stem}.json")["summary"]}
+        extra = [m["command"] for m in rec["merged_from"] if not m["path"].endswith(f"{stem}.json")]
+        commands.append(
+            f"`{rec['command']}` (commit {_commit(rec)}), its new part from " + ", ".join(f"`{c}`" for c in extra)
+        )
+        for c in rec["summary"]:
+            h = hundred[c["r"]]
+            lines.append(
+                f"| {act} | {bias} | {c['r']} | {c['n']} | {_pct_ci(c['infinite_fraction'], c['infinite_ci'])} "
+                f"| {c['channel_paper']} | {c['confirmed']} | {c['authors_channel']} / {c['kept']} "
+                f"| {_pct_ci(h['infinite_fraction'], h['infinite_ci'])} |"
+            )
+    return "Merged by " + "; ".join(commands) + ":\n\n" + "\n".join(lines) + "\n"
 
 
 def channels_deep() -> str:
@@ -2646,6 +2679,7 @@ BLOCKS = {
     "channels-loss-levels-newton-softplus-bias": channels_loss_levels_newton_softplus_bias,
     "channels-loss-levels-newton-g-bias": channels_loss_levels_newton_g_bias,
     "channels-loss-levels-newton-softplus-nobias": channels_loss_levels_newton_softplus_nobias,
+    "channels-loss-levels-authors-seeds": channels_loss_levels_authors_seeds,
     "channels-deep": channels_deep,
     "channels-groups": channels_groups,
     "channels-scaling": channels_scaling,

@@ -623,28 +623,45 @@ class RecoveringPIDController(diffrax.PIDController):
     twice as many steps or more, so `ij.SolverOptions` keeps `PIDController` unless given a
     `recovery`.
 
-    **Arguments:** those of `diffrax.PIDController`, and `recovery` (> 1; default 1.5).
+    With a `horizon`, a failure bounds the steps only while they start within `horizon`
+    failed step sizes of the failed step's start; after that they are `PIDController`'s
+    until the next failure. A flow whose failing step size grows with `t` (steps growing
+    by decades towards `t ~ 1e300`) then grows its steps by `factormax` again, while one
+    that fails again at about the same size (along a channel) stays capped
+    (`benchmarks/channels_step_control.py`).
+
+    **Arguments:** those of `diffrax.PIDController`, `recovery` (> 1; default 1.5) and
+    `horizon` (> 0, in failed step sizes; default None: the cap holds until the next
+    failure).
     """
 
     recovery: float = eqx.field(static=True, default=1.5)
+    horizon: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         check_recovery(self.recovery, allow_none=False)
+        if self.horizon is not None:
+            check_positive("horizon", self.horizon)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         tnext, state = super().init(terms, t0, t1, y0, dt0, args, func, error_order)
-        return tnext, (state, jnp.asarray(jnp.inf, jnp.result_type(tnext)))
+        dtype = jnp.result_type(tnext)
+        return tnext, (state, jnp.asarray(jnp.inf, dtype), jnp.asarray(t0, dtype), jnp.asarray(0.0, dtype))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        state, cap = controller_state
+        state, cap, t_fail, h_fail = controller_state
         keep, next_t0, next_t1, made_jump, state, result = super().adapt_step_size(
             t0, t1, y0, y1_candidate, args, y_error, error_order, state
         )
         failed = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(e)) for e in jax.tree.leaves(y_error)]))
         cap = jnp.where(failed, jnp.abs(t1 - t0) * self.factormin, jnp.where(keep, cap * self.recovery, cap))
+        t_fail, h_fail = jnp.where(failed, t0, t_fail), jnp.where(failed, jnp.abs(t1 - t0), h_fail)
+        binds = jnp.abs(next_t1 - next_t0) > cap
+        if self.horizon is not None:  # a failure this far back no longer bounds the step
+            binds = binds & (jnp.abs(next_t0 - t_fail) <= self.horizon * h_fail)
         dt = next_t1 - next_t0  # PIDController's next step, passed through unless the cap binds
-        next_t1 = jnp.where(jnp.abs(dt) > cap, next_t0 + jnp.sign(dt) * cap, next_t1)
-        return keep, next_t0, next_t1, made_jump, (state, cap), result
+        next_t1 = jnp.where(binds, next_t0 + jnp.sign(dt) * cap, next_t1)
+        return keep, next_t0, next_t1, made_jump, (state, cap, t_fail, h_fail), result
 
 
 # ------------------------------------------------------------------ filtered error estimate

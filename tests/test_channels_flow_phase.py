@@ -113,8 +113,7 @@ def test_flow_phase_options():
         (dict(t1=float("inf")), "t1"),
         (dict(max_flow_steps=0), "max_flow_steps"),
         (dict(solver="euler2"), "ij.SOLVERS"),
-        (dict(slots=0), "slots"),
-        (dict(exact=1), "exact"),
+        (dict(batch=dict(slots=2)), "ij.sweep.BatchOptions"),
         (dict(rtol=-1.0), "rtol"),
         (dict(recovery=0.5), "recovery"),
     ):
@@ -231,6 +230,17 @@ def test_flow_then_newton_old_keywords(toy_run):
     ):
         with pytest.raises(ValueError, match=word):
             ch.flow_then_newton(net, X, Y, loss=loss, **kw)
+
+
+def test_old_slots_and_exact_keywords_go_into_the_flow_phases_batch_options():
+    f = ch.with_flow_fields(ch.FlowPhaseOptions(t1=3.0), dict(slots=3, exact=None, rtol=1e-4))
+    assert (f.t1, f.rtol, f.batch.slots, f.batch.exact) == (3.0, 1e-4, 3, None)
+    kept = ch.FlowPhaseOptions(batch=ij.sweep.BatchOptions(slots=5, exact=True))
+    assert ch.with_flow_fields(kept, dict(slots=None)).batch.slots == 5  # None: not given
+    assert ch.with_flow_fields(kept, dict(exact=False)).batch == ij.sweep.BatchOptions(slots=5, exact=False)
+    with pytest.warns(DeprecationWarning, match=r"batch=ij\.sweep\.BatchOptions\(slots=\.\.\.\)"):
+        with pytest.raises(ValueError, match="slots must be a positive integer"):
+            ch.flow_then_newton(None, None, None, slots=0)
 
 
 def _import_converge_alias():

@@ -193,7 +193,7 @@ def test_convergence_study_tiny_records_follow_the_criteria():
         X,
         Y,
         grid=ch.StudyGrid(widths=(2,), activations=("g",), biases=(True,), n_seeds=3),
-        flow=ij.FlowPhaseOptions(max_flow_steps=200, flow_stop="stop", n_record=0, slots=None, engine="sweep"),
+        flow=ij.FlowPhaseOptions(max_flow_steps=200, flow_stop="stop", n_record=0, engine="sweep"),
         newton=ij.NewtonOptions(max_steps=200),
         progress=False,
     )

@@ -51,10 +51,7 @@ def test_the_rules_catch_what_they_look_for(tmp_path):
 
 # `SweepConfig` is the record of a sweep's TOML file: 27 fields, 13 of them the graph
 # specification (one `[graph]` table is its own work); its options are objects already.
-# `FlowPhaseOptions` is itself the flow phase's option object: 13 fields, two of them
-# (`slots`, `exact`) the sweep engine's `BatchOptions`, which `flow_then_newton` and the
-# studies still take as keywords; grouping them is its own work.
-WIDE_RECORDS = {"ij.SweepConfig", "ij.FlowPhaseOptions"}
+WIDE_RECORDS = {"ij.SweepConfig"}
 
 
 def test_no_public_entry_point_over_12_parameters(metrics):

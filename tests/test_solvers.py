@@ -465,6 +465,15 @@ def test_recovering_controller_grows_back_gradually_after_a_failed_step():
             sizes[i].append(float(t1[i] - t0[i]))
     np.testing.assert_allclose(sizes[0], [0.2, 2.0, 20.0, 200.0, 2000.0], rtol=1e-12)
     np.testing.assert_allclose(sizes[1], [0.2, 0.3, 0.45, 0.675, 1.0125], rtol=1e-12)
+    # with a horizon of one failed step, the cap binds until the step starts past t = 1:
+    # the steps end at 0.2, 0.5, 0.95, 1.625, then PIDController's 10 x 0.675
+    ctrl = ij.RecoveringPIDController(rtol=1e-6, atol=1e-6, horizon=1.0)
+    state, t0, t1, got = ctrl.init(term, 0.0, 10.0, y0, 1.0, None, lambda *a: -y0, 5)[1], 0.0, 1.0, []
+    for k in range(5):
+        err = jnp.full(2, jnp.inf if k == 0 else 1e-12)
+        _, t0, t1, _, state, _ = ctrl.adapt_step_size(t0, t1, y0, y0, None, err, 5, state)
+        got.append(float(t1 - t0))
+    np.testing.assert_allclose(got, [0.2, 0.3, 0.45, 0.675, 6.75], rtol=1e-12)
     # no failure: the same steps as PIDController (its next step passed through; two
     # programs compiled apart, so compared to round-off, not bit for bit)
     sols = [
@@ -477,6 +486,8 @@ def test_recovering_controller_grows_back_gradually_after_a_failed_step():
     np.testing.assert_allclose(sols[0].ts, sols[1].ts, rtol=1e-14, atol=0)
     with pytest.raises(ValueError, match="recovery must be a number above 1"):
         ij.RecoveringPIDController(rtol=1e-6, atol=1e-6, recovery=1.0)
+    with pytest.raises(ValueError, match="horizon"):
+        ij.RecoveringPIDController(rtol=1e-6, atol=1e-6, horizon=0.0)
 
 
 def test_stage_tolerance_holds_at_steps_near_the_largest_float():

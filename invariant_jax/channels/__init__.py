@@ -20,6 +20,7 @@ from ._converge import (
     newton_reason,
     newton_result,
     with_fields,
+    with_flow_fields,
 )
 from ._detect import CLASSIFICATIONS, MAXNORM, PAIR_TOL, ChannelReport, detect_channels
 from ._duplicate import Escape, SaddleLine, duplicate_neuron, escape_saddle, refine_critical_point, saddle_line

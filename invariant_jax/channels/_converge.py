@@ -93,6 +93,7 @@ __all__ = [
     "NEWTON_KEYWORDS",
     "FLOW_KEYWORDS",
     "with_fields",
+    "with_flow_fields",
     "weightnorm",
     "maxnorm_penalty",
     "MaxnormPenalty",
@@ -263,8 +264,9 @@ class FlowPhaseOptions(eqx.Module):
         `gradient_flow` (every run pays for the slowest: suits an accelerator); `"sweep"`
         flows through `ij.sweep_flows` (continuous batching; `flow_stop="stop"` only).
         `None` (default): `"loop"` on a CPU, `"vmap"` on an accelerator.
-    - `slots`, `exact`: the `"sweep"` engine's `ij.sweep_flows` options (`slots=None`: as
-        many as runs, at most 256; `exact=None`: `True` on a CPU).
+    - `batch`: the `"sweep"` engine's `ij.sweep.BatchOptions` (slots, exact or vmap mode,
+        devices, progress; default `None`: `ij.sweep.BatchOptions()`). Its `slots=None` means as
+        many slots as runs, at most 256.
     """
 
     t1: float = 1e12
@@ -277,8 +279,7 @@ class FlowPhaseOptions(eqx.Module):
     flow_stop: str = "penalty"
     hover_steps: int = 100
     n_record: int = 41
-    slots: int | None = 64
-    exact: bool | None = None
+    batch: BatchOptions | None = None
     engine: str | None = None
 
     def __check_init__(self):
@@ -296,10 +297,8 @@ class FlowPhaseOptions(eqx.Module):
         check_integer("n_record", self.n_record, minimum=0)
         if self.n_record == 1:
             raise ValueError("n_record must be 0 (no record) or an integer >= 2; got 1.")
-        if self.slots is not None:
-            check_integer("slots", self.slots, minimum=1)
-        if self.exact is not None and not isinstance(self.exact, bool):
-            raise TypeError(f"exact must be True, False or None; got {self.exact!r}.")
+        if self.batch is not None and not isinstance(self.batch, BatchOptions):
+            raise TypeError(f"batch must be an ij.sweep.BatchOptions or None; got {type(self.batch).__name__}.")
         if self.engine is not None and self.engine not in FLOW_ENGINES:
             raise ValueError(f"engine must be one of {FLOW_ENGINES} or None; got {self.engine!r}.")
         if self.engine == "sweep" and self.flow_stop != "stop":
@@ -320,15 +319,31 @@ _FLOW_FIELDS = tuple(f.name for f in dataclasses.fields(FlowPhaseOptions))
 NEWTON_KEYWORDS = {k: f"pass options=ij.NewtonOptions({k}=...) instead" for k in _NEWTON_FIELDS}
 """The `take_deprecated` replacements of `newton_phase`'s old thin keywords."""
 
-FLOW_KEYWORDS = {k: f"pass flow=ij.FlowPhaseOptions({k}=...) instead" for k in _FLOW_FIELDS}
+_BATCH_KEYWORDS = ("slots", "exact")
+FLOW_KEYWORDS = {
+    **{k: f"pass flow=ij.FlowPhaseOptions({k}=...) instead" for k in _FLOW_FIELDS if k != "batch"},
+    **{k: f"pass flow=ij.FlowPhaseOptions(batch=ij.sweep.BatchOptions({k}=...)) instead" for k in _BATCH_KEYWORDS},
+}
 """The `take_deprecated` replacements of the old flow-phase keywords (`flow_then_newton`, the
 studies)."""
+
+
+def with_flow_fields(flow: FlowPhaseOptions | None, given: dict) -> FlowPhaseOptions:
+    """`with_fields` for `FlowPhaseOptions`, where the old keywords `slots` and `exact`
+    (`slots=None`: not given) go into its `batch`."""
+    given = dict(given)
+    old = {k: given.pop(k) for k in _BATCH_KEYWORDS if k in given}
+    old = {k: v for k, v in old.items() if v is not None or k == "exact"}
+    flow = with_fields(flow, FlowPhaseOptions, given, "flow")
+    if not old:
+        return flow
+    return dataclasses.replace(flow, batch=dataclasses.replace(flow.batch or BatchOptions(), **old))
 
 
 def with_fields(options, cls, given: dict, name: str):
     """`options` (a `cls`, or None for `cls()`) with the fields in `given` (old keywords,
     already warned about by `take_deprecated`) replaced; a `None` value means "not given",
-    except for the fields whose default is `None` (`exact`, `engine`, `batch_size`)."""
+    except for the fields whose default is `None` (`engine`, `batch`, `batch_size`)."""
     if options is None:
         options = cls()
     elif not isinstance(options, cls):
@@ -898,11 +913,15 @@ def flow_phase(
     theta = nets.edge_weights()
     theta = theta[None] if theta.ndim == 1 else theta
     if engine == "sweep":
-        exact = jax.default_backend() == "cpu" if flow.exact is None else flow.exact
+        batch = flow.batch or BatchOptions()
+        batch = dataclasses.replace(
+            batch,
+            slots=batch.slots or min(theta.shape[0], 256),
+            exact=jax.default_backend() == "cpu" if batch.exact is None else batch.exact,
+        )
         solver = SolverOptions(
             flow.solver, rtol=flow.rtol, atol=flow.atol, max_steps=flow.max_flow_steps, recovery=flow.recovery
         )
-        batch = BatchOptions(slots=flow.slots or min(theta.shape[0], 256), exact=exact)
         res = sweep_flows(
             nets,
             X,
@@ -975,9 +994,10 @@ def flow_then_newton(
         the flow phase. The Newton phase starts from the flow's final state.
 
     The old keywords (`t1=`, `solver=`, `rtol=`, `atol=`, `max_flow_steps=`,
-    `flow_wall_time=`, `flow_stop=`, `n_record=`, `slots=`, `exact=`, `engine=`, and
-    `maxnorm=`, `g_tol=`, `patience=`, `max_steps=`, ... of `NewtonOptions`) still work,
-    with a `DeprecationWarning`, overriding the fields of `flow` / `newton`.
+    `flow_wall_time=`, `flow_stop=`, `n_record=`, `engine=`, `slots=` and `exact=` (now
+    `flow.batch`'s), and `maxnorm=`, `g_tol=`, `patience=`, `max_steps=`, ... of
+    `NewtonOptions`) still work, with a `DeprecationWarning`, overriding the fields of
+    `flow` / `newton`.
 
     Every run records the largest `weightnorm` of its ODE phase and whether it reached
     `maxnorm` (`passed_maxnorm_ode`), and, for the loop and vmap engines, a
@@ -991,7 +1011,7 @@ def flow_then_newton(
         deprecated,
         {**FLOW_KEYWORDS, **{k: f"pass newton=ij.NewtonOptions({k}=...) instead" for k in _NEWTON_FIELDS}},
     )
-    flow = with_fields(flow, FlowPhaseOptions, {k: v for k, v in old.items() if k in _FLOW_FIELDS}, "flow")
+    flow = with_flow_fields(flow, {k: v for k, v in old.items() if k in FLOW_KEYWORDS})
     opts = with_fields(newton, NewtonOptions, {k: v for k, v in old.items() if k in _NEWTON_FIELDS}, "newton")
     if not isinstance(nets, DAGNetwork):
         raise TypeError(f"nets must be a (batched) DAGNetwork; got {type(nets).__name__}.")

@@ -43,6 +43,7 @@ from ._converge import (
     newton_reason,
     newton_result,
     with_fields,
+    with_flow_fields,
 )
 from ._detect import MAXNORM, PAIR_TOL, detect_channels
 from ._glu import glu_limit, pair_output
@@ -473,10 +474,10 @@ class StudyGrid(eqx.Module):
         return list(itertools.product(self.activations, self.biases, self.widths))
 
 
-STUDY_FLOW = FlowPhaseOptions(max_flow_steps=2000, flow_stop="stop", n_record=0, slots=None, engine="sweep")
+STUDY_FLOW = FlowPhaseOptions(max_flow_steps=2000, flow_stop="stop", n_record=0, engine="sweep")
 """`convergence_study`'s default flow phase, the scheme of the committed studies: the sweep
-engine, a stop at `maxnorm`, 2000 steps, no trajectory record (`slots=None`: one slot per
-run, at most 256)."""
+engine, a stop at `maxnorm`, 2000 steps, no trajectory record (one slot per run, at most
+256)."""
 
 _GRID_KEYWORDS = {
     k: f"pass grid=ij.channels.StudyGrid({k}=...) instead"
@@ -505,7 +506,7 @@ def _study_options(grid, flow, newton, deprecated: dict):
         nw["batch_size"] = nw.pop("newton_batch")
     return (
         with_fields(grid, StudyGrid, pick(_GRID_KEYWORDS), "grid"),
-        with_fields(flow if flow is not None else STUDY_FLOW, FlowPhaseOptions, pick(_STUDY_FLOW_KEYWORDS), "flow"),
+        with_flow_fields(flow if flow is not None else STUDY_FLOW, pick(_STUDY_FLOW_KEYWORDS)),
         with_fields(newton, NewtonOptions, nw, "newton"),
     )
 

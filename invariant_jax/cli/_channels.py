@@ -126,7 +126,6 @@ def _newton_study(args, acts, rough, widths, opts):
         max_flow_steps=args.max_flow_steps,
         flow_stop="stop",
         n_record=0,
-        slots=None,
         engine="sweep" if args.engine == "auto" else args.engine,
     )
     newton = NewtonOptions(maxnorm=args.maxnorm, max_steps=args.max_newton_steps)
