@@ -490,6 +490,35 @@ def channels_loss_levels_authors_seeds() -> str:
     return "Merged by " + "; ".join(commands) + ":\n\n" + "\n".join(lines) + "\n"
 
 
+def channels_step_control() -> str:
+    """docs/solvers.md: step-size control after a failed step, on channel passages and on
+    the split-saddle hovers."""
+    rec = _load("channels_step_control.json")
+    arms = rec["arms"]
+    mus = [s["mu"] for s in arms[0]["saddle_split"]]
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}); the study runs "
+        + ", ".join(f"r = {s['r']} seed {s['seed']}" for s in arms[0]["study_runs"])
+        + ":",
+        "",
+        "| controller | study runs: steps, passed maxnorm | Jacobians | warm s | split saddle, mu = "
+        + " / ".join(f"{m:g}" for m in mus)
+        + ": steps (rejected) | split saddle: first call s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for a in arms:
+        t, st, sd = a["totals"], a["study_runs"], a["saddle_split"]
+        lines.append(
+            f"| {a['arm']} | {t['study_steps']}, {t['study_passed']} of {len(st)} | {t['study_jacobians']} "
+            f"| {sum(s['warm_seconds'] for s in st):.1f} | "
+            + " / ".join(f"{s['steps']} ({s['rejected']})" for s in sd)
+            + " | "
+            + " / ".join(f"{s['first_call_seconds']:.0f}" for s in sd)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def channels_deep() -> str:
     """docs/channels.md: the loss-levels pipeline on MLPs with two and three hidden layers."""
     rec = _load("channels_deep.json")
@@ -2680,6 +2709,7 @@ BLOCKS = {
     "channels-loss-levels-newton-g-bias": channels_loss_levels_newton_g_bias,
     "channels-loss-levels-newton-softplus-nobias": channels_loss_levels_newton_softplus_nobias,
     "channels-loss-levels-authors-seeds": channels_loss_levels_authors_seeds,
+    "channels-step-control": channels_step_control,
     "channels-deep": channels_deep,
     "channels-groups": channels_groups,
     "channels-scaling": channels_scaling,
