@@ -30,11 +30,26 @@ Usage: PYTHONPATH=. python benchmarks/channels_step_control.py --repo <channels-
 from __future__ import annotations
 
 import argparse
+import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
+import channels_saddle_split as split  # noqa: E402 (loads no JAX)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+
+
+def _horizon(arm: str) -> float | None:
+    """The arm's horizon (`horizon:K`), None for `recovering`; anything else is refused."""
+    if arm == "recovering":
+        return None
+    try:
+        k = float(arm.split(":", 1)[1]) if arm.startswith("horizon:") else 0.0
+    except ValueError:
+        k = 0.0
+    if k <= 0:
+        raise SystemExit(f"--arms: {arm!r} is not pid, recovering or horizon:K with K > 0.")
+    return k
 
 
 def _use_controller(arm: str) -> None:
@@ -49,8 +64,7 @@ def _use_controller(arm: str) -> None:
         c = build(self, dtype)
         if arm == "pid":
             return diffrax.PIDController(rtol=c.rtol, atol=c.atol)
-        horizon = float(arm.split(":")[1]) if arm.startswith("horizon:") else None
-        return ij.RecoveringPIDController(rtol=c.rtol, atol=c.atol, recovery=1.5, horizon=horizon)
+        return ij.RecoveringPIDController(rtol=c.rtol, atol=c.atol, recovery=1.5, horizon=_horizon(arm))
 
     ij.SolverOptions.get_controller = get_controller
 
@@ -64,7 +78,6 @@ def run_arm(arm: str, runs: list[tuple[int, int]], repo: str, mus: list[float]) 
     jax.config.update("jax_enable_x64", True)
     import numpy as np
 
-    import channels_saddle_split as split
     import invariant_jax as ij
     import invariant_jax.losses as losses
     from channels_breakdown import counting
@@ -92,7 +105,7 @@ def run_arm(arm: str, runs: list[tuple[int, int]], repo: str, mus: list[float]) 
                 r=r,
                 seed=seed,
                 steps=int(res.n_steps[0]),
-                passed_maxnorm=bool(np.asarray(res.weightnorm_max)[0] >= 1e3),
+                passed_maxnorm=bool(np.asarray(res.weightnorm_max)[0] >= ch.MAXNORM),
                 result=str(ij.result_name(res.result)[0]),
                 jacobians=counting(lambda: go().theta_final)["hessian"],
                 first_call_seconds=first,
@@ -139,10 +152,17 @@ def main():
     args = ap.parse_args()
     arms = args.arms.split(",")
     for a in arms:
-        if a not in ("pid", "recovering") and not (a.startswith("horizon:") and float(a.split(":")[1]) > 0):
-            raise SystemExit(f"--arms: {a!r} is not pid, recovering or horizon:K with K > 0.")
+        if a != "pid":
+            _horizon(a)  # refused before any work
     runs = [tuple(int(v) for v in p.split(":")) for p in args.runs.split(",")]
     mus = [float(m) for m in args.mus.split(",")]
+    try:  # their files, read before any work
+        files = split.their_files(args.repo, "HEAD")[1]
+    except (OSError, subprocess.CalledProcessError):
+        raise SystemExit(f"--repo {args.repo}: not a git directory of channels-to-infinity.") from None
+    missing = [m for m in mus if m not in files]
+    if missing:
+        raise SystemExit(f"--mus {missing}: no such split-saddle file; theirs have mu in {sorted(files)}.")
     path = output_path(args.out, "channels_step_control.json")
     start, rows = time.perf_counter(), []
     for arm in arms:  # a fresh process per arm: its controller is patched in at import

@@ -337,7 +337,8 @@ def with_flow_fields(flow: FlowPhaseOptions | None, given: dict) -> FlowPhaseOpt
     flow = with_fields(flow, FlowPhaseOptions, given, "flow")
     if not old:
         return flow
-    return dataclasses.replace(flow, batch=dataclasses.replace(flow.batch or BatchOptions(), **old))
+    batch = BatchOptions() if flow.batch is None else flow.batch
+    return dataclasses.replace(flow, batch=dataclasses.replace(batch, **old))
 
 
 def with_fields(options, cls, given: dict, name: str):
@@ -913,7 +914,7 @@ def flow_phase(
     theta = nets.edge_weights()
     theta = theta[None] if theta.ndim == 1 else theta
     if engine == "sweep":
-        batch = flow.batch or BatchOptions()
+        batch = BatchOptions() if flow.batch is None else flow.batch
         batch = dataclasses.replace(
             batch,
             slots=batch.slots or min(theta.shape[0], 256),
