@@ -18,6 +18,7 @@ imported, before any work; one that appears during the run is kept, and `write_j
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -230,18 +231,42 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+DIRTY_DIFF_BYTES = 65536
+
+
+def _dirty_diff(paths: list[str]) -> dict:
+    """For a dirty tree, what the commit does not say: the changed paths, the sha256 of
+    `git diff HEAD` over them, and the diff itself up to `DIRTY_DIFF_BYTES` (so the code
+    that made a result is the commit plus this diff)."""
+    if not paths:
+        return {}
+    targets = [p.split(" -> ")[-1] for p in paths]  # a rename: "old -> new"
+    diff = _git("diff", "HEAD", "--", *targets) or ""
+    size = len(diff.encode())
+    return {
+        "dirty_paths": paths,
+        "dirty_diff_sha256": hashlib.sha256(diff.encode()).hexdigest(),
+        "dirty_diff": diff if size <= DIRTY_DIFF_BYTES else None,
+        "dirty_diff_bytes": size,
+    }
+
+
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
     tracked files outside `benchmarks/results/`, `null` outside a git checkout: a script
-    that rewrites its committed JSON as it goes must not mark itself dirty), versions,
+    that rewrites its committed JSON as it goes must not mark itself dirty) and, when
+    dirty, the changed paths and their diff (`_dirty_diff`), versions,
     machine (with its load average when the results were written: other work on a
     shared machine slows timings) and times."""
     status = _git("status", "--porcelain", "--untracked-files=no")
+    paths = None
     if status is not None:
-        status = [ln for ln in status.splitlines() if not ln.split(None, 1)[-1].startswith("benchmarks/results/")]
+        paths = [ln.split(None, 1)[-1] for ln in status.splitlines() if ln.strip()]
+        paths = sorted(p for p in paths if not p.startswith("benchmarks/results/"))
     return {
         "commit": _git("rev-parse", "HEAD"),
-        "dirty": None if status is None else bool(status),
+        "dirty": None if paths is None else bool(paths),
+        **_dirty_diff(paths or []),
         "python": platform.python_version(),
         "versions": {name: _version(name) for name in PACKAGES},
         "platform": platform.platform(),

@@ -94,3 +94,34 @@ def test_dirty_flag_ignores_results_files(monkeypatch):
         stripped = status.strip()  # as _git returns it
         monkeypatch.setattr(o, "_git", lambda *a, s=stripped: s if a[0] == "status" else "abc")
         assert o.provenance()["dirty"] is dirty
+
+
+def test_a_dirty_tree_records_its_paths_and_diff(tmp_path, monkeypatch):
+    """A dirty run records which tracked files differed and `git diff HEAD` over them, so
+    the commit plus that diff is the code that ran: checked in a scratch repository by
+    applying the recorded diff to a clean clone and comparing the file."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import _output as o
+
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    repo = tmp_path / "repo"
+    (repo / "benchmarks" / "results").mkdir(parents=True)
+    (repo / "pkg.py").write_text("x = 1\n")
+    (repo / "benchmarks" / "results" / "r.json").write_text("{}")
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "base"], check=True)
+    monkeypatch.setattr(o, "ROOT", repo)
+    assert o.provenance()["dirty"] is False and "dirty_paths" not in o.provenance()
+    (repo / "benchmarks" / "results" / "r.json").write_text('{"a": 1}')
+    assert o.provenance()["dirty"] is False
+    (repo / "pkg.py").write_text("x = 2\n")
+    p = o.provenance()
+    assert p["dirty"] is True and p["dirty_paths"] == ["pkg.py"]
+    clone = tmp_path / "clone"
+    subprocess.run([*git, "clone", "-q", str(repo), str(clone)], check=True)
+    patch = tmp_path / "d.patch"
+    patch.write_text(p["dirty_diff"] + "\n")
+    subprocess.run([*git, "-C", str(clone), "apply", str(patch)], check=True)
+    assert (clone / "pkg.py").read_text() == "x = 2\n"
+    assert p["dirty_diff_bytes"] == len(p["dirty_diff"].encode())
