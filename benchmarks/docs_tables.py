@@ -461,6 +461,7 @@ AUTHORS_SEEDS = (
     ("g", "no", "channels_loss_levels_newton_g_nobias"),
     ("softplus", "no", "channels_loss_levels_newton_softplus_nobias"),
     ("softplus", "yes", "channels_loss_levels_newton_softplus_bias"),
+    ("g", "yes", "channels_loss_levels_newton_g_bias"),
 )
 
 
