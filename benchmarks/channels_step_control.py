@@ -39,8 +39,9 @@ import channels_saddle_split as split  # noqa: E402 (loads no JAX)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 
-def _horizon(arm: str) -> float | None:
-    """The arm's horizon (`horizon:K`), None for `recovering`; anything else is refused."""
+def arm_horizon(arm: str, flag: str = "--arms") -> float | None:
+    """The arm's horizon (`horizon:K`), None for `recovering`; anything else is refused
+    (naming `flag`)."""
     if arm == "recovering":
         return None
     try:
@@ -48,11 +49,11 @@ def _horizon(arm: str) -> float | None:
     except ValueError:
         k = 0.0
     if k <= 0:
-        raise SystemExit(f"--arms: {arm!r} is not pid, recovering or horizon:K with K > 0.")
+        raise SystemExit(f"{flag}: {arm!r} is not pid, recovering or horizon:K with K > 0.")
     return k
 
 
-def _use_controller(arm: str) -> None:
+def use_controller(arm: str) -> None:
     """Make every `SolverOptions` in this process build the arm's controller."""
     import diffrax
 
@@ -64,7 +65,7 @@ def _use_controller(arm: str) -> None:
         c = build(self, dtype)
         if arm == "pid":
             return diffrax.PIDController(rtol=c.rtol, atol=c.atol)
-        return ij.RecoveringPIDController(rtol=c.rtol, atol=c.atol, recovery=1.5, horizon=_horizon(arm))
+        return ij.RecoveringPIDController(rtol=c.rtol, atol=c.atol, recovery=1.5, horizon=arm_horizon(arm))
 
     ij.SolverOptions.get_controller = get_controller
 
@@ -86,7 +87,7 @@ def run_arm(arm: str, runs: list[tuple[int, int]], repo: str, mus: list[float]) 
     from invariant_jax import channels as ch
 
     warnings.simplefilter("ignore", ij.NoConservationLaw)
-    _use_controller(arm)
+    use_controller(arm)
     X, Y = ij.rosenbrock_grid(10**4)
     flow = arm_options("kvaerno5_newton", flow_stop="stop", max_flow_steps=2000)
     study = []
@@ -153,7 +154,7 @@ def main():
     arms = args.arms.split(",")
     for a in arms:
         if a != "pid":
-            _horizon(a)  # refused before any work
+            arm_horizon(a)  # refused before any work
     runs = [tuple(int(v) for v in p.split(":")) for p in args.runs.split(",")]
     mus = [float(m) for m in args.mus.split(",")]
     try:  # their files, read before any work

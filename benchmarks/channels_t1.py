@@ -13,8 +13,12 @@ the study's verdict and the rerun's: the flow time and steps reached, the larges
 `weightnorm` of the ODE phase, whether it passed `maxnorm`, the final verdict and
 `ch.confirm_channel`.
 
+`--controller` swaps the flow's step-size controller in this process, as
+`channels_step_control.py`'s arms do: `default` (the flow phase's own), `pid`, `recovering`
+or `horizon:K` (`ij.RecoveringPIDController(horizon=K)`).
+
 Usage: python benchmarks/channels_t1.py --study benchmarks/results/channels_loss_levels_newton_softplus_bias.json
-       [--t1 1e300] [--max-runs 8] [--out benchmarks/results/channels_t1.json]
+       [--t1 1e300] [--max-runs 8] [--controller default] [--out benchmarks/results/channels_t1.json]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 import invariant_jax.channels as ch  # noqa: E402
 from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
+from channels_step_control import arm_horizon, use_controller  # noqa: E402
 
 
 def candidates(rec: dict, st: dict) -> list[int]:
@@ -152,10 +157,15 @@ def main():
     ap.add_argument("--study", required=True, help="a channels_loss_levels.py JSON with per-run records")
     ap.add_argument("--t1", type=float, default=1e300, help="the rerun's flow-time budget")
     ap.add_argument("--max-runs", type=int, default=8, help="rerun at most this many end states (in record order)")
+    ap.add_argument(
+        "--controller", default="default", help="default, pid, recovering or horizon:K (the flow's step sizes)"
+    )
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/local/channels_t1.json)")
     args = ap.parse_args()
     if args.max_runs < 1:
         raise SystemExit(f"--max-runs must be >= 1; got {args.max_runs}.")
+    if args.controller not in ("default", "pid"):
+        arm_horizon(args.controller, "--controller")  # refused before any work
     try:
         d = json.loads(Path(args.study).read_text())
         rec, st = d["records"], d["settings"]
@@ -167,6 +177,8 @@ def main():
     X, Y = ij.rosenbrock_grid()
     if X.shape[0] != st["n_samples"]:
         raise SystemExit(f"The study used {st['n_samples']} samples, not the default grid's {X.shape[0]}.")
+    if args.controller != "default":
+        use_controller(args.controller)
     picked = candidates(rec, st)
     shared = distinct(rec, picked)
     t = time.perf_counter()
@@ -189,6 +201,7 @@ def main():
                 study=args.study,
                 study_t1=st["t1"],
                 t1=args.t1,
+                controller=args.controller,
                 candidates=len(picked),
                 end_states=len(shared),
                 runs=runs,
