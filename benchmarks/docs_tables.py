@@ -798,6 +798,40 @@ def channels_t1() -> str:
     return "\n".join(lines[:-1]) + "\n"
 
 
+T1_CONTROLLERS = (
+    ("the flow phase's (recovering, no horizon)", "channels_t1_g_bias.json"),
+    ("`diffrax.PIDController`", "channels_t1_g_bias_pid.json"),
+    ("recovering, `horizon=100`", "channels_t1_g_bias_horizon100.json"),
+)
+
+
+def channels_t1_controllers() -> str:
+    """docs/channels.md: the g-with-bias t1 reruns with three step-size controllers."""
+    recs = [(label, _load(name)) for label, name in T1_CONTROLLERS]
+    lines = [
+        "; ".join(f"{label}: `{rec['command']}` (commit {_commit(rec)})" for label, rec in recs) + ".",
+        "",
+        "| r | seed | " + " | ".join(f"{label}: steps, t reached, wall" for label, _ in recs) + " |",
+        "|---|---|" + "---|" * len(recs),
+    ]
+    runs = [rec["runs"] for _, rec in recs]
+    for row in zip(*runs, strict=True):
+        assert len({(x["r"], x["seed"]) for x in row}) == 1, "the files rerun other end states"
+        cells = [f"{x['rerun']['flow_steps']}, {x['rerun']['t_flow']:.2g}, {x['rerun']['seconds']:.0f} s" for x in row]
+        lines.append(f"| {row[0]['r']} | {row[0]['seed']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Summed over the runs: "
+        + "; ".join(
+            f"{label}: {sum(x['rerun']['flow_steps'] for x in rs)} steps, {sum(x['rerun']['seconds'] for x in rs):.0f} s, "
+            f"{sum(x['rerun']['t_flow'] >= 1e299 for x in rs)} of {len(rs)} reached 1e300"
+            for (label, _), rs in zip(recs, runs, strict=True)
+        )
+        + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def channels_groups() -> str:
     """docs/channels.md: groups of 3+ merging neurons in the loss-levels studies' end points."""
     rec = _load("channels_groups.json")
@@ -2719,6 +2753,7 @@ BLOCKS = {
     "channels-saddle-split": channels_saddle_split,
     "stage-tolerance": stage_tolerance,
     "channels-t1": channels_t1,
+    "channels-t1-controllers": channels_t1_controllers,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
