@@ -242,6 +242,7 @@ def _dirty_diff(paths: list[str]) -> dict:
         return {}
     targets = [p.split(" -> ")[-1] for p in paths]  # a rename: "old -> new"
     diff = _git("diff", "HEAD", "--", *targets) or ""
+    diff += "\n" if diff else ""  # `_git` strips it; `git apply` needs it
     size = len(diff.encode())
     return {
         "dirty_paths": paths,

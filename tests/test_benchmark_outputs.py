@@ -121,7 +121,7 @@ def test_a_dirty_tree_records_its_paths_and_diff(tmp_path, monkeypatch):
     clone = tmp_path / "clone"
     subprocess.run([*git, "clone", "-q", str(repo), str(clone)], check=True)
     patch = tmp_path / "d.patch"
-    patch.write_text(p["dirty_diff"] + "\n")
+    patch.write_text(p["dirty_diff"])
     subprocess.run([*git, "-C", str(clone), "apply", str(patch)], check=True)
     assert (clone / "pkg.py").read_text() == "x = 2\n"
     assert p["dirty_diff_bytes"] == len(p["dirty_diff"].encode())
