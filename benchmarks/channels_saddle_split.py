@@ -147,7 +147,9 @@ def one_run(
     solver: str,
     maxnorm: float,
     penalty: str,
+    recovery=None,
 ) -> dict:
+    """One of their runs from its start with our flow (`recovery`: `ij.SolverOptions`'s)."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -199,7 +201,7 @@ def one_run(
         Y,
         2 * n * ts[keep][-1],
         loss=ij.Objective("mse", regularizer=ch.MaxnormPenalty(maxnorm), strength=strength),
-        solver=ij.SolverOptions(solver, rtol=rtol, atol=rtol, max_steps=max_steps),
+        solver=ij.SolverOptions(solver, rtol=rtol, atol=rtol, max_steps=max_steps, recovery=recovery),
         saveat=ij.SaveTimes(2 * n * ts[keep]),
         throw=False,
     )

@@ -18,9 +18,9 @@ The two regimes:
   `channels_saddle_split.py`'s `one_run` at rtol = atol = 1e-8; `--mus`), whose steps grow
   by decades. Per run: steps, rejected steps and the largest distance to their rows.
 
-The controller is swapped in by replacing `ij.SolverOptions.get_controller` in a fresh
-process per arm (the flow phase has no option for a horizon). Walls are first calls
-(compilation included) and, for the study runs, warm calls.
+The controller is the arm's `ij.StepRecovery` (`FlowPhaseOptions(recovery=)`,
+`SolverOptions(recovery=)`; None for `pid`), each arm in a fresh process. Walls are first
+calls (compilation included) and, for the study runs, warm calls.
 
 Usage: PYTHONPATH=. python benchmarks/channels_step_control.py --repo <channels-to-infinity git dir>
        [--arms pid,recovering,horizon:10,horizon:100] [--runs 3:0,3:2,4:0,4:2,5:0,5:2]
@@ -39,35 +39,25 @@ import channels_saddle_split as split  # noqa: E402 (loads no JAX)
 from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 
-def arm_horizon(arm: str, flag: str = "--arms") -> float | None:
-    """The arm's horizon (`horizon:K`), None for `recovering`; anything else is refused
-    (naming `flag`)."""
-    if arm == "recovering":
+def arm_recovery(arm: str, flag: str = "--arms"):
+    """The arm's `ij.StepRecovery` (growth 1.5; `horizon:K`: with horizon K), None for
+    `pid`; anything else is refused (naming `flag`)."""
+    import invariant_jax as ij
+
+    if arm == "pid":
         return None
+    if arm == "recovering":
+        return ij.StepRecovery(1.5)
     try:
         k = float(arm.split(":", 1)[1]) if arm.startswith("horizon:") else 0.0
     except ValueError:
         k = 0.0
-    if k <= 0:
-        raise SystemExit(f"{flag}: {arm!r} is not pid, recovering or horizon:K with K > 0.")
-    return k
-
-
-def use_controller(arm: str) -> None:
-    """Make every `SolverOptions` in this process build the arm's controller."""
-    import diffrax
-
-    import invariant_jax as ij
-
-    build = ij.SolverOptions.get_controller
-
-    def get_controller(self, dtype=None):
-        c = build(self, dtype)
-        if arm == "pid":
-            return diffrax.PIDController(rtol=c.rtol, atol=c.atol)
-        return ij.RecoveringPIDController(rtol=c.rtol, atol=c.atol, recovery=1.5, horizon=arm_horizon(arm))
-
-    ij.SolverOptions.get_controller = get_controller
+    try:
+        if not k > 0:
+            raise ValueError
+        return ij.StepRecovery(1.5, horizon=k)
+    except ValueError:
+        raise SystemExit(f"{flag}: {arm!r} is not pid, recovering or horizon:K with K > 0.") from None
 
 
 def run_arm(arm: str, runs: list[tuple[int, int]], repo: str, mus: list[float]) -> dict:
@@ -87,9 +77,9 @@ def run_arm(arm: str, runs: list[tuple[int, int]], repo: str, mus: list[float]) 
     from invariant_jax import channels as ch
 
     warnings.simplefilter("ignore", ij.NoConservationLaw)
-    use_controller(arm)
+    recovery = arm_recovery(arm)
     X, Y = ij.rosenbrock_grid(10**4)
-    flow = arm_options("kvaerno5_newton", flow_stop="stop", max_flow_steps=2000)
+    flow = arm_options("kvaerno5_newton", flow_stop="stop", max_flow_steps=2000, recovery=recovery)
     study = []
     for r, seed in runs:
         net = study_run(r, seed)
@@ -117,7 +107,9 @@ def run_arm(arm: str, runs: list[tuple[int, int]], repo: str, mus: list[float]) 
     commit, files = split.their_files(repo, "HEAD")
     saddle = []
     for mu in mus:
-        s = split.one_run(repo, commit, files[mu], mu, np.inf, 1e-8, 20_000, "kvaerno5_newton", 1e3, "unscaled")
+        s = split.one_run(
+            repo, commit, files[mu], mu, np.inf, 1e-8, 20_000, "kvaerno5_newton", 1e3, "unscaled", recovery=recovery
+        )
         saddle.append(
             dict(
                 mu=mu,
@@ -153,8 +145,7 @@ def main():
     args = ap.parse_args()
     arms = args.arms.split(",")
     for a in arms:
-        if a != "pid":
-            arm_horizon(a)  # refused before any work
+        arm_recovery(a)  # refused before any work
     runs = [tuple(int(v) for v in p.split(":")) for p in args.runs.split(",")]
     mus = [float(m) for m in args.mus.split(",")]
     try:  # their files, read before any work
@@ -166,7 +157,7 @@ def main():
         raise SystemExit(f"--mus {missing}: no such split-saddle file; theirs have mu in {sorted(files)}.")
     path = output_path(args.out, "channels_step_control.json")
     start, rows = time.perf_counter(), []
-    for arm in arms:  # a fresh process per arm: its controller is patched in at import
+    for arm in arms:  # a fresh process per arm, so that each arm's first calls compile
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
             rows.append(pool.submit(run_arm, arm, runs, args.repo, mus).result())
         print(f"{arm}: {rows[-1]['totals']}", flush=True)

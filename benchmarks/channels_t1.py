@@ -13,9 +13,9 @@ the study's verdict and the rerun's: the flow time and steps reached, the larges
 `weightnorm` of the ODE phase, whether it passed `maxnorm`, the final verdict and
 `ch.confirm_channel`.
 
-`--controller` swaps the flow's step-size controller in this process, as
-`channels_step_control.py`'s arms do: `default` (the flow phase's own), `pid`, `recovering`
-or `horizon:K` (`ij.RecoveringPIDController(horizon=K)`).
+`--controller` picks the flow's step-size controller (`FlowPhaseOptions(recovery=)`), as
+`channels_step_control.py`'s arms do: `default` (the flow phase's own), `pid` (None),
+`recovering` (`ij.StepRecovery(1.5)`) or `horizon:K` (`ij.StepRecovery(1.5, horizon=K)`).
 
 Usage: python benchmarks/channels_t1.py --study benchmarks/results/channels_loss_levels_newton_softplus_bias.json
        [--t1 1e300] [--max-runs 8] [--controller default] [--out benchmarks/results/channels_t1.json]
@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import invariant_jax as ij  # noqa: E402
 import invariant_jax.channels as ch  # noqa: E402
 from _output import output_path, save_figure, write_json  # noqa: E402 (benchmarks/_output.py)
-from channels_step_control import arm_horizon, use_controller  # noqa: E402
+from channels_step_control import arm_recovery  # noqa: E402
 
 
 def candidates(rec: dict, st: dict) -> list[int]:
@@ -64,7 +64,7 @@ def distinct(rec: dict, picked: list[int]) -> dict[int, int]:
     return count
 
 
-def rerun(rec: dict, st: dict, i: int, X, Y, t1: float) -> dict:
+def rerun(rec: dict, st: dict, i: int, X, Y, t1: float, controller: str = "default") -> dict:
     act, bias, r, seed = rec["activation"][i], bool(rec["bias"][i]), int(rec["r"][i]), int(rec["seed"][i])
     g = ij.mlp([X.shape[1], r, 1], bias=bias)
     theta0 = ch.study_inits(g, 1, first_seed=seed, seed=st["seed"])[0]
@@ -78,6 +78,7 @@ def rerun(rec: dict, st: dict, i: int, X, Y, t1: float) -> dict:
         flow_stop=st["flow_stop"],
         n_record=0,
         engine="loop",
+        **({} if controller == "default" else dict(recovery=arm_recovery(controller, "--controller"))),
     )
     newton = ij.NewtonOptions(
         maxnorm=st["maxnorm"], g_tol=st["g_tol"], patience=st["patience"], max_steps=st["max_steps"]
@@ -164,8 +165,8 @@ def main():
     args = ap.parse_args()
     if args.max_runs < 1:
         raise SystemExit(f"--max-runs must be >= 1; got {args.max_runs}.")
-    if args.controller not in ("default", "pid"):
-        arm_horizon(args.controller, "--controller")  # refused before any work
+    if args.controller != "default":
+        arm_recovery(args.controller, "--controller")  # refused before any work
     try:
         d = json.loads(Path(args.study).read_text())
         rec, st = d["records"], d["settings"]
@@ -177,14 +178,12 @@ def main():
     X, Y = ij.rosenbrock_grid()
     if X.shape[0] != st["n_samples"]:
         raise SystemExit(f"The study used {st['n_samples']} samples, not the default grid's {X.shape[0]}.")
-    if args.controller != "default":
-        use_controller(args.controller)
     picked = candidates(rec, st)
     shared = distinct(rec, picked)
     t = time.perf_counter()
     runs = []
     for i in list(shared)[: args.max_runs]:
-        runs.append(rerun(rec, st, i, X, Y, args.t1) | dict(runs_sharing_end_state=shared[i]))
+        runs.append(rerun(rec, st, i, X, Y, args.t1, args.controller) | dict(runs_sharing_end_state=shared[i]))
         b = runs[-1]["rerun"]
         print(
             f"{runs[-1]['activation']} bias={runs[-1]['bias']} r={runs[-1]['r']} seed={runs[-1]['seed']}: "

@@ -28,7 +28,7 @@ from ._defaults import MAX_STEPS
 from ._results import STOP_RESULTS, result_code
 from .losses import get_loss
 from .regularizers import get_regularizer
-from .solvers import SOLVERS, RecoveringPIDController, check_recovery, get_solver
+from .solvers import SOLVERS, StepRecovery, as_step_recovery, get_solver
 
 __all__ = [
     "SolverOptions",
@@ -60,13 +60,14 @@ class SolverOptions(eqx.Module):
         epsilons of the state's dtype, checked by `check_dtype` when the data is known).
     - `max_steps`: diffrax's step budget (an integer >= 1).
     - `dt0`: the first step (`None`: chosen by diffrax).
-    - `recovery`: None (default) for `diffrax.PIDController(rtol, atol)`; a number above 1
-        for `ij.RecoveringPIDController`, whose step size grows back by at most that factor
-        per accepted step after a failed step (an implicit stage solve that did not
-        converge, or a non-finite error estimate). The flat-channels flow phase uses 1.5
+    - `recovery`: None (default) for `diffrax.PIDController(rtol, atol)`; an
+        `ij.StepRecovery(growth, horizon)`, or a number above 1 for `ij.StepRecovery(number)`,
+        for `ij.RecoveringPIDController`, whose step size grows back by at most `growth` per
+        accepted step after a failed step (an implicit stage solve that did not converge,
+        or a non-finite error estimate). The flat-channels flow phase uses 1.5
         (`ij.FlowPhaseOptions`); on the authors' saddle-split runs at 1e-8, which grow
-        their steps by decades to `t ~ 1e300`, it cost steps (docs/solvers.md, "Steps after
-        a failed stage solve").
+        their steps by decades to `t ~ 1e300`, it cost steps unless given a `horizon`
+        (docs/solvers.md, "Steps after a failed stage solve").
     - `stepsize_controller`: replaces the default controller (the fields above).
     """
 
@@ -75,7 +76,7 @@ class SolverOptions(eqx.Module):
     atol: float = 1e-8
     max_steps: int = MAX_STEPS
     dt0: float | None = None
-    recovery: float | None = None
+    recovery: StepRecovery | None = eqx.field(default=None, converter=as_step_recovery)
     stepsize_controller: diffrax.AbstractStepSizeController | None = None
 
     def __check_init__(self):
@@ -95,7 +96,6 @@ class SolverOptions(eqx.Module):
         check_positive("atol", self.atol)
         check_integer("max_steps", self.max_steps, minimum=1)
         check_positive("dt0", self.dt0, allow_none=True)
-        check_recovery(self.recovery)
         if self.stepsize_controller is not None and not isinstance(
             self.stepsize_controller, diffrax.AbstractStepSizeController
         ):
@@ -119,7 +119,7 @@ class SolverOptions(eqx.Module):
 
     def get_controller(self, dtype=None) -> diffrax.AbstractStepSizeController:
         """`stepsize_controller`, or `diffrax.PIDController(rtol, atol)`, or with a
-        `recovery` `ij.RecoveringPIDController(rtol, atol, recovery=)`. Given a `dtype`, the
+        `recovery` `ij.RecoveringPIDController(rtol, atol)` with its settings. Given a `dtype`, the
         tolerances are arrays of it, so that a new tolerance compiles nothing."""
         if self.stepsize_controller is not None:
             return self.stepsize_controller
@@ -128,7 +128,7 @@ class SolverOptions(eqx.Module):
         )
         if self.recovery is None:
             return diffrax.PIDController(rtol=rtol, atol=atol)
-        return RecoveringPIDController(rtol=rtol, atol=atol, recovery=self.recovery)
+        return self.recovery.controller(rtol, atol)
 
 
 # ------------------------------------------------------------------ save times

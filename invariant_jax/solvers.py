@@ -61,6 +61,8 @@ __all__ = [
     "StageTolerance",
     "StageNewton",
     "RecoveringPIDController",
+    "StepRecovery",
+    "as_step_recovery",
     "GradientFlowTerm",
     "hessian_kvaerno5",
     "newton_kvaerno5",
@@ -588,15 +590,15 @@ class StageNewton(optx.Newton):
 # ------------------------------------------------------------------ step sizes after a failed step
 
 
-def check_recovery(recovery, *, allow_none: bool = True) -> None:
+def check_recovery(recovery, *, allow_none: bool = True, name: str = "recovery") -> None:
     """`recovery` (the step size's growth per accepted step after a failed step) is a
     number above 1, or None where `allow_none`."""
     if recovery is None and allow_none:
         return
     if isinstance(recovery, bool) or not (isinstance(recovery, (int, float)) and recovery > 1):
-        none = ", or None for diffrax.PIDController's growth" if allow_none else ""
+        none = ", an ij.StepRecovery, or None for diffrax.PIDController's growth" if allow_none else ""
         raise ValueError(
-            f"recovery must be a number above 1 (the step size's growth per accepted step after a "
+            f"{name} must be a number above 1 (the step size's growth per accepted step after a "
             f"failed step){none}; got {recovery!r}."
         )
 
@@ -617,8 +619,9 @@ class RecoveringPIDController(diffrax.PIDController):
     times the failed size, times `recovery` per accepted step since, until the next
     failure. Steps without a failure are `PIDController`'s, bit for bit.
 
-    The flat-channels flow phase uses it (`ij.FlowPhaseOptions(recovery=1.5)`). It costs
-    steps where a flow must grow its steps fast after a failure: on the authors'
+    The flat-channels flow phase uses it (`ij.FlowPhaseOptions(recovery=ij.StepRecovery(1.5))`;
+    the options build it from an `ij.StepRecovery`). It costs steps where a flow must grow
+    its steps fast after a failure: on the authors'
     saddle-split runs at 1e-8, whose steps grow by decades to `t ~ 1e300`, two of three
     runs took 2.1 and 2.8 times `PIDController`'s steps, so `ij.SolverOptions` keeps
     `PIDController` unless given a `recovery`.
@@ -663,6 +666,39 @@ class RecoveringPIDController(diffrax.PIDController):
         dt = next_t1 - next_t0  # PIDController's next step, passed through unless the cap binds
         next_t1 = jnp.where(binds, next_t0 + jnp.sign(dt) * cap, next_t1)
         return keep, next_t0, next_t1, made_jump, (state, cap, t_fail, h_fail), result
+
+
+class StepRecovery(eqx.Module):
+    """How the step size grows back after a failed step: the settings of
+    `ij.RecoveringPIDController`, without its tolerances, for the options that build one
+    (`ij.SolverOptions(recovery=)`, `ij.FlowPhaseOptions(recovery=)`). A plain number `r`
+    given there means `StepRecovery(r)`.
+
+    **Fields:** `growth` (> 1; default 1.5: the step size's growth per accepted step after a
+    failed step) and `horizon` (> 0, in failed step sizes, or None, the default: the cap
+    holds until the next failure), as in `ij.RecoveringPIDController`.
+    """
+
+    growth: float = eqx.field(static=True, default=1.5)
+    horizon: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        check_recovery(self.growth, allow_none=False, name="growth")
+        if self.horizon is not None:
+            check_positive("horizon", self.horizon)
+
+    def controller(self, rtol, atol) -> RecoveringPIDController:
+        """`ij.RecoveringPIDController(rtol, atol)` with these settings."""
+        return RecoveringPIDController(rtol=rtol, atol=atol, recovery=self.growth, horizon=self.horizon)
+
+
+def as_step_recovery(recovery) -> StepRecovery | None:
+    """`recovery` as a `StepRecovery` (a number `r`: `StepRecovery(r)`), or None for
+    `diffrax.PIDController`'s growth. Raises `ValueError` naming the field otherwise."""
+    if recovery is None or isinstance(recovery, StepRecovery):
+        return recovery
+    check_recovery(recovery)
+    return StepRecovery(recovery)
 
 
 # ------------------------------------------------------------------ filtered error estimate

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("channels_t1.py", ["--study", "missing.json", "--controller", "horizon:0"], "--controller"),
         ("channels_t1.py", ["--study", "missing.json", "--controller", "pidd"], "--controller"),
         ("channels_step_control.py", ["--repo", ".", "--arms", "pid,horizon:-1"], "--arms"),
+        ("channels_step_control.py", ["--repo", ".", "--arms", "horizon:nan"], "--arms"),
+        ("channels_t1.py", ["--study", "missing.json", "--controller", "horizon:inf"], "--controller"),
     ],
 )
 def test_a_bad_controller_is_refused_before_any_work(tmp_path, script, args, flag):

@@ -490,6 +490,48 @@ def test_recovering_controller_grows_back_gradually_after_a_failed_step():
         ij.RecoveringPIDController(rtol=1e-6, atol=1e-6, horizon=0.0)
 
 
+def test_step_recovery_builds_the_controller_it_names():
+    # The options' `recovery` (a number or an ij.StepRecovery) builds the same controller
+    # as `RecoveringPIDController` given those settings: the cap sequence of the test above
+    # (one failed step, then four accepted), with and without a horizon.
+    y0 = jnp.ones(2)
+    term = diffrax.ODETerm(lambda t, y, args: -y)
+
+    def sizes(ctrl):
+        state, t0, t1, got = ctrl.init(term, 0.0, 10.0, y0, 1.0, None, lambda *a: -y0, 5)[1], 0.0, 1.0, []
+        for k in range(5):
+            err = jnp.full(2, jnp.inf if k == 0 else 1e-12)
+            _, t0, t1, _, state, _ = ctrl.adapt_step_size(t0, t1, y0, y0, None, err, 5, state)
+            got.append(float(t1 - t0))
+        return got
+
+    tol = dict(rtol=1e-6, atol=1e-6)
+    assert ij.SolverOptions(**tol, recovery=1.5).recovery == ij.StepRecovery(1.5)
+    np.testing.assert_allclose(
+        sizes(ij.SolverOptions(**tol, recovery=1.5).get_controller()), [0.2, 0.3, 0.45, 0.675, 1.0125]
+    )
+    with_horizon = ij.SolverOptions(**tol, recovery=ij.StepRecovery(1.5, horizon=1.0)).get_controller()
+    np.testing.assert_allclose(sizes(with_horizon), [0.2, 0.3, 0.45, 0.675, 6.75], rtol=1e-12)
+    assert isinstance(ij.SolverOptions(**tol).get_controller(), diffrax.PIDController)
+    assert not isinstance(ij.SolverOptions(**tol).get_controller(), ij.RecoveringPIDController)
+    flow = ij.FlowPhaseOptions(recovery=ij.StepRecovery(2.0, horizon=100.0))
+    assert (flow.recovery.growth, flow.recovery.horizon) == (2.0, 100.0)
+    assert (
+        ij.FlowPhaseOptions().recovery == ij.StepRecovery(1.5) and ij.FlowPhaseOptions(recovery=None).recovery is None
+    )
+    for bad, match in (
+        (dict(growth=1.0), "growth must be a number above 1"),
+        (dict(horizon=-1.0), "horizon"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            ij.StepRecovery(**bad)
+    for bad in (1.0, True, "1.5"):
+        with pytest.raises(ValueError, match="recovery must be a number above 1.*StepRecovery"):
+            ij.SolverOptions(recovery=bad)
+        with pytest.raises(ValueError, match="recovery must be a number above 1.*StepRecovery"):
+            ij.FlowPhaseOptions(recovery=bad)
+
+
 def test_stage_tolerance_holds_at_steps_near_the_largest_float():
     # y' = -A (y - 1) from its fixed point, one step of h = 1e305: the stage updates are
     # round-off, and a tolerance of 1e-9 / (gamma h) would be below the smallest normal

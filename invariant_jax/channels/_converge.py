@@ -65,7 +65,7 @@ from ..flow import gradient_flow
 from ..losses import check_data, edge_loss_fn, hessian_fn
 from ..network import DAGNetwork
 from ..options import Objective, SaveTimes, SolverOptions, StopRules, log_times
-from ..solvers import SOLVERS, check_recovery
+from ..solvers import SOLVERS, StepRecovery, as_step_recovery
 from ..sweep import BatchOptions, sweep_flows
 from ._flow_phase import (
     MaxnormPenalty,
@@ -231,12 +231,13 @@ class FlowPhaseOptions(eqx.Module):
         solve fails on many steps along a channel and crawls, see
         `ij.newton_kvaerno5`; the paper used KenCarp58) and its tolerances
         (default 1e-3, 1e-6, the paper's).
-    - `recovery`: the step size's growth per accepted step after a failed step
-        (`ij.RecoveringPIDController`; default 1.5; None: `diffrax.PIDController`, the
-        default of `ij.SolverOptions`). Along a channel the step size is bounded by where
-        the stage solves converge; growing back by `PIDController`'s 10 at once, 88 of
-        the 164 steps of study run r = 5, seed 2 failed (docs/solvers.md, "Steps after a
-        failed stage solve").
+    - `recovery`: how the step size grows back after a failed step
+        (`ij.StepRecovery(growth, horizon)`, or a number for its `growth`, for
+        `ij.RecoveringPIDController`; default `StepRecovery(1.5)`, no horizon; None:
+        `diffrax.PIDController`, the default of `ij.SolverOptions`). Along a channel the
+        step size is bounded by where the stage solves converge; growing back by
+        `PIDController`'s 10 at once, 88 of the 164 steps of study run r = 5, seed 2 failed
+        (docs/solvers.md, "Steps after a failed stage solve").
     - `max_flow_steps`: solver steps per run, a backstop (default 100 000).
     - `flow_wall_time`: wall-clock seconds per run (default inf; the paper gives up to 2 h).
     - `flow_stop`: `"penalty"` (default, the paper's way: MLPGradientFlow's soft `maxnorm`
@@ -273,7 +274,7 @@ class FlowPhaseOptions(eqx.Module):
     solver: str = "kvaerno5_newton"
     rtol: float = 1e-3
     atol: float = 1e-6
-    recovery: float | None = 1.5
+    recovery: StepRecovery | None = eqx.field(default=StepRecovery(1.5), converter=as_step_recovery)
     max_flow_steps: int = MAX_STEPS
     flow_wall_time: float = np.inf
     flow_stop: str = "penalty"
@@ -288,7 +289,6 @@ class FlowPhaseOptions(eqx.Module):
             raise ValueError(f"solver must be a name in ij.SOLVERS, e.g. 'kvaerno5'; got {self.solver!r}.")
         check_positive("rtol", self.rtol)
         check_positive("atol", self.atol)
-        check_recovery(self.recovery)
         check_integer("max_flow_steps", self.max_flow_steps, minimum=1)
         check_positive("flow_wall_time", self.flow_wall_time, allow_inf=True)
         if self.flow_stop not in FLOW_STOPS:

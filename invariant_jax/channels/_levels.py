@@ -691,6 +691,7 @@ def _study_settings(grid: StudyGrid, flow: FlowPhaseOptions, newton: NewtonOptio
         init="MLPGradientFlow glorot_normal, zero biases",
         stop_reasons=list(NEWTON_RESULTS),
         flow=f"{flow.solver} via {flow.resolved_engine()}",
+        recovery=None if flow.recovery is None else dict(growth=flow.recovery.growth, horizon=flow.recovery.horizon),
         newton_batch=newton.batch_size,
         flow_stop=flow.flow_stop,
         flow_wall_time=flow.flow_wall_time,
