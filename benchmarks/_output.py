@@ -252,10 +252,21 @@ def _dirty_diff(paths: list[str]) -> dict:
     }
 
 
+FIGURES = (".png", ".svg", ".pdf")
+
+
+def _is_output(path: str) -> bool:
+    """A path benchmarks write and no code reads: results, and figures (e.g. the ones in
+    `docs/` that `topology_figure.py` draws)."""
+    path = path.split(" -> ")[-1]
+    return path.startswith("benchmarks/results/") or path.endswith(FIGURES)
+
+
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
-    tracked files outside `benchmarks/results/`, `null` outside a git checkout: a script
-    that rewrites its committed JSON as it goes must not mark itself dirty) and, when
+    tracked files other than results and figures (`_is_output`), `null` outside a git
+    checkout: a script that rewrites its committed JSON as it goes, or a figure in
+    `docs/`, must not mark itself dirty) and, when
     dirty, the changed paths and their diff (`_dirty_diff`), versions,
     machine (with its load average when the results were written: other work on a
     shared machine slows timings) and times."""
@@ -263,7 +274,7 @@ def provenance() -> dict:
     paths = None
     if status is not None:
         paths = [ln.split(None, 1)[-1] for ln in status.splitlines() if ln.strip()]
-        paths = sorted(p for p in paths if not p.startswith("benchmarks/results/"))
+        paths = sorted(p for p in paths if not _is_output(p))
     return {
         "commit": _git("rev-parse", "HEAD"),
         "dirty": None if paths is None else bool(paths),

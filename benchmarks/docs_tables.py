@@ -29,6 +29,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+from _output import FIGURES  # noqa: E402 (benchmarks/_output.py: paths that are outputs, not code)
+
 PAGES = [
     ROOT / "README.md",
     HERE / "README.md",
@@ -51,6 +54,8 @@ def _command(rec: dict) -> str:
 def _commit(rec: dict) -> str:
     prov = rec.get("provenance") or {}
     if prov.get("commit"):
+        if prov.get("dirty") and prov.get("dirty_paths") and all(p.endswith(FIGURES) for p in prov["dirty_paths"]):
+            return prov["commit"][:7] + " (dirty: figures only, " + ", ".join(prov["dirty_paths"]) + ")"
         return prov["commit"][:7] + (" (dirty)" if prov.get("dirty") else "")
     if prov.get("committed_in"):
         return f"committed in {prov['committed_in'][:7]}; code not recorded"
@@ -1245,7 +1250,9 @@ def sweep_batch_sizes() -> str:
     return (
         f"Measured (`benchmarks/results/sweep_batch_sizes.json`; heavy workload, 5-20-1, Tsit5 at "
         f"1e-8, {rec['settings']['slots']} slots, exact mode; the shared 2-core machine at a load average of "
-        f"{b[0]:.1f} before and {a[0]:.1f} after, so the seconds are inflated): the first call (n = {k0['n']}) "
+        f"{b[0]:.1f} before and {a[0]:.1f} after"
+        f"{', so the seconds are inflated' if max(b[0], a[0]) > rec['provenance'].get('cpu_count', 2) else ''}): "
+        f"the first call (n = {k0['n']}) "
         f"compiled {k0['compilations']} programs for the kink-aware engine (ReLU; {k0['compile_seconds']:.1f} s "
         f"of compiling, {k0['wall_seconds']:.1f} s wall) and {p0['compilations']} for the plain one (softplus; "
         f"{p0['compile_seconds']:.1f} s, {p0['wall_seconds']:.1f} s wall). The {len(by['kink']) - 1} calls after it "
@@ -1926,8 +1933,14 @@ def kink_sweep() -> str:
         f"{eng['err_max'] / kt['err_max']:.0f}x (max) more accurate at the same tolerance. The plain engine's "
         f"worst error on trajectories *without* sliding was {_e(eng['err_max_not_sliding'])}: the kinks cost "
         "Tsit5 its order too. Gauss4 inside keeps `c` to round-off, at the price of a Jacobian and an LU per "
-        f"step ({1e3 * kg['seconds'] / kg['steps_total']:.0f} ms per step in this run, on the loaded machine).",
+        f"step ({1e3 * kg['seconds'] / kg['steps_total']:.0f} ms per step in this run"
+        f"{', on the loaded machine' if rec['meta']['load_average_end'][0] > rec['meta']['cpu_count'] else ''}).",
     ]
+    if "err_max_init" in kt:
+        out[-1] += (
+            f" The largest error with Tsit5 inside is init {kt['err_max_init']}'s, with Gauss4 inside init "
+            f"{kg['err_max_init']}'s."
+        )
     return "\n".join(out) + "\n"
 
 

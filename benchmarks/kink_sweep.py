@@ -117,6 +117,7 @@ def main():
             ok=int(np.sum(ij.sweep.status_is(rec["status"], "ok"))),
             err_median=float(np.median(err)),
             err_max=float(err.max()),
+            err_max_init=int(np.argmax(err)),
             err_max_sliding=float(err[sliding].max()) if sliding.any() else None,
             err_max_not_sliding=float(err[~sliding].max()) if (~sliding).any() else None,
             drift_rel_max=float(rec["drift_relative"].max()),

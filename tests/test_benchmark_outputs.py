@@ -81,7 +81,8 @@ def test_user_file_at_out_refused_before_work(tmp_path):
 
 def test_dirty_flag_ignores_results_files(monkeypatch):
     """`provenance()["dirty"]`: a changed results file (a script rewriting its own committed
-    JSON as it goes) is not a dirty tree; a changed source file is."""
+    JSON as it goes) or figure (one that a benchmark draws into `docs/`) is not a dirty
+    tree; a changed source or docs text file is."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import _output as o
 
@@ -89,6 +90,8 @@ def test_dirty_flag_ignores_results_files(monkeypatch):
         (" M benchmarks/results/a.json\n M benchmarks/results/a.png", False),
         (" M benchmarks/results/a.json\n M invariant_jax/flow.py", True),
         (" M benchmarks/foo.py", True),
+        (" M docs/topology_invariant_set.png\n M benchmarks/results/a.json", False),
+        (" M docs/topology_invariant_set.png\n M docs/topology.md", True),
         ("", False),
     ):
         stripped = status.strip()  # as _git returns it
