@@ -14,7 +14,8 @@ the study's verdict and the rerun's: the flow time and steps reached, the larges
 `ch.confirm_channel`.
 
 `--controller` picks the flow's step-size controller (`FlowPhaseOptions(recovery=)`), as
-`channels_step_control.py`'s arms do: `default` (the flow phase's own), `pid` (None),
+`channels_step_control.py`'s arms do: `default` (the study's, where its settings record
+one, else the flow phase's default), `pid` (None),
 `recovering` (`ij.StepRecovery(1.5)`) or `horizon:K` (`ij.StepRecovery(1.5, horizon=K)`).
 
 Usage: python benchmarks/channels_t1.py --study benchmarks/results/channels_loss_levels_newton_softplus_bias.json
@@ -64,6 +65,16 @@ def distinct(rec: dict, picked: list[int]) -> dict[int, int]:
     return count
 
 
+def controller_options(st: dict, controller: str) -> dict:
+    """`FlowPhaseOptions`' `recovery` for `--controller`: the study's own (its settings'
+    `recovery`, where it records one; else the flow phase's default) for `default`."""
+    if controller != "default":
+        return dict(recovery=arm_recovery(controller, "--controller"))
+    if "recovery" not in st:
+        return {}
+    return dict(recovery=None if st["recovery"] is None else ij.StepRecovery(**st["recovery"]))
+
+
 def rerun(rec: dict, st: dict, i: int, X, Y, t1: float, controller: str = "default") -> dict:
     act, bias, r, seed = rec["activation"][i], bool(rec["bias"][i]), int(rec["r"][i]), int(rec["seed"][i])
     g = ij.mlp([X.shape[1], r, 1], bias=bias)
@@ -78,7 +89,7 @@ def rerun(rec: dict, st: dict, i: int, X, Y, t1: float, controller: str = "defau
         flow_stop=st["flow_stop"],
         n_record=0,
         engine="loop",
-        **({} if controller == "default" else dict(recovery=arm_recovery(controller, "--controller"))),
+        **controller_options(st, controller),
     )
     newton = ij.NewtonOptions(
         maxnorm=st["maxnorm"], g_tol=st["g_tol"], patience=st["patience"], max_steps=st["max_steps"]
