@@ -418,11 +418,11 @@ def test_two_sliding_weights_at_their_ends_at_once_smooth_limit():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known: at rtol 1e-8 to 1e-11 (and Dopri8 at 1e-13) the event at t = 0.63245 "
-    "lets pair 230 leave and pair 175 slide on, 3.3e-5 from the reference (docs/sweep.md)",
+    reason="known, cause not found: at rtol 1e-8 to 1e-11 (and Dopri8 at 1e-13) the event at "
+    "t = 0.63245 lets pair 230 leave and pair 175 slide on, 3.3e-5 from the reference (docs/sweep.md)",
 )
 def test_two_sliding_weights_at_their_ends_at_once_loose_tolerance():
-    """At rtol = atol = 1e-8 the same event resolves to the other consistent modes."""
+    """At rtol = atol = 1e-8 the same event ends with the other pair leaving."""
     _, _, _, ref = _mlp_init_12("tsit5", 1e-12)
     _, _, _, kf = _mlp_init_12("tsit5", 1e-8)
     assert float(jnp.max(jnp.abs(ref.theta_final - kf.theta_final))) < 1e-6
