@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
-from _output import FIGURES  # noqa: E402 (benchmarks/_output.py: paths that are outputs, not code)
+from _output import _is_output  # noqa: E402 (benchmarks/_output.py: paths that are outputs, not code)
 
 PAGES = [
     ROOT / "README.md",
@@ -51,10 +51,15 @@ def _command(rec: dict) -> str:
     return cmd if isinstance(cmd, str) else ""
 
 
+def _loaded(load: float, cores: int) -> bool:
+    """Whether a run's load average says other work shared its cores."""
+    return load > cores
+
+
 def _commit(rec: dict) -> str:
     prov = rec.get("provenance") or {}
     if prov.get("commit"):
-        if prov.get("dirty") and prov.get("dirty_paths") and all(p.endswith(FIGURES) for p in prov["dirty_paths"]):
+        if prov.get("dirty") and prov.get("dirty_paths") and all(_is_output(p) for p in prov["dirty_paths"]):
             return prov["commit"][:7] + " (dirty: figures only, " + ", ".join(prov["dirty_paths"]) + ")"
         return prov["commit"][:7] + (" (dirty)" if prov.get("dirty") else "")
     if prov.get("committed_in"):
@@ -810,6 +815,37 @@ T1_CONTROLLERS = (
 )
 
 
+def kink_missed_exit() -> str:
+    """docs/sweep.md: init 12 of kink_sweep.py's workload, its exact flow at each tolerance
+    against the smooth limit."""
+    rec = _load("kink_missed_exit.json")
+    ref = next(r for r in rec["rows"] if r["arm"] == rec["reference"])
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}): {rec['workload']}; distances are "
+        f"`max |theta(1) - theta_ref(1)|`, the reference the kink-aware flow at {rec['reference']}.",
+        "",
+        "| kink-aware flow | events | sliding exits | events near t = 0.63 | distance to the reference |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rec["rows"]:
+        near = ", ".join(f"{t:.5f}" for t in r["event_times"] if 0.62 < t < 0.7)
+        lines.append(
+            f"| {r['solver']}, {_tol(r['tol'])} | {r['events']} | {r['sliding_exits']} | {near} | "
+            f"{_e(r['distance_to_reference'])} |"
+        )
+    lines += [
+        "",
+        "The smooth net (`ij.smoothed_relu(beta)`, " + rec["smooth_solver"] + "), its distance to the reference / "
+        "to the flow at Tsit5 1e-8: "
+        + "; ".join(
+            f"beta = {s['beta']:g}: {_e(s['distance_to_reference'])} / {_e(s['distance_to_tsit5_1e8'])}"
+            for s in rec["smooth"]
+        )
+        + f" (the reference has {ref['events']} events).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def channels_t1_controllers() -> str:
     """docs/channels.md: the g-with-bias t1 reruns with three step-size controllers."""
     recs = [(label, _load(name)) for label, name in T1_CONTROLLERS]
@@ -1251,7 +1287,7 @@ def sweep_batch_sizes() -> str:
         f"Measured (`benchmarks/results/sweep_batch_sizes.json`; heavy workload, 5-20-1, Tsit5 at "
         f"1e-8, {rec['settings']['slots']} slots, exact mode; the shared 2-core machine at a load average of "
         f"{b[0]:.1f} before and {a[0]:.1f} after"
-        f"{', so the seconds are inflated' if max(b[0], a[0]) > rec['provenance'].get('cpu_count', 2) else ''}): "
+        f"{', so the seconds are inflated' if _loaded(max(b[0], a[0]), rec['provenance'].get('cpu_count', 2)) else ''}): "
         f"the first call (n = {k0['n']}) "
         f"compiled {k0['compilations']} programs for the kink-aware engine (ReLU; {k0['compile_seconds']:.1f} s "
         f"of compiling, {k0['wall_seconds']:.1f} s wall) and {p0['compilations']} for the plain one (softplus; "
@@ -1934,7 +1970,7 @@ def kink_sweep() -> str:
         f"worst error on trajectories *without* sliding was {_e(eng['err_max_not_sliding'])}: the kinks cost "
         "Tsit5 its order too. Gauss4 inside keeps `c` to round-off, at the price of a Jacobian and an LU per "
         f"step ({1e3 * kg['seconds'] / kg['steps_total']:.0f} ms per step in this run"
-        f"{', on the loaded machine' if rec['meta']['load_average_end'][0] > rec['meta']['cpu_count'] else ''}).",
+        f"{', on the loaded machine' if _loaded(rec['meta']['load_average_end'][0], rec['meta']['cpu_count']) else ''}).",
     ]
     if "err_max_init" in kt:
         out[-1] += (
@@ -2767,6 +2803,7 @@ BLOCKS = {
     "stage-tolerance": stage_tolerance,
     "channels-t1": channels_t1,
     "channels-t1-controllers": channels_t1_controllers,
+    "kink-missed-exit": kink_missed_exit,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
