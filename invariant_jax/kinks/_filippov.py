@@ -74,19 +74,23 @@ def coincident(normals, act):
     return rep, sign
 
 
-def slot_ties(proj, slots):
-    """`(rep, sign)` of the sliding slots (`coincident` of their rows of `proj`, the
-    pairs' `normal_projections`; empty slots are their own). Coincident surfaces are a
-    property of the activation pattern (a node's other inputs zero for those samples),
-    so the ties found at an event hold for the segment after it: `resolve_event`
-    computes them there, and the fields of the segment carry them."""
+def slot_ties(proj, slots, orient=None):
+    """`(rep, sign, orient)` of the sliding slots: `(rep, sign)` the `coincident` of their
+    rows of `proj` (the pairs' `normal_projections`; empty slots are their own), and
+    `orient` (+1 where not given) the sign of the tangency system's determinant at the
+    segment's start (`KinkProblem.orientation`, for the event condition:
+    `_weights_value`). Coincident surfaces are a property of the activation pattern (a
+    node's other inputs zero for those samples), so the ties found at an event hold for
+    the segment after it: `resolve_event` computes them there, and the fields of the
+    segment carry them."""
     act = slots >= 0
-    return coincident(jnp.where(act[:, None], proj[jnp.where(act, slots, 0)], 0.0), act)
+    rep, sign = coincident(jnp.where(act[:, None], proj[jnp.where(act, slots, 0)], 0.0), act)
+    return rep, sign, jnp.ones((), proj.dtype) if orient is None else orient
 
 
 def no_ties(M, dtype):
     """The ties of slots with no coincident surfaces (every slot its own)."""
-    return jnp.arange(M), jnp.ones((M,), dtype)
+    return jnp.arange(M), jnp.ones((M,), dtype), jnp.ones((), dtype)
 
 
 def _tied_solve(rep, sign, A, b, act):
@@ -98,7 +102,8 @@ def _tied_solve(rep, sign, A, b, act):
     combination of the two sides of the one surface, so their weights are tied,
     `lam_l = lam_k` (`1 - lam_k` for opposite normals), and one equation per surface is
     solved. `(rep, sign)` say which (`coincident`, in the rows' order). Without ties
-    this is `solve(A, -b)`."""
+    this is `solve(A, -b)`. Returns `(lam, det_sign)`: the weights, and the sign of the
+    determinant of the system solved (they have poles where it is zero)."""
     M = A.shape[0]
     dtype = A.dtype
     is_rep = act & (rep == jnp.arange(M))
@@ -106,8 +111,11 @@ def _tied_solve(rep, sign, A, b, act):
     c = jnp.where(act & (sign < 0), 1.0, 0.0).astype(dtype)  # lam = c + S @ mu
     A2 = jnp.where(is_rep[:, None] & is_rep[None, :], A @ S, jnp.eye(M, dtype=dtype))
     rhs = jnp.where(is_rep, -b - A @ c, 0.0)
-    mu = jnp.linalg.solve(A2, rhs)
-    return jnp.where(act, c + S @ mu, 0.0)
+    lu, piv = jax.scipy.linalg.lu_factor(A2)
+    mu = jax.scipy.linalg.lu_solve((lu, piv), rhs)
+    swaps = jnp.sum(piv != jnp.arange(M))
+    det_sign = jnp.prod(jnp.sign(jnp.diagonal(lu))) * jnp.where(swaps % 2 == 1, -1.0, 1.0).astype(dtype)
+    return jnp.where(act, c + S @ mu, 0.0), det_sign
 
 
 class KinkProblem(eqx.Module):
@@ -176,8 +184,7 @@ class KinkProblem(eqx.Module):
         """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =
         empty): `f(D(lam))`, the gradient field with the sliding pairs at slopes
         `D(lam) = slope + lam (1 - slope)`, and the sliding weights `lam` solving the
-        tangency conditions `r(lam) = dz/dt = 0` of the sliding pairs. Returns
-        `(field, lam)`.
+        tangency conditions `r(lam) = dz/dt = 0` of the sliding pairs.
 
         Sliding pairs sit on their "off" side (`P = False`, `D = slope`), so `D` is the
         base. On the surfaces the outputs do not depend on the sliding pairs' slopes, so
@@ -193,7 +200,8 @@ class KinkProblem(eqx.Module):
         evaluated at). One loop evaluates every point (one gradient and one JVP each):
         `k + 1` per field for `k` sliding pairs, `2k + 1` per Newton step, whatever
         `max_sliding` is. Pairs on one surface have their weights tied (`_tied_solve`;
-        `ties` = `(rep, sign)` per slot, from `slot_ties` at the event)."""
+        `ties` = `(rep, sign, orient)`, from `slot_ties` at the event). Returns `(field,
+        lam, det_sign)`, `det_sign` the sign of the (last) solved system's determinant."""
         N, H = D.shape
         M = self.max_sliding
         dtype = theta.dtype
@@ -203,7 +211,7 @@ class KinkProblem(eqx.Module):
         idx = jnp.where(act, slots[order], 0)
         k_act = jnp.sum(active)
         coupled = self.coupled(idx, act)
-        rep, sign = ties
+        rep, sign = ties[0], ties[1]
         position = jnp.zeros((M,), int).at[order].set(jnp.arange(M))  # slot -> its place in `order`
         rep, sign = position[rep[order]], sign[order]
         eye = jnp.eye(M, dtype=dtype)
@@ -226,7 +234,7 @@ class KinkProblem(eqx.Module):
             )
 
         def step(c):
-            _, _, lam, _, it = c
+            _, _, lam, _, it, _ = c
             zeros = (
                 jnp.zeros((M,), dtype),
                 jnp.zeros_like(theta),
@@ -239,19 +247,20 @@ class KinkProblem(eqx.Module):
             r0, f0, Rp, Fp, Rm = jax.lax.fori_loop(0, n_points, functools.partial(point, lam), zeros)
             J = jnp.where(coupled, (Rp - Rm) / 2.0, Rp - r0[None, :]).T  # J[i, k] = d r_i / d lam_k
             J = jnp.where(act[None, :], J, 0.0)
-            new = _tied_solve(rep, sign, J, r0 - J @ lam, act)
+            new, det_sign = _tied_solve(rep, sign, J, r0 - J @ lam, act)
             # not coupled (affine): the new weights are exact, and so is their field
             f_new = f0 + (new - lam) @ jnp.where(act[:, None], Fp - f0[None, :], 0.0)
             done = (jnp.where(coupled, lam, new), jnp.where(coupled, f0, f_new))
-            return done + (new, jnp.max(jnp.abs(new - lam)), it + 1)
+            return done + (new, jnp.max(jnp.abs(new - lam)), it + 1, det_sign)
 
         def going(c):
             return (c[4] == 0) | (coupled & (c[3] > TANGENCY_TOL) & (c[4] < TANGENCY_STEPS))
 
         start = jnp.where(act & coupled, 0.5, 0.0).astype(dtype)
-        init = (start, jnp.zeros_like(theta), start, jnp.asarray(jnp.inf, dtype), jnp.asarray(0))
-        lam, f, _, _, _ = jax.lax.while_loop(going, step, init)
-        return f, jnp.zeros((M,), dtype).at[order].set(lam)
+        one = jnp.ones((), dtype)
+        init = (start, jnp.zeros_like(theta), start, jnp.asarray(jnp.inf, dtype), jnp.asarray(0), one)
+        lam, f, _, _, _, det_sign = jax.lax.while_loop(going, step, init)
+        return f, jnp.zeros((M,), dtype).at[order].set(lam), det_sign
 
     def normal_projections(self, theta, D):
         """The normals `grad z` of every pair projected on `TIE_PROBES` fixed random
@@ -280,8 +289,17 @@ class KinkProblem(eqx.Module):
     def field(self, theta, P, slots, ties):
         """`(field, lam)`: the pattern-frozen field, or the Filippov field and the
         sliding weights while any pair slides (`lam` is zeros otherwise)."""
+        return self._field(theta, P, slots, ties)[:2]
+
+    def orientation(self, theta, P, slots, ties):
+        """The sign of the sliding weights' tangency system's determinant at `theta` (+1
+        while nothing slides): a segment's `ties` carry it from its start, so that the
+        event condition sees a pole of the weights (`_weights_value`)."""
+        return self._field(theta, P, slots, ties)[2]
+
+    def _field(self, theta, P, slots, ties):
         if self.max_sliding == 0:
-            return self.grad(theta, self.D_of(P)), jnp.zeros((0,), theta.dtype)
+            return self.grad(theta, self.D_of(P)), jnp.zeros((0,), theta.dtype), jnp.ones((), theta.dtype)
         # (the branches take `P`, not `D`: under `lanes`, gathering every lane's float
         # `D` cost more than the gradient itself in a scratch timing at 1024 lanes)
         return lane_cond(self.lanes, jnp.any(slots >= 0), self._sliding_at, self._frozen_at, theta, P, slots, ties)
@@ -290,29 +308,31 @@ class KinkProblem(eqx.Module):
         return self.sliding(theta, self.D_of(P), slots, ties)
 
     def _frozen_at(self, theta, P, slots, ties):
-        return self.grad(theta, self.D_of(P)), jnp.zeros((self.max_sliding,), theta.dtype)
+        dtype = theta.dtype
+        return self.grad(theta, self.D_of(P)), jnp.zeros((self.max_sliding,), dtype), jnp.ones((), dtype)
 
     def cond_value(self, theta, P, slots, ties, margin):
         """Smallest signed distance to a surface: `s z + margin` over non-sliding kinked
-        pairs, and `lam`, `1 - lam` over sliding pairs. Positive inside the pattern."""
-        lam = None
+        pairs, and `lam`, `1 - lam` over sliding pairs (`_weights_value`). Positive
+        inside the pattern."""
+        w = None
         if self.max_sliding:  # (the sliding weights only: no gradient when nothing slides)
-            lam = lane_cond(
+            w = lane_cond(
                 self.lanes,
                 jnp.any(slots >= 0),
-                lambda *a: self._sliding_at(*a)[1],
-                lambda *a: jnp.zeros((self.max_sliding,), theta.dtype),
+                lambda *a: self._sliding_at(*a)[1:],
+                lambda *a: (jnp.zeros((self.max_sliding,), theta.dtype), jnp.ones((), theta.dtype)),
                 theta,
                 P,
                 slots,
                 ties,
             )
-        return self._cond(theta, P, slots, margin, lam)
+        return self._cond(theta, P, slots, ties, margin, w)
 
     def crossing_value(self, theta, P, slots, margin):
         """`s z + margin` over non-sliding kinked pairs, smallest: the part of `cond_value`
         that needs no Filippov solve (a forward pass), so never below it."""
-        return self._cond(theta, P, slots, margin, None)
+        return self._cond(theta, P, slots, None, margin, None)
 
     def cond_values(self, thetas, args, weights_inside: bool = True):
         """`cond_value` at each of the states `thetas` (`(k, E)`), with `args = (P, slots,
@@ -332,7 +352,7 @@ class KinkProblem(eqx.Module):
         def weights(thetas, P, slots, ties):
             # (one point at a time: a vmapped Filippov solve, loops and all, compiled to a
             # program several seconds slower to compile)
-            one = lambda th: self._weights_value(self._sliding_at(th, P, slots, ties)[1], slots)  # noqa: E731
+            one = lambda th: self._weights_value(self._sliding_at(th, P, slots, ties)[1:], ties, slots)  # noqa: E731
             return one(thetas[0])[None] if thetas.shape[0] == 1 else jax.lax.map(one, thetas)
 
         def none(thetas, P, slots, ties):
@@ -344,7 +364,7 @@ class KinkProblem(eqx.Module):
             w = jnp.concatenate([jnp.full(thetas.shape[0] - 1, jnp.inf, thetas.dtype), w])
         return jnp.minimum(v, w)
 
-    def _cond(self, theta, P, slots, margin, lam):
+    def _cond(self, theta, P, slots, ties, margin, w):
         Z = self.Z(theta, self.D_of(P))
         N, H = Z.shape
         sz = jnp.where(P, Z, -Z) + margin
@@ -352,19 +372,29 @@ class KinkProblem(eqx.Module):
         on = on & ~slot_mask(slots, N, H)
         big = jnp.asarray(jnp.inf, theta.dtype)
         m = jnp.min(jnp.where(on, sz, big))
-        if self.max_sliding and lam is not None:
-            m = jnp.minimum(m, self._weights_value(lam, slots))
+        if self.max_sliding and w is not None:
+            m = jnp.minimum(m, self._weights_value(w, ties, slots))
         return m
 
-    def _weights_value(self, lam, slots):
-        # the sliding part of the condition: the smallest of `lam`, `1 - lam` over the sliding slots
-        big = jnp.asarray(jnp.inf, lam.dtype)
-        return jnp.min(jnp.where(slots >= 0, jnp.minimum(lam, 1.0 - lam), big))
+    def _weights_value(self, w, ties, slots):
+        """The sliding part of the condition, from `w = (lam, det_sign)`: over the sliding
+        slots the smallest of `min(s lam, s (1 - lam)) / (|lam| + |1 - lam|)`, `s` +1
+        while the tangency system's determinant has the sign it had at the segment's
+        start (`ties[2]`), -1 after it changed sign. In `[0, 1]` that is `min(lam, 1 -
+        lam)`. It is `lam` and `1 - lam` with their common denominator (the determinant)
+        cleared: a weight that leaves `[0, 1]` towards a pole of the weights (a singular
+        system) and comes back from its other side within one step leaves the condition
+        negative at the step's end (-1/2 at the pole), where `min(lam, 1 - lam)` would be
+        positive again."""
+        lam, det_sign = w
+        s = det_sign * ties[2]
+        value = jnp.minimum(s * lam, s * (1.0 - lam)) / (jnp.abs(lam) + jnp.abs(1.0 - lam))
+        return jnp.min(jnp.where(slots >= 0, value, jnp.asarray(jnp.inf, lam.dtype)))
 
     def cond_and_field(self, theta, P, slots, ties, margin):
         """`(cond_value, field)` with one Filippov solve for both."""
-        f, lam = self.field(theta, P, slots, ties)
-        return self._cond(theta, P, slots, margin, lam), f
+        f, lam, det_sign = self._field(theta, P, slots, ties)
+        return self._cond(theta, P, slots, ties, margin, (lam, det_sign)), f
 
     def rates(self, theta, P, slots, ties):
         """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`."""

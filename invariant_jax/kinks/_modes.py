@@ -24,7 +24,7 @@ class EventOutcome(eqx.Module):
     theta: Float[Array, " E"]
     P: Bool[Array, "N H"]
     slots: Int[Array, " M"]
-    ties: tuple  # (rep, sign) of the slots (`slot_ties`)
+    ties: tuple  # (rep, sign, orient) of the slots (`slot_ties`)
     margin: Float[Array, "N H"]
     crossings: Int[Array, ""]
     entries: Int[Array, ""]
@@ -396,7 +396,10 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
             cand,
             proj,
         )
-    ties = slot_ties(proj, slots) if M else no_ties(0, th.dtype)
+    ties = no_ties(0, th.dtype)
+    if M:  # (the determinant's sign at the restart: the segment's event condition needs it)
+        ties = slot_ties(proj, slots)
+        ties = slot_ties(proj, slots, prob.orientation(th, P, slots, ties))
     sm = slot_mask(slots, N, H)
     entries, exits = sm & ~sm0, sm0 & ~sm
     crossings = ~sm0 & ~sm & (P != P0)
