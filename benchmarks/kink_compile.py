@@ -219,7 +219,7 @@ def _stub(piece: str) -> None:
 
         def resolve(prob, th, P, slots, cand, proj, surface_tol):
             ties = _modes.slot_ties(proj, slots) if proj is not None else _modes.no_ties(0, th.dtype)
-            lam, u = prob.rates(th, P, slots, ties)
+            lam, u, _ = prob.rates(th, P, slots, ties)
             return P ^ (u < 0), slots, jnp.zeros((cand.size,), bool), lam
 
         _modes.resolve = resolve

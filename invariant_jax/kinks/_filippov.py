@@ -77,9 +77,9 @@ def coincident(normals, act):
 def slot_ties(proj, slots, orient=None):
     """`(rep, sign, orient)` of the sliding slots: `(rep, sign)` the `coincident` of their
     rows of `proj` (the pairs' `normal_projections`; empty slots are their own), and
-    `orient` (+1 where not given) the sign of the tangency system's determinant at the
-    segment's start (`KinkProblem.orientation`, for the event condition:
-    `_weights_value`). Coincident surfaces are a property of the activation pattern (a
+    `orient` (+1 where not given) the sign of the sliding weights' system's determinant
+    at the segment's start (`resolve_event` sets it, for the event condition:
+    `KinkProblem._weights_value`). Coincident surfaces are a property of the activation pattern (a
     node's other inputs zero for those samples), so the ties found at an event hold for
     the segment after it: `resolve_event` computes them there, and the fields of the
     segment carry them."""
@@ -291,12 +291,6 @@ class KinkProblem(eqx.Module):
         sliding weights while any pair slides (`lam` is zeros otherwise)."""
         return self._field(theta, P, slots, ties)[:2]
 
-    def orientation(self, theta, P, slots, ties):
-        """The sign of the sliding weights' tangency system's determinant at `theta` (+1
-        while nothing slides): a segment's `ties` carry it from its start, so that the
-        event condition sees a pole of the weights (`_weights_value`)."""
-        return self._field(theta, P, slots, ties)[2]
-
     def _field(self, theta, P, slots, ties):
         if self.max_sliding == 0:
             return self.grad(theta, self.D_of(P)), jnp.zeros((0,), theta.dtype), jnp.ones((), theta.dtype)
@@ -397,7 +391,8 @@ class KinkProblem(eqx.Module):
         return self._cond(theta, P, slots, ties, margin, (lam, det_sign)), f
 
     def rates(self, theta, P, slots, ties):
-        """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`."""
+        """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`, and
+        the sign of the weights' system's determinant (`orientation`)."""
         D = self.D_of(P)
-        f, lam = self.field(theta, P, slots, ties)
-        return lam, jax.jvp(lambda y: self.Z(y, D), (theta,), (f,))[1]
+        f, lam, det_sign = self._field(theta, P, slots, ties)
+        return lam, jax.jvp(lambda y: self.Z(y, D), (theta,), (f,))[1], det_sign

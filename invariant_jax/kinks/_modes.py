@@ -71,11 +71,11 @@ def _crossings_only(prob: KinkProblem, th, P, slots, cand, surface_tol):
     """`resolve` without sliding slots: every pushed candidate crosses."""
     N, H = prob.shape
     ties = no_ties(0, th.dtype)
-    lam, u = prob.rates(th, P, slots, ties)
+    lam, u, _ = prob.rates(th, P, slots, ties)
     utol = _rate_tol(prob, u, surface_tol)
     P = P ^ _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol).reshape(N, H)
-    lam, u = prob.rates(th, P, slots, ties)
-    return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam, None
+    lam, u, det_sign = prob.rates(th, P, slots, ties)
+    return P, slots, _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol), lam, None, det_sign
 
 
 # when single pivots find no consistent modes, the modes of this many candidates are
@@ -179,9 +179,10 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
 
     The field and the rates are evaluated once per iteration, in one place (the loop
     body): the first evaluation, at the current modes, also gives the rate tolerance;
-    the last, at the final modes, the verdict. Returns `(P, slots, bad, lam, proj)`:
-    the final modes, the mask of pairs still inconsistent (none when resolved), the
-    sliding weights and the projections there."""
+    the last, at the final modes, the verdict. Returns `(P, slots, bad, lam, proj,
+    det_sign)`: the final modes, the mask of pairs still inconsistent (none when
+    resolved), the sliding weights, the projections and the sign of the weights'
+    system's determinant there."""
     N, H = prob.shape
     M = prob.max_sliding
     cap = 4 * M + 16
@@ -190,9 +191,9 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
     P0, slots0 = P, slots
 
     def body(s, th, cand, P0, slots0):
-        P, slots, tried, left, it, _, utol, _, _, _, e, sel, kept = s
+        P, slots, tried, left, it, _, utol, _, _, _, e, sel, kept, _ = s
         proj = _surface_projections(prob, th, P, cand)
-        lam, u = prob.rates(th, P, slots, slot_ties(proj, slots))
+        lam, u, det_sign = prob.rates(th, P, slots, slot_ties(proj, slots))
         utol = jnp.where(it == 0, _rate_tol(prob, u, surface_tol), utol)
         bad = _bad_modes(prob, lam, u, P, slots, cand, utol, surface_tol)
         allowed = (it < cap) & (e == 0)  # (no pivots once the enumeration has started)
@@ -201,12 +202,12 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         start = enum & (e == 0)
         sel = jnp.where(start, _enumerated_pairs(bad, cand, N, H, K), sel)
         # where the pivots ended: the fallback's start, should no combination do
-        kept = jax.tree.map(lambda a, b: jnp.where(start, a, b), (P, slots, bad, lam, proj), kept)
+        kept = jax.tree.map(lambda a, b: jnp.where(start, a, b), (P, slots, bad, lam, proj, det_sign), kept)
         e = jnp.where(enum, e + 1, e)
         P_en, slots_en = _enumerated_modes(P0, slots0, sel, combos[e])
         P_next = jnp.where(enum, P_en, jnp.where(pivot, P_piv, P))
         slots_next = jnp.where(enum, slots_en, jnp.where(pivot, slots_piv, slots))
-        return P_next, slots_next, tried, left, it + 1, ~pivot & ~enum, utol, bad, lam, proj, e, sel, kept
+        return P_next, slots_next, tried, left, it + 1, ~pivot & ~enum, utol, bad, lam, proj, e, sel, kept, det_sign
 
     if M == 0:
         return _crossings_only(prob, th, P, slots, cand, surface_tol)
@@ -225,13 +226,14 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
         no_proj,
         jnp.asarray(0),
         -jnp.ones((K,), int),
-        (P, slots, no_bad, no_lam, no_proj),
+        (P, slots, no_bad, no_lam, no_proj, jnp.ones((), dtype)),
+        jnp.ones((), dtype),
     )
     # (a lane of a batch stops paying once its modes are resolved: most take two iterations)
-    P, slots, _, _, _, _, _, bad, lam, proj, e, _, kept = lane_while(
+    P, slots, _, _, _, _, _, bad, lam, proj, e, _, kept, det_sign = lane_while(
         prob.lanes, lambda s: ~s[5], body, init, th, cand, P0, slots0
     )
-    out = (P, slots, bad, lam, proj)
+    out = (P, slots, bad, lam, proj, det_sign)
     return jax.tree.map(lambda a, b: jnp.where(jnp.any(bad) & (e > 0), a, b), kept, out)
 
 
@@ -371,7 +373,7 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
     # and the sliding pairs
     cand = (on & ((sz + margin1 <= ztol) | (jnp.abs(Z1) <= ztol))) | slot_mask(slots1, N, H)
     M = prob.max_sliding
-    P, slots, bad, lam, proj = resolve(prob, th, P1, slots1, cand, surface_tol)
+    P, slots, bad, lam, proj, det_sign = resolve(prob, th, P1, slots1, cand, surface_tol)
     ok = ~jnp.any(bad)
 
     def fallback(P, slots, bad, lam):
@@ -396,10 +398,14 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
             cand,
             proj,
         )
-    ties = no_ties(0, th.dtype)
-    if M:  # (the determinant's sign at the restart: the segment's event condition needs it)
-        ties = slot_ties(proj, slots)
-        ties = slot_ties(proj, slots, prob.orientation(th, P, slots, ties))
+    # the determinant's sign at the restart (the segment's event condition needs it):
+    # resolved, the one at the final modes; after the fallback, whose modes were not
+    # solved, (-1)^k for k surfaces: the sign of a system whose negative is a P-matrix
+    # (for one surface the only sign an attracting slide has: its rate is positive at
+    # lam = 0 and negative at lam = 1)
+    n_surfaces = jnp.sum((slots >= 0) & (slot_ties(proj, slots)[0] == jnp.arange(M))) if M else 0
+    orient = jnp.where(ok, det_sign, jnp.where(n_surfaces % 2 == 1, -1.0, 1.0)).astype(th.dtype)
+    ties = slot_ties(proj, slots, orient) if M else no_ties(0, th.dtype)
     sm = slot_mask(slots, N, H)
     entries, exits = sm & ~sm0, sm0 & ~sm
     crossings = ~sm0 & ~sm & (P != P0)
