@@ -257,8 +257,7 @@ class KinkProblem(eqx.Module):
             return (c[4] == 0) | (coupled & (c[3] > TANGENCY_TOL) & (c[4] < TANGENCY_STEPS))
 
         start = jnp.where(act & coupled, 0.5, 0.0).astype(dtype)
-        one = jnp.ones((), dtype)
-        init = (start, jnp.zeros_like(theta), start, jnp.asarray(jnp.inf, dtype), jnp.asarray(0), one)
+        init = (start, jnp.zeros_like(theta), start, jnp.asarray(jnp.inf, dtype), jnp.asarray(0), jnp.ones((), dtype))
         lam, f, _, _, _, det_sign = jax.lax.while_loop(going, step, init)
         return f, jnp.zeros((M,), dtype).at[order].set(lam), det_sign
 

@@ -179,10 +179,9 @@ def resolve(prob: KinkProblem, th, P, slots, cand, surface_tol):
 
     The field and the rates are evaluated once per iteration, in one place (the loop
     body): the first evaluation, at the current modes, also gives the rate tolerance;
-    the last, at the final modes, the verdict. Returns `(P, slots, bad, lam, proj,
-    det_sign)`: the final modes, the mask of pairs still inconsistent (none when
-    resolved), the sliding weights, the projections and the sign of the weights'
-    system's determinant there."""
+    the last, at the final modes, the verdict. Returns the final modes `(P, slots)`, the
+    pairs still inconsistent (none when resolved), and there the sliding weights, the
+    projections and the sign of the weights' system's determinant."""
     N, H = prob.shape
     M = prob.max_sliding
     cap = 4 * M + 16
