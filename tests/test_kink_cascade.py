@@ -133,6 +133,30 @@ def _demo_flow(index: int):
     return net, X, Y, ts, kf
 
 
+def test_coupled_weights_stay_on_one_branch():
+    """Init 908617 of the CLI's default sweep: at t = 0.53675 pair (13, a1) starts to
+    slide with pair (13, k) downstream of it, and their weights solve a bilinear system
+    (Newton's method). Started from the box's centre at every state, Newton's method
+    went to another solution (outside the box) at states 1e-7 apart along the field,
+    and the flow stuck at t = 0.536758 in a cascade of events (one of the two flagged
+    trajectories of `sweep_million.json`: 19 events, 5 ambiguous; at 0f44159 the flow at
+    1e-12 had 13 ambiguous events of 31, ran out of steps, and ended 0.12 from the flow
+    at 1e-8; scratch runs). Started from the weights at the segment's start, the pair
+    slides until t = 0.64357: 14 events, none ambiguous, at 1e-8 and at 1e-12 alike, and
+    the smooth net (Kvaerno5 at 1e-12) converges to it like 1/beta: 2.4e-5 at beta = 1e5
+    and 2.4e-6 at 1e6 in a scratch run (not committed)."""
+    net, X, Y, ts, kf = _demo_flow(908617)
+    tight = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-12, atol=1e-12, saveat=ts)
+    for k in (kf, tight):
+        assert bool(k.success) and int(k.num_ambiguous) == 0 and int(k.num_events) == 14
+    assert float(jnp.max(jnp.abs(kf.theta_final - tight.theta_final))) < 1e-8
+    sm = ij.DAGNetwork(net.graph, smoothed_relu(1e5), edge_weights=net.edge_weights())
+    opts = ij.SolverOptions("kvaerno5", rtol=1e-12, atol=1e-12, max_steps=200_000)
+    fl = ij.gradient_flow(sm, X, Y, 1.0, saveat=ts, solver=opts)
+    assert bool(fl.success)
+    assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(tight.flow.thetas)))) < 4e-5
+
+
 def test_pairs_on_one_surface_slide_together():
     """Init 95614 of the CLI's default sweep (`--graph example`, seed 0, Tsit5 1e-8) ended
     `max_events_reached` with 999 ambiguous events: at t = 0.4566 the first incoming

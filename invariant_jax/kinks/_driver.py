@@ -123,7 +123,7 @@ class KinkState(eqx.Module):
     theta: Array
     P: Array  # (N, H) bool: active side of each pair
     slots: Array  # (M,) flat indices of the sliding pairs, -1 = empty
-    ties: tuple  # (rep, sign, orient): which slots share a surface, the determinant's sign (`slot_ties`, set at events)
+    ties: tuple  # (rep, sign, orient, lam): shared surfaces, the weights' start (`slot_ties`, set at events)
     margin: Array  # (N, H) restart margins of pairs left at their surface
     ys: Array  # (T, E) saved states
     filled: Array  # (T,) which saves are made

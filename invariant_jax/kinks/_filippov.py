@@ -74,23 +74,25 @@ def coincident(normals, act):
     return rep, sign
 
 
-def slot_ties(proj, slots, orient=None):
-    """`(rep, sign, orient)` of the sliding slots: `(rep, sign)` the `coincident` of their
-    rows of `proj` (the pairs' `normal_projections`; empty slots are their own), and
+def slot_ties(proj, slots, orient=None, lam=None):
+    """`(rep, sign, orient, lam)` of the sliding slots: `(rep, sign)` the `coincident` of
+    their rows of `proj` (the pairs' `normal_projections`; empty slots are their own);
     `orient` (+1 where not given) the sign of the sliding weights' system's determinant
-    at the segment's start (`resolve_event` sets it, for the event condition:
-    `KinkProblem._weights_value`). Coincident surfaces are a property of the activation pattern (a
+    at the segment's start, for the event condition (`KinkProblem._weights_value`); `lam`
+    (1/2 where not given) the weights there, where Newton's method on coupled weights
+    starts (`KinkProblem.sliding`). `resolve_event` sets both. Coincident surfaces are a property of the activation pattern (a
     node's other inputs zero for those samples), so the ties found at an event hold for
     the segment after it: `resolve_event` computes them there, and the fields of the
     segment carry them."""
     act = slots >= 0
     rep, sign = coincident(jnp.where(act[:, None], proj[jnp.where(act, slots, 0)], 0.0), act)
-    return rep, sign, jnp.ones((), proj.dtype) if orient is None else orient
+    orient = jnp.ones((), proj.dtype) if orient is None else orient
+    return rep, sign, orient, jnp.full(slots.shape, 0.5, proj.dtype) if lam is None else lam
 
 
 def no_ties(M, dtype):
     """The ties of slots with no coincident surfaces (every slot its own)."""
-    return jnp.arange(M), jnp.ones((M,), dtype), jnp.ones((), dtype)
+    return jnp.arange(M), jnp.ones((M,), dtype), jnp.ones((), dtype), jnp.full((M,), 0.5, dtype)
 
 
 def _tied_solve(rep, sign, A, b, act):
@@ -181,10 +183,9 @@ class KinkProblem(eqx.Module):
         return jax.grad(lambda s: self.loss(_forward_D(self.net, theta, self.X, D, s)[0], self.Y))(shift)
 
     def sliding(self, theta, D, slots, ties):
-        """Filippov field for the pairs in `slots` (flat (sample, node) indices, -1 =
-        empty): `f(D(lam))`, the gradient field with the sliding pairs at slopes
-        `D(lam) = slope + lam (1 - slope)`, and the sliding weights `lam` solving the
-        tangency conditions `r(lam) = dz/dt = 0` of the sliding pairs.
+        """Filippov field `f(D(lam))` for the pairs in `slots` (flat (sample, node)
+        indices, -1 = empty), the sliding pairs at slopes `D(lam) = slope + lam (1 -
+        slope)`, the weights `lam` solving their tangency conditions `r(lam) = dz/dt = 0`.
 
         Sliding pairs sit on their "off" side (`P = False`, `D = slope`), so `D` is the
         base. On the surfaces the outputs do not depend on the sliding pairs' slopes, so
@@ -193,15 +194,16 @@ class KinkProblem(eqx.Module):
         normal `n` and the field). Unless two pairs of one sample have one node upstream
         of the other (`coupled`), they are affine in `lam` jointly: the rates and fields
         at `lam = 0` and at each unit vector `e_k` give them exactly, and one linear
-        solve gives `lam`. Coupled conditions are multilinear: Newton's method from the
-        box's centre, with the Jacobian from central differences (`lam +- e_k`, exact
-        for a quadratic), until the weights move less than `TANGENCY_TOL` or for
-        `TANGENCY_STEPS` steps (the field is then the one at the last weights it was
-        evaluated at). One loop evaluates every point (one gradient and one JVP each):
-        `k + 1` per field for `k` sliding pairs, `2k + 1` per Newton step, whatever
-        `max_sliding` is. Pairs on one surface have their weights tied (`_tied_solve`;
-        `ties` = `(rep, sign, orient)`, from `slot_ties` at the event). Returns `(field,
-        lam, det_sign)`, `det_sign` the sign of the (last) solved system's determinant."""
+        solve gives `lam`. Coupled conditions are multilinear: Newton's method, the
+        Jacobian from central differences (`lam +- e_k`, exact for a quadratic), from the
+        weights at the segment's start (`ties[3]`; the box's centre while modes are
+        resolved), so that a segment's weights stay on one branch of solutions (from the
+        centre, states 1e-7 apart went to different ones: a cascade of events), until
+        they move less than `TANGENCY_TOL` or for `TANGENCY_STEPS` steps (the field is
+        then the one at the last weights). One loop evaluates every point (a gradient and
+        a JVP each): `k + 1` per field for `k` sliding pairs, `2k + 1` per Newton step.
+        Pairs on one surface have tied weights (`_tied_solve`; `ties`: `slot_ties`).
+        Returns `(field, lam, det_sign)` (the last solved system's determinant's sign)."""
         N, H = D.shape
         M = self.max_sliding
         dtype = theta.dtype
@@ -256,7 +258,7 @@ class KinkProblem(eqx.Module):
         def going(c):
             return (c[4] == 0) | (coupled & (c[3] > TANGENCY_TOL) & (c[4] < TANGENCY_STEPS))
 
-        start = jnp.where(act & coupled, 0.5, 0.0).astype(dtype)
+        start = jnp.where(act & coupled, ties[3][order], 0.0).astype(dtype)
         init = (start, jnp.zeros_like(theta), start, jnp.asarray(jnp.inf, dtype), jnp.asarray(0), jnp.ones((), dtype))
         lam, f, _, _, _, det_sign = jax.lax.while_loop(going, step, init)
         return f, jnp.zeros((M,), dtype).at[order].set(lam), det_sign
