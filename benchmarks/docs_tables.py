@@ -1666,7 +1666,8 @@ def _flagged(row: dict) -> str:
     n = row.get("trajectories_flagged", row["trajectories_with_ambiguous_events"] if row["not_ok"] == 0 else None)
     if n is None:
         return f", {len(row['flagged'])} of them listed as flagged (inits {inits})"
-    return f", in {n:,} trajector{'y' if n == 1 else 'ies'} that ended `ok`" + (f" (inits {inits})" if inits else "")
+    word = "init" if len(row["flagged"]) == 1 else "inits"
+    return f", in {n:,} trajector{'y' if n == 1 else 'ies'} that ended `ok`" + (f" ({word} {inits})" if inits else "")
 
 
 def coupled_pairs() -> str:
