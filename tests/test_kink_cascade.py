@@ -157,6 +157,23 @@ def test_coupled_weights_stay_on_one_branch():
     assert float(np.max(np.abs(np.asarray(fl.thetas) - np.asarray(tight.flow.thetas)))) < 4e-5
 
 
+@pytest.mark.parametrize("index", [97810, 99409])
+def test_a_slide_through_a_two_fold_is_flagged(index):
+    """Inits 97810 (t = 0.835) and 99409 (t = 0.485) of the CLI's default sweep: the
+    backpropagated signal at the one sliding pair changes sign, so both sides' rates
+    pass through 0 together (a two-fold) and the slide turns repelling. The flow past it
+    is not unique: at 1e-12 the pair slides on, at 1e-8 it leaves after a few events
+    that change nothing, and the two end 3.1e-5 and 5.1e-4 apart
+    (`benchmarks/results/kink_accuracy_scan.json`). The smooth net does not decide it
+    (for 99409 it stays 1.3e-3 from both at beta = 1e4 and 1e5). Both flows now count
+    ambiguous events there, so a sweep flags the trajectory instead of certifying it."""
+    net, X, Y, _, kf = _demo_flow(index)
+    tight = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-12, atol=1e-12)
+    loose = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-8, atol=1e-8)
+    for k in (kf, tight, loose):
+        assert bool(k.success) and int(k.num_ambiguous) > 0
+
+
 def test_pairs_on_one_surface_slide_together():
     """Init 95614 of the CLI's default sweep (`--graph example`, seed 0, Tsit5 1e-8) ended
     `max_events_reached` with 999 ambiguous events: at t = 0.4566 the first incoming

@@ -390,6 +390,13 @@ class KinkIntegrator(eqx.Module):
         # (the segment's start: the direction a node that reached its origin came from)
         ev = resolve_event(self.prob, th, c.P, c.slots, c.margin, self.surface_tol, c.theta)
         k = c.n_events
+        # a slide that goes on through a sign change of its system's determinant (its
+        # weights stayed in [0, 1], else it would have ended there), or an event that
+        # changes nothing while pairs slide (the condition's sign flip there): a two-fold,
+        # where both sides' fields are tangent to the surface and the slide turns
+        # repelling. The flow past it is not unique: the event counts as ambiguous
+        same = jnp.any(c.slots >= 0) & jnp.all(ev.slots == c.slots)
+        twofold = same & ((ev.ties[2] != c.ties[2]) | jnp.all(ev.P == c.P))
         return eqx.tree_at(
             lambda c: (
                 c.t,
@@ -421,7 +428,7 @@ class KinkIntegrator(eqx.Module):
                 c.n_sin + ev.entries,
                 c.n_sout + ev.exits,
                 c.n_simul + jnp.where(ev.simultaneous, 1, 0),
-                c.n_amb + jnp.where(ev.resolved, 0, 1),
+                c.n_amb + jnp.where(ev.resolved & ~twofold, 0, 1),
                 jnp.maximum(c.max_slide, jnp.sum(ev.slots >= 0)),
                 jnp.maximum(c.resid, ev.residual),
                 c.ev_times.at[jnp.minimum(k, self.max_events - 1)].set(t_ev),
