@@ -846,6 +846,38 @@ def kink_missed_exit() -> str:
     return "\n".join(lines) + "\n"
 
 
+def kink_accuracy_scan() -> str:
+    """docs/sweep.md: every trajectory at the sweep's tolerance against 1e-12, and the
+    worst ones against the smooth net."""
+    rec = _load("kink_accuracy_scan.json")
+    tol, ref = rec["tol"], rec["reference_tol"]
+    lines = [
+        f"`{rec['command']}` (commit {_commit(rec)}{_on_cpu(rec['provenance'])}): the exact ReLU flow "
+        f"(Tsit5 inside, exact mode) at rtol = atol = {_tol(tol)} against the same flow at {_tol(ref)}; "
+        f"error: `max |theta(t1) - theta_ref(t1)|`; an outlier: an error above {rec['outlier_factor']:g} "
+        "tolerances.",
+        "",
+        "| workload | inits | slide | not ok (flow / reference) | with ambiguous events | "
+        "error median / 99% / 99.9% / max | outliers | event counts differ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, w in rec["workloads"].items():
+        q = w["error_quantiles"]
+        lines.append(
+            f"| {name} | {w['n_inits']:,} | {w['sliding_trajectories']:,} | {w['not_ok']} / {w['not_ok_reference']} | "
+            f"{w['ambiguous_trajectories']} / {w['ambiguous_trajectories_reference']} | "
+            f"{_e(q['0.5'])} / {_e(q['0.99'])} / {_e(q['0.999'])} / {_e(w['error_max'])} (init {w['error_max_index']}) | "
+            f"{w['outliers']} | {w['event_counts_differ']} |"
+        )
+    lines += ["", "The worst trajectories against the smooth net (`ij.smoothed_relu(beta)`, Kvaerno5 at 1e-12), "
+              "its distance at t1 to the flow / to the reference:", ""]
+    for name, w in rec["workloads"].items():
+        for s in w["smooth"]:
+            d = "; ".join(f"beta = {b}: {_e(x['flow'])} / {_e(x['reference'])}" for b, x in s["distances"].items())
+            lines.append(f"- {name} init {s['index']} (error {_e(s['error'])}): {d}.")
+    return "\n".join(lines) + "\n"
+
+
 def channels_t1_controllers() -> str:
     """docs/channels.md: the g-with-bias t1 reruns with three step-size controllers."""
     recs = [(label, _load(name)) for label, name in T1_CONTROLLERS]
@@ -2805,6 +2837,7 @@ BLOCKS = {
     "channels-t1": channels_t1,
     "channels-t1-controllers": channels_t1_controllers,
     "kink-missed-exit": kink_missed_exit,
+    "kink-accuracy-scan": kink_accuracy_scan,
     "channels-hover": channels_hover,
     "channels-breakdown": channels_breakdown,
     "rank-invariance": rank_invariance,
