@@ -869,8 +869,12 @@ def kink_accuracy_scan() -> str:
             f"{_e(q['0.5'])} / {_e(q['0.99'])} / {_e(q['0.999'])} / {_e(w['error_max'])} (init {w['error_max_index']}) | "
             f"{w['outliers']} | {w['event_counts_differ']} |"
         )
-    lines += ["", "The worst trajectories against the smooth net (`ij.smoothed_relu(beta)`, Kvaerno5 at 1e-12), "
-              "its distance at t1 to the flow / to the reference:", ""]
+    lines += [
+        "",
+        "The worst trajectories against the smooth net (`ij.smoothed_relu(beta)`, Kvaerno5 at 1e-12), "
+        "its distance at t1 to the flow / to the reference:",
+        "",
+    ]
     for name, w in rec["workloads"].items():
         for s in w["smooth"]:
             d = "; ".join(f"beta = {b}: {_e(x['flow'])} / {_e(x['reference'])}" for b, x in s["distances"].items())
