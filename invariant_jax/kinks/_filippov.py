@@ -80,10 +80,10 @@ def slot_ties(proj, slots, orient=None, lam=None):
     `orient` (+1 where not given) the sign of the sliding weights' system's determinant
     at the segment's start, for the event condition (`KinkProblem._weights_value`); `lam`
     (1/2 where not given) the weights there, where Newton's method on coupled weights
-    starts (`KinkProblem.sliding`). `resolve_event` sets both. Coincident surfaces are a property of the activation pattern (a
-    node's other inputs zero for those samples), so the ties found at an event hold for
-    the segment after it: `resolve_event` computes them there, and the fields of the
-    segment carry them."""
+    starts (`KinkProblem.sliding`). Coincident surfaces are a property of the activation
+    pattern (a node's other inputs zero for those samples), so the ties found at an event
+    hold for the segment after it: `resolve_event` computes all four there, and the
+    fields of the segment carry them."""
     act = slots >= 0
     rep, sign = coincident(jnp.where(act[:, None], proj[jnp.where(act, slots, 0)], 0.0), act)
     orient = jnp.ones((), proj.dtype) if orient is None else orient
@@ -393,7 +393,7 @@ class KinkProblem(eqx.Module):
 
     def rates(self, theta, P, slots, ties):
         """Sliding weights and `dz/dt` of every pair under the field of `(P, slots)`, and
-        the sign of the weights' system's determinant (`orientation`)."""
+        the sign of the weights' system's determinant (`_weights_value`)."""
         D = self.D_of(P)
         f, lam, det_sign = self._field(theta, P, slots, ties)
         return lam, jax.jvp(lambda y: self.Z(y, D), (theta,), (f,))[1], det_sign

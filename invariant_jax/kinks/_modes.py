@@ -398,10 +398,10 @@ def resolve_event(prob: KinkProblem, th, P0, slots0, margin0, surface_tol, th_pr
             proj,
         )
     # the weights and the determinant's sign at the restart (the segment's fields and
-    # event condition start from them): resolved, those at the final modes; after the fallback, whose modes were not
-    # solved, (-1)^k for k surfaces: the sign of a system whose negative is a P-matrix
-    # (for one surface the only sign an attracting slide has: its rate is positive at
-    # lam = 0 and negative at lam = 1)
+    # event condition start from them): resolved, those at the final modes; after the
+    # fallback, whose modes were not solved, the box's centre and (-1)^k for k surfaces,
+    # the sign of a system whose negative is a P-matrix (for one surface the only sign
+    # an attracting slide has: its rate positive at lam = 0 and negative at lam = 1)
     n_surfaces = jnp.sum((slots >= 0) & (slot_ties(proj, slots)[0] == jnp.arange(M))) if M else 0
     orient = jnp.where(ok, det_sign, jnp.where(n_surfaces % 2 == 1, -1.0, 1.0)).astype(th.dtype)
     ties = slot_ties(proj, slots, orient, jnp.where(ok, lam, 0.5)) if M else no_ties(0, th.dtype)
