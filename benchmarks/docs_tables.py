@@ -1697,9 +1697,11 @@ def _flagged(row: dict) -> str:
     `sweep_cores.py` row, where it recorded them."""
     if row.get("flagged") is None:
         return ""
-    inits = ", ".join(str(f["index"]) for f in row["flagged"])
+    listed = [str(f["index"]) for f in row["flagged"]]
     # (files from before `trajectories_flagged`: every trajectory with one ended `ok` when none failed)
     n = row.get("trajectories_flagged", row["trajectories_with_ambiguous_events"] if row["not_ok"] == 0 else None)
+    more = (n or len(listed)) - 10
+    inits = ", ".join(listed[:10]) + (f" and {more} more, in `summary.json`" if more > 0 else "")
     if n is None:
         return f", {len(row['flagged'])} of them listed as flagged (inits {inits})"
     word = "init" if len(row["flagged"]) == 1 else "inits"
