@@ -48,8 +48,9 @@ class KinkFlow(eqx.Module):
     - `num_crossings`: pairs that flipped pattern transversally.
     - `num_sliding_entries`, `num_sliding_exits`: sliding modes entered and left.
     - `num_simultaneous`: events at which more than one pair changed mode.
-    - `num_ambiguous`: events without consistent modes, resolved by the fallback (see
-        the package docstring).
+    - `num_ambiguous`: events whose continuation is not certified: without consistent
+        modes (resolved by the fallback; see the package docstring), or at a two-fold,
+        where a slide turns repelling and the flow past it is not unique (docs/solvers.md).
     - `sliding_time`: total time spent on sliding modes.
     - `max_sliding_pairs`: most pairs sliding at once (> 1: motion on an intersection
         of surfaces).
