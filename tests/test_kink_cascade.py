@@ -283,19 +283,16 @@ def test_the_weights_condition_is_continuous_through_a_pole():
     0 (a singular tangency system) it is continuous, and it stays negative from where
     `lam` leaves [0, 1] to the end, though `lam` comes back into [0, 1] past the pole.
     `min(lam, 1 - lam)` itself jumps there and is positive again at the end."""
-    from invariant_jax.kinks._filippov import KinkProblem
+    from invariant_jax.kinks._filippov import _weights_value as value
 
-    value = KinkProblem._weights_value
     slots = jnp.asarray([7, -1])
     lam = jnp.linspace(0.0, 1.0, 11)
-    got = [float(value(None, (jnp.asarray([x, 0.3]), 1.0), (None, None, 1.0), slots)) for x in lam]
+    got = [float(value((jnp.asarray([x, 0.3]), 1.0), 1.0, slots)) for x in lam]
     np.testing.assert_allclose(got, np.minimum(lam, 1 - lam), atol=1e-15)
     # lam = a / d: 0.6 at t = 0, 1 at t = 0.4, a pole at t = 0.5 (d = 0), 0 at t = 0.6, 0.4 at t = 1
     t = np.linspace(0.0, 1.0, 2000)  # (not through the pole itself, where lam is inf)
     a, d = 0.6 - t, 1.0 - 2.0 * t
-    g = np.array(
-        [float(value(None, (jnp.asarray([x, 0.0]), np.sign(y)), (None, None, 1.0), slots)) for x, y in zip(a / d, d)]
-    )
+    g = np.array([float(value((jnp.asarray([x, 0.0]), np.sign(y)), 1.0, slots)) for x, y in zip(a / d, d)])
     assert np.max(np.abs(np.diff(g))) < 1e-2  # continuous: -1/2 on both sides of the pole
     assert np.all(g[t < 0.4 - 1e-9] > 0) and np.all(g[t > 0.4 + 1e-9] < 0)
     lam_end = a[-1] / d[-1]
@@ -478,7 +475,7 @@ def test_an_early_sliding_exit_reference():
 def test_an_early_sliding_exit_smooth_limit():
     """The smooth net (`softplus(beta z)/beta`, Kvaerno5 at 1e-12) converges to the 1e-12
     reference above, like 1/beta: 2.5e-5, 8.7e-6, 2.8e-6 at beta = 1e5, 3e5, 1e6 in a
-    scratch run, while it stays 3.4e-5 from the flows that miss the exit."""
+    scratch run, while it stayed 3.4e-5 from the flows that missed the exit before edda541."""
     net, X, Y, ref = _mlp_init_12("tsit5", 1e-12)
     sm = ij.DAGNetwork(net.graph, smoothed_relu(1e6), edge_weights=net.edge_weights())
     opts = ij.SolverOptions("kvaerno5", rtol=1e-12, atol=1e-12, max_steps=200_000)

@@ -78,7 +78,7 @@ def slot_ties(proj, slots, orient=None, lam=None):
     """`(rep, sign, orient, lam)` of the sliding slots: `(rep, sign)` the `coincident` of
     their rows of `proj` (the pairs' `normal_projections`; empty slots are their own);
     `orient` (+1 where not given) the sign of the sliding weights' system's determinant
-    at the segment's start, for the event condition (`KinkProblem._weights_value`); `lam`
+    at the segment's start, for the event condition (`_weights_value`); `lam`
     (1/2 where not given) the weights there, where Newton's method on coupled weights
     starts (`KinkProblem.sliding`). Coincident surfaces are a property of the activation
     pattern (a node's other inputs zero for those samples), so the ties found at an event
@@ -118,6 +118,21 @@ def _tied_solve(rep, sign, A, b, act):
     swaps = jnp.sum(piv != jnp.arange(M))
     det_sign = jnp.prod(jnp.sign(jnp.diagonal(lu))) * jnp.where(swaps % 2 == 1, -1.0, 1.0).astype(dtype)
     return jnp.where(act, c + S @ mu, 0.0), det_sign
+
+
+def _weights_value(w, orient, slots):
+    """The sliding part of the event condition, from `w = (lam, det_sign)`: over the
+    sliding slots the smallest of `min(s lam, s (1 - lam)) / (|lam| + |1 - lam|)`, `s` +1
+    while the tangency system's determinant has the sign `orient` it had at the segment's
+    start, -1 after it changed sign. In `[0, 1]` that is `min(lam, 1 - lam)`. It is `lam`
+    and `1 - lam` with their common denominator (the determinant) cleared: a weight that
+    leaves `[0, 1]` towards a pole of the weights (a singular system) and comes back from
+    its other side within one step leaves the condition negative at the step's end (-1/2
+    at the pole), where `min(lam, 1 - lam)` would be positive again."""
+    lam, det_sign = w
+    s = det_sign * orient
+    value = jnp.minimum(s * lam, s * (1.0 - lam)) / (jnp.abs(lam) + jnp.abs(1.0 - lam))
+    return jnp.min(jnp.where(slots >= 0, value, jnp.asarray(jnp.inf, lam.dtype)))
 
 
 class KinkProblem(eqx.Module):
@@ -347,7 +362,7 @@ class KinkProblem(eqx.Module):
         def weights(thetas, P, slots, ties):
             # (one point at a time: a vmapped Filippov solve, loops and all, compiled to a
             # program several seconds slower to compile)
-            one = lambda th: self._weights_value(self._sliding_at(th, P, slots, ties)[1:], ties, slots)  # noqa: E731
+            one = lambda th: _weights_value(self._sliding_at(th, P, slots, ties)[1:], ties[2], slots)  # noqa: E731
             return one(thetas[0])[None] if thetas.shape[0] == 1 else jax.lax.map(one, thetas)
 
         def none(thetas, P, slots, ties):
@@ -368,23 +383,8 @@ class KinkProblem(eqx.Module):
         big = jnp.asarray(jnp.inf, theta.dtype)
         m = jnp.min(jnp.where(on, sz, big))
         if self.max_sliding and w is not None:
-            m = jnp.minimum(m, self._weights_value(w, ties, slots))
+            m = jnp.minimum(m, _weights_value(w, ties[2], slots))
         return m
-
-    def _weights_value(self, w, ties, slots):
-        """The sliding part of the condition, from `w = (lam, det_sign)`: over the sliding
-        slots the smallest of `min(s lam, s (1 - lam)) / (|lam| + |1 - lam|)`, `s` +1
-        while the tangency system's determinant has the sign it had at the segment's
-        start (`ties[2]`), -1 after it changed sign. In `[0, 1]` that is `min(lam, 1 -
-        lam)`. It is `lam` and `1 - lam` with their common denominator (the determinant)
-        cleared: a weight that leaves `[0, 1]` towards a pole of the weights (a singular
-        system) and comes back from its other side within one step leaves the condition
-        negative at the step's end (-1/2 at the pole), where `min(lam, 1 - lam)` would be
-        positive again."""
-        lam, det_sign = w
-        s = det_sign * ties[2]
-        value = jnp.minimum(s * lam, s * (1.0 - lam)) / (jnp.abs(lam) + jnp.abs(1.0 - lam))
-        return jnp.min(jnp.where(slots >= 0, value, jnp.asarray(jnp.inf, lam.dtype)))
 
     def cond_and_field(self, theta, P, slots, ties, margin):
         """`(cond_value, field)` with one Filippov solve for both."""
