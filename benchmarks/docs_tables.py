@@ -1705,7 +1705,15 @@ def _flagged(row: dict) -> str:
     if n is None:
         return f", {len(row['flagged'])} of them listed as flagged (inits {inits})"
     word = "init" if len(row["flagged"]) == 1 else "inits"
-    return f", in {n:,} trajector{'y' if n == 1 else 'ies'} that ended `ok`" + (f" ({word} {inits})" if inits else "")
+    causes = (
+        f"; {row['trajectories_flagged_at_a_two_fold']:,} of them at a two-fold, "
+        f"{row['trajectories_flagged_without_consistent_modes']:,} without consistent modes"
+        if row.get("trajectories_flagged_at_a_two_fold") is not None
+        else ""
+    )
+    return f", in {n:,} trajector{'y' if n == 1 else 'ies'} that ended `ok`" + (
+        f" ({word} {inits}{causes})" if inits else ""
+    )
 
 
 def coupled_pairs() -> str:
@@ -1750,21 +1758,30 @@ def sweep_throughput() -> str:
     w0 = rec["results"][0]
     g, c = w0["grad_cost_us"], w0["grad_cpu_cost_us"]
     n = w0["n_inits"]
+    busy = m["load_average_start"][0] > 2 or m["load_average_end"][0] > 2
+    old_segments = any("diffeqsolve" in a["arm"] for w in rec["results"] for a in w["arms"])
     out = [
-        f"Measured on the shared 2-core machine (`{rec['command']}`, the command in the JSON), "
-        f"{n} inits in {w0['slots']} slots, {m['steps_per_call']} steps per call, {_load_range(m)} "
-        f"(other jobs ran). Each arm is compiled first (`Engine.warm_up()`: every program at every batch "
-        f"width), then timed {m['repeats']} times; the table gives the faster run (the JSON has all). Because "
-        "wall time on a loaded machine mostly measures the load, the table also gives the process's CPU time "
+        f"Measured on the shared 2-core machine (`{rec['command']}`, {_commit_of(rec)}"
+        f"{_on_cpu(rec['provenance'])}), {n} inits in {w0['slots']} slots, {m['steps_per_call']} steps per call, "
+        f"{_load_range(m)}{' (other jobs ran)' if busy else ''}. Each arm is compiled first (`Engine.warm_up()`: "
+        f"every program at every batch width, then two trajectories; `compile s`, the first call), then timed "
+        f"{m['repeats']} times; the table gives the faster run (the JSON has all). Wall time on a loaded machine "
+        "mostly measures the load, so the table also gives the process's CPU time "
         "against naive vmap (`cpu vs naive`) and against the bare cost measured the same way (`cpu / bare`). "
         f"Gradient cost ({w0['workload']}): {g['1']:.1f} us wall, {c['1']:.1f} us CPU unbatched; "
         f'{g[str(n)]:.1f} us wall, {c[str(n)]:.1f} us CPU per trajectory {n}-wide. "error" is the largest '
         f"`max |theta(t1) - ref|` over the {n} trajectories, against the kink-aware flow at rtol = atol = 1e-12. "
         "`engine, vmap, full width` is vmap mode without narrowing (the engine before it narrowed), side by side.",
-        "The file's `diffeqsolve segments` arm is left out: it ran the lean segments too (`KinkEngine` built "
-        "its programs from the integrator it was constructed with until b781332, so the benchmark's replaced "
-        "integrator was ignored; its error equals the lean arm's to every digit). That comparison is below, "
-        "from its own file.",
+        *(
+            [
+                "The file's `diffeqsolve segments` arm is left out: it ran the lean segments too (`KinkEngine` "
+                "built its programs from the integrator it was constructed with until b781332, so the benchmark's "
+                "replaced integrator was ignored; its error equals the lean arm's to every digit). That comparison "
+                "is below, from its own file."
+            ]
+            if old_segments
+            else []
+        ),
         "",
         "| workload | arm | compile s | traj/s | vs naive | cpu vs naive | steps median / max | events "
         "| wall / bare | cpu / bare | error |",

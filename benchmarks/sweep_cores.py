@@ -149,6 +149,8 @@ def arm(
         ambiguous_events=summary.get("ambiguous_events"),
         trajectories_with_ambiguous_events=summary.get("trajectories_with_ambiguous_events"),
         trajectories_flagged=summary.get("trajectories_flagged"),
+        trajectories_flagged_at_a_two_fold=summary.get("trajectories_flagged_at_a_two_fold"),
+        trajectories_flagged_without_consistent_modes=summary.get("trajectories_flagged_without_consistent_modes"),
         failures=summary.get("failures"),
         flagged=summary.get("flagged"),
         load_average_before=load,

@@ -172,6 +172,7 @@ def test_a_slide_through_a_two_fold_is_flagged(index):
     loose = ij.kink_aware_flow(net, X, Y, 1.0, solver="tsit5", rtol=1e-8, atol=1e-8)
     for k in (kf, tight, loose):
         assert bool(k.success) and int(k.num_ambiguous) > 0
+        assert 0 < int(k.num_two_folds) <= int(k.num_ambiguous)  # counted by cause
 
 
 def test_pairs_on_one_surface_slide_together():

@@ -400,20 +400,38 @@ def test_summary_flags_successes_with_ambiguous_events():
     cfg = SweepConfig.from_dict({**SMALL, "n_inits": 8, "kink_aware": True})
     res = run_sweep(cfg, batch=BatchOptions(slots=2, steps_per_call=8, progress=False))
     amb = np.arange(len(res)) % 2
-    res = dataclasses.replace(res, kink={**res.kink, "num_ambiguous": amb})
+    folds = (np.arange(len(res)) % 4 == 1).astype(int)  # every other flagged row: its one event a two-fold
+    res = dataclasses.replace(res, kink={**res.kink, "num_ambiguous": amb, "num_two_folds": folds})
     s = summarize_sweep(cfg, res)
     ok = np.asarray(ij.is_success(res.result))
     assert [f["index"] for f in s.flagged] == res.index[ok & (amb > 0)].tolist() != []
     assert all(f["num_ambiguous"] == 1 and f["result"] == "successful" for f in s.flagged)
     assert s.aggregate["trajectories_with_ambiguous_events"] == 4
     assert s.aggregate["ambiguous_events"] == 4
+    assert s.aggregate["ambiguous_events_at_two_folds"] == 2
     assert s.aggregate["trajectories_flagged"] == int(np.sum(ok & (amb > 0)))
+    n_fold, n_modes = int(np.sum(ok & (folds > 0))), int(np.sum(ok & (amb > folds)))
+    assert s.aggregate["trajectories_flagged_at_a_two_fold"] == n_fold
+    assert s.aggregate["trajectories_flagged_without_consistent_modes"] == n_modes
     inits = ", ".join(str(i) for i in res.index[ok & (amb > 0)][:2])
     n = int(np.sum(ok & (amb > 0)))
-    assert n > 2 and s.flagged_lines(max_inits=2) == [
-        f"{n} trajectories ended ok with an ambiguous kink event, not certified there: inits {inits}, ... "
-        '(summary.json, "flagged")'
-    ]
+    assert (
+        n > 2
+        and n_fold + n_modes == n
+        and s.flagged_lines(max_inits=2)
+        == [
+            f"{n} trajectories ended ok with an ambiguous kink event, not certified there ({n_fold} at a two-fold, "
+            f"where the slide turns repelling; {n_modes} without consistent modes): inits {inits}, ... "
+            '(summary.json, "flagged")'
+        ]
+    )
+    # a store written before the causes were recorded: no split, no cause in the line
+    old = {k: v for k, v in res.kink.items() if k != "num_two_folds"}
+    s_old = summarize_sweep(cfg, dataclasses.replace(res, kink=old))
+    assert "trajectories_flagged_at_a_two_fold" not in s_old.aggregate
+    assert s_old.flagged_lines(max_inits=2)[0].startswith(
+        f"{n} trajectories ended ok with an ambiguous kink event, not certified there: "
+    )
     assert (
         summarize_sweep(cfg, dataclasses.replace(res, kink={**res.kink, "num_ambiguous": 0 * amb})).flagged_lines()
         == []

@@ -38,7 +38,8 @@ Events where more than one pair changes mode are counted in `num_simultaneous`. 
 consistent modes are found (more than `max_sliding` pairs want to slide, or the
 pivoting cycles) the pushed pairs flip, and the event is counted in `num_ambiguous`.
 So is a two-fold: a sliding pair's rates on both sides pass through 0 together, the
-slide turns repelling, and the flow past it is not unique (`KinkIntegrator._restart`).
+slide turns repelling, and the flow past it is not unique (`KinkIntegrator._restart`);
+`num_two_folds` counts those of the ambiguous events.
 On sliding modes brute-force explicit solvers chatter and are no reference; the flow
 here converges to the smooth limit (ReLU replaced by `softplus(beta z) / beta`,
 `beta -> inf`) at first order in `1/beta` (tests/test_kinks.py).

@@ -51,6 +51,8 @@ class KinkFlow(eqx.Module):
     - `num_ambiguous`: events whose continuation is not certified: without consistent
         modes (resolved by the fallback; see the package docstring), or at a two-fold,
         where a slide turns repelling and the flow past it is not unique (docs/solvers.md).
+    - `num_two_folds`: those of the ambiguous events that are two-folds (the others had
+        no consistent modes).
     - `sliding_time`: total time spent on sliding modes.
     - `max_sliding_pairs`: most pairs sliding at once (> 1: motion on an intersection
         of surfaces).
@@ -72,6 +74,7 @@ class KinkFlow(eqx.Module):
     num_sliding_exits: Int[Array, ""]
     num_simultaneous: Int[Array, ""]
     num_ambiguous: Int[Array, ""]
+    num_two_folds: Int[Array, ""]
     sliding_time: Float[Array, ""]
     max_sliding_pairs: Int[Array, ""]
     surface_residual: Float[Array, ""]
@@ -134,6 +137,7 @@ class KinkState(eqx.Module):
     n_sout: Array
     n_simul: Array
     n_amb: Array
+    n_fold: Array
     t_slide: Array
     max_slide: Array
     resid: Array
@@ -208,6 +212,7 @@ class KinkIntegrator(eqx.Module):
             n_sout=i0,
             n_simul=i0,
             n_amb=i0,
+            n_fold=i0,
             t_slide=zero,
             max_slide=i0,
             resid=zero,
@@ -412,6 +417,7 @@ class KinkIntegrator(eqx.Module):
                 c.n_sout,
                 c.n_simul,
                 c.n_amb,
+                c.n_fold,
                 c.max_slide,
                 c.resid,
                 c.ev_times,
@@ -430,6 +436,7 @@ class KinkIntegrator(eqx.Module):
                 c.n_sout + ev.exits,
                 c.n_simul + jnp.where(ev.simultaneous, 1, 0),
                 c.n_amb + jnp.where(ev.resolved & ~twofold, 0, 1),
+                c.n_fold + jnp.where(twofold, 1, 0),
                 jnp.maximum(c.max_slide, jnp.sum(ev.slots >= 0)),
                 jnp.maximum(c.resid, ev.residual),
                 c.ev_times.at[jnp.minimum(k, self.max_events - 1)].set(t_ev),
@@ -458,6 +465,7 @@ class KinkIntegrator(eqx.Module):
             num_sliding_exits=out.n_sout,
             num_simultaneous=out.n_simul,
             num_ambiguous=out.n_amb,
+            num_two_folds=out.n_fold,
             sliding_time=out.t_slide,
             max_sliding_pairs=out.max_slide,
             surface_residual=jnp.maximum(out.resid, rf),

@@ -33,6 +33,7 @@ KINK_FIELDS = (
     "num_sliding_entries",
     "num_sliding_exits",
     "num_ambiguous",
+    "num_two_folds",
     "max_sliding_pairs",
     "sliding_time",
 )

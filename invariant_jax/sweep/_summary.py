@@ -70,12 +70,16 @@ class SweepSummary:
     - `failures`: one dict per trajectory that did not succeed (the first
         `FAILURES_LISTED` by index): `index`, `result` (the `ij.RESULTS` name),
         `t_final`, `num_steps`, and for kink-aware sweeps `num_events`, `num_ambiguous`,
-        `num_sliding_entries`, `max_sliding_pairs`, `sliding_time`: what a cause is
-        read from. `summary.json` holds them under `"failures"`.
+        `num_two_folds`, `num_sliding_entries`, `max_sliding_pairs`, `sliding_time`:
+        what a cause is read from. `summary.json` holds them under `"failures"`.
     - `flagged`: the same for kink-aware trajectories that succeeded with an ambiguous
-        event (one where no consistent modes were found, neither by the pivots nor by
-        the enumeration: the flow went on, but its answer is not certified there);
-        `summary.json`'s `"flagged"`, and their count its `trajectories_flagged`.
+        event (the flow went on, but its answer is not certified there);
+        `summary.json`'s `"flagged"`, and their count its `trajectories_flagged`. The
+        aggregate splits them by cause: `trajectories_flagged_at_a_two_fold` (a slide
+        turned repelling, `num_two_folds > 0`) and
+        `trajectories_flagged_without_consistent_modes` (no consistent modes were found,
+        neither by the pivots nor by the enumeration; `num_ambiguous > num_two_folds`).
+        A trajectory can have both.
     - `config`, `theta0`: the sweep's `SweepConfig` and the rows' initial weights (for
         the figures' titles and re-integrated trajectories; `None` when not known): an
         array with one row per row, or a function of an array of positions into `rows`
@@ -133,9 +137,16 @@ class SweepSummary:
             return []
         inits = ", ".join(str(f["index"]) for f in self.flagged[:max_inits])
         more = ", ..." if n > min(len(self.flagged), max_inits) else ""
+        a = self.aggregate
+        causes = (
+            f" ({a['trajectories_flagged_at_a_two_fold']} at a two-fold, where the slide turns repelling; "
+            f"{a['trajectories_flagged_without_consistent_modes']} without consistent modes)"
+            if "trajectories_flagged_at_a_two_fold" in a
+            else ""
+        )
         return [
             f"{n} trajector{'y' if n == 1 else 'ies'} ended ok with an ambiguous kink event, not certified "
-            f'there: init{"" if n == 1 else "s"} {inits}{more} (summary.json, "flagged")'
+            f'there{causes}: init{"" if n == 1 else "s"} {inits}{more} (summary.json, "flagged")'
         ]
 
     def table(self, max_rows: int = 20) -> str:
@@ -291,7 +302,7 @@ def summarize_sweep(
     failed = np.asarray(~status_is_success(np.asarray(rec["status"])))
     flagged = ~failed & (np.asarray(rec.get("num_ambiguous", np.zeros(failed.shape, int))) > 0)
     if "events" in rows:
-        agg["trajectories flagged"] = int(np.sum(flagged))
+        agg.update(_flag_counts(rec, flagged))
     return SweepSummary(
         rows,
         {_identifier(k): v for k, v in agg.items()},
@@ -310,6 +321,7 @@ _FAILURE_FIELDS = (
     "num_steps",
     "num_events",
     "num_ambiguous",
+    "num_two_folds",
     "num_sliding_entries",
     "max_sliding_pairs",
     "sliding_time",
@@ -465,10 +477,22 @@ def _kink_aggregate(kk: dict, n: int) -> dict:
         "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if n else 0,
         "ambiguous events": int(np.sum(kk["num_ambiguous"])),
         "trajectories with ambiguous events": int(np.sum(kk["num_ambiguous"] > 0)),
+        **({"ambiguous events at two folds": int(np.sum(kk["num_two_folds"]))} if "num_two_folds" in kk else {}),
         "kink events total": int(np.sum(kk["num_events"])),
         "sliding time median": float(np.median(kk["sliding_time"])) if n else 0.0,
         "sliding time max": float(np.max(kk["sliding_time"])) if n else 0.0,
     }
+
+
+def _flag_counts(kk: dict, flagged: np.ndarray) -> dict:
+    """The trajectories flagged (`flagged`: ended ok with an ambiguous event), and by
+    cause where the records hold it (stores written before `num_two_folds` do not)."""
+    out = {"trajectories flagged": int(np.sum(flagged))}
+    if "num_two_folds" in kk:
+        amb, folds = np.asarray(kk["num_ambiguous"]), np.asarray(kk["num_two_folds"])
+        out["trajectories flagged at a two fold"] = int(np.sum(flagged & (folds > 0)))
+        out["trajectories flagged without consistent modes"] = int(np.sum(flagged & (amb > folds)))
+    return out
 
 
 def _identifier(key: str) -> str:
