@@ -1706,13 +1706,13 @@ def _flagged(row: dict) -> str:
         return f", {len(row['flagged'])} of them listed as flagged (inits {inits})"
     word = "init" if len(row["flagged"]) == 1 else "inits"
     causes = (
-        f"; {row['trajectories_flagged_at_a_two_fold']:,} of them at a two-fold, "
-        f"{row['trajectories_flagged_without_consistent_modes']:,} without consistent modes"
+        f"{row['trajectories_flagged_at_a_two_fold']:,} at a two-fold, "
+        f"{row['trajectories_flagged_without_consistent_modes']:,} without consistent modes; "
         if row.get("trajectories_flagged_at_a_two_fold") is not None
         else ""
     )
     return f", in {n:,} trajector{'y' if n == 1 else 'ies'} that ended `ok`" + (
-        f" ({word} {inits}{causes})" if inits else ""
+        f" ({causes}{word} {inits})" if inits else ""
     )
 
 
