@@ -187,7 +187,7 @@ def _sweep_claims():
         f"the lean segments' wall time is {sh[k]['wall_over_bare']:.2f}x on `heavy` and {sl[k]['wall_over_bare']:.2f}x on `light`",
         f"CPU time {h['engine']['cpu_over_bare']:.2f}x (heavy) and {li['engine']['cpu_over_bare']:.2f}x (light) its bare "
         f"unbatched cost (goal 2x); wall / bare {h['engine']['wall_over_bare']:.2f} and "
-        f"{li['engine']['wall_over_bare']:.2f} in this loaded run",
+        f"{li['engine']['wall_over_bare']:.2f}.",
         f"Vmap mode: {x(h['engine-vmap']['vs_naive'])} naive vmap on `heavy` and {x(li['engine-vmap']['vs_naive'])} on `light` "
         f"(CPU time {x(h['engine-vmap']['cpu_vs_naive'])} and {x(li['engine-vmap']['cpu_vs_naive'])})",
         f"it was {x(h['engine-vmap-full']['vs_naive'])} and {x(li['engine-vmap-full']['vs_naive'])} "
