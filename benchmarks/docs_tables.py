@@ -2076,10 +2076,13 @@ def converge_cost() -> str:
 
     nt = lambda r, k: f"{_s(r['newton'][k]['seconds'])} s"  # noqa: E731
 
+    def span(xs):
+        lo, hi = f"{min(xs):.1f}", f"{max(xs):.1f}"
+        return f"{lo} s" if lo == hi else f"{lo}-{hi} s"
+
     def comp(r):
         f = [r["flow"][k]["compile_s"] for k in ("before", "after")]
-        n = [v["compile_s"] for v in r["newton"].values()]
-        return f"{min(f):.0f}-{max(f):.0f} s / {min(n):.0f}-{max(n):.0f} s"
+        return f"{span(f)} / {span([v['compile_s'] for v in r['newton'].values()])}"
 
     out = [
         "| | " + col(lambda r: f"r = {r['r']} (E = {r['E']})") + " |",
