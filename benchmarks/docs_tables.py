@@ -1973,9 +1973,10 @@ def sweep_throughput_small_n() -> str:
     m = rec["meta"]
     ns = sorted({w["n_inits"] for w in rec["results"]})
     out = [
-        f"**Fewer trajectories than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_small_n.json`: "
-        f"{', '.join(map(str, ns[:-1]))} and {ns[-1]} inits in {rec['results'][0]['slots']} slots, {m['repeats']} "
-        f"repeats, the fastest kept, {_load_range(m)}). Speed against naive vmap (its wall time in brackets):",
+        f"**Fewer trajectories than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_small_n.json`, "
+        f"{_commit_of(rec)}{_on_cpu(rec['provenance'])}: {', '.join(map(str, ns[:-1]))} and {ns[-1]} inits in "
+        f"{rec['results'][0]['slots']} slots, {m['repeats']} repeats, the fastest kept, {_load_range(m)}). "
+        "Speed against naive vmap (its wall time in brackets):",
         "",
         "| workload | n | engine, exact | engine, vmap (widths) | naive vmap |",
         "|---|---|---|---|---|",
