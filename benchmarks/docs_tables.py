@@ -1951,7 +1951,8 @@ def sweep_throughput_256() -> str:
     eng = w["arms"][0]
     out = [
         f"**More inits than slots** (`{rec['command']}`, `benchmarks/results/sweep_throughput_256.json`, "
-        f"{w['n_inits']} inits in {w['slots']} slots, {rec['meta']['repeats']} timed run per arm, "
+        f"{_commit_of(rec)}{_on_cpu(rec['provenance'])}, {w['n_inits']} inits in {w['slots']} slots, "
+        f"{rec['meta']['repeats']} timed run per arm, "
         f"{_load_range(rec['meta'])}; exact engine's steps median {eng['steps_median']:,.0f}, max "
         f"{eng['steps_max']:,}):",
         "",
