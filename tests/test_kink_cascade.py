@@ -175,23 +175,6 @@ def test_a_slide_through_a_two_fold_is_flagged(index):
         assert 0 < int(k.num_two_folds) <= int(k.num_ambiguous)  # counted by cause
 
 
-@pytest.mark.xfail(strict=True, reason="a two-fold's restart can land before the determinant's sign change")
-def test_a_two_fold_costs_few_events():
-    """Init 401537 of the CLI's default sweep (Tsit5 1e-8, the sweep's setting): at
-    t = 0.201630 the one sliding pair reaches a two-fold. The event point lies just before
-    the determinant's sign change, so the restart keeps the old orientation and the next
-    segment meets the same jump at the same time: 176 null events there, then one that
-    flips the orientation (177 of its 181 events; `max_events` is 1000). A restart past
-    the jump would take one or two. Strict: it passes once that is fixed."""
-    jax.config.update("jax_enable_x64", True)
-    cfg = ij.sweep.SweepConfig(graph="example", n_inits=1_000_000)
-    X, Y = cfg.build_data(cfg.build_graph())
-    kf = ij.kink_aware_flow(ij.sweep.sweep_network(cfg, 401537), X, Y, 1.0, solver="tsit5", rtol=1e-8, atol=1e-8)
-    times = np.asarray(kf.event_times)[: int(kf.num_events)]
-    assert bool(kf.success) and int(kf.num_two_folds) > 0
-    assert np.max(np.unique(np.round(times, 9), return_counts=True)[1]) <= 3
-
-
 def test_pairs_on_one_surface_slide_together():
     """Init 95614 of the CLI's default sweep (`--graph example`, seed 0, Tsit5 1e-8) ended
     `max_events_reached` with 999 ambiguous events: at t = 0.4566 the first incoming
