@@ -2078,13 +2078,10 @@ def converge_cost() -> str:
 
     nt = lambda r, k: f"{_s(r['newton'][k]['seconds'])} s"  # noqa: E731
 
-    def span(xs):
-        lo, hi = f"{min(xs):.1f}", f"{max(xs):.1f}"
-        return f"{lo} s" if lo == hi else f"{lo}-{hi} s"
-
     def comp(r):
         f = [r["flow"][k]["compile_s"] for k in ("before", "after")]
-        return f"{span(f)} / {span([v['compile_s'] for v in r['newton'].values()])}"
+        n = [v["compile_s"] for v in r["newton"].values()]
+        return f"{_span(f, '{:.1f}'.format, '-')} s / {_span(n, '{:.1f}'.format, '-')} s"
 
     out = [
         "| | " + col(lambda r: f"r = {r['r']} (E = {r['E']})") + " |",
@@ -2286,8 +2283,10 @@ def _err(x: float) -> str:
     return "0" if x == 0 else _e(x)
 
 
-def _span(xs: list[float]) -> str:
-    return _e(min(xs)) if min(xs) == max(xs) else f"{_e(min(xs))} to {_e(max(xs))}"
+def _span(xs: list[float], fmt=None, sep: str = " to ") -> str:
+    """`lo to hi` of `xs` formatted by `fmt` (default `_e`), or one value where both read the same."""
+    lo, hi = (fmt or _e)(min(xs)), (fmt or _e)(max(xs))
+    return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
 def work_precision_setup() -> str:
