@@ -151,7 +151,20 @@ def first_calls() -> str:
         f"{s['kink_aware_flow_first_s']:.1f} s ({s['kink_aware_flow_first_compile_s']:.1f} s of it compiling) "
         f"and again {s['kink_aware_flow_again_s']:.3f} s "
         f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}{_on_cpu(prov)}; `{rec['command']}`, "
-        f"`benchmarks/results/first_calls.json`).\n"
+        f"`benchmarks/results/first_calls.json`).{_first_calls_before(rec)}\n"
+    )
+
+
+def _first_calls_before(rec: dict) -> str:
+    """The code measured beside it (`--before`), if any: its first calls in the same rounds."""
+    if "before" not in rec:
+        return ""
+    b, s = rec["before"], rec["before"]["summary"]
+    commit = (b["commit"] or "?")[:7] + (" (dirty)" if b["dirty"] else "")
+    return (
+        f" In the same rounds the code of {commit} took {s['kink_aware_flow_first_s']:.1f} s for the first "
+        f"`kink_aware_flow` call ({s['kink_aware_flow_first_compile_s']:.1f} s compiling) and "
+        f"{s['gradient_flow_first_s']:.1f} s for the first `gradient_flow` call."
     )
 
 

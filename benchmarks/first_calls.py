@@ -10,10 +10,13 @@ Each call also records its compile time (`*_compile_s`: tracing, lowering and XL
 over every program it compiled, from JAX's monitoring events; `*_xla_s`: XLA alone).
 
 Rounds alternate the measurements, so a change of machine load hits all of them; the
-table gives the median and range over rounds. README's Cost paragraph is generated from
-the JSON (`benchmarks/docs_tables.py`).
+table gives the median and range over rounds. `--before PATH` (a checkout of other code,
+e.g. a clean clone of an older commit) measures its two first calls too, in the same
+rounds, each right after this code's: the side-by-side cost of a change, on a machine
+whose speed drifts from day to day. README's Cost paragraph is generated from the JSON
+(`benchmarks/docs_tables.py`).
 
-Usage: python benchmarks/first_calls.py [--rounds 3] [--out PATH]
+Usage: python benchmarks/first_calls.py [--rounds 3] [--before PATH] [--out PATH]
 """
 
 from __future__ import annotations
@@ -74,9 +77,9 @@ print("RESULT " + json.dumps(out))
 WHAT = ("import", "gradient_flow", "kink_aware_flow")
 
 
-def measure(what: str) -> dict:
+def measure(what: str, root: Path = ROOT) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-c", CHILD, what], env=env, capture_output=True, text=True, timeout=1800)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not line:
@@ -87,34 +90,57 @@ def measure(what: str) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per measurement")
+    ap.add_argument("--before", default=None, help="a checkout of other code, measured in the same rounds")
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/first_calls.json)")
     args = ap.parse_args(argv)
     path = output_path(args.out, "first_calls.json")
+    before = None if args.before is None else Path(args.before).resolve()
+    if before is not None and not (before / "invariant_jax" / "__init__.py").is_file():
+        raise SystemExit(f"--before {args.before}: no invariant_jax package there; give a checkout's root folder")
     runs = {w: [] for w in WHAT}
+    runs_before = {w: [] for w in WHAT[1:]}
     for r in range(args.rounds):
         for w in WHAT:
             runs[w].append(measure(w))
             print(f"round {r}: {w} {runs[w][-1]}", flush=True)
-    summary = {"import_s": statistics.median(x["import_s"] for x in runs["import"])}
+            if before is not None and w in runs_before:
+                runs_before[w].append(measure(w, before))
+                print(f"round {r}: {w} (before) {runs_before[w][-1]}", flush=True)
+    summary = {"import_s": statistics.median(x["import_s"] for x in runs["import"]), **_summary(runs)}
+    print(json.dumps(summary, indent=1))
+    rec = {
+        "benchmark": "first_calls",
+        "workload": "README example: mlp([5, 20, 1], bias=True), relu, "
+        "20 teacher points (key 0), glorot init (key 1), t1 = 2, rtol = atol = 1e-8 "
+        "(kink_aware_flow: its defaults)",
+        "rounds": args.rounds,
+        "runs": runs,
+        "summary": summary,
+    }
+    if before is not None:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=before, capture_output=True, text=True).stdout.strip()
+        dirty = bool(
+            subprocess.run(["git", "status", "--porcelain"], cwd=before, capture_output=True, text=True).stdout
+        )
+        rec["before"] = {
+            "commit": commit or None,
+            "dirty": dirty,
+            "runs": runs_before,
+            "summary": _summary(runs_before),
+        }
+    write_json(path, rec)
+
+
+def _summary(runs: dict) -> dict:
+    """Median and range over rounds of each call's times."""
+    summary = {}
     for w in WHAT[1:]:
         assert all(x["success"] for x in runs[w]), f"{w} failed"
         for key in ("first_s", "first_compile_s", "first_xla_s", "again_s", "again_compile_s"):
             vals = [x[key] for x in runs[w]]
             summary[f"{w}_{key}"] = statistics.median(vals)
             summary[f"{w}_{key}_range"] = [min(vals), max(vals)]
-    print(json.dumps(summary, indent=1))
-    write_json(
-        path,
-        {
-            "benchmark": "first_calls",
-            "workload": "README example: mlp([5, 20, 1], bias=True), relu, "
-            "20 teacher points (key 0), glorot init (key 1), t1 = 2, rtol = atol = 1e-8 "
-            "(kink_aware_flow: its defaults)",
-            "rounds": args.rounds,
-            "runs": runs,
-            "summary": summary,
-        },
-    )
+    return summary
 
 
 if __name__ == "__main__":
