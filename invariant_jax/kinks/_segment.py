@@ -500,7 +500,7 @@ def _one_site_loop(
             r,
             _root_init(c_new.ev_tprev, c_new.ev_thi, dtype),
         )
-        # (the refinement starts where the root find stops: its final bracket's end past the event)
+        # (the refinement starts at the root find's last iterate)
         R = jtu.tree_map(
             lambda a, b: jnp.where(phase == _ROOT, a, b),
             Refine.start(_root_past(r_new), c.y, jnp.sign(r_new.st.f_upper)),
