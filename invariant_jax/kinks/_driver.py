@@ -370,8 +370,6 @@ class KinkIntegrator(eqx.Module):
             num_rejected=st["num_rejected_steps"],
             solver_state=sol.solver_state,
             dt_next=jnp.full((), jnp.nan, c.theta.dtype),
-            # (which side of the event diffeqsolve's root lies is not known; a segment starts inside its pattern)
-            past=-jnp.ones((), c.theta.dtype),
         )
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
@@ -391,7 +389,7 @@ class KinkIntegrator(eqx.Module):
             v = prob.cond_value(yy, c.P, c.slots, c.ties, c.margin)
             return R.update(tt, yy, ok, v, t_end, t_prev, t1)
 
-        R = jax.lax.while_loop(lambda R: R.going(), body, Refine.start(t_end, y_end, sol.past))
+        R = jax.lax.while_loop(lambda R: R.going(), body, Refine.start(t_end, y_end))
         return R.tt, jnp.where(event & R.ok & (R.tt > t_prev), R.y, y_end)
 
     def _restart(self, c: KinkState, t_ev, th) -> KinkState:
