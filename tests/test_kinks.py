@@ -338,6 +338,41 @@ def test_lean_segments_take_diffeqsolves_steps_and_events(solver):
         assert float(jnp.max(jnp.abs(x.ys - y.ys))) <= 100 * tol
 
 
+@pytest.mark.parametrize("solver", ["tsit5", "gauss4"])
+def test_a_segment_stops_past_a_jump_of_its_condition(solver):
+    # At a two-fold the sliding weights' event condition jumps (its determinant changes
+    # sign, `_filippov._weights_value`), and a restart before the jump meets it again at
+    # once: init 401537 of the demo sweep took 176 events at one time (Tsit5 1e-8). The
+    # root finder's last iterate lies on either side of a jump, so a segment stops at its
+    # final bracket's far end, and Gauss-Legendre's refinement keeps a Gauss step past
+    # the event (`_segment.Refine`). Here the condition is a pure jump where y' = -y
+    # passes a level: for every level the segment must stop where it is negative. (Before
+    # the change both failed: Tsit5 at the first level, Gauss4 at 28 of the 29, whose
+    # Gauss steps jump up to 3e-6 later than the Hermite interpolant.)
+    from invariant_jax.kinks._segment import solve_segment
+    from invariant_jax.solvers import GaussLegendre
+
+    gl = solver == "gauss4"
+    inner = GaussLegendre(keep_jacobian=True, newton_jacobian=lambda t, y, a: -jnp.eye(2)) if gl else diffrax.Tsit5()
+    controller = diffrax.PIDController(rtol=1e-8, atol=1e-8)
+
+    @jax.jit
+    def stop(level):
+        return solve_segment(
+            lambda t, y, a: -y, lambda ys, a: jnp.where(ys[:, 0] > a, 1.0, -1.0), inner, controller, 0.0, 3.0,
+            jnp.array([1.0, 2.0]), level, jnp.linspace(0.0, 3.0, 4), max_steps=64, event_tol=1e-13, one_site=gl,
+            refine=gl,
+        )  # fmt: skip
+
+    for level in np.linspace(0.2, 0.9, 29):
+        sol = stop(level)
+        assert sol.result == diffrax.RESULTS.event_occurred
+        assert float(sol.y[0]) <= level  # past the jump
+        # near it: the solution's error; for Gauss4 the refinement's offsets from the
+        # interpolant's root, 1e-6 and 1e-4 of a step (~0.2 here), and a secant
+        assert abs(float(sol.t) + np.log(level)) < (1e-4 if gl else 1e-7)
+
+
 def test_a_segment_ends_with_the_step_diffeqsolve_takes_next():
     # A segment stopped by an event hands the next segment the step the controller
     # proposed after the event's step (`SegmentSolution.dt_next`), not a fresh initial

@@ -370,6 +370,8 @@ class KinkIntegrator(eqx.Module):
             num_rejected=st["num_rejected_steps"],
             solver_state=sol.solver_state,
             dt_next=jnp.full((), jnp.nan, c.theta.dtype),
+            # (which side of the event diffeqsolve's root lies is not known; a segment starts inside its pattern)
+            past=-jnp.ones((), c.theta.dtype),
         )
 
     def _gauss_restart(self, c, sol, event, t_end, y_end):
@@ -389,7 +391,7 @@ class KinkIntegrator(eqx.Module):
             v = prob.cond_value(yy, c.P, c.slots, c.ties, c.margin)
             return R.update(tt, yy, ok, v, t_end, t_prev, t1)
 
-        R = jax.lax.while_loop(lambda R: R.going(), body, Refine.start(t_end, y_end))
+        R = jax.lax.while_loop(lambda R: R.going(), body, Refine.start(t_end, y_end, sol.past))
         return R.tt, jnp.where(event & R.ok & (R.tt > t_prev), R.y, y_end)
 
     def _restart(self, c: KinkState, t_ev, th) -> KinkState:
@@ -403,6 +405,13 @@ class KinkIntegrator(eqx.Module):
         # repelling. The flow past it is not unique: the event counts as ambiguous
         same = jnp.any(c.slots >= 0) & jnp.all(ev.slots == c.slots)
         twofold = same & ((ev.ties[2] != c.ties[2]) | jnp.all(ev.P == c.P))
+        # wherever the restart landed: past the sign change, the segment's own system has
+        # its determinant's sign flipped with its weights still in [0, 1], or is singular
+        # (exactly at it), whatever modes the event resolved to (a restart past a
+        # two-fold may resolve as an exit)
+        lam, det_sign = self.prob.weights(th, c.P, c.slots, c.ties)
+        inside = jnp.all(jnp.where(c.slots >= 0, (lam >= 0.0) & (lam <= 1.0), True)) | (det_sign == 0)
+        twofold = twofold | (jnp.any(c.slots >= 0) & inside & (det_sign != c.ties[2]))
         return eqx.tree_at(
             lambda c: (
                 c.t,

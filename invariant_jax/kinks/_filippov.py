@@ -307,6 +307,11 @@ class KinkProblem(eqx.Module):
         sliding weights while any pair slides (`lam` is zeros otherwise)."""
         return self._field(theta, P, slots, ties)[:2]
 
+    def weights(self, theta, P, slots, ties):
+        """`(lam, det_sign)`: the sliding weights of the pairs in `slots` and the sign of
+        their tangency system's determinant (`sliding`; zeros and +1 while none slides)."""
+        return self._field(theta, P, slots, ties)[1:]
+
     def _field(self, theta, P, slots, ties):
         if self.max_sliding == 0:
             return self.grad(theta, self.D_of(P)), jnp.zeros((0,), theta.dtype), jnp.ones((), theta.dtype)

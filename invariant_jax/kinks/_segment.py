@@ -48,7 +48,8 @@ class SegmentSolution(eqx.Module):
     `ys` `(T, E)` and `saved` `(T,)` (the saves made at `ts`), `result` (a
     `diffrax.RESULTS`: `event_occurred` at an event), `num_steps`, `num_accepted`,
     `num_rejected`, `solver_state` (after the last accepted step), `dt_next` (the step
-    the controller proposed after the last step: where the next segment starts)."""
+    the controller proposed after the last step: where the next segment starts),
+    `past` (at an event, the sign the condition changed to: it has that sign at `t`)."""
 
     t: Array
     y: Array
@@ -60,6 +61,7 @@ class SegmentSolution(eqx.Module):
     num_rejected: Array
     solver_state: object
     dt_next: Array
+    past: Array
 
 
 class _Root(eqx.Module):
@@ -102,9 +104,30 @@ def _root_going(r: _Root):
     return ~r.done & (r.it < _MAX_ROOT_STEPS + 2)
 
 
+def _root_past(r: _Root):
+    """The event time a segment restarts at: the end of the final bracket past the sign
+    change (the condition has there the sign it changed to), within `event_tol` of the
+    root. The last iterate may lie on either side, and where the condition jumps (the
+    sliding weights' determinant changing sign at a two-fold) a restart before the jump
+    meets it again at once: a cascade of events at one time."""
+    return r.st.upper
+
+
 def _root_result(r: _Root):
     result = optx.RESULTS.where(r.done, optx.RESULTS.successful, optx.RESULTS.nonlinear_max_steps_reached)
     return optx.RESULTS.where(r.finite, result, optx.RESULTS.nonfinite)
+
+
+def _root_answer(r: _Root):
+    """`(t, sign, result)` of a finished root find: `_root_past`, the sign the condition
+    has there (the sign it changed to), and the `optimistix.RESULTS`."""
+    return _root_past(r), _root_sign(r), _root_result(r)
+
+
+def _root_sign(r: _Root):
+    # (`f_upper` is exactly 0 where the root finder hit the root: the sign is then the
+    # one opposite the bracket's other end)
+    return jnp.where(r.st.f_upper != 0, jnp.sign(r.st.f_upper), -jnp.sign(r.st.f_lower))
 
 
 def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str | None = None):
@@ -115,8 +138,9 @@ def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str 
     the others are its steps. `go=False` returns at once. `lanes`: the named `vmap`
     axis of a batch, whose iterations run for the lanes still searching only
     (`lane_while`; every value of `g` that differs between lanes must be in `data`).
-    Returns `(t, result)` with an `optimistix.RESULTS` (`nonfinite`,
-    `nonlinear_max_steps_reached` as there)."""
+    Returns `(t, sign, result)` (`_root_answer`): `t` the end of the final bracket past
+    the root, `sign` the sign `g` has there, `result` an `optimistix.RESULTS`
+    (`nonfinite`, `nonlinear_max_steps_reached` as there)."""
     finder = Illinois(atol=event_tol)
     r = lane_while(
         lanes,
@@ -125,7 +149,7 @@ def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str 
         _root_init(lower, upper, jnp.result_type(lower)),
         *data,
     )
-    return r.y, _root_result(r)
+    return _root_answer(r)
 
 
 class _Carry(eqx.Module):
@@ -153,14 +177,15 @@ class _Carry(eqx.Module):
 _INIT, _STEP, _ROOT, _REFINE, _DONE = 0, 1, 2, 3, 4
 
 RESTART_ITERATIONS = 5
-"""Steps of the event-time refinement (`refine=True`): at the interpolant's root, just
-before it, two secant steps, and the one kept."""
+"""Steps of the event-time refinement (`refine=True`): at the interpolant's root, three
+more (`Refine`), and the one kept."""
 INTERIOR_POINTS = 3
 """Evenly spaced points inside each step where the condition is checked (`solve_segment`'s
 `inside`)."""
 SECANT_OFFSET = 1e-6
-"""Where the refinement's second point lies before the interpolant's root, as a fraction of
-the last step."""
+"""How far from the interpolant's root, as a fraction of the last step, the refinement's
+second point lies, towards the side of the event not seen yet; the secant steps after it
+may move up to 100 and 10^4 times as far while that side stays unseen."""
 
 
 class Refine(eqx.Module):
@@ -170,56 +195,82 @@ class Refine(eqx.Module):
     kept and `y`, `ok` as the step to it.
 
     A Gauss step conserves `c` exactly (the interpolant does not), and the interpolant's
-    root can be ~h^4 off the surface, which costs a spurious event. Both starting points
-    (the root and a point just before it) are near the root, on the piece of `g` (a
-    minimum over pairs) that the crossing pair defines; the step's start is not, as `g`
-    there is often another pair's. The time kept is the one where `|g|` was smallest,
-    unless it would move the event across a save. The secant method needs no derivative
-    of `g`, whose Filippov solve would double the program's largest piece."""
+    root can be ~h^4 off the surface, which costs a spurious event. The first point is
+    the interpolant's root, the second `SECANT_OFFSET` of the step towards the side of
+    the event not seen there; then secant steps, through the last two points while one
+    side only is seen (moved towards the other, at most 100^i times the first offset),
+    and after that just past the secant root between the best point of each side. These points are near the root, on the
+    piece of `g` (a minimum over pairs) that the crossing pair defines; the step's start
+    is not, as `g` there is often another pair's. The time kept is the point past the
+    event (`g` with the sign it changed to, `past`) where `|g|` was smallest (before it,
+    where none was found), unless it would move the event across a save: where `g`
+    jumps (the sliding weights' at a two-fold) a restart before the jump meets it again
+    at once, and the Gauss steps can jump up to ~1e-5 of a step after the interpolant.
+    The secant method needs no derivative of `g`, whose Filippov solve would double the
+    program's largest piece."""
 
     i: Array
     tt: Array
     ta: Array  # the previous iteration's time and condition value
     va: Array
-    tbest: Array  # where |g| was smallest so far
-    vbest: Array
+    tn: Array  # the best point before the event (|g| smallest) and its value
+    vn: Array
+    tf: Array  # the best point past it
+    vf: Array
     y: Array
     ok: Array
+    past: Array  # the sign g changed to at the event
 
     @classmethod
-    def start(cls, t_root, y):
+    def start(cls, t_root, y, past):
         inf = jnp.asarray(jnp.inf, y.dtype)
-        return cls(jnp.asarray(0), t_root, t_root, inf, t_root, inf, y, jnp.asarray(False))
+        t, no = t_root, jnp.asarray(False)
+        return cls(jnp.asarray(0), t, t, inf, t, inf, t, inf, y, no, jnp.asarray(past, y.dtype))
 
     def going(self):
         return self.i < RESTART_ITERATIONS
 
+    @property
+    def tbest(self):
+        """The time to keep: the best point past the event, else the best before it."""
+        return jnp.where(jnp.isfinite(self.vf), self.tf, self.tn)
+
     def time(self, t_root, t_prev, ts, event):
-        """This iteration's time: the secant's, and in the last iteration the best time
-        unless that moves the event across a save time (then the interpolant's root)."""
-        lo, hi = jnp.minimum(self.tbest, t_root), jnp.maximum(self.tbest, t_root)
-        use = event & (self.tbest > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
-        return jnp.where(self.i == RESTART_ITERATIONS - 1, jnp.where(use, self.tbest, t_root), self.tt)
+        """This iteration's time: `tt`, and in the last iteration the best time unless
+        that moves the event across a save time (then the interpolant's root)."""
+        tbest = self.tbest
+        lo, hi = jnp.minimum(tbest, t_root), jnp.maximum(tbest, t_root)
+        use = event & (tbest > t_prev) & ~jnp.any((ts > lo) & (ts <= hi))
+        return jnp.where(self.i == RESTART_ITERATIONS - 1, jnp.where(use, tbest, t_root), self.tt)
 
     def update(self, tt, y, ok, v, t_root, t_prev, t1) -> Refine:
-        """After the step to `tt` (`y`, `ok`) and the condition `v` there: g at the
-        interpolant's root (i = 0), just before it (i = 1), two secant steps, the last."""
-        better = jnp.abs(v) < jnp.abs(self.vbest)  # (NaN is never better)
+        """After the step to `tt` (`y`, `ok`) and the condition `v` there: the best points
+        of each side, and the next time."""
+        far = v * self.past >= 0  # (NaN is on neither side)
+        # (ties go to the later point: where g jumps, the secants' points come closer)
+        new_f = far & (jnp.abs(v) <= jnp.abs(self.vf))
+        new_n = (v * self.past < 0) & (jnp.abs(v) <= jnp.abs(self.vn))
+        tf, vf = jnp.where(new_f, tt, self.tf), jnp.where(new_f, v, self.vf)
+        tn, vn = jnp.where(new_n, tt, self.tn), jnp.where(new_n, v, self.vn)
+        both = jnp.isfinite(vf) & jnp.isfinite(vn)
+        root = tn - vn * (tf - tn) / jnp.where(both & (vf != vn), vf - vn, 1.0)
+        root = jnp.where((root - tn) * (root - tf) < 0, root, 0.5 * (tn + tf))
+        # just past the secant's root (1e-3 of the bracket, or a few ulps): aimed at the
+        # root itself, the points landed before it again and again, and the one past the
+        # event kept its first |g|
+        pad = jnp.maximum(1e-3 * jnp.abs(tf - tn), 8 * jnp.finfo(root.dtype).eps * jnp.abs(root))
+        bracketed = root + jnp.sign(tf - root) * jnp.minimum(pad, 0.5 * jnp.abs(tf - root))
+        # one side seen: the secant through the last two points, towards the other side
         slope = (v - self.va) / (tt - self.ta)
-        t_new = tt - v / jnp.where(slope == 0, jnp.inf, slope)
-        before = t_root - SECANT_OFFSET * (t_root - t_prev)
-        t_new = jnp.where(self.i == 0, before, jnp.where(jnp.isfinite(t_new), jnp.clip(t_new, t_prev, t1), tt))
+        secant = tt - v / slope  # (not finite where g did not change: then as far as it may)
+        reach = SECANT_OFFSET * 100.0**self.i * (t_root - t_prev)
+        later = ~jnp.isfinite(vf)  # (points before the event only: it lies later)
+        lo, hi = jnp.where(later, t_root, t_root - reach), jnp.where(later, t_root + reach, t_root)
+        one_side = jnp.clip(jnp.where(jnp.isfinite(secant), secant, jnp.where(later, hi, lo)), lo, hi)
+        one_side = jnp.where(self.i == 0, jnp.where(later, hi, lo), one_side)
+        t_new = jnp.clip(jnp.where(both, bracketed, one_side), t_prev, t1)
         last = self.i == RESTART_ITERATIONS - 1
-        return Refine(
-            self.i + 1,
-            jnp.where(last, tt, t_new),
-            tt,
-            v,
-            jnp.where(better, tt, self.tbest),
-            jnp.where(better, v, self.vbest),
-            y,
-            ok,
-        )
+        return Refine(self.i + 1, jnp.where(last, tt, t_new), tt, v, tn, vn, tf, vf, y, ok, self.past)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -432,7 +483,7 @@ def _one_site_loop(
         refining = phase == _REFINE
         c_in = c
         if refine:
-            t_re = R.time(r.y, c.ev_tprev, st.ts, c.result == diffrax.RESULTS.event_occurred)
+            t_re = R.time(_root_past(r), c.ev_tprev, st.ts, c.result == diffrax.RESULTS.event_occurred)
             c_in = _restep(st, c, refining, t_re)
         c_new = jax.lax.cond((phase == _STEP) | refining, st.advance, lambda c: c, c_in)
         point = jnp.where(
@@ -444,7 +495,7 @@ def _one_site_loop(
         value = values[-1]
         if refine:
             accepted = c_new.num_accepted > c_in.num_accepted
-            R_new = R.update(t_re, c_new.y, accepted, value, r.y, c.ev_tprev, st.t1)
+            R_new = R.update(t_re, c_new.y, accepted, value, _root_past(r), c.ev_tprev, st.t1)
             R = jtu.tree_map(lambda a, b: jnp.where(refining, a, b), R_new, R)
         c_new = jtu.tree_map(
             lambda a, b: jnp.where(phase == _STEP, a, b),
@@ -460,8 +511,12 @@ def _one_site_loop(
             r,
             _root_init(c_new.ev_tprev, c_new.ev_thi, dtype),
         )
-        # (the refinement starts at the root find's last iterate)
-        R = jtu.tree_map(lambda a, b: jnp.where(phase == _ROOT, a, b), Refine.start(r_new.y, c.y), R)
+        # (the refinement starts where the root find stops: its final bracket's end past the event)
+        R = jtu.tree_map(
+            lambda a, b: jnp.where(phase == _ROOT, a, b),
+            Refine.start(_root_past(r_new), c.y, _root_sign(r_new)),
+            R,
+        )
         after_root = _REFINE if refine else _DONE
         phase_next = jnp.where(
             phase == _REFINE,
@@ -474,7 +529,7 @@ def _one_site_loop(
         )
         return phase_next, c_new, r_next, R
 
-    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y))
+    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y, 0.0))
     _, f, r, R = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body, carry)
     return f, r, R
 
@@ -558,7 +613,7 @@ def solve_segment(
     ends (a crossing and back within one step); `one_site`: one evaluation site; `refine`
     (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time
     on the solver's own step from the last step's start (`Refine`), so the end state is a
-    Gauss step (it conserves quadratic invariants) on the surface, in the same loop;
+    Gauss step (it conserves quadratic invariants) just past the event, in the same loop;
     `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find
     iterations then run for the lanes going only (`lane_while`: what differs between
     lanes is in `args`; no `step_ts`).
@@ -577,14 +632,11 @@ def solve_segment(
         raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
     if one_site:
         f, r, R = _one_site_loop(st, cond, init, t0, event_tol, refine)
-        result = _loop_result(f, t1)
-        event = result == diffrax.RESULTS.event_occurred
-        t_root, root_result = r.y, _root_result(r)
     else:
         f = _step_loop(st, cond, init, lanes)
-        result = _loop_result(f, t1)
-        event = result == diffrax.RESULTS.event_occurred
-        t_root, root_result = _locate_on_dense(st, cond, f, event_tol, event, lanes)
+    result = _loop_result(f, t1)
+    event = result == diffrax.RESULTS.event_occurred
+    t_root, past, root_result = _root_answer(r) if one_site else _locate_on_dense(st, cond, f, event_tol, event, lanes)
     t_end = jnp.where(event, t_root, f.tprev)
     y_end = jnp.where(event, st.dense_at(f, t_root), f.y)
     result = diffrax.RESULTS.where(
@@ -606,4 +658,5 @@ def solve_segment(
         num_rejected=f.num_rejected,
         solver_state=f.solver_state,
         dt_next=f.tnext - f.tprev,
+        past=past,
     )
