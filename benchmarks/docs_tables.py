@@ -2125,8 +2125,11 @@ def channels_optimizers() -> str:
         "| median weightnorm (max) | median MSE | s |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    made = []
     for opt in ("sgd", "adam"):
-        for r in _load(f"channels_optimizers_softplus_nobias_r4_{opt}.json")["rows"]:
+        rec = _load(f"channels_optimizers_softplus_nobias_r4_{opt}.json")
+        made.append(f"{'SGD' if opt == 'sgd' else 'Adam'} ({_commit_of(rec)})")
+        for r in rec["rows"]:
             lo, hi = r["channel_like_ci"]
             e = math.log10(r["lr"])
             lr = f"1e{round(e)}" if abs(e - round(e)) < 1e-9 and r["lr"] < 0.05 else f"{r['lr']:g}"
@@ -2136,7 +2139,9 @@ def channels_optimizers() -> str:
                 f"{r['median_weightnorm']:.2f} ({r['max_weightnorm']:.1f}) | {r['median_mse']:.3f} | "
                 f"{r['seconds']:.0f} |"
             )
-    return "\n".join(out) + "\n"
+    return (
+        "\n".join(out) + "\n\nThe two runs (the `s` column compares rows of one run only): " + ", ".join(made) + ".\n"
+    )
 
 
 def channels_eos() -> str:
