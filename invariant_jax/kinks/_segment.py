@@ -118,16 +118,16 @@ def _root_result(r: _Root):
     return optx.RESULTS.where(r.finite, result, optx.RESULTS.nonfinite)
 
 
-def _root_answer(r: _Root):
-    """`(t, sign, result)` of a finished root find: `_root_past`, the sign the condition
-    has there (the sign it changed to), and the `optimistix.RESULTS`."""
-    return _root_past(r), _root_sign(r), _root_result(r)
-
-
 def _root_sign(r: _Root):
     # (`f_upper` is exactly 0 where the root finder hit the root: the sign is then the
     # one opposite the bracket's other end)
     return jnp.where(r.st.f_upper != 0, jnp.sign(r.st.f_upper), -jnp.sign(r.st.f_lower))
+
+
+def _root_answer(r: _Root):
+    """`(t, sign, result)` of a finished root find: `_root_past`, the sign the condition
+    has there (the sign it changed to), and the `optimistix.RESULTS`."""
+    return _root_past(r), _root_sign(r), _root_result(r)
 
 
 def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str | None = None):
@@ -199,9 +199,9 @@ class Refine(eqx.Module):
     the interpolant's root, the second `SECANT_OFFSET` of the step towards the side of
     the event not seen there; then secant steps, through the last two points while one
     side only is seen (moved towards the other, at most 100^i times the first offset),
-    and after that just past the secant root between the best point of each side. These points are near the root, on the
-    piece of `g` (a minimum over pairs) that the crossing pair defines; the step's start
-    is not, as `g` there is often another pair's. The time kept is the point past the
+    and after that just past the secant root between the best point of each side. These
+    points are near the root, on the piece of `g` (a minimum over pairs) that the
+    crossing pair defines; the step's start is not, as `g` there is often another pair's. The time kept is the point past the
     event (`g` with the sign it changed to, `past`) where `|g|` was smallest (before it,
     where none was found), unless it would move the event across a save: where `g`
     jumps (the sliding weights' at a two-fold) a restart before the jump meets it again
