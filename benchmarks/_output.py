@@ -181,9 +181,9 @@ def command() -> str:
     return env + shlex.join(["python", str(script), *sys.argv[1:]])  # (quoted where an argument needs it)
 
 
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
+def _git(*args: str, root: Path | None = None) -> str | None:
+    try:  # (`ROOT` read here, not bound as a default: tests point it elsewhere)
+        out = subprocess.run(["git", *args], cwd=root or ROOT, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -262,6 +262,24 @@ def _is_output(path: str) -> bool:
     return path.startswith("benchmarks/results/") or path.endswith(FIGURES)
 
 
+def _checkout(root: Path) -> tuple[str | None, list[str] | None]:
+    """`(commit, changed paths)` of the git checkout at `root`: tracked files other than
+    results and figures (`_is_output`); `(None, None)` outside a checkout."""
+    status = _git("status", "--porcelain", "--untracked-files=no", root=root)
+    paths = None
+    if status is not None:
+        paths = [ln.split(None, 1)[-1] for ln in status.splitlines() if ln.strip()]
+        paths = sorted(p for p in paths if not _is_output(p))
+    return _git("rev-parse", "HEAD", root=root), paths
+
+
+def checkout(root: str | os.PathLike) -> dict:
+    """`{"commit", "dirty"}` of another checkout (e.g. the code a benchmark compares
+    with), by `provenance`'s rule."""
+    commit, paths = _checkout(Path(root))
+    return {"commit": commit, "dirty": None if paths is None else bool(paths)}
+
+
 def provenance() -> dict:
     """How this process made its results: commit, dirty flag (uncommitted changes to
     tracked files other than results and figures (`_is_output`), `null` outside a git
@@ -270,13 +288,9 @@ def provenance() -> dict:
     dirty, the changed paths and their diff (`_dirty_diff`), versions,
     machine (with its load average when the results were written: other work on a
     shared machine slows timings) and times."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    paths = None
-    if status is not None:
-        paths = [ln.split(None, 1)[-1] for ln in status.splitlines() if ln.strip()]
-        paths = sorted(p for p in paths if not _is_output(p))
+    commit, paths = _checkout(ROOT)
     return {
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": commit,
         "dirty": None if paths is None else bool(paths),
         **_dirty_diff(paths or []),
         "python": platform.python_version(),

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _output import output_path, write_json  # noqa: E402 (benchmarks/_output.py)
+from _output import checkout, output_path, write_json  # noqa: E402 (benchmarks/_output.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -118,13 +118,8 @@ def main(argv=None):
         "summary": summary,
     }
     if before is not None:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=before, capture_output=True, text=True).stdout.strip()
-        dirty = bool(
-            subprocess.run(["git", "status", "--porcelain"], cwd=before, capture_output=True, text=True).stdout
-        )
         rec["before"] = {
-            "commit": commit or None,
-            "dirty": dirty,
+            **checkout(before),
             "runs": runs_before,
             "summary": _summary(runs_before),
         }

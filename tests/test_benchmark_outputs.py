@@ -95,7 +95,7 @@ def test_dirty_flag_ignores_results_files(monkeypatch):
         ("", False),
     ):
         stripped = status.strip()  # as _git returns it
-        monkeypatch.setattr(o, "_git", lambda *a, s=stripped: s if a[0] == "status" else "abc")
+        monkeypatch.setattr(o, "_git", lambda *a, s=stripped, **k: s if a[0] == "status" else "abc")
         assert o.provenance()["dirty"] is dirty
 
 
