@@ -140,7 +140,8 @@ def gauss_legendre_tableau(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return A, b, c
 
 
-_State = tuple  # (f0, t_prev, y_prev), and with keep_jacobian the step's Jacobian J and a restep flag
+_State = tuple  # (f0, t_prev, y_prev[, J, restep], missing): with keep_jacobian the step's Jacobian J and a
+# restep flag; `missing`: f0 not evaluated yet
 
 
 class GaussLegendre(diffrax.AbstractAdaptiveSolver):
@@ -199,27 +200,27 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         return 2 * self.stages + 1
 
     def init(self, terms, t0, t1, y0, args) -> _State:
+        # no field value yet: the first step evaluates it, at the one place the step
+        # evaluates the field (`step`), so the field is compiled once per step, not also here
+        yf = jfu.ravel_pytree(y0)[0]
+        f0 = jax.tree.map(lambda a: jnp.full(a.shape, jnp.nan, a.dtype), y0)
+        missing = jnp.asarray(True)
         if self.keep_jacobian:
-            n = jfu.ravel_pytree(y0)[0].shape[0]
-            J0 = jnp.zeros((n, n), jfu.ravel_pytree(y0)[0].dtype)
-            return (terms.vf(t0, y0, args), t0, y0, J0, jnp.asarray(False))
-        return (terms.vf(t0, y0, args), t0, y0)
+            return (f0, t0, y0, jnp.zeros((yf.shape[0],) * 2, yf.dtype), jnp.asarray(False), missing)
+        return (f0, t0, y0, missing)
 
     def restep_state(self, solver_state) -> _State:
         """With `keep_jacobian`: the state that makes the next `step` a *restep* of the last
         one, from its start `(t_prev, y_prev)` (the state's) to a new end: one Gauss step
         with the kept Jacobian, no step doubling (error estimate 0). The caller steps from
         `(t_prev, y_prev)`; the kink-aware flow's event restart uses it."""
-        return solver_state[:4] + (jnp.asarray(True),)
+        return solver_state[:4] + (jnp.asarray(True),) + solver_state[5:]
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        if made_jump is False:  # (a Python False: no copy of the field in a never-taken branch)
-            f0 = solver_state[0]
-        else:
-            f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: solver_state[0])
+        missing = solver_state[-1] | made_jump  # (no field value at the start: the first step, or a jump)
         y_flat, unravel = jfu.ravel_pytree(y0)
 
         def f_flat(t, yf):
@@ -233,61 +234,85 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
             return self.newton_jacobian(t0, y_flat, args)
 
         restep: bool | jax.Array = False
-        n_sub: int | jax.Array = 3  # (a Python int: a scan, which reverse-mode AD can go through)
         if self.keep_jacobian:  # a restep (`restep_state`): the kept Jacobian, the full step only
             restep = solver_state[4]
             J = jax.lax.cond(restep, lambda: solver_state[3], jacobian)
-            n_sub = jnp.where(restep, 1, 3)
         else:
             J = jacobian()
 
-        # the full step, then two half steps, as one loop: the field (often large) is
-        # compiled once instead of three times
-        def sub(i, c):
-            y_full, ok_full, y_half, ok_1, _, _ = c
-            ts = jnp.where(i == 2, t0 + h / 2, t0)
-            ys = jnp.where(i == 2, y_half, y_flat)
-            y, ok = gl_step(f_flat, J, ts, ys, jnp.where(i == 0, h, h / 2), self)
+        # Every evaluation of the field, in one loop of five phases, so that the field
+        # (often large) is compiled once: the field at the start where the state holds
+        # none (phase 0), the full step (1), two half steps (2, 3; not for a restep),
+        # and the field at the end (4). A phase that does not apply evaluates nothing.
+        def phase(i, c):
+            f0, y_full, ok_full, y_half, ok_1, y1, ok_2, f1 = c
+            y_end = jnp.where(restep, y_full, y1)
+            tt = jnp.select([i == 3, i == 4], [t0 + h / 2, t1], t0)
+            yy = jnp.select([i == 3, i == 4], [y_half, y_end], y_flat)
+            hh = jnp.select([i == 1, (i == 2) | (i == 3)], [h, h / 2], 0.0)
+            mode = jnp.select(
+                [i == 0, i == 1, i == 4],
+                [jnp.where(missing, _EVAL, _SKIP), _STEP, _EVAL],
+                jnp.where(restep, _SKIP, _STEP),
+            )
+            y, ok, f = _gl_solve(f_flat, J, tt, yy, hh, self, mode)
             return (
-                jnp.where(i == 0, y, y_full),
-                jnp.where(i == 0, ok, ok_full),
-                jnp.where(i == 1, y, y_half),
-                jnp.where(i == 1, ok, ok_1),
-                y,
-                ok,
+                jnp.where((i == 0) & missing, f, f0),
+                jnp.where(i == 1, y, y_full),
+                jnp.where(i == 1, ok, ok_full),
+                jnp.where(i == 2, y, y_half),
+                jnp.where(i == 2, ok, ok_1),
+                jnp.where(i == 3, y, y1),
+                jnp.where(i == 3, ok, ok_2),
+                jnp.where(i == 4, f, f1),
             )
 
         false = jnp.asarray(False)
-        y_full, ok_full, y_half, ok_1, y1, ok_2 = jax.lax.fori_loop(
-            0, n_sub, sub, (y_flat, false, y_flat, false, y_flat, false)
+        f0 = jfu.ravel_pytree(solver_state[0])[0]
+        f0, y_full, ok_full, _, ok_1, y1, ok_2, f1 = jax.lax.fori_loop(
+            0, 5, phase, (f0, y_flat, false, y_flat, false, y_flat, false, f0)
         )
         ok = jnp.where(restep, ok_full, ok_full & ok_1 & ok_2)
         err = jnp.where(restep, 0.0, (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0))
         err = jnp.where(ok, err, jnp.inf)
         y1 = jnp.where(restep, y_full, y1)
-        y1_tree = unravel(y1)
-        f1 = terms.vf(t1, y1_tree, args)
+        y1_tree, f0, f1 = unravel(y1), unravel(f0), unravel(f1)
         dense_info = dict(y0=y0, y1=y1_tree, k0=jax.tree.map(lambda a: h * a, f0), k1=jax.tree.map(lambda a: h * a, f1))
         result = diffrax.RESULTS.where(
             ok, diffrax.RESULTS.successful, diffrax.RESULTS.promote(optx.RESULTS.nonlinear_divergence)
         )
-        state = (f1, t0, y0, J, jnp.asarray(False)) if self.keep_jacobian else (f1, t0, y0)
+        state = (f1, t0, y0, J, false, false) if self.keep_jacobian else (f1, t0, y0, false)
         return y1_tree, unravel(err), dense_info, state, result
+
+
+_SKIP, _EVAL, _STEP = 0, 1, 2  # what `_gl_solve` does: nothing, one field value, a Gauss step
 
 
 def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
     """One Gauss-Legendre step of size `h` from flat `y0`, by simplified Newton with the
     fixed Jacobian `J`. Returns `(y1, converged)`."""
+    y1, ok, _ = _gl_solve(f_flat, J, t0, y0, h, solver, _STEP)
+    return y1, ok
+
+
+def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
+    """`gl_step` where `mode` is `_STEP`; with `_EVAL`, the field `f_flat(t0, y0)` alone
+    (one pass, no factorisation); with `_SKIP`, nothing. Returns `(y1, converged, f)`
+    (`f` the first stage's field value: with `_EVAL`, `f_flat(t0, y0)`)."""
     A, b, c = (jnp.asarray(a, y0.dtype) for a in gauss_legendre_tableau(solver.stages))
     s, n = solver.stages, y0.shape[0]
-    M = jnp.eye(s * n, dtype=y0.dtype) - h * jnp.kron(A, J)
-    op = lx.MatrixLinearOperator(M)
+    stepping = mode == _STEP
+    op = lx.MatrixLinearOperator(jnp.eye(s * n, dtype=y0.dtype) - h * jnp.kron(A, J))
     lu = lx.LU()
-    lu_state = lu.init(op, {})
+    factor = lambda: lu.init(op, {})  # noqa: E731
+    lu_state = jax.lax.cond(stepping, factor, lambda: jax.tree.map(jnp.zeros_like, jax.eval_shape(factor)))
     tol = solver.newton_rtol * jnp.max(jnp.abs(y0)) + solver.newton_atol
+    n_stages = jnp.where(stepping, s, 1)
 
     def F(Z):  # the stages one after another: unbatched, the field compiles faster than under vmap
-        return jax.lax.fori_loop(0, s, lambda i, K: K.at[i].set(f_flat(t0 + c[i] * h, y0 + Z[i])), jnp.zeros_like(Z))
+        return jax.lax.fori_loop(
+            0, n_stages, lambda i, K: K.at[i].set(f_flat(t0 + c[i] * h, y0 + Z[i])), jnp.zeros_like(Z)
+        )
 
     # Each pass evaluates the stages K = F(Z), then (unless converged, failed or out of
     # iterations) makes one Newton update of Z: the field is evaluated in one place
@@ -295,7 +320,7 @@ def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
     def body(carry):
         k, Z, _, dz, dz_prev, done, bad, _ = carry
         K = F(Z)
-        go = (k < solver.max_newton) & ~done & ~bad
+        go = stepping & (k < solver.max_newton) & ~done & ~bad
         G = Z - h * (A @ K)
         dZ = lx.linear_solve(op, -G.reshape(-1), lu, state=lu_state, throw=False).value.reshape(s, n)
         nd = jnp.max(jnp.abs(dZ))
@@ -317,10 +342,10 @@ def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
     inf = jnp.asarray(jnp.inf, y0.dtype)
     false = jnp.asarray(False)
     k, Z, K, dz, _, done, bad, _ = jax.lax.while_loop(
-        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, false)
+        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, mode == _SKIP)
     )
     y1 = y0 + h * (b @ K)
-    return y1, done & ~bad & jnp.all(jnp.isfinite(y1))
+    return y1, done & ~bad & jnp.all(jnp.isfinite(y1)), K[0]
 
 
 # ------------------------------------------------------------------ projection

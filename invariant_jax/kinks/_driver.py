@@ -382,7 +382,7 @@ class KinkIntegrator(eqx.Module):
         # the kept Jacobian, in a loop of its own.
         prob, ts, t1, inner = self.prob, self.ts, self.t1, self.inner
         assert isinstance(inner, GaussLegendre)  # the restart of Gauss-Legendre flows only
-        _, t_prev, y_prev, J, _ = sol.solver_state  # (`keep_jacobian`)
+        _, t_prev, y_prev, J = sol.solver_state[:4]  # (`keep_jacobian`)
         f = lambda tt, yy: prob.field(yy, c.P, c.slots, c.ties)[0]  # noqa: E731
 
         def body(R):
