@@ -39,7 +39,7 @@ t = time.perf_counter()
 import jax
 jax.config.update("jax_enable_x64", True)
 import invariant_jax as ij
-out = {"import_s": time.perf_counter() - t}
+out = {"import_s": time.perf_counter() - t, "package": os.path.dirname(ij.__file__)}
 what = sys.argv[1]
 if what != "import":
     g = ij.mlp([5, 20, 1], bias=True)
@@ -80,11 +80,18 @@ WHAT = ("import", "gradient_flow", "kink_aware_flow")
 def measure(what: str, root: Path = ROOT) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", CHILD, what], env=env, capture_output=True, text=True, timeout=1800)
+    # (run in `root`: `python -c` puts the working folder first on sys.path, before
+    # PYTHONPATH, so from another checkout's folder it imported that checkout's package)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, what], env=env, cwd=root, capture_output=True, text=True, timeout=1800
+    )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not line:
         raise RuntimeError(f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    return json.loads(line[0][len("RESULT ") :])
+    out = json.loads(line[0][len("RESULT ") :])
+    if Path(out["package"]).resolve() != (root / "invariant_jax").resolve():
+        raise RuntimeError(f"{what}: measured the package at {out['package']}, not the one in {root}")
+    return out
 
 
 def main(argv=None):
