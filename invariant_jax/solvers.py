@@ -154,7 +154,9 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
     reused across iterations. Iteration stops when the update is below
     `newton_rtol * max|y0| + newton_atol` (default: a few ulps, so that quadratic
     invariants are kept to round-off); it fails if it has not converged after
-    `max_newton` iterations or the updates stop shrinking.
+    `max_newton` iterations or the updates stop shrinking. Every evaluation of the field
+    in a step (at its start where the state holds none, the stages, at its end) is made
+    in one place in one loop, so a large field is compiled once per step.
 
     **Arguments:**
 
@@ -302,9 +304,11 @@ def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
     A, b, c = (jnp.asarray(a, y0.dtype) for a in gauss_legendre_tableau(solver.stages))
     s, n = solver.stages, y0.shape[0]
     stepping = mode == _STEP
-    op = lx.MatrixLinearOperator(jnp.eye(s * n, dtype=y0.dtype) - h * jnp.kron(A, J))
     lu = lx.LU()
-    factor = lambda: lu.init(op, {})  # noqa: E731
+
+    def factor():
+        return lu.init(lx.MatrixLinearOperator(jnp.eye(s * n, dtype=y0.dtype) - h * jnp.kron(A, J)), {})
+
     lu_state = jax.lax.cond(stepping, factor, lambda: jax.tree.map(jnp.zeros_like, jax.eval_shape(factor)))
     tol = solver.newton_rtol * jnp.max(jnp.abs(y0)) + solver.newton_atol
     n_stages = jnp.where(stepping, s, 1)
@@ -322,7 +326,9 @@ def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
         K = F(Z)
         go = stepping & (k < solver.max_newton) & ~done & ~bad
         G = Z - h * (A @ K)
-        dZ = lx.linear_solve(op, -G.reshape(-1), lu, state=lu_state, throw=False).value.reshape(s, n)
+        # (no solve where none is wanted: the field alone, or the pass that found convergence)
+        solve = lambda: lu.compute(lu_state, -G.reshape(-1), {})[0].reshape(s, n)  # noqa: E731
+        dZ = jax.lax.cond(go, solve, lambda: jnp.zeros_like(G))
         nd = jnp.max(jnp.abs(dZ))
         done_new = nd <= tol
         # Diverging, or stagnating above the tolerance (rate >= 1 after two iterations).
