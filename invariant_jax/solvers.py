@@ -242,24 +242,20 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         else:
             J = jacobian()
 
-        # Every evaluation of the field, in one loop of five phases, so that the field
-        # (often large) is compiled once: the field at the start where the state holds
-        # none (phase 0), the full step (1), two half steps (2, 3; not for a restep),
-        # and the field at the end (4). A phase that does not apply evaluates nothing.
-        def phase(i, c):
-            f0, y_full, ok_full, y_half, ok_1, y1, ok_2, f1 = c
+        # Every evaluation of the field, in one loop, so that the field (often large) is
+        # compiled once. Its iterations are phases: the field at the start where the state
+        # holds none (0), the full step (1), two half steps (2, 3; not for a restep), and
+        # the field at the end (4); the phases that do not apply are not run.
+        def phase(c):
+            i, f0, y_full, ok_full, y_half, ok_1, y1, ok_2, f1 = c
             y_end = jnp.where(restep, y_full, y1)
             tt = jnp.select([i == 3, i == 4], [t0 + h / 2, t1], t0)
             yy = jnp.select([i == 3, i == 4], [y_half, y_end], y_flat)
             hh = jnp.select([i == 1, (i == 2) | (i == 3)], [h, h / 2], 0.0)
-            mode = jnp.select(
-                [i == 0, i == 1, i == 4],
-                [jnp.where(missing, _EVAL, _SKIP), _STEP, _EVAL],
-                jnp.where(restep, _SKIP, _STEP),
-            )
-            y, ok, f = _gl_solve(f_flat, J, tt, yy, hh, self, mode)
+            y, ok, f = _gl_solve(f_flat, J, tt, yy, hh, self, jnp.where((i == 0) | (i == 4), _EVAL, _STEP))
             return (
-                jnp.where((i == 0) & missing, f, f0),
+                jnp.where((i == 1) & restep, 4, i + 1),
+                jnp.where(i == 0, f, f0),
                 jnp.where(i == 1, y, y_full),
                 jnp.where(i == 1, ok, ok_full),
                 jnp.where(i == 2, y, y_half),
@@ -271,8 +267,9 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
 
         false = jnp.asarray(False)
         f0 = jfu.ravel_pytree(solver_state[0])[0]
-        f0, y_full, ok_full, _, ok_1, y1, ok_2, f1 = jax.lax.fori_loop(
-            0, 5, phase, (f0, y_flat, false, y_flat, false, y_flat, false, f0)
+        start = jnp.where(missing, 0, 1)
+        _, f0, y_full, ok_full, _, ok_1, y1, ok_2, f1 = jax.lax.while_loop(
+            lambda c: c[0] <= 4, phase, (start, f0, y_flat, false, y_flat, false, y_flat, false, f0)
         )
         ok = jnp.where(restep, ok_full, ok_full & ok_1 & ok_2)
         err = jnp.where(restep, 0.0, (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0))
@@ -287,7 +284,7 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         return y1_tree, unravel(err), dense_info, state, result
 
 
-_SKIP, _EVAL, _STEP = 0, 1, 2  # what `_gl_solve` does: nothing, one field value, a Gauss step
+_EVAL, _STEP = 1, 2  # what `_gl_solve` does: one field value, or a Gauss step
 
 
 def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
@@ -299,7 +296,7 @@ def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
 
 def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
     """`gl_step` where `mode` is `_STEP`; with `_EVAL`, the field `f_flat(t0, y0)` alone
-    (one pass, no factorisation); with `_SKIP`, nothing. Returns `(y1, converged, f)`
+    (one pass, no factorisation). Returns `(y1, converged, f)`
     (`f` the first stage's field value: with `_EVAL`, `f_flat(t0, y0)`)."""
     A, b, c = (jnp.asarray(a, y0.dtype) for a in gauss_legendre_tableau(solver.stages))
     s, n = solver.stages, y0.shape[0]
@@ -348,7 +345,7 @@ def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
     inf = jnp.asarray(jnp.inf, y0.dtype)
     false = jnp.asarray(False)
     k, Z, K, dz, _, done, bad, _ = jax.lax.while_loop(
-        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, mode == _SKIP)
+        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, false)
     )
     y1 = y0 + h * (b @ K)
     return y1, done & ~bad & jnp.all(jnp.isfinite(y1)), K[0]
