@@ -244,6 +244,29 @@ def test_restep_is_one_gauss_step_with_the_kept_jacobian():
     np.testing.assert_allclose(y1, ref, rtol=0, atol=1e-15)
 
 
+def test_gauss_step_evaluates_the_field_in_one_place():
+    # The field at the step's start (none in the state after init), the stages and the
+    # field at its end are one call site: a large field is compiled once per step. The
+    # values are the field's own: k0 = h f(t0, y0) and k1 = h f(t1, y1) of the dense
+    # output, and y1 the exact solution of y' = -y to the step's order.
+    calls = []
+
+    def f(t, y, a):
+        calls.append(t)
+        return -y
+
+    solver = GaussLegendre(keep_jacobian=True, newton_jacobian=lambda t, y, a: -jnp.eye(2))
+    term, y0, h = diffrax.ODETerm(f), jnp.array([1.0, 2.0]), 0.1
+    state = jax.jit(lambda: solver.init(term, 0.0, h, y0, None))()
+    assert calls == []
+    y1, _, dense, state, result = jax.jit(lambda s: solver.step(term, 0.0, h, y0, None, s, False))(state)
+    assert len(calls) == 1 and result == diffrax.RESULTS.successful
+    np.testing.assert_allclose(dense["k0"], -h * np.asarray(y0), rtol=1e-15)
+    np.testing.assert_allclose(dense["k1"], -h * np.asarray(y1), rtol=1e-15)
+    np.testing.assert_allclose(y1, np.exp(-h) * np.asarray(y0), rtol=1e-9)
+    np.testing.assert_array_equal(state[0], -np.asarray(y1))  # the next step's start, kept
+
+
 def test_filtered_error_is_shampines_filter_on_a_linear_flow():
     # y' = -A y: with the wrapped solver's stage solves the solution is its, bit for bit;
     # with StageNewton's (to a tenth of 1e-10 in y) it agrees to 1e-11. The estimate is
