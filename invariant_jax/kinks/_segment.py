@@ -201,11 +201,12 @@ class Refine(eqx.Module):
     side only is seen (moved towards the other, at most 100^i times the first offset),
     and after that just past the secant root between the best point of each side. These
     points are near the root, on the piece of `g` (a minimum over pairs) that the
-    crossing pair defines; the step's start is not, as `g` there is often another pair's. The time kept is the point past the
-    event (`g` with the sign it changed to, `past`) where `|g|` was smallest (before it,
-    where none was found), unless it would move the event across a save: where `g`
-    jumps (the sliding weights' at a two-fold) a restart before the jump meets it again
-    at once, and the Gauss steps can jump up to ~1e-5 of a step after the interpolant.
+    crossing pair defines; the step's start is not, as `g` there is often another
+    pair's. The time kept is the point past the event (`g` with the sign it changed to,
+    `past`) where `|g|` was smallest (before it, where none was found), unless it would
+    move the event across a save: where `g` jumps (the sliding weights' at a two-fold) a
+    restart before the jump meets it again at once, and the Gauss steps can jump up to
+    ~1e-5 of a step after the interpolant.
     The secant method needs no derivative of `g`, whose Filippov solve would double the
     program's largest piece."""
 
