@@ -78,19 +78,26 @@ WHAT = ("import", "gradient_flow", "kink_aware_flow")
 
 
 def measure(what: str, root: Path = ROOT) -> dict:
+    return run_child(CHILD, [what], root)
+
+
+def run_child(code: str, args: list[str], root: Path = ROOT) -> dict:
+    """Run `code` in a fresh Python process that imports the package of the checkout
+    `root` (no compilation cache), and return the dict it printed after `RESULT `, which
+    must name the package it imported (`package`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     # (run in `root`: `python -c` puts the working folder first on sys.path, before
     # PYTHONPATH, so from another checkout's folder it imported that checkout's package)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, what], env=env, cwd=root, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-c", code, *args], env=env, cwd=root, capture_output=True, text=True, timeout=3600
     )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not line:
-        raise RuntimeError(f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     out = json.loads(line[0][len("RESULT ") :])
     if Path(out["package"]).resolve() != (root / "invariant_jax").resolve():
-        raise RuntimeError(f"{what}: measured the package at {out['package']}, not the one in {root}")
+        raise RuntimeError(f"{args}: measured the package at {out['package']}, not the one in {root}")
     return out
 
 

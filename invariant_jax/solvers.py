@@ -150,8 +150,8 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
 
     The stage equations are solved by simplified Newton: the Jacobian of the vector field
     at the step's start is computed by forward-mode autodiff (`jax.jacfwd`), the
-    `(s E) x (s E)` Newton matrix `I - h A (x) J` is LU-factorised once by lineax and
-    reused across iterations. Iteration stops when the update is below
+    `(s E) x (s E)` Newton matrices `I - h A (x) J` of the full and the half step are
+    LU-factorised once per step, together, and reused across iterations and half steps. Iteration stops when the update is below
     `newton_rtol * max|y0| + newton_atol` (default: a few ulps, so that quadratic
     invariants are kept to round-off); it fails if it has not converged after
     `max_newton` iterations or the updates stop shrinking. Every evaluation of the field
@@ -242,6 +242,11 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         else:
             J = jacobian()
 
+        # The full and the half step's Newton matrices, factorised outside the phases (below)
+        # and together: a field-only phase factorises nothing, also where a batched
+        # (vmapped) `lax.cond` would compute both branches.
+        lus = jax.vmap(lambda hh: _newton_lu(J, hh, self.stages))(jnp.stack([h, h / 2]))
+
         # Every evaluation of the field, in one loop, so that the field (often large) is
         # compiled once. Its iterations are phases: the field at the start where the state
         # holds none (0), the full step (1), two half steps (2, 3; not for a restep), and
@@ -252,7 +257,8 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
             tt = jnp.select([i == 3, i == 4], [t0 + h / 2, t1], t0)
             yy = jnp.select([i == 3, i == 4], [y_half, y_end], y_flat)
             hh = jnp.select([i == 1, (i == 2) | (i == 3)], [h, h / 2], 0.0)
-            y, ok, f = _gl_solve(f_flat, J, tt, yy, hh, self, jnp.where((i == 0) | (i == 4), _EVAL, _STEP))
+            lu = jax.tree.map(lambda a: a[jnp.where(i == 1, 0, 1)], lus)
+            y, ok, f = _gl_solve(f_flat, lu, tt, yy, hh, self, jnp.where((i == 0) | (i == 4), _EVAL, _STEP))
             return (
                 jnp.where((i == 1) & restep, 4, i + 1),
                 jnp.where(i == 0, f, f0),
@@ -290,23 +296,25 @@ _EVAL, _STEP = 1, 2  # what `_gl_solve` does: one field value, or a Gauss step
 def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
     """One Gauss-Legendre step of size `h` from flat `y0`, by simplified Newton with the
     fixed Jacobian `J`. Returns `(y1, converged)`."""
-    y1, ok, _ = _gl_solve(f_flat, J, t0, y0, h, solver, _STEP)
+    y1, ok, _ = _gl_solve(f_flat, _newton_lu(J, h, solver.stages), t0, y0, h, solver, _STEP)
     return y1, ok
 
 
-def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
-    """`gl_step` where `mode` is `_STEP`; with `_EVAL`, the field `f_flat(t0, y0)` alone
-    (one pass, no factorisation). Returns `(y1, converged, f)`
-    (`f` the first stage's field value: with `_EVAL`, `f_flat(t0, y0)`)."""
+def _newton_lu(J, h, stages: int):
+    """The LU factorisation (`jax.scipy.linalg.lu_factor`) of the simplified Newton
+    matrix `I - h A (x) J` of a Gauss step of size `h`."""
+    A = jnp.asarray(gauss_legendre_tableau(stages)[0], J.dtype)
+    return jax.scipy.linalg.lu_factor(jnp.eye(stages * J.shape[0], dtype=J.dtype) - h * jnp.kron(A, J))
+
+
+def _gl_solve(f_flat, lu, t0, y0, h, solver: GaussLegendre, mode):
+    """`gl_step` where `mode` is `_STEP`, with `lu` the factorised Newton matrix
+    (`_newton_lu`); with `_EVAL`, the field `f_flat(t0, y0)` alone (one pass, `lu`
+    unused). Returns `(y1, converged, f)` (`f` the first stage's field value: with
+    `_EVAL`, `f_flat(t0, y0)`)."""
     A, b, c = (jnp.asarray(a, y0.dtype) for a in gauss_legendre_tableau(solver.stages))
     s, n = solver.stages, y0.shape[0]
     stepping = mode == _STEP
-    lu = lx.LU()
-
-    def factor():
-        return lu.init(lx.MatrixLinearOperator(jnp.eye(s * n, dtype=y0.dtype) - h * jnp.kron(A, J)), {})
-
-    lu_state = jax.lax.cond(stepping, factor, lambda: jax.tree.map(jnp.zeros_like, jax.eval_shape(factor)))
     tol = solver.newton_rtol * jnp.max(jnp.abs(y0)) + solver.newton_atol
     n_stages = jnp.where(stepping, s, 1)
 
@@ -324,7 +332,7 @@ def _gl_solve(f_flat, J, t0, y0, h, solver: GaussLegendre, mode):
         go = stepping & (k < solver.max_newton) & ~done & ~bad
         G = Z - h * (A @ K)
         # (no solve where none is wanted: the field alone, or the pass that found convergence)
-        solve = lambda: lu.compute(lu_state, -G.reshape(-1), {})[0].reshape(s, n)  # noqa: E731
+        solve = lambda: jax.scipy.linalg.lu_solve(lu, -G.reshape(-1)).reshape(s, n)  # noqa: E731
         dZ = jax.lax.cond(go, solve, lambda: jnp.zeros_like(G))
         nd = jnp.max(jnp.abs(dZ))
         done_new = nd <= tol

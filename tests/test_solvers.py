@@ -267,6 +267,41 @@ def test_gauss_step_evaluates_the_field_in_one_place():
     np.testing.assert_array_equal(state[0], -np.asarray(y1))  # the next step's start, kept
 
 
+def _eqns(jaxpr, in_loop=False):
+    # every equation of a jaxpr and of the jaxprs inside it, and whether a loop holds it
+    for e in jaxpr.eqns:
+        yield e, in_loop
+        for v in e.params.values():
+            for j in v if isinstance(v, (tuple, list)) else (v,):
+                j = getattr(j, "jaxpr", j)
+                if hasattr(j, "eqns"):
+                    yield from _eqns(j, in_loop or e.primitive.name == "while")
+
+
+def test_gauss_step_factorises_its_newton_matrices_once_outside_its_loops():
+    # Under vmap a `lax.cond` whose predicate differs between lanes computes both
+    # branches: a factorisation inside the step's loop of phases ran in every phase, the
+    # field-only ones too (35% slower vmap-mode sweeps, benchmarks/gauss_sweep_modes.py).
+    # The full and the half step's Newton matrices are factorised once per step, together,
+    # before the loops; the batched step agrees with each lane's own and with expm(-h A).
+    A = jnp.array([[1.0, 0.3], [0.3, 2.0]])
+    solver = GaussLegendre(keep_jacobian=True)
+    term, h = diffrax.ODETerm(lambda t, y, a: -a * (A @ y)), 0.1  # (a per lane: a batched Jacobian)
+    y0s, rates = jnp.array([[1.0, 2.0], [0.5, -1.0], [3.0, 0.1]]), jnp.array([1.0, 0.5, 2.0])
+
+    def step(y0, a):
+        return solver.step(term, 0.0, h, y0, a, solver.init(term, 0.0, h, y0, a), False)[0]
+
+    jaxpr = jax.make_jaxpr(jax.vmap(step))(y0s, rates).jaxpr
+    lus = [(e.invars[0].aval.shape, in_loop) for e, in_loop in _eqns(jaxpr) if e.primitive.name == "lu"]
+    assert lus == [((3, 2, 4, 4), False)]  # lanes x (full, half) step, outside every loop
+    y1s = jax.jit(jax.vmap(step))(y0s, rates)
+    for y0, a, y1 in zip(y0s, rates, y1s):
+        np.testing.assert_allclose(y1, jax.jit(step)(y0, a), rtol=1e-14)
+        exact = scipy.linalg.expm(-h * float(a) * np.asarray(A)) @ np.asarray(y0)
+        np.testing.assert_allclose(y1, exact, rtol=0, atol=1e-6 * np.max(np.abs(exact)))  # (h a |A| up to 0.42)
+
+
 def test_filtered_error_is_shampines_filter_on_a_linear_flow():
     # y' = -A y: with the wrapped solver's stage solves the solution is its, bit for bit;
     # with StageNewton's (to a tenth of 1e-10 in y) it agrees to 1e-11. The estimate is
