@@ -16,8 +16,9 @@ exact=...))` at rtol = atol = 1e-8, in a fresh process: the first call (trace, c
 run) and the same call again, the compilations of each (JAX's monitoring events), and a
 digest of the final weights (equal digests: bit-identical results).
 
-Rounds alternate the arms; `--before PATH` (a checkout of other code) runs each arm
-again right after this code's, in the same round. The table gives medians and ranges.
+Rounds alternate the arms; `--before PATH` (a checkout of other code; may be given more
+than once) runs each arm again right after this code's, in the same round. The table
+gives medians and ranges.
 
 Usage: python benchmarks/gauss_sweep_modes.py [--rounds 2] [--before PATH]
     [--heavy-inits 16] [--example-inits 64] [--out PATH]
@@ -90,24 +91,25 @@ KEYS = ("first_s", "first_programs", "first_compile_s", "again_s", "again_progra
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="fresh processes per arm")
-    ap.add_argument("--before", default=None, help="a checkout of other code, measured in the same rounds")
+    ap.add_argument("--before", action="append", default=[], help="a checkout of other code (repeatable)")
     ap.add_argument("--heavy-inits", type=int, default=16)
     ap.add_argument("--example-inits", type=int, default=64)
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/gauss_sweep_modes.json)")
     args = ap.parse_args(argv)
     path = output_path(args.out, "gauss_sweep_modes.json")
-    before = None if args.before is None else Path(args.before).resolve()
-    if before is not None and not (before / "invariant_jax" / "__init__.py").is_file():
-        raise SystemExit(f"--before {args.before}: no invariant_jax package there; give a checkout's root folder")
+    others = [Path(b).resolve() for b in args.before]
+    for b, root in zip(args.before, others):
+        if not (root / "invariant_jax" / "__init__.py").is_file():
+            raise SystemExit(f"--before {b}: no invariant_jax package there; give a checkout's root folder")
     arms = [
         (w, m, n) for w, n in (("heavy", args.heavy_inits), ("example", args.example_inits)) for m in ("exact", "vmap")
     ]
-    codes = {"this": None} if before is None else {"this": None, "before": before}
+    codes = {"this": ROOT, **{str(root): root for root in others}}
     runs: dict = {c: {f"{w} {m}": [] for w, m, _ in arms} for c in codes}
     for r in range(args.rounds):
         for w, m, n in arms:
             for c, root in codes.items():
-                out = run_child(CHILD, [w, m, str(n)], root or ROOT)
+                out = run_child(CHILD, [w, m, str(n)], root)
                 runs[c][f"{w} {m}"].append(out)
                 print(f"round {r}: {c} {w} {m} n={n} {out}", flush=True)
     summary = {c: {arm: _summary(xs) for arm, xs in rs.items()} for c, rs in runs.items()}
@@ -124,11 +126,11 @@ def main(argv=None):
         "runs": runs["this"],
         "summary": summary["this"],
     }
-    if before is not None:
-        rec["before"] = {**checkout(before), "runs": runs["before"], "summary": summary["before"]}
-        rec["identical_results"] = {
-            arm: len({x["theta_sha256"] for x in runs["this"][arm] + runs["before"][arm]}) == 1 for arm in runs["this"]
-        }
+    rec["before"] = [{**checkout(root), "runs": runs[str(root)], "summary": summary[str(root)]} for root in others]
+    # (per arm: every round of every code gave the same final weights, bit for bit)
+    rec["identical_results"] = {
+        arm: len({x["theta_sha256"] for c in runs for x in runs[c][arm]}) == 1 for arm in runs["this"]
+    }
     write_json(path, rec)
 
 
