@@ -248,35 +248,37 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         lus = jax.vmap(lambda hh: _newton_lu(J, hh, self.stages))(jnp.stack([h, h / 2]))
 
         # Every evaluation of the field, in one loop, so that the field (often large) is
-        # compiled once. Its iterations are phases: the field at the start where the state
-        # holds none (0), the full step (1), two half steps (2, 3; not for a restep), and
-        # the field at the end (4); the phases that do not apply are not run.
+        # compiled once. Its iterations are phases: the full step (1), two half steps (2,
+        # 3; not for a restep), and the field at the end, with the field at the start where
+        # the state holds none (4, one pass). Every lane of a batch (vmap) runs the same
+        # phases, so a batched loop runs no phase that some lane does not need.
         def phase(c):
-            i, f0, y_full, ok_full, y_half, ok_1, y1, ok_2, f1 = c
-            y_end = jnp.where(restep, y_full, y1)
-            tt = jnp.select([i == 3, i == 4], [t0 + h / 2, t1], t0)
-            yy = jnp.select([i == 3, i == 4], [y_half, y_end], y_flat)
-            hh = jnp.select([i == 1, (i == 2) | (i == 3)], [h, h / 2], 0.0)
+            i, y_full, ok_full, y_half, ok_1, y1, ok_2, _ = c
+            tt = jnp.where(i == 3, t0 + h / 2, t0)
+            yy = jnp.where(i == 3, y_half, y_flat)
+            hh = jnp.where(i == 1, h, h / 2)
             lu = jax.tree.map(lambda a: a[jnp.where(i == 1, 0, 1)], lus)
-            y, ok, f = _gl_solve(f_flat, lu, tt, yy, hh, self, jnp.where((i == 0) | (i == 4), _EVAL, _STEP))
+            ends = (jnp.stack([t1, t0]), jnp.stack([jnp.where(restep, y_full, y1), y_flat]))
+            mode = jnp.where(i == 4, jnp.where(missing, _EVAL2, _EVAL), _STEP)
+            y, ok, K = _gl_solve(f_flat, lu, tt, yy, hh, self, mode, ends)
             return (
                 jnp.where((i == 1) & restep, 4, i + 1),
-                jnp.where(i == 0, f, f0),
                 jnp.where(i == 1, y, y_full),
                 jnp.where(i == 1, ok, ok_full),
                 jnp.where(i == 2, y, y_half),
                 jnp.where(i == 2, ok, ok_1),
                 jnp.where(i == 3, y, y1),
                 jnp.where(i == 3, ok, ok_2),
-                jnp.where(i == 4, f, f1),
+                K[:2],
             )
 
         false = jnp.asarray(False)
-        f0 = jfu.ravel_pytree(solver_state[0])[0]
-        start = jnp.where(missing, 0, 1)
-        _, f0, y_full, ok_full, _, ok_1, y1, ok_2, f1 = jax.lax.while_loop(
-            lambda c: c[0] <= 4, phase, (start, f0, y_flat, false, y_flat, false, y_flat, false, f0)
+        f_prev = jfu.ravel_pytree(solver_state[0])[0]
+        ends0 = jnp.zeros((2,) + y_flat.shape, y_flat.dtype)
+        _, y_full, ok_full, _, ok_1, y1, ok_2, f_ends = jax.lax.while_loop(
+            lambda c: c[0] <= 4, phase, (jnp.asarray(1), y_flat, false, y_flat, false, y_flat, false, ends0)
         )
+        f1, f0 = f_ends[0], jnp.where(missing, f_ends[1], f_prev)
         ok = jnp.where(restep, ok_full, ok_full & ok_1 & ok_2)
         err = jnp.where(restep, 0.0, (y1 - y_full) / (2.0 ** (2 * self.stages) - 1.0))
         err = jnp.where(ok, err, jnp.inf)
@@ -290,7 +292,7 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
         return y1_tree, unravel(err), dense_info, state, result
 
 
-_EVAL, _STEP = 1, 2  # what `_gl_solve` does: one field value, or a Gauss step
+_EVAL, _EVAL2, _STEP = 1, 2, 3  # what `_gl_solve` does: the field at 1 or 2 points, or a Gauss step
 
 
 def gl_step(f_flat, J, t0, y0, h, solver: GaussLegendre):
@@ -307,21 +309,29 @@ def _newton_lu(J, h, stages: int):
     return jax.scipy.linalg.lu_factor(jnp.eye(stages * J.shape[0], dtype=J.dtype) - h * jnp.kron(A, J))
 
 
-def _gl_solve(f_flat, lu, t0, y0, h, solver: GaussLegendre, mode):
+def _gl_solve(f_flat, lu, t0, y0, h, solver: GaussLegendre, mode, points=None):
     """`gl_step` where `mode` is `_STEP`, with `lu` the factorised Newton matrix
-    (`_newton_lu`); with `_EVAL`, the field `f_flat(t0, y0)` alone (one pass, `lu`
-    unused). Returns `(y1, converged, f)` (`f` the first stage's field value: with
-    `_EVAL`, `f_flat(t0, y0)`)."""
+    (`_newton_lu`); with `_EVAL` (`_EVAL2`), the field at the first (two) of `points`
+    (`(ts, ys)`, two rows each) alone: one pass, `lu` unused. Returns `(y1, converged,
+    K)`: `K` the field's values, a row per stage (at least two rows; with `_EVAL*`, at
+    the points)."""
     A, b, c = (jnp.asarray(a, y0.dtype) for a in gauss_legendre_tableau(solver.stages))
     s, n = solver.stages, y0.shape[0]
+    R = max(s, 2)
     stepping = mode == _STEP
+    if points is None:
+        points = (jnp.zeros((2,), y0.dtype), jnp.zeros((2, n), y0.dtype))
     tol = solver.newton_rtol * jnp.max(jnp.abs(y0)) + solver.newton_atol
-    n_stages = jnp.where(stepping, s, 1)
+    n_evals = jnp.select([stepping, mode == _EVAL2], [s, 2], 1)
 
     def F(Z):  # the stages one after another: unbatched, the field compiles faster than under vmap
-        return jax.lax.fori_loop(
-            0, n_stages, lambda i, K: K.at[i].set(f_flat(t0 + c[i] * h, y0 + Z[i])), jnp.zeros_like(Z)
-        )
+        def one(i, K):
+            j = jnp.minimum(i, s - 1)
+            t = jnp.where(stepping, t0 + c[j] * h, points[0][jnp.minimum(i, 1)])
+            y = jnp.where(stepping, y0 + Z[j], points[1][jnp.minimum(i, 1)])
+            return K.at[i].set(f_flat(t, y))
+
+        return jax.lax.fori_loop(0, n_evals, one, jnp.zeros((R, n), y0.dtype))
 
     # Each pass evaluates the stages K = F(Z), then (unless converged, failed or out of
     # iterations) makes one Newton update of Z: the field is evaluated in one place
@@ -330,7 +340,7 @@ def _gl_solve(f_flat, lu, t0, y0, h, solver: GaussLegendre, mode):
         k, Z, _, dz, dz_prev, done, bad, _ = carry
         K = F(Z)
         go = stepping & (k < solver.max_newton) & ~done & ~bad
-        G = Z - h * (A @ K)
+        G = Z - h * (A @ K[:s])
         # (no solve where none is wanted: the field alone, or the pass that found convergence)
         solve = lambda: jax.scipy.linalg.lu_solve(lu, -G.reshape(-1)).reshape(s, n)  # noqa: E731
         dZ = jax.lax.cond(go, solve, lambda: jnp.zeros_like(G))
@@ -353,10 +363,10 @@ def _gl_solve(f_flat, lu, t0, y0, h, solver: GaussLegendre, mode):
     inf = jnp.asarray(jnp.inf, y0.dtype)
     false = jnp.asarray(False)
     k, Z, K, dz, _, done, bad, _ = jax.lax.while_loop(
-        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, Z0, inf, inf, false, false, false)
+        lambda c: ~c[-1], body, (jnp.asarray(0), Z0, jnp.zeros((R, n), y0.dtype), inf, inf, false, false, false)
     )
-    y1 = y0 + h * (b @ K)
-    return y1, done & ~bad & jnp.all(jnp.isfinite(y1)), K[0]
+    y1 = y0 + h * (b @ K[:s])
+    return y1, done & ~bad & jnp.all(jnp.isfinite(y1)), K
 
 
 # ------------------------------------------------------------------ projection

@@ -278,28 +278,41 @@ def _eqns(jaxpr, in_loop=False):
                     yield from _eqns(j, in_loop or e.primitive.name == "while")
 
 
-def test_gauss_step_factorises_its_newton_matrices_once_outside_its_loops():
-    # Under vmap a `lax.cond` whose predicate differs between lanes computes both
-    # branches: a factorisation inside the step's loop of phases ran in every phase, the
-    # field-only ones too (35% slower vmap-mode sweeps, benchmarks/gauss_sweep_modes.py).
-    # The full and the half step's Newton matrices are factorised once per step, together,
-    # before the loops; the batched step agrees with each lane's own and with expm(-h A).
+def test_gauss_step_runs_the_same_phases_in_every_lane_and_factorises_outside_them():
+    # Under vmap a `lax.cond` or a loop whose predicate differs between lanes runs for all
+    # of them. A factorisation inside the step's loop of phases ran in every phase, the
+    # field-only ones too, and a lane with no field value at its start (a segment's first
+    # step) ran one phase more than the others, each a Gauss solve for the whole batch
+    # (vmap-mode sweeps 16% to 30% slower; benchmarks/gauss_sweep_modes.py). The Newton
+    # matrices of the full and the half step are factorised once per step, together,
+    # before the loops; the field at the step's start is evaluated with the one at its
+    # end. A batch of a lane with no field value and two with one agrees with each lane
+    # stepped alone (y1 and the dense output's k0, k1), and y1 with expm(-h a A) y0.
     A = jnp.array([[1.0, 0.3], [0.3, 2.0]])
     solver = GaussLegendre(keep_jacobian=True)
     term, h = diffrax.ODETerm(lambda t, y, a: -a * (A @ y)), 0.1  # (a per lane: a batched Jacobian)
     y0s, rates = jnp.array([[1.0, 2.0], [0.5, -1.0], [3.0, 0.1]]), jnp.array([1.0, 0.5, 2.0])
 
-    def step(y0, a):
-        return solver.step(term, 0.0, h, y0, a, solver.init(term, 0.0, h, y0, a), False)[0]
+    def start(y0, a, warm):  # warm: the state after a step that ended at y0 (its f1 kept)
+        state = solver.init(term, 0.0, h, y0, a)
+        return jax.tree.map(lambda x, y: jnp.where(warm, x, y), (-a * (A @ y0),) + state[1:-1] + (False,), state)
 
-    jaxpr = jax.make_jaxpr(jax.vmap(step))(y0s, rates).jaxpr
+    def step(y0, a, state):
+        y1, _, dense, _, _ = solver.step(term, 0.0, h, y0, a, state, False)
+        return y1, dense["k0"], dense["k1"]
+
+    states = jax.vmap(start)(y0s, rates, jnp.array([False, True, True]))
+    jaxpr = jax.make_jaxpr(jax.vmap(step))(y0s, rates, states).jaxpr
     lus = [(e.invars[0].aval.shape, in_loop) for e, in_loop in _eqns(jaxpr) if e.primitive.name == "lu"]
     assert lus == [((3, 2, 4, 4), False)]  # lanes x (full, half) step, outside every loop
-    y1s = jax.jit(jax.vmap(step))(y0s, rates)
-    for y0, a, y1 in zip(y0s, rates, y1s):
-        np.testing.assert_allclose(y1, jax.jit(step)(y0, a), rtol=1e-14)
+    out = jax.jit(jax.vmap(step))(y0s, rates, states)
+    for i, (y0, a) in enumerate(zip(y0s, rates)):
+        alone = jax.jit(step)(y0, a, jax.tree.map(lambda x: x[i], states))
+        for batched, own in zip(out, alone):
+            np.testing.assert_allclose(batched[i], own, rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(out[1][i], -h * a * (A @ y0), rtol=1e-14)  # k0 = h f(y0), evaluated or kept
         exact = scipy.linalg.expm(-h * float(a) * np.asarray(A)) @ np.asarray(y0)
-        np.testing.assert_allclose(y1, exact, rtol=0, atol=1e-6 * np.max(np.abs(exact)))  # (h a |A| up to 0.42)
+        np.testing.assert_allclose(out[0][i], exact, rtol=0, atol=1e-6 * np.max(np.abs(exact)))  # (h a |A| <= 0.42)
 
 
 def test_filtered_error_is_shampines_filter_on_a_linear_flow():
