@@ -1439,6 +1439,40 @@ def kink_compile_field_once() -> str:
     )
 
 
+def gauss_sweep_modes() -> str:
+    """docs/sweep.md: Gauss4 inside kink-aware sweeps in exact and vmap mode, this code
+    and the checkouts it was measured beside (`gauss_sweep_modes.py --before`)."""
+    rec = _load("gauss_sweep_modes.json")
+    codes = [(rec["provenance"]["commit"][:7], rec["summary"])]
+    codes += [(b["commit"][:7], b["summary"]) for b in rec["before"]]
+    head = " | ".join(f"{c} first (s) | {c} again (s)" for c, _ in codes)
+    lines = [f"| workload | mode | n | {head} | programs | identical |", "|---" * (5 + 2 * len(codes)) + "|"]
+    for arm in rec["summary"]:
+        workload, mode = arm.split()
+        cells = " | ".join(f"{x[arm]['first_s']:.1f} | {x[arm]['again_s']:.1f}" for _, x in codes)
+        programs = sorted({f"{x[arm]['first_programs']:g} / {x[arm]['again_programs']:g}" for _, x in codes})
+        size = _arm_size(rec, workload)
+        lines.append(
+            f"| {workload} | {mode} | {size} | {cells} | {', '.join(programs)} "
+            f"| {'yes' if rec['identical_results'][arm] else 'no'} |"
+        )
+    return (
+        f"Medians of {rec['rounds']} alternating rounds, each arm in a fresh process without the compilation "
+        f"cache; first call (trace, compile, run) and the same call again; programs: compiled by the first "
+        f"/ the second call; identical: the final weights bit for bit, every round of every code "
+        f"(`{rec['command']}` at {rec['provenance']['commit'][:7]}, `benchmarks/results/gauss_sweep_modes.json`):\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def _arm_size(rec: dict, workload: str) -> str:
+    """The number of trajectories of a `gauss_sweep_modes.py` workload, from its command."""
+    flag = {"heavy": "--heavy-inits", "example": "--example-inits"}[workload]
+    words = rec["command"].split()
+    return words[words.index(flag) + 1] if flag in words else {"heavy": "16", "example": "64"}[workload]
+
+
 def _rate(x: float) -> str:
     """Trajectories per second: three figures below 10, one decimal to 100, whole above."""
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
@@ -2908,6 +2942,7 @@ BLOCKS = {
     "kink-compile-newton": kink_compile_newton,
     "kink-compile-restart": kink_compile_restart,
     "kink-compile-field-once": kink_compile_field_once,
+    "gauss-sweep-modes": gauss_sweep_modes,
     "sweep-cores": sweep_cores,
     "sweep-cores-warm": lambda: sweep_cores("sweep_cores_warm.json"),
     "sweep-cores-overlap": sweep_cores_overlap,
