@@ -149,14 +149,15 @@ class GaussLegendre(diffrax.AbstractAdaptiveSolver):
     `2 * stages`), adaptive by step doubling.
 
     The stage equations are solved by simplified Newton: the Jacobian of the vector field
-    at the step's start is computed by forward-mode autodiff (`jax.jacfwd`), the
+    at the step's start is computed by forward-mode autodiff (`jax.jacfwd`), and the
     `(s E) x (s E)` Newton matrices `I - h A (x) J` of the full and the half step are
-    LU-factorised once per step, together, and reused across iterations and half steps. Iteration stops when the update is below
-    `newton_rtol * max|y0| + newton_atol` (default: a few ulps, so that quadratic
-    invariants are kept to round-off); it fails if it has not converged after
-    `max_newton` iterations or the updates stop shrinking. Every evaluation of the field
-    in a step (at its start where the state holds none, the stages, at its end) is made
-    in one place in one loop, so a large field is compiled once per step.
+    LU-factorised once per step, together, and reused across iterations and half steps.
+    Iteration stops when the update is below `newton_rtol * max|y0| + newton_atol`
+    (default: a few ulps, so that quadratic invariants are kept to round-off); it fails
+    if it has not converged after `max_newton` iterations or the updates stop shrinking.
+    Every evaluation of the field in a step (the stages, at its end, and at its start
+    where the state holds none) is made in one place in one loop, so a large field is
+    compiled once per step.
 
     **Arguments:**
 

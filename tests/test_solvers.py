@@ -283,7 +283,7 @@ def test_gauss_step_runs_the_same_phases_in_every_lane_and_factorises_outside_th
     # of them. A factorisation inside the step's loop of phases ran in every phase, the
     # field-only ones too, and a lane with no field value at its start (a segment's first
     # step) ran one phase more than the others, each a Gauss solve for the whole batch
-    # (vmap-mode sweeps 16% to 30% slower; benchmarks/gauss_sweep_modes.py). The Newton
+    # (slower vmap-mode sweeps: benchmarks/results/gauss_sweep_modes.json). The Newton
     # matrices of the full and the half step are factorised once per step, together,
     # before the loops; the field at the step's start is evaluated with the one at its
     # end. A batch of a lane with no field value and two with one agrees with each lane
