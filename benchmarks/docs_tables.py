@@ -1467,10 +1467,13 @@ def gauss_sweep_modes() -> str:
 
 
 def _arm_size(rec: dict, workload: str) -> str:
-    """The number of trajectories of a `gauss_sweep_modes.py` workload, from its command."""
-    flag = {"heavy": "--heavy-inits", "example": "--example-inits"}[workload]
+    """The number of trajectories of a `gauss_sweep_modes.py` workload, from its command
+    (the docs quote runs that give both sizes)."""
+    flag = f"--{workload}-inits"
     words = rec["command"].split()
-    return words[words.index(flag) + 1] if flag in words else {"heavy": "16", "example": "64"}[workload]
+    if flag not in words:
+        raise ValueError(f"gauss_sweep_modes.json: its command gives no {flag}; rerun it with {flag} N")
+    return words[words.index(flag) + 1]
 
 
 def _rate(x: float) -> str:

@@ -275,7 +275,7 @@ def _eqns(jaxpr, in_loop=False):
             for j in v if isinstance(v, (tuple, list)) else (v,):
                 j = getattr(j, "jaxpr", j)
                 if hasattr(j, "eqns"):
-                    yield from _eqns(j, in_loop or e.primitive.name == "while")
+                    yield from _eqns(j, in_loop or e.primitive.name in ("while", "scan"))
 
 
 def test_gauss_step_runs_the_same_phases_in_every_lane_and_factorises_outside_them():
