@@ -169,6 +169,25 @@ def _first_calls_before(rec: dict) -> str:
     )
 
 
+def first_calls_compile_options() -> str:
+    """docs/solvers.md: the single-flow compiler options' first calls, on every CPU and on one."""
+    parts = []
+    for name in ("first_calls.json", "first_calls_one_cpu.json"):
+        rec = _load(name)
+        s, b = rec["summary"], rec["before"]
+        where = f"on {len(rec['cpus'])} CPUs" if len(rec["cpus"]) > 1 else "on one CPU"
+        parts.append(
+            f"{where} (`{rec['command']}`, `benchmarks/results/{name}`; medians of {rec['rounds']} rounds), "
+            f"the first `kink_aware_flow` call took {s['kink_aware_flow_first_s']:.1f} s "
+            f"({s['kink_aware_flow_first_compile_s']:.1f} s compiling; again {s['kink_aware_flow_again_s']:.3f} s) "
+            f"at {rec['provenance']['commit'][:7]} against {b['summary']['kink_aware_flow_first_s']:.1f} s "
+            f"({b['summary']['kink_aware_flow_first_compile_s']:.1f} s; again "
+            f"{b['summary']['kink_aware_flow_again_s']:.3f} s) at {(b['commit'] or '?')[:7]}, and the first "
+            f"`gradient_flow` call {s['gradient_flow_first_s']:.1f} s against {b['summary']['gradient_flow_first_s']:.1f} s"
+        )
+    return "Side by side, " + "; ".join(parts) + ".\n"
+
+
 def _blas_rows(rec: dict) -> dict:
     """blas_threads.json's summary by (spinning processes, workload)."""
     return {(r["busy"], r["workload"]): r for r in rec["summary"]}
@@ -2910,6 +2929,7 @@ BLOCKS = {
     "jump-filter": jump_filter,
     "test-suite-time": test_suite_time,
     "first-calls": first_calls,
+    "first-calls-compile-options": first_calls_compile_options,
     "blas-threads": blas_threads,
     "blas-threads-readme": blas_threads_readme,
     "channels-solvers": channels_solvers,

@@ -16,7 +16,10 @@ rounds, each right after this code's: the side-by-side cost of a change, on a ma
 whose speed drifts from day to day. README's Cost paragraph is generated from the JSON
 (`benchmarks/docs_tables.py`).
 
-Usage: python benchmarks/first_calls.py [--rounds 3] [--before PATH] [--out PATH]
+`--cpus 0` runs each measurement on one CPU: XLA compiles on several threads, so that
+is a one-core machine's first call.
+
+Usage: python benchmarks/first_calls.py [--rounds 3] [--before PATH] [--cpus LIST] [--out PATH]
 """
 
 from __future__ import annotations
@@ -77,20 +80,27 @@ print("RESULT " + json.dumps(out))
 WHAT = ("import", "gradient_flow", "kink_aware_flow")
 
 
-def measure(what: str, root: Path = ROOT) -> dict:
-    return run_child(CHILD, [what], root)
+def measure(what: str, root: Path = ROOT, cpus: set[int] | None = None) -> dict:
+    return run_child(CHILD, [what], root, cpus)
 
 
-def run_child(code: str, args: list[str], root: Path = ROOT) -> dict:
+def run_child(code: str, args: list[str], root: Path = ROOT, cpus: set[int] | None = None) -> dict:
     """Run `code` in a fresh Python process that imports the package of the checkout
-    `root` (no compilation cache), and return the dict it printed after `RESULT `, which
-    must name the package it imported (`package`)."""
+    `root` (no compilation cache), on the CPUs `cpus` (default: those of this process),
+    and return the dict it printed after `RESULT `, which must name the package it
+    imported (`package`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     # (run in `root`: `python -c` puts the working folder first on sys.path, before
     # PYTHONPATH, so from another checkout's folder it imported that checkout's package)
     proc = subprocess.run(
-        [sys.executable, "-c", code, *args], env=env, cwd=root, capture_output=True, text=True, timeout=3600
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
     )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not line:
@@ -105,8 +115,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per measurement")
     ap.add_argument("--before", default=None, help="a checkout of other code, measured in the same rounds")
+    ap.add_argument(
+        "--cpus",
+        default=None,
+        help="comma-separated CPU numbers each measurement runs on (default: every CPU of this process); "
+        "XLA compiles on several threads, so one CPU shows a one-core machine's first calls",
+    )
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/first_calls.json)")
     args = ap.parse_args(argv)
+    cpus = None if args.cpus is None else {int(c) for c in args.cpus.split(",")}
+    if cpus is not None and not cpus <= os.sched_getaffinity(0):
+        raise SystemExit(f"--cpus {args.cpus}: this process may run on CPUs {sorted(os.sched_getaffinity(0))} only")
     path = output_path(args.out, "first_calls.json")
     before = None if args.before is None else Path(args.before).resolve()
     if before is not None and not (before / "invariant_jax" / "__init__.py").is_file():
@@ -115,10 +134,10 @@ def main(argv=None):
     runs_before = {w: [] for w in WHAT[1:]}
     for r in range(args.rounds):
         for w in WHAT:
-            runs[w].append(measure(w))
+            runs[w].append(measure(w, cpus=cpus))
             print(f"round {r}: {w} {runs[w][-1]}", flush=True)
             if before is not None and w in runs_before:
-                runs_before[w].append(measure(w, before))
+                runs_before[w].append(measure(w, before, cpus))
                 print(f"round {r}: {w} (before) {runs_before[w][-1]}", flush=True)
     summary = {"import_s": statistics.median(x["import_s"] for x in runs["import"]), **_summary(runs)}
     print(json.dumps(summary, indent=1))
@@ -128,6 +147,7 @@ def main(argv=None):
         "20 teacher points (key 0), glorot init (key 1), t1 = 2, rtol = atol = 1e-8 "
         "(kink_aware_flow: its defaults)",
         "rounds": args.rounds,
+        "cpus": sorted(os.sched_getaffinity(0) if cpus is None else cpus),
         "runs": runs,
         "summary": summary,
     }

@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_finite, take_deprecated
+from ._compile import quick_compile
 from ._defaults import DRIFT_TOL_UNITS
 from ._results import RESULTS, is_success, result_code, result_from_code, result_message, result_name, status_code
 from .invariants import conservation_scale, conserved_quantities, identity_residual
@@ -458,7 +459,7 @@ def warn_no_law(net: DAGNetwork, *, regularized: bool = False) -> None:
     )
 
 
-@eqx.filter_jit
+@quick_compile
 def _gradient_flow(
     net,
     X,

@@ -28,6 +28,7 @@ LAYOUT = [
     "_diffrax_compat",
     "_results",
     "_checks",
+    "_compile",
     "graph",
     "activations",
     "network",

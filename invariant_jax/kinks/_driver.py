@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._checks import check_finite, take_deprecated
+from .._compile import quick_compile
 from .._defaults import KINK_MAX_STEPS
 from .._diffrax_compat import cacheable_checks
 from .._results import RESULTS
@@ -633,15 +634,16 @@ def kink_aware_flow(
     return dataclasses.replace(kf, flow=flow)
 
 
-@eqx.filter_jit
+@quick_compile
 def integrate_kink_flow(
     integ: KinkIntegrator, net: DAGNetwork, theta0: Float[Array, " E"], loss: str | Callable = "mse"
 ) -> KinkFlow:
     """The one compiled program of `kink_aware_flow`: run `integ` (from
     `make_kink_integrator`) from the initial weights `theta0` and return the `KinkFlow`
-    (`net` gives the graph and activations; its weights are not used). An
-    `eqx.filter_jit` function, so `integrate_kink_flow.lower(integ, net, theta0, loss)`
-    compiles it ahead of time (`benchmarks/kink_compile.py` does). The tolerances are
+    (`net` gives the graph and activations; its weights are not used). A filter-jitted
+    function with the single-flow compiler options (`_compile.quick_compile`), so
+    `integrate_kink_flow.lower(integ, net, theta0, loss)` compiles it ahead of time
+    (`benchmarks/kink_compile.py` does). The tolerances are
     traced, so the returned `flow.rtol` and `flow.atol` are `nan`; `kink_aware_flow`
     writes the given ones in."""
     return integ.flow(net, theta0, integ.run(theta0), loss)
