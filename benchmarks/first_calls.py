@@ -17,9 +17,10 @@ whose speed drifts from day to day. README's Cost paragraph is generated from th
 (`benchmarks/docs_tables.py`).
 
 `--cpus 0` runs each measurement on one CPU: XLA compiles on several threads, so that
-is a one-core machine's first call.
+is a one-core machine's first call. `--busy N` keeps N processes spinning meanwhile, on
+any CPU (other work on the machine).
 
-Usage: python benchmarks/first_calls.py [--rounds 3] [--before PATH] [--cpus LIST] [--out PATH]
+Usage: python benchmarks/first_calls.py [--rounds 3] [--before PATH] [--cpus LIST] [--busy N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -121,6 +122,13 @@ def main(argv=None):
         help="comma-separated CPU numbers each measurement runs on (default: every CPU of this process); "
         "XLA compiles on several threads, so one CPU shows a one-core machine's first calls",
     )
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="processes that spin (`while True: pass`) through all the measurements, on any CPU: "
+        "a machine with other work on it (default 0)",
+    )
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/local/first_calls.json)")
     args = ap.parse_args(argv)
     cpus = None if args.cpus is None else {int(c) for c in args.cpus.split(",")}
@@ -132,13 +140,18 @@ def main(argv=None):
         raise SystemExit(f"--before {args.before}: no invariant_jax package there; give a checkout's root folder")
     runs = {w: [] for w in WHAT}
     runs_before = {w: [] for w in WHAT[1:]}
-    for r in range(args.rounds):
-        for w in WHAT:
-            runs[w].append(measure(w, cpus=cpus))
-            print(f"round {r}: {w} {runs[w][-1]}", flush=True)
-            if before is not None and w in runs_before:
-                runs_before[w].append(measure(w, before, cpus))
-                print(f"round {r}: {w} (before) {runs_before[w][-1]}", flush=True)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        for r in range(args.rounds):
+            for w in WHAT:
+                runs[w].append(measure(w, cpus=cpus))
+                print(f"round {r}: {w} {runs[w][-1]}", flush=True)
+                if before is not None and w in runs_before:
+                    runs_before[w].append(measure(w, before, cpus))
+                    print(f"round {r}: {w} (before) {runs_before[w][-1]}", flush=True)
+    finally:
+        for p in spinners:
+            p.kill()
     summary = {"import_s": statistics.median(x["import_s"] for x in runs["import"]), **_summary(runs)}
     print(json.dumps(summary, indent=1))
     rec = {
@@ -148,6 +161,7 @@ def main(argv=None):
         "(kink_aware_flow: its defaults)",
         "rounds": args.rounds,
         "cpus": sorted(os.sched_getaffinity(0) if cpus is None else cpus),
+        "busy": args.busy,
         "runs": runs,
         "summary": summary,
     }
