@@ -170,22 +170,34 @@ def _first_calls_before(rec: dict) -> str:
 
 
 def first_calls_compile_options() -> str:
-    """docs/solvers.md: the single-flow compiler options' first calls, on every CPU and on one."""
-    parts = []
-    for name in ("first_calls.json", "first_calls_one_cpu.json"):
+    """docs/solvers.md: the single-flow compiler options' first calls, side by side with the
+    code before them: on every CPU, on one, and beside a busy process."""
+    rows = [
+        "| where | code, this / before | first `kink_aware_flow` (compiling) | again | first `gradient_flow` |",
+        "|---|---|---|---|---|",
+    ]
+    cmds = []
+    for name in ("first_calls.json", "first_calls_one_cpu.json", "first_calls_busy.json"):
         rec = _load(name)
-        s, b = rec["summary"], rec["before"]
-        where = f"on {len(rec['cpus'])} CPUs" if len(rec["cpus"]) > 1 else "on one CPU"
-        parts.append(
-            f"{where} (`{rec['command']}`, `benchmarks/results/{name}`; medians of {rec['rounds']} rounds), "
-            f"the first `kink_aware_flow` call took {s['kink_aware_flow_first_s']:.1f} s "
-            f"({s['kink_aware_flow_first_compile_s']:.1f} s compiling; again {s['kink_aware_flow_again_s']:.3f} s) "
-            f"at {rec['provenance']['commit'][:7]} against {b['summary']['kink_aware_flow_first_s']:.1f} s "
-            f"({b['summary']['kink_aware_flow_first_compile_s']:.1f} s; again "
-            f"{b['summary']['kink_aware_flow_again_s']:.3f} s) at {(b['commit'] or '?')[:7]}, and the first "
-            f"`gradient_flow` call {s['gradient_flow_first_s']:.1f} s against {b['summary']['gradient_flow_first_s']:.1f} s"
+        s, b = rec["summary"], rec["before"]["summary"]
+        where = f"{len(rec['cpus'])} CPUs" if len(rec["cpus"]) > 1 else "one CPU"
+        busy = rec.get("busy", 0)
+        where += f", {busy} process{'es' if busy > 1 else ''} spinning" if busy else ", quiet"
+        codes = f"{rec['provenance']['commit'][:7]} / {(rec['before']['commit'] or '?')[:7]}"
+        rows.append(
+            f"| {where} | {codes} | {s['kink_aware_flow_first_s']:.1f} s ({s['kink_aware_flow_first_compile_s']:.1f}) / "
+            f"{b['kink_aware_flow_first_s']:.1f} s ({b['kink_aware_flow_first_compile_s']:.1f}) | "
+            f"{s['kink_aware_flow_again_s']:.3f} / {b['kink_aware_flow_again_s']:.3f} s | "
+            f"{s['gradient_flow_first_s']:.1f} / {b['gradient_flow_first_s']:.1f} s |"
         )
-    return "Side by side, " + "; ".join(parts) + ".\n"
+        cmds.append(f"`{rec['command']}` (`benchmarks/results/{name}`, {rec['rounds']} rounds)")
+    return (
+        "Medians over rounds, each measurement in a fresh process, the two codes alternating: "
+        + "; ".join(cmds)
+        + ".\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
 
 
 def _blas_rows(rec: dict) -> dict:
