@@ -2858,7 +2858,7 @@ def pruning_dag() -> str:
                 f"{max(x['max_abs_group_sum_c0'] for x in s):.2f}, drift of c up to {max(x['drift_c'] for x in s):.2f}; "
                 f"singular_point found {sum(x['singular_point_found'] for x in s)}/{len(s)}; frozen boundary edges "
                 f"{sum(x['frozen_boundary_edges'] for x in s)}; LP disagreements "
-                f"{sum(bool(x['connectivity_result']) for x in s)}"
+                f"{sum(x['connectivity_result'] != 'successful' for x in s)}"
             )
     return "\n".join(out) + "\n"
 
