@@ -2811,7 +2811,7 @@ def pruning_dag() -> str:
     rec = _load("pruning_dag.json")
     st = rec["setup"]
     out = [
-        f"Measured (`{'` and `'.join(g['command'] for g in rec['graphs'].values())}`, {_commit_of(rec)}): "
+        f"Measured (`{'` and `'.join(dict.fromkeys(g['command'] for g in rec['graphs'].values()))}`, {_commit_of(rec)}): "
         f"{st['data']}, {st['activation']}, {st['loss']}, {st['seeds']} seeds vmapped, {st['epochs']} epochs, "
         f"full-batch GD lr 0.2 unless stated, cut-off at tol = {st['cut_off_tol']:g}. Means over {st['seeds']} seeds.",
     ]
@@ -2871,10 +2871,13 @@ def pruning_dag_cost() -> str:
     cr = {k: g[k]["timing_cpu_ratio_to_none"] for k in ("mlp", "dag")}
     wr = {k: g[k]["timing_ratio_to_none"] for k in ("mlp", "dag")}
     others = [cr[k][a] for k in cr for a in ("l2", "l1", "group_lasso")]
+    # (a --timing-only run records its own command; a full run timed as part of it)
+    cmds = list(dict.fromkeys(g[k].get("timing_command", g[k]["command"]) for k in ("mlp", "dag")))
     return (
         f"Cost per epoch ({rec['setup']['seeds']} seeds vmapped, best of 5 runs of 100 epochs, the defaults of "
         "`timing()` in `benchmarks/pruning_dag.py`; compiled first, arms interleaved; "
-        f"`{g['mlp']['timing_command']}` and `{g['dag']['timing_command']}`): in CPU time of the process, "
+        + " and ".join(f"`{c}`" for c in cmds)
+        + f", {_commit(rec)}): in CPU time of the process, "
         f"the working-set step costs **{cr['mlp']['nuclear']:.2f}x** the unregularized loop on the MLP "
         f"({cpu['mlp']['nuclear']:.1f} vs {cpu['mlp']['none']:.1f} ms) and **{cr['dag']['nuclear']:.2f}x** on the DAG "
         f"({cpu['dag']['nuclear']:.1f} vs {cpu['dag']['none']:.1f} ms); L2, L1 and group lasso cost "
