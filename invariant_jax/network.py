@@ -274,19 +274,19 @@ class DAGNetwork(eqx.Module):
         dtype = jnp.result_type(W.dtype, X.dtype)
         W, X = W.astype(dtype), X.astype(dtype)
         N = X.shape[0]
-        A0 = jnp.concatenate([X, jnp.ones((N, plan.n_const), dtype)], axis=1)[:, plan.input_perm]
+        A0 = _take(jnp.concatenate([X, jnp.ones((N, plan.n_const), dtype)], axis=1), plan.input_perm, 1)
         blocks = [A0]
         zs = []
         k = 0
         for preds, s, e in plan.levels:
             A = jnp.concatenate(blocks, axis=1)
-            z = A[:, preds] @ W[preds, s:e]
+            z = _take(A, preds, 1) @ _take(W[:, s:e], preds, 0)
             zs.append(z)
             blocks.append(activate(z, k, k + (e - s)))
             k += e - s
         A = jnp.concatenate(blocks, axis=1)
         start = A.shape[1]
-        out = A[:, plan.out_preds] @ W[plan.out_preds, start:]
+        out = _take(A, plan.out_preds, 1) @ _take(W[:, start:], plan.out_preds, 0)
         Z = jnp.concatenate(zs, axis=1) if zs else jnp.zeros((N, 0), dtype)
         return out, Z
 
@@ -304,8 +304,34 @@ class DAGNetwork(eqx.Module):
         return out
 
 
+def _take(a, idx: np.ndarray, axis: int):
+    # `a` at the static indices `idx` along `axis`: a slice where they are a range (no
+    # gather to compile, nor its derivatives)
+    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        return jax.lax.slice_in_dim(a, int(idx[0]), int(idx[0]) + idx.size, axis=axis)
+    return a.at[(slice(None),) * axis + (idx,)].get(mode="promise_in_bounds")
+
+
 def _scatter(graph: DAG, theta):
+    # the (n, n) weight matrix of edge weights `theta` (zero off the edges): a gather from
+    # `theta` padded with one zero, whose derivatives compile smaller than a scatter's
+    return (
+        _padded(theta)
+        .at[..., _weight_positions(graph)]
+        .get(mode="promise_in_bounds")
+        .reshape(theta.shape[:-1] + (graph.n_nodes, graph.n_nodes))
+    )
+
+
+def _padded(theta):
+    return jnp.concatenate([theta, jnp.zeros(theta.shape[:-1] + (1,), theta.dtype)], axis=-1)
+
+
+@lru_cache(maxsize=256)
+def _weight_positions(graph: DAG) -> np.ndarray:
+    # for each entry of the flattened (n, n) matrix, its edge's place in `theta` (E: none)
     rows, cols = graph.edge_index
     n = graph.n_nodes
-    W = jnp.zeros(theta.shape[:-1] + (n, n), dtype=theta.dtype)
-    return W.at[..., rows, cols].set(theta)
+    where = np.full((n * n,), rows.shape[0], np.int64)
+    where[rows * n + cols] = np.arange(rows.shape[0])
+    return where

@@ -373,6 +373,33 @@ def test_a_segment_stops_past_a_jump_of_its_condition(solver):
         assert abs(float(sol.t) + np.log(level)) < (1e-4 if gl else 1e-7)
 
 
+@pytest.mark.parametrize("refined_end", [True, False])
+def test_a_refined_segment_returns_its_conditions_aux_at_its_end(refined_end, monkeypatch):
+    # A condition that returns `(values, aux)` hands the segment's end its aux from its
+    # own evaluation there (the kink-aware restart takes its sliding weights so, with no
+    # Filippov solve of its own). The end is the refinement's last point, or where the
+    # refinement's step is not kept (forced here), the interpolant's root, evaluated in
+    # one more iteration. The reference: the aux function at the returned end state.
+    from invariant_jax.kinks import _segment
+    from invariant_jax.solvers import GaussLegendre
+
+    if not refined_end:
+        monkeypatch.setattr(_segment, "_end_point", lambda f, R: jnp.zeros((), bool))
+    inner = GaussLegendre(keep_jacobian=True, newton_jacobian=lambda t, y, a: -jnp.eye(2))
+    aux_of = lambda y: (jnp.sin(y), y[0] * y[1])  # noqa: E731
+    sol = jax.jit(
+        lambda y0: _segment.solve_segment(
+            lambda t, y, a: -y, lambda ys, a: (ys[:, 0] - 0.3, aux_of(ys[-1])), inner,
+            diffrax.PIDController(rtol=1e-8, atol=1e-8), 0.0, 3.0, y0, None, jnp.linspace(0.0, 3.0, 4),
+            max_steps=64, event_tol=1e-13, one_site=True, refine=True,
+        )
+    )(jnp.array([1.0, 2.0]))  # fmt: skip
+    assert sol.result == diffrax.RESULTS.event_occurred
+    assert abs(float(sol.t) + np.log(0.3)) < 1e-4
+    for a, b in zip(sol.aux, aux_of(sol.y)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_a_segment_ends_with_the_step_diffeqsolve_takes_next():
     # A segment stopped by an event hands the next segment the step the controller
     # proposed after the event's step (`SegmentSolution.dt_next`), not a fresh initial

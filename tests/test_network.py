@@ -59,6 +59,11 @@ def test_edge_weights_round_trip_and_mask():
     assert jnp.array_equal(net.edge_weights(), theta)
     assert jnp.array_equal(net.with_edge_weights(2 * theta).edge_weights(), 2 * theta)
     assert jnp.all(jnp.where(jnp.asarray(g.mask), True, net.weights == 0))
+    # a stack of weight vectors gives a stack of matrices, each the one of its vector
+    W = np.zeros((2,) + net.weights.shape)
+    rows, cols = g.edge_index
+    W[0][rows, cols], W[1][rows, cols] = theta, -theta
+    np.testing.assert_array_equal(np.asarray(net.with_edge_weights(jnp.stack([theta, -theta])).weights), W)
 
 
 def test_gradients_never_leak_off_mask():

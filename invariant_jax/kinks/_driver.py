@@ -262,9 +262,11 @@ class KinkIntegrator(eqx.Module):
             inner = dataclasses.replace(inner, keep_jacobian=True, newton_jacobian=jac)
         tclip = jnp.clip(ts, c.t, t1)
         controller = self._controller(tclip)
+        refine = self.one_site and self.is_gl
         sol = solve_segment(
             vf,
-            functools.partial(prob.cond_values, weights_inside=self.interior_sliding),
+            # (refined: the sliding weights at the end too, for the restart)
+            functools.partial(prob.cond_values, weights_inside=self.interior_sliding, with_weights=refine),
             inner,
             controller,
             c.t,
@@ -274,8 +276,8 @@ class KinkIntegrator(eqx.Module):
             ts,
             max_steps=self.max_steps,
             event_tol=self.event_tol,
-            one_site=self.one_site and self.is_gl,
-            refine=self.one_site and self.is_gl,  # (the event restart, in the segment's loop)
+            one_site=refine,
+            refine=refine,  # (the event restart, in the segment's loop)
             lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
             dt0=None if self.reselect_step else c.dt,
             inside=self.interior_check,
@@ -312,11 +314,12 @@ class KinkIntegrator(eqx.Module):
                 jnp.where(jnp.isfinite(sol.dt_next) & (sol.dt_next > 0), sol.dt_next, c.dt),
             ),
         )
-        return self._end(c, sol.result, event, t_end, y_end)
+        return self._end(c, sol.result, event, t_end, y_end, sol.aux)
 
-    def _end(self, c: KinkState, result, event, t_end, y_end) -> KinkState:
+    def _end(self, c: KinkState, result, event, t_end, y_end, weights=None) -> KinkState:
         """The segment's end: restart at the event (or stop at `t1`, or keep the last
-        good state on failure), and the trajectory's result so far."""
+        good state on failure), and the trajectory's result so far. `weights`: the
+        segment's sliding weights at `y_end`, where the segment gives them (`_restart`)."""
         failed = ~((result == diffrax.RESULTS.successful) | event)
         # (in a batch, `lane_cond`: a batched `lax.cond` here, with the field already
         # gathered, made a scratch segment at 256 lanes many times slower; cause not found)
@@ -324,10 +327,11 @@ class KinkIntegrator(eqx.Module):
             self.prob.lanes,
             event & ~failed,
             self._restart,
-            lambda c, t_end, y_end: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)),
+            lambda c, t_end, y_end, weights: eqx.tree_at(lambda c: (c.t, c.theta), c, (t_end, y_end)),
             c,
             t_end,
             y_end,
+            weights,
         )
         done = failed | ~event | (c_new.n_events >= self.max_events)
         exhausted = event & (c_new.n_events >= self.max_events) & (c_new.t < self.t1)
@@ -395,7 +399,7 @@ class KinkIntegrator(eqx.Module):
         R = jax.lax.while_loop(lambda R: R.going(), body, Refine.start(t_end, y_end, sol.past))
         return R.tt, jnp.where(event & R.ok & (R.tt > t_prev), R.y, y_end)
 
-    def _restart(self, c: KinkState, t_ev, th) -> KinkState:
+    def _restart(self, c: KinkState, t_ev, th, weights=None) -> KinkState:
         # (the segment's start: the direction a node that reached its origin came from)
         ev = resolve_event(self.prob, th, c.P, c.slots, c.margin, self.surface_tol, c.theta)
         k = c.n_events
@@ -410,7 +414,8 @@ class KinkIntegrator(eqx.Module):
         # its determinant's sign flipped with its weights still in [0, 1], or is singular
         # (exactly at it), whatever modes the event resolved to (a restart past a
         # two-fold may resolve as an exit)
-        lam, det_sign = self.prob.weights(th, c.P, c.slots, c.ties)
+        # (`weights`: the segment's own, from its last condition at `th`; else solved here)
+        lam, det_sign = self.prob.weights(th, c.P, c.slots, c.ties) if weights is None else weights
         inside = jnp.all(jnp.where(c.slots >= 0, (lam >= 0.0) & (lam <= 1.0), True)) | (det_sign == 0)
         twofold = twofold | (jnp.any(c.slots >= 0) & inside & (det_sign != c.ties[2]))
         return eqx.tree_at(

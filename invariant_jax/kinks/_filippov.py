@@ -349,7 +349,7 @@ class KinkProblem(eqx.Module):
         that needs no Filippov solve (a forward pass), so never below it."""
         return self._cond(theta, P, slots, None, margin, None)
 
-    def cond_values(self, thetas, args, weights_inside: bool = True):
+    def cond_values(self, thetas, args, weights_inside: bool = True, with_weights: bool = False):
         """`cond_value` at each of the states `thetas` (`(k, E)`), with `args = (P, slots,
         ties, margin)`: the crossing part (`crossing_value`, a forward pass each), and
         while pairs slide their weights' part (a Filippov solve each, all under one
@@ -357,27 +357,39 @@ class KinkProblem(eqx.Module):
         (`_segment.solve_segment`'s `inside`), so this is compiled once per call site.
         `weights_inside=False`: the weights' part at the last state only (the step's
         end), as from cb3d6ec to 2909e6b, when only the crossing part was checked inside
-        steps (with that rule's cost: no Filippov solve at the other states)."""
+        steps (with that rule's cost: no Filippov solve at the other states).
+        `with_weights`: also return `weights` at the last state, `(values, (lam,
+        det_sign))`: the segment's end then needs no Filippov solve of its own."""
         P, slots, ties, margin = args
         crossing = lambda th: self.crossing_value(th, P, slots, margin)  # noqa: E731
         v = crossing(thetas[0])[None] if thetas.shape[0] == 1 else jax.vmap(crossing)(thetas)
+        dtype = thetas.dtype
         if not self.max_sliding:
-            return v
+            return (v, (jnp.zeros((0,), dtype), jnp.ones((), dtype))) if with_weights else v
 
         def weights(thetas, P, slots, ties):
             # (one point at a time: a vmapped Filippov solve, loops and all, compiled to a
             # program several seconds slower to compile)
-            one = lambda th: _weights_value(self._sliding_at(th, P, slots, ties)[1:], ties[2], slots)  # noqa: E731
-            return one(thetas[0])[None] if thetas.shape[0] == 1 else jax.lax.map(one, thetas)
+            def one(th):
+                w = self._sliding_at(th, P, slots, ties)[1:]
+                return _weights_value(w, ties[2], slots), w
+
+            values, w = (
+                jax.tree.map(lambda a: a[None], one(thetas[0])) if thetas.shape[0] == 1 else jax.lax.map(one, thetas)
+            )
+            return values, jax.tree.map(lambda a: a[-1], w)
 
         def none(thetas, P, slots, ties):
-            return jnp.full(thetas.shape[:1], jnp.inf, thetas.dtype)
+            return jnp.full(thetas.shape[:1], jnp.inf, dtype), (
+                jnp.zeros((self.max_sliding,), dtype),
+                jnp.ones((), dtype),
+            )
 
         at = thetas if weights_inside else thetas[-1:]
-        w = lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, at, P, slots, ties)
+        w, last = lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, at, P, slots, ties)
         if not weights_inside:
-            w = jnp.concatenate([jnp.full(thetas.shape[0] - 1, jnp.inf, thetas.dtype), w])
-        return jnp.minimum(v, w)
+            w = jnp.concatenate([jnp.full(thetas.shape[0] - 1, jnp.inf, dtype), w])
+        return (jnp.minimum(v, w), last) if with_weights else jnp.minimum(v, w)
 
     def _cond(self, theta, P, slots, ties, margin, w):
         Z = self.Z(theta, self.D_of(P))

@@ -49,7 +49,9 @@ class SegmentSolution(eqx.Module):
     `diffrax.RESULTS`: `event_occurred` at an event), `num_steps`, `num_accepted`,
     `num_rejected`, `solver_state` (after the last accepted step), `dt_next` (the step
     the controller proposed after the last step: where the next segment starts),
-    `past` (at an event, the sign the condition changed to: it has that sign at `t`)."""
+    `past` (at an event, the sign the condition changed to: it has that sign at `t`),
+    `aux` (with `refine`, for a condition that returns `(values, aux)`: its `aux` at `y`;
+    else None)."""
 
     t: Array
     y: Array
@@ -62,6 +64,7 @@ class SegmentSolution(eqx.Module):
     solver_state: object
     dt_next: Array
     past: Array
+    aux: object = None
 
 
 class _Root(eqx.Module):
@@ -174,7 +177,7 @@ class _Carry(eqx.Module):
     ev_dense: dict
 
 
-_INIT, _STEP, _ROOT, _REFINE, _DONE = 0, 1, 2, 3, 4
+_INIT, _STEP, _ROOT, _REFINE, _FINAL, _DONE = 0, 1, 2, 3, 4, 5
 
 RESTART_ITERATIONS = 5
 """Steps of the event-time refinement (`refine=True`): at the interpolant's root, three
@@ -471,33 +474,44 @@ def _restep(st: _Stepper, c: _Carry, refining, t) -> _Carry:
 
 def _one_site_loop(
     st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: float, refine: bool
-) -> tuple[_Carry, _Root, Refine]:
+) -> tuple[_Carry, _Root, Refine, object]:
     """The condition at `y0`, the steps, the root find and (`refine`) the event time's
     refinement as iterations of one `while_loop` (phases `_INIT`, `_STEP`, `_ROOT`,
-    `_REFINE`), the condition evaluated in one place and the step taken in one place.
-    Returns the last carry, the root find's state and the refinement's."""
+    `_REFINE`, `_FINAL`), the condition evaluated in one place and the step taken in one
+    place. A condition may return `(values, aux)` (`aux` of its last state): with
+    `refine` the loop keeps the `aux` at the segment's end, the refinement's last point,
+    or where that is not kept (`_end_point`), the interpolant's root, evaluated there in
+    a last iteration (`_FINAL`). Returns the last carry, the root find's state, the
+    refinement's and that `aux` (None without it)."""
     dtype = jnp.result_type(init.y)
     finder = Illinois(atol=event_tol)
+    shape = jax.eval_shape(cond, init.y[None], st.args)
+    split = (lambda out: out) if isinstance(shape, tuple) else (lambda out: (out, None))
+    aux0 = None
+    if refine and isinstance(shape, tuple):
+        aux0 = jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shape[1])
 
     def body(carry):
-        phase, c, r, R = carry
+        phase, c, r, R, aux = carry
         refining = phase == _REFINE
+        final = phase == _FINAL
         c_in = c
         if refine:
             t_re = R.time(_root_past(r), c.ev_tprev, st.ts, c.result == diffrax.RESULTS.event_occurred)
             c_in = _restep(st, c, refining, t_re)
         c_new = jax.lax.cond((phase == _STEP) | refining, st.advance, lambda c: c, c_in)
-        point = jnp.where(
-            phase == _INIT, c.y, jnp.where((phase == _STEP) | refining, c_new.y, st.dense_at(c, _root_point(r)))
-        )
+        t_dense = jnp.where(final, _root_past(r), _root_point(r))
+        point = jnp.where(phase == _INIT, c.y, jnp.where((phase == _STEP) | refining, c_new.y, st.dense_at(c, t_dense)))
         # the one evaluation site: after a step, inside it too (`step_points`)
         points = jnp.where(phase == _STEP, st.step_points(c_new), point[None])
-        values = cond(points, st.args)
+        values, aux_new = split(cond(points, st.args))
         value = values[-1]
         if refine:
             accepted = c_new.num_accepted > c_in.num_accepted
             R_new = R.update(t_re, c_new.y, accepted, value, _root_past(r), c.ev_tprev, st.t1)
             R = jtu.tree_map(lambda a, b: jnp.where(refining, a, b), R_new, R)
+            if aux is not None:
+                aux = jtu.tree_map(lambda a, b: jnp.where(refining | final, a, b), aux_new, aux)
         c_new = jtu.tree_map(
             lambda a, b: jnp.where(phase == _STEP, a, b),
             st.checked(c, c_new, values),
@@ -507,7 +521,7 @@ def _one_site_loop(
         more = st.going(c_new)
         enter_root = ~more & (c_new.result == diffrax.RESULTS.event_occurred)
         r_next = jtu.tree_map(
-            lambda a, b, d: jnp.where(phase == _ROOT, a, jnp.where(refining, b, d)),
+            lambda a, b, d: jnp.where(phase == _ROOT, a, jnp.where(refining | final, b, d)),
             r_new,
             r,
             _root_init(c_new.ev_tprev, c_new.ev_thi, dtype),
@@ -519,20 +533,29 @@ def _one_site_loop(
             R,
         )
         after_root = _REFINE if refine else _DONE
+        after_refine: int | Array = _DONE
+        if aux is not None:  # (the end is not the refinement's last point: its aux there, in one more iteration)
+            after_refine = jnp.where(_end_point(c, R), _DONE, _FINAL)
         phase_next = jnp.where(
             phase == _REFINE,
-            jnp.where(R.going(), _REFINE, _DONE),
+            jnp.where(R.going(), _REFINE, after_refine),
             jnp.where(
                 phase == _ROOT,
                 jnp.where(_root_going(r_new), _ROOT, after_root),
-                jnp.where(more, _STEP, jnp.where(enter_root, _ROOT, _DONE)),
+                jnp.where(more & ~final, _STEP, jnp.where(enter_root & ~final, _ROOT, _DONE)),
             ),
         )
-        return phase_next, c_new, r_next, R
+        return phase_next, c_new, r_next, R, aux
 
-    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y, 0.0))
-    _, f, r, R = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body, carry)
-    return f, r, R
+    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y, 0.0), aux0)
+    _, f, r, R, aux = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body, carry)
+    return f, r, R, aux
+
+
+def _end_point(f: _Carry, R: Refine):
+    """Whether a refined segment ends at the refinement's last point (else at the
+    interpolant's root)."""
+    return R.ok & (R.tt > f.ev_tprev)
 
 
 def _step_loop(st: _Stepper, cond: Callable, init: _Carry, lanes: str | None = None) -> _Carry:
@@ -606,7 +629,8 @@ def solve_segment(
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
     **Arguments:** the vector field, the event condition `cond(ys, args)` (its values at
-    a stack of states `ys`), the diffrax solver and step-size controller, `t0` (traced),
+    a stack of states `ys`; with `refine` it may return `(values, aux)`, `aux` a pytree of
+    the last state's, and the solution's `aux` is then the one at the end), the diffrax solver and step-size controller, `t0` (traced),
     `t1`, `y0`, `args`, the save times `ts`; `max_steps`, `event_tol` (the root find's
     time tolerance); `dt0`: the first step (`None`: diffrax's initial step selection);
     `inside`: also check the condition at `INTERIOR_POINTS` inside each step, in the same
@@ -631,8 +655,9 @@ def solve_segment(
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
     if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
         raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
+    aux = None
     if one_site:
-        f, r, R = _one_site_loop(st, cond, init, t0, event_tol, refine)
+        f, r, R, aux = _one_site_loop(st, cond, init, t0, event_tol, refine)
     else:
         f = _step_loop(st, cond, init, lanes)
     result = _loop_result(f, t1)
@@ -646,7 +671,7 @@ def solve_segment(
     saved = f.saved & ~(event & (ts > t_end))
     if refine:  # (the refined time crosses no save time: `Refine.time`)
         event = event & (root_result == optx.RESULTS.successful)
-        y_end = jnp.where(event & R.ok & (R.tt > f.ev_tprev), R.y, y_end)
+        y_end = jnp.where(event & _end_point(f, R), R.y, y_end)
         t_end = jnp.where(event, R.tt, t_end)
     return SegmentSolution(
         t=t_end,
@@ -660,4 +685,5 @@ def solve_segment(
         solver_state=f.solver_state,
         dt_next=f.tnext - f.tprev,
         past=past,
+        aux=aux,
     )
