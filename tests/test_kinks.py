@@ -391,7 +391,7 @@ def test_a_refined_segment_returns_its_conditions_aux_at_its_end(refined_end, mo
         lambda y0: _segment.solve_segment(
             lambda t, y, a: -y, lambda ys, a: (ys[:, 0] - 0.3, aux_of(ys[-1])), inner,
             diffrax.PIDController(rtol=1e-8, atol=1e-8), 0.0, 3.0, y0, None, jnp.linspace(0.0, 3.0, 4),
-            max_steps=64, event_tol=1e-13, one_site=True, refine=True,
+            max_steps=64, event_tol=1e-13, one_site=True, refine=True, aux0=aux_of(jnp.zeros(2)),
         )
     )(jnp.array([1.0, 2.0]))  # fmt: skip
     assert sol.result == diffrax.RESULTS.event_occurred

@@ -50,8 +50,7 @@ class SegmentSolution(eqx.Module):
     `num_rejected`, `solver_state` (after the last accepted step), `dt_next` (the step
     the controller proposed after the last step: where the next segment starts),
     `past` (at an event, the sign the condition changed to: it has that sign at `t`),
-    `aux` (with `refine`, for a condition that returns `(values, aux)`: its `aux` at `y`;
-    else None)."""
+    `aux` (given `aux0`: the condition's `aux` at `y`; else None)."""
 
     t: Array
     y: Array
@@ -411,7 +410,7 @@ def _start(
     tnext = jnp.minimum(tnext, t1)
     sstate = solver.init(terms, t0, tnext, y0, args)
     T = ts.shape[0]
-    dense_struct = jax.eval_shape(lambda: solver.step(terms, t0, tnext, y0, args, sstate, False)[2])
+    dense_struct = _dense_structure(solver, t0, tnext, y0)
     init = _Carry(
         y=y0,
         tprev=t0,
@@ -472,24 +471,37 @@ def _restep(st: _Stepper, c: _Carry, refining, t) -> _Carry:
     return jtu.tree_map(lambda a, b: jnp.where(refining, a, b), re, c)
 
 
+def _dense_structure(solver, t0, t1, y0):
+    """The structure of `solver.step`'s dense output from `(t0, y0)`, traced on a stand-in
+    field of `y0`'s structure (the identity), without a Newton Jacobian of its own: it
+    does not depend on the field, and tracing a step of a kink-aware field (Filippov
+    solves and all) only for it took a tenth of the program's lowering."""
+    if getattr(solver, "newton_jacobian", None) is not None:
+        solver = dataclasses.replace(solver, newton_jacobian=None)
+    terms = wrap_term(diffrax.ODETerm(lambda t, y, args: y), jnp.asarray(1))
+
+    def step():
+        return solver.step(terms, t0, t1, y0, None, solver.init(terms, t0, t1, y0, None), False)[2]
+
+    return jax.eval_shape(step)
+
+
 def _one_site_loop(
-    st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: float, refine: bool
+    st: _Stepper, cond: Callable, init: _Carry, t0, event_tol: float, refine: bool, aux0=None
 ) -> tuple[_Carry, _Root, Refine, object]:
     """The condition at `y0`, the steps, the root find and (`refine`) the event time's
     refinement as iterations of one `while_loop` (phases `_INIT`, `_STEP`, `_ROOT`,
     `_REFINE`, `_FINAL`), the condition evaluated in one place and the step taken in one
-    place. A condition may return `(values, aux)` (`aux` of its last state): with
-    `refine` the loop keeps the `aux` at the segment's end, the refinement's last point,
-    or where that is not kept (`_end_point`), the interpolant's root, evaluated there in
-    a last iteration (`_FINAL`). Returns the last carry, the root find's state, the
-    refinement's and that `aux` (None without it)."""
+    place. With `aux0` (and `refine`) the condition returns `(values, aux)` (`aux` of its
+    last state, structured as `aux0`), and the loop keeps the `aux` at the segment's end:
+    at the refinement's last point, or where that is not kept (`_end_point`), at the
+    interpolant's root, evaluated there in a last iteration (`_FINAL`). Returns the last
+    carry, the root find's state, the refinement's and that `aux` (`aux0` without an
+    event; None without `aux0`)."""
     dtype = jnp.result_type(init.y)
     finder = Illinois(atol=event_tol)
-    shape = jax.eval_shape(cond, init.y[None], st.args)
-    split = (lambda out: out) if isinstance(shape, tuple) else (lambda out: (out, None))
-    aux0 = None
-    if refine and isinstance(shape, tuple):
-        aux0 = jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shape[1])
+    aux = aux0 if refine else None
+    split = (lambda out: out) if aux is not None else (lambda out: (out, None))
 
     def body(carry):
         phase, c, r, R, aux = carry
@@ -547,7 +559,7 @@ def _one_site_loop(
         )
         return phase_next, c_new, r_next, R, aux
 
-    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y, 0.0), aux0)
+    carry = (jnp.asarray(_INIT), init, _root_init(t0, t0, dtype), Refine.start(t0, init.y, 0.0), aux)
     _, f, r, R, aux = jax.lax.while_loop(lambda carry: carry[0] != _DONE, body, carry)
     return f, r, R, aux
 
@@ -624,13 +636,13 @@ def solve_segment(
     lanes: str | None = None,
     dt0: ArrayLike | None = None,
     inside: bool = False,
+    aux0=None,
 ) -> SegmentSolution:
     """Integrate `dy/dt = vf(t, y, args)` from `(t0, y0)` until the event condition
     changes sign (or `t1`), saving at the `ts` (sorted) in `[t0, t1]`.
 
     **Arguments:** the vector field, the event condition `cond(ys, args)` (its values at
-    a stack of states `ys`; with `refine` it may return `(values, aux)`, `aux` a pytree of
-    the last state's, and the solution's `aux` is then the one at the end), the diffrax solver and step-size controller, `t0` (traced),
+    a stack of states `ys`), the diffrax solver and step-size controller, `t0` (traced),
     `t1`, `y0`, `args`, the save times `ts`; `max_steps`, `event_tol` (the root find's
     time tolerance); `dt0`: the first step (`None`: diffrax's initial step selection);
     `inside`: also check the condition at `INTERIOR_POINTS` inside each step, in the same
@@ -639,6 +651,8 @@ def solve_segment(
     (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time
     on the solver's own step from the last step's start (`Refine`), so the end state is a
     Gauss step (it conserves quadratic invariants) just past the event, in the same loop;
+    `aux0` (with `refine`): the condition returns `(values, aux)`, `aux` a pytree of its last
+    state's structured as `aux0`, and the solution's `aux` is the one at its end `y`;
     `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find
     iterations then run for the lanes going only (`lane_while`: what differs between
     lanes is in `args`; no `step_ts`).
@@ -655,9 +669,11 @@ def solve_segment(
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
     if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
         raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
+    if aux0 is not None and not refine:
+        raise ValueError("aux0 (a condition that returns (values, aux)) needs refine=True.")
     aux = None
     if one_site:
-        f, r, R, aux = _one_site_loop(st, cond, init, t0, event_tol, refine)
+        f, r, R, aux = _one_site_loop(st, cond, init, t0, event_tol, refine, aux0)
     else:
         f = _step_loop(st, cond, init, lanes)
     result = _loop_result(f, t1)
