@@ -128,9 +128,13 @@ def _on_cpu(prov: dict) -> str:
     return f", on a {prov['cpu_count']}-core {model}" if model else ""
 
 
+FIRST_CALLS = "first_calls_program_size.json"
+"""The latest fresh-process first calls of README's example (README's Cost paragraph)."""
+
+
 def first_calls() -> str:
     """README's Cost paragraph: fresh-process first calls of its example."""
-    rec = _load("first_calls.json")
+    rec = _load(FIRST_CALLS)
     s = rec["summary"]
     load = rec["provenance"]["load_average"][0]
     shared = (
@@ -151,7 +155,7 @@ def first_calls() -> str:
         f"{s['kink_aware_flow_first_s']:.1f} s ({s['kink_aware_flow_first_compile_s']:.1f} s of it compiling) "
         f"and again {s['kink_aware_flow_again_s']:.3f} s "
         f"(medians of {rec['rounds']} rounds at {rec['provenance']['commit'][:7]}{_on_cpu(prov)}; `{rec['command']}`, "
-        f"`benchmarks/results/first_calls.json`).{_first_calls_before(rec)}\n"
+        f"`benchmarks/results/{FIRST_CALLS}`).{_first_calls_before(rec)}\n"
     )
 
 
@@ -172,12 +176,23 @@ def _first_calls_before(rec: dict) -> str:
 def first_calls_compile_options() -> str:
     """docs/solvers.md: the single-flow compiler options' first calls, side by side with the
     code before them: on every CPU, on one, and beside a busy process."""
+    return _first_calls_table(("first_calls.json", "first_calls_one_cpu.json", "first_calls_busy.json"))
+
+
+def first_calls_program_size() -> str:
+    """docs/solvers.md: the first calls of the smaller kink-aware program, side by side
+    with the code before it."""
+    return _first_calls_table((FIRST_CALLS,))
+
+
+def _first_calls_table(names) -> str:
+    """First calls of `first_calls.py` files, each beside its `--before` code."""
     rows = [
         "| where | code, this / before | first `kink_aware_flow` (compiling) | again | first `gradient_flow` |",
         "|---|---|---|---|---|",
     ]
     cmds = []
-    for name in ("first_calls.json", "first_calls_one_cpu.json", "first_calls_busy.json"):
+    for name in names:
         rec = _load(name)
         s, b = rec["summary"], rec["before"]["summary"]
         where = f"{len(rec['cpus'])} CPUs" if len(rec["cpus"]) > 1 else "one CPU"
@@ -1470,6 +1485,18 @@ def kink_compile_field_once() -> str:
     )
 
 
+def kink_compile_program_size() -> str:
+    """docs/sweep.md: the same, before and after the smaller program (the weight matrix a
+    gather, level inputs slices, the restart's sliding weights from the segment)."""
+    return _compile_ab(
+        (
+            ("kink_compile_program_size_mlp.json", "5-20-1 MLP"),
+            ("kink_compile_program_size_example.json", "demo DAG"),
+            ("kink_compile_program_size_sliding.json", "sliding case"),
+        )
+    )
+
+
 def gauss_sweep_modes() -> str:
     """docs/sweep.md: Gauss4 inside kink-aware sweeps in exact and vmap mode, this code
     and the checkouts it was measured beside (`gauss_sweep_modes.py --before`)."""
@@ -1661,15 +1688,29 @@ def _bare_lines(rec: dict, rows: list[dict], bare: bool = True) -> list[str]:
 def sweep_first_call() -> str:
     """docs/sweep.md: a cold 64-init CLI sweep on one and two CPU devices, at the
     per-device loops and before them (one `shard_map`, c352292)."""
+    return _sweep_first_calls(
+        (("sweep_first_call_c352292.json", "one `shard_map`"), ("sweep_first_call.json", "per-device loops"))
+    )
+
+
+def sweep_first_call_program_size() -> str:
+    """docs/solvers.md: the same cold sweep with the smaller kink-aware program, and before it."""
+    return _sweep_first_calls(
+        (
+            ("sweep_first_call_program_size_before.json", "before"),
+            ("sweep_first_call_program_size.json", "smaller program"),
+        )
+    )
+
+
+def _sweep_first_calls(files) -> str:
+    """Cold 64-init CLI sweeps (`sweep_cores.py`), one row per file and device count."""
     lines = [
         "| engine | devices | wall (rounds 0, 1) | engine seconds (rounds 0, 1) |",
         "|---|---|---|---|",
     ]
     commands = []
-    for name, label in (
-        ("sweep_first_call_c352292.json", "one `shard_map`"),
-        ("sweep_first_call.json", "per-device loops"),
-    ):
+    for name, label in files:
         rec = _load(name)
         for d in sorted({r["devices"] for r in rec["rows"]}):
             rows = sorted((r for r in rec["rows"] if r["devices"] == d), key=lambda r: r["round"])
@@ -1677,10 +1718,12 @@ def sweep_first_call() -> str:
             eng = ", ".join(f"{r['engine_s']:.1f} s" for r in rows)
             lines.append(f"| {label} at {_commit(rec)} | {d} | {wall} | {eng} |")
         commands.append(f"`{rec['command']}` (`benchmarks/results/{name}`)")
+    # (a file of several device counts alternates them in each round; files ran one after another)
+    several = any(len({r["devices"] for r in _load(name)["rows"]}) > 1 for name, _ in files)
     head = (
         f"`invariant-jax sweep --graph example --n-inits 64` (figures off, no compilation cache: the first "
-        f"call compiles){_on_cpu(_load('sweep_first_call.json')['provenance'])}, each arm a fresh process, "
-        "two rounds in alternating order: "
+        f"call compiles){_on_cpu(_load(files[-1][0])['provenance'])}, each arm a fresh process, "
+        + ("two rounds in alternating order: " if several else "two rounds each, one file after the other: ")
     )
     return head + "; ".join(commands) + ".\n\n" + "\n".join(lines) + "\n"
 
@@ -2945,6 +2988,8 @@ BLOCKS = {
     "test-suite-time": test_suite_time,
     "first-calls": first_calls,
     "first-calls-compile-options": first_calls_compile_options,
+    "first-calls-program-size": first_calls_program_size,
+    "sweep-first-call-program-size": sweep_first_call_program_size,
     "blas-threads": blas_threads,
     "blas-threads-readme": blas_threads_readme,
     "channels-solvers": channels_solvers,
@@ -2980,6 +3025,7 @@ BLOCKS = {
     "kink-compile-newton": kink_compile_newton,
     "kink-compile-restart": kink_compile_restart,
     "kink-compile-field-once": kink_compile_field_once,
+    "kink-compile-program-size": kink_compile_program_size,
     "gauss-sweep-modes": gauss_sweep_modes,
     "sweep-cores": sweep_cores,
     "sweep-cores-warm": lambda: sweep_cores("sweep_cores_warm.json"),

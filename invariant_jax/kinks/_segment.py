@@ -618,6 +618,13 @@ def first_step(vf: Callable, solver, controller, t0, t1, y0, args):
     return jnp.minimum(tnext, t1) - t0
 
 
+def _check_refine(solver, one_site: bool, refine: bool, aux0):
+    if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
+        raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
+    if aux0 is not None and not refine:
+        raise ValueError("aux0 (a condition that returns (values, aux)) needs refine=True.")
+
+
 def solve_segment(
     vf: Callable,
     cond: Callable,
@@ -651,31 +658,26 @@ def solve_segment(
     (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time
     on the solver's own step from the last step's start (`Refine`), so the end state is a
     Gauss step (it conserves quadratic invariants) just past the event, in the same loop;
-    `aux0` (with `refine`): the condition returns `(values, aux)`, `aux` a pytree of its last
-    state's structured as `aux0`, and the solution's `aux` is the one at its end `y`;
-    `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find
-    iterations then run for the lanes going only (`lane_while`: what differs between
-    lanes is in `args`; no `step_ts`).
+    `aux0` (with `refine`): `cond` returns `(values, aux)`, `aux` of its last state
+    structured as `aux0`, and the solution's `aux` is the one at its end `y`;
+    `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find iterations
+    then run for the lanes going only (`lane_while`: lanes differ in `args`; no `step_ts`).
 
-    With `one_site=True` the condition (at `y0`, after every step, in the root find) is
-    evaluated in one place (on `INTERIOR_POINTS + 1` states with `inside`), one
-    `while_loop` whose iterations are each of those in turn, the step a `lax.cond` branch
-    (`_one_site_loop`): a kink-aware condition holds a Filippov solve, so it is compiled
-    once instead of three times. Under `vmap` a `lax.cond` computes both branches, so
-    there `one_site=False` (`_step_loop`, then `locate`) is cheaper. Both take the same
-    steps and evaluate the condition at the same points. **Returns:** a `SegmentSolution`."""
+    With `one_site=True` the condition (at `y0`, after every step, in the root find; on
+    `INTERIOR_POINTS + 1` states with `inside`) is evaluated in one place, a `while_loop`
+    whose iterations are each of those in turn, the step a `lax.cond` branch
+    (`_one_site_loop`): its Filippov solve is compiled once, not three times. Under `vmap`
+    a `lax.cond` computes both branches, so there `one_site=False` (`_step_loop`, then
+    `locate`) is cheaper; both take the same steps and evaluate the condition at the same
+    points. **Returns:** a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
-    if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
-        raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
-    if aux0 is not None and not refine:
-        raise ValueError("aux0 (a condition that returns (values, aux)) needs refine=True.")
-    aux = None
+    _check_refine(solver, one_site, refine, aux0)
     if one_site:
         f, r, R, aux = _one_site_loop(st, cond, init, t0, event_tol, refine, aux0)
     else:
-        f = _step_loop(st, cond, init, lanes)
+        f, aux = _step_loop(st, cond, init, lanes), None
     result = _loop_result(f, t1)
     event = result == diffrax.RESULTS.event_occurred
     t_root, past, root_result = _root_answer(r) if one_site else _locate_on_dense(st, cond, f, event_tol, event, lanes)
