@@ -373,25 +373,27 @@ def test_a_segment_stops_past_a_jump_of_its_condition(solver):
         assert abs(float(sol.t) + np.log(level)) < (1e-4 if gl else 1e-7)
 
 
-@pytest.mark.parametrize("refined_end", [True, False])
-def test_a_refined_segment_returns_its_conditions_aux_at_its_end(refined_end, monkeypatch):
+@pytest.mark.parametrize("solver", ["gauss4", "gauss4-interpolant-end", "tsit5"])
+def test_a_segment_returns_its_conditions_aux_at_its_end(solver, monkeypatch):
     # A condition that returns `(values, aux)` hands the segment's end its aux from its
     # own evaluation there (the kink-aware restart takes its sliding weights so, with no
-    # Filippov solve of its own). The end is the refinement's last point, or where the
-    # refinement's step is not kept (forced here), the interpolant's root, evaluated in
-    # one more iteration. The reference: the aux function at the returned end state.
+    # Filippov solve of its own). A refined Gauss segment ends at the refinement's last
+    # point, or where the refinement's step is not kept (forced here), at the
+    # interpolant's root, evaluated in one more iteration; Tsit5's (two loops) at the
+    # final bracket's end past the root. The reference: the aux function at the end state.
     from invariant_jax.kinks import _segment
     from invariant_jax.solvers import GaussLegendre
 
-    if not refined_end:
+    gl = solver.startswith("gauss4")
+    if solver == "gauss4-interpolant-end":
         monkeypatch.setattr(_segment, "_end_point", lambda f, R: jnp.zeros((), bool))
-    inner = GaussLegendre(keep_jacobian=True, newton_jacobian=lambda t, y, a: -jnp.eye(2))
+    inner = GaussLegendre(keep_jacobian=True, newton_jacobian=lambda t, y, a: -jnp.eye(2)) if gl else diffrax.Tsit5()
     aux_of = lambda y: (jnp.sin(y), y[0] * y[1])  # noqa: E731
     sol = jax.jit(
         lambda y0: _segment.solve_segment(
             lambda t, y, a: -y, lambda ys, a: (ys[:, 0] - 0.3, aux_of(ys[-1])), inner,
             diffrax.PIDController(rtol=1e-8, atol=1e-8), 0.0, 3.0, y0, None, jnp.linspace(0.0, 3.0, 4),
-            max_steps=64, event_tol=1e-13, one_site=True, refine=True, aux0=aux_of(jnp.zeros(2)),
+            max_steps=64, event_tol=1e-13, one_site=gl, refine=gl, aux0=aux_of(jnp.zeros(2)),
         )
     )(jnp.array([1.0, 2.0]))  # fmt: skip
     assert sol.result == diffrax.RESULTS.event_occurred

@@ -263,10 +263,12 @@ class KinkIntegrator(eqx.Module):
         tclip = jnp.clip(ts, c.t, t1)
         controller = self._controller(tclip)
         refine = self.one_site and self.is_gl
+        # the sliding weights at the segment's end too, for the restart: not where a Gauss
+        # restart after the segment moves the end (`_gauss_restart`)
+        weights = refine or not self.is_gl
         sol = solve_segment(
             vf,
-            # (refined: the sliding weights at the end too, for the restart)
-            functools.partial(prob.cond_values, weights_inside=self.interior_sliding, with_weights=refine),
+            functools.partial(prob.cond_values, weights_inside=self.interior_sliding, with_weights=weights),
             inner,
             controller,
             c.t,
@@ -281,7 +283,7 @@ class KinkIntegrator(eqx.Module):
             lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
             dt0=None if self.reselect_step else c.dt,
             inside=self.interior_check,
-            aux0=(jnp.zeros((prob.max_sliding,), c.theta.dtype), jnp.ones((), c.theta.dtype)) if refine else None,
+            aux0=(jnp.zeros((prob.max_sliding,), c.theta.dtype), jnp.ones((), c.theta.dtype)) if weights else None,
         )
         if self.reference_solve:  # (diffeqsolve's segment; the step it proposes next is the lean one's)
             with cacheable_checks():

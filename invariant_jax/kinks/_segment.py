@@ -132,7 +132,7 @@ def _root_answer(r: _Root):
     return _root_past(r), _root_sign(r), _root_result(r)
 
 
-def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str | None = None):
+def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str | None = None, aux0=None):
     """The root of `g(t, *data)` on `[lower, upper]` by `Illinois(atol=event_tol)`, as
     `optimistix.root_find(g, Illinois, y0=upper, options=dict(lower, upper))` computes
     it (same iterates), in one `while_loop` that evaluates `g` once per iteration:
@@ -142,16 +142,28 @@ def locate(g: Callable, lower, upper, event_tol: float, go, data=(), lanes: str 
     (`lane_while`; every value of `g` that differs between lanes must be in `data`).
     Returns `(t, sign, result)` (`_root_answer`): `t` the end of the final bracket past
     the root, `sign` the sign `g` has there, `result` an `optimistix.RESULTS`
-    (`nonfinite`, `nonlinear_max_steps_reached` as there)."""
+    (`nonfinite`, `nonlinear_max_steps_reached` as there). With `aux0`, `g` returns
+    `(value, aux)` (`aux` structured as `aux0`), and `aux` at `t` comes fourth."""
     finder = Illinois(atol=event_tol)
-    r = lane_while(
+    split = (lambda out: (out, None)) if aux0 is None else (lambda out: out)
+
+    def body(s, *data):
+        r, aux = s
+        value, aux_new = split(g(_root_point(r), *data))
+        r_new = _root_update(finder, r, value)
+        if aux is not None:  # (the point evaluated became the bracket's end past the root)
+            at_upper = (r.it == 1) | ((r.it >= 2) & (r_new.st.upper == r.y))
+            aux = jtu.tree_map(lambda a, b: jnp.where(at_upper, a, b), aux_new, aux)
+        return r_new, aux
+
+    r, aux = lane_while(
         lanes,
-        lambda r: go & _root_going(r),
-        lambda r, *data: _root_update(finder, r, g(_root_point(r), *data)),
-        _root_init(lower, upper, jnp.result_type(lower)),
+        lambda s: go & _root_going(s[0]),
+        body,
+        (_root_init(lower, upper, jnp.result_type(lower)), aux0),
         *data,
     )
-    return _root_answer(r)
+    return _root_answer(r) if aux0 is None else _root_answer(r) + (aux,)
 
 
 class _Carry(eqx.Module):
@@ -491,8 +503,9 @@ def _one_site_loop(
 ) -> tuple[_Carry, _Root, Refine, object]:
     """The condition at `y0`, the steps, the root find and (`refine`) the event time's
     refinement as iterations of one `while_loop` (phases `_INIT`, `_STEP`, `_ROOT`,
-    `_REFINE`, `_FINAL`), the condition evaluated in one place and the step taken in one
-    place. With `aux0` (and `refine`) the condition returns `(values, aux)` (`aux` of its
+    `_REFINE`, `_FINAL`), the condition evaluated in one place (on `INTERIOR_POINTS + 1`
+    states after a step with `inside`) and the step taken in one place, a `lax.cond`
+    branch. With `aux0` (and `refine`) the condition returns `(values, aux)` (`aux` of its
     last state, structured as `aux0`), and the loop keeps the `aux` at the segment's end:
     at the refinement's last point, or where that is not kept (`_end_point`), at the
     interpolant's root, evaluated there in a last iteration (`_FINAL`). Returns the last
@@ -585,14 +598,17 @@ def _step_loop(st: _Stepper, cond: Callable, init: _Carry, lanes: str | None = N
     return lane_while(lanes, st.going, loop_body, first, st.args)
 
 
-def _locate_on_dense(st: _Stepper, cond: Callable, f: _Carry, event_tol: float, event, lanes):
-    """The event's time on the last step's dense output (`locate`)."""
+def _locate_on_dense(st: _Stepper, cond: Callable, f: _Carry, event_tol: float, event, lanes, aux0=None):
+    """The event's time on the last step's dense output (`locate`), and with `aux0` the
+    condition's `aux` there (else None)."""
 
     def g(t, ev_tprev, ev_tnext, ev_dense, args):
-        return cond(st.dense(ev_tprev, ev_tnext, ev_dense, t)[None], args)[0]
+        out = cond(st.dense(ev_tprev, ev_tnext, ev_dense, t)[None], args)
+        return out[0] if aux0 is None else (out[0][0], out[1])
 
     data = (f.ev_tprev, f.ev_tnext, f.ev_dense, st.args)
-    return locate(g, f.ev_tprev, f.ev_thi, event_tol, event, data, lanes)
+    found = locate(g, f.ev_tprev, f.ev_thi, event_tol, event, data, lanes, aux0)
+    return found if aux0 is not None else found + (None,)
 
 
 def _loop_result(f: _Carry, t1):
@@ -621,8 +637,8 @@ def first_step(vf: Callable, solver, controller, t0, t1, y0, args):
 def _check_refine(solver, one_site: bool, refine: bool, aux0):
     if refine and not (one_site and getattr(solver, "keep_jacobian", False)):
         raise ValueError("refine needs one_site=True and a solver that resteps (GaussLegendre(keep_jacobian=True)).")
-    if aux0 is not None and not refine:
-        raise ValueError("aux0 (a condition that returns (values, aux)) needs refine=True.")
+    if aux0 is not None and one_site and not refine:
+        raise ValueError("aux0 (a condition that returns (values, aux)) needs refine=True or one_site=False.")
 
 
 def solve_segment(
@@ -658,18 +674,15 @@ def solve_segment(
     (with `one_site`, for `GaussLegendre(keep_jacobian=True)`): refine an event's time
     on the solver's own step from the last step's start (`Refine`), so the end state is a
     Gauss step (it conserves quadratic invariants) just past the event, in the same loop;
-    `aux0` (with `refine`): `cond` returns `(values, aux)`, `aux` of its last state
-    structured as `aux0`, and the solution's `aux` is the one at its end `y`;
+    `aux0` (with `refine` or `one_site=False`): `cond` returns `(values, aux)`, `aux` of its
+    last state structured as `aux0`, and the solution's `aux` is the one at its end `y`;
     `lanes` (`one_site=False`): a batch's named `vmap` axis; steps and root-find iterations
     then run for the lanes going only (`lane_while`: lanes differ in `args`; no `step_ts`).
 
-    With `one_site=True` the condition (at `y0`, after every step, in the root find; on
-    `INTERIOR_POINTS + 1` states with `inside`) is evaluated in one place, a `while_loop`
-    whose iterations are each of those in turn, the step a `lax.cond` branch
-    (`_one_site_loop`): its Filippov solve is compiled once, not three times. Under `vmap`
-    a `lax.cond` computes both branches, so there `one_site=False` (`_step_loop`, then
-    `locate`) is cheaper; both take the same steps and evaluate the condition at the same
-    points. **Returns:** a `SegmentSolution`."""
+    With `one_site=True` the condition is evaluated in one place (`_one_site_loop`): its
+    Filippov solve is compiled once, not three times. Under `vmap` (a `lax.cond` computes
+    both branches) `one_site=False` (`_step_loop`, then `locate`) is cheaper; both take the
+    same steps and evaluate the condition at the same points. Returns a `SegmentSolution`."""
     dtype = jnp.result_type(y0)
     t0, t1 = jnp.asarray(t0, dtype), jnp.asarray(t1, dtype)
     st, init = _start(vf, solver, controller, t0, t1, y0, args, ts, max_steps, dt0, inside)
@@ -677,10 +690,13 @@ def solve_segment(
     if one_site:
         f, r, R, aux = _one_site_loop(st, cond, init, t0, event_tol, refine, aux0)
     else:
-        f, aux = _step_loop(st, cond, init, lanes), None
+        f = _step_loop(st, cond if aux0 is None else lambda ys, args: cond(ys, args)[0], init, lanes)
     result = _loop_result(f, t1)
     event = result == diffrax.RESULTS.event_occurred
-    t_root, past, root_result = _root_answer(r) if one_site else _locate_on_dense(st, cond, f, event_tol, event, lanes)
+    if one_site:
+        t_root, past, root_result = _root_answer(r)
+    else:
+        t_root, past, root_result, aux = _locate_on_dense(st, cond, f, event_tol, event, lanes, aux0)
     t_end = jnp.where(event, t_root, f.tprev)
     y_end = jnp.where(event, st.dense_at(f, t_root), f.y)
     result = diffrax.RESULTS.where(
