@@ -182,7 +182,9 @@ def first_calls_compile_options() -> str:
 def first_calls_program_size() -> str:
     """docs/solvers.md: the first calls of the smaller kink-aware program, side by side
     with the code before it."""
-    return _first_calls_table((FIRST_CALLS,))
+    return _first_calls_table(
+        (FIRST_CALLS, "first_calls_program_size_one_cpu.json", "first_calls_program_size_busy.json")
+    )
 
 
 def _first_calls_table(names) -> str:
