@@ -2,8 +2,9 @@
 XLA options chosen for the time a user waits on a first call. On CPU that is XLA's loop
 emitters instead of its fusion emitters: the same mathematics, and a first call that is
 never longer and often shorter (docs/solvers.md, "Compiler options", from
-`benchmarks/results/first_calls.json`, `first_calls_one_cpu.json`, `first_calls_busy.json`). The options are chosen at the first call, when
-the backend is known, so importing the package initialises no backend."""
+`benchmarks/results/first_calls.json`, `first_calls_one_cpu.json` and
+`first_calls_busy.json`). The options are chosen at the first call, when the backend is
+known, so importing the package initialises no backend."""
 
 from __future__ import annotations
 

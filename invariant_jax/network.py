@@ -315,7 +315,7 @@ def _take(a, idx: np.ndarray, axis: int):
 def _scatter(graph: DAG, theta):
     # (`unique_indices`: a DAG's edges are distinct, and the scatter's derivatives compile
     # smaller. A gather from `theta` padded with a zero compiled smaller still, but the
-    # sweep engine's initial weights, sampled in the same program, came out 1 ulp off the
+    # sweep engine's initial weights, sampled in the same program, came out a bit off the
     # same sample taken alone: `test_glue.py`'s bit-for-bit start)
     rows, cols = graph.edge_index
     n = graph.n_nodes

@@ -283,7 +283,7 @@ class KinkIntegrator(eqx.Module):
             lanes=None if self.is_gl else prob.lanes,  # (Gauss-Legendre's controller has per-lane step_ts)
             dt0=None if self.reselect_step else c.dt,
             inside=self.interior_check,
-            aux0=(jnp.zeros((prob.max_sliding,), c.theta.dtype), jnp.ones((), c.theta.dtype)) if weights else None,
+            aux0=prob.no_weights(c.theta.dtype) if weights else None,
         )
         if self.reference_solve:  # (diffeqsolve's segment; the step it proposes next is the lean one's)
             with cacheable_checks():

@@ -302,6 +302,10 @@ class KinkProblem(eqx.Module):
         w = jnp.where(act, lam * (1.0 - self.slope[idx % H]), 0.0)
         return D.reshape(-1).at[idx].add(w).reshape(N, H)
 
+    def no_weights(self, dtype):
+        """`(lam, det_sign)` while no pair slides: zeros and +1."""
+        return jnp.zeros((self.max_sliding,), dtype), jnp.ones((), dtype)
+
     def field(self, theta, P, slots, ties):
         """`(field, lam)`: the pattern-frozen field, or the Filippov field and the
         sliding weights while any pair slides (`lam` is zeros otherwise)."""
@@ -314,7 +318,7 @@ class KinkProblem(eqx.Module):
 
     def _field(self, theta, P, slots, ties):
         if self.max_sliding == 0:
-            return self.grad(theta, self.D_of(P)), jnp.zeros((0,), theta.dtype), jnp.ones((), theta.dtype)
+            return self.grad(theta, self.D_of(P)), *self.no_weights(theta.dtype)
         # (the branches take `P`, not `D`: under `lanes`, gathering every lane's float
         # `D` cost more than the gradient itself in a scratch timing at 1024 lanes)
         return lane_cond(self.lanes, jnp.any(slots >= 0), self._sliding_at, self._frozen_at, theta, P, slots, ties)
@@ -324,7 +328,7 @@ class KinkProblem(eqx.Module):
 
     def _frozen_at(self, theta, P, slots, ties):
         dtype = theta.dtype
-        return self.grad(theta, self.D_of(P)), jnp.zeros((self.max_sliding,), dtype), jnp.ones((), dtype)
+        return self.grad(theta, self.D_of(P)), *self.no_weights(dtype)
 
     def cond_value(self, theta, P, slots, ties, margin):
         """Smallest signed distance to a surface: `s z + margin` over non-sliding kinked
@@ -336,7 +340,7 @@ class KinkProblem(eqx.Module):
                 self.lanes,
                 jnp.any(slots >= 0),
                 lambda *a: self._sliding_at(*a)[1:],
-                lambda *a: (jnp.zeros((self.max_sliding,), theta.dtype), jnp.ones((), theta.dtype)),
+                lambda *a: self.no_weights(theta.dtype),
                 theta,
                 P,
                 slots,
@@ -365,7 +369,7 @@ class KinkProblem(eqx.Module):
         v = crossing(thetas[0])[None] if thetas.shape[0] == 1 else jax.vmap(crossing)(thetas)
         dtype = thetas.dtype
         if not self.max_sliding:
-            return (v, (jnp.zeros((0,), dtype), jnp.ones((), dtype))) if with_weights else v
+            return (v, self.no_weights(dtype)) if with_weights else v
 
         def weights(thetas, P, slots, ties):
             # (one point at a time: a vmapped Filippov solve, loops and all, compiled to a
@@ -380,10 +384,7 @@ class KinkProblem(eqx.Module):
             return values, jax.tree.map(lambda a: a[-1], w)
 
         def none(thetas, P, slots, ties):
-            return jnp.full(thetas.shape[:1], jnp.inf, dtype), (
-                jnp.zeros((self.max_sliding,), dtype),
-                jnp.ones((), dtype),
-            )
+            return jnp.full(thetas.shape[:1], jnp.inf, dtype), self.no_weights(dtype)
 
         at = thetas if weights_inside else thetas[-1:]
         w, last = lane_cond(self.lanes, jnp.any(slots >= 0), weights, none, at, P, slots, ties)
