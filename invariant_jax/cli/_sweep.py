@@ -244,7 +244,7 @@ def _write_outputs(store: ResultsStore, summary, figures: bool, trajectories: in
     out = store.folder
     with tempfile.TemporaryDirectory() as tmp:
         summary.to_csv(Path(tmp) / "table.csv")
-        store.write_output(out / "table.csv", (Path(tmp) / "table.csv").read_bytes())
+        store.write_output(out / "table.csv", Path(tmp) / "table.csv")  # copied in blocks
         text = dumps_strict(
             {**summary.aggregate, "failures": summary.failures, "flagged": summary.flagged}, indent=2, sort_keys=True
         )

@@ -9,6 +9,7 @@ no flow changed, a sweep whose `H_G(c0)` is always connected, a single status)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import networkx as nx
@@ -168,7 +169,7 @@ def _status_panel(ax, r):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def overview_panels(rows: dict, *, activation: str | None = None) -> tuple[list[tuple], list[str]]:
+def overview_panels(rows: Mapping, *, activation: str | None = None) -> tuple[list[tuple], list[str]]:
     """Decide which overview panels have something to show.
 
     **Arguments:**
@@ -216,7 +217,7 @@ def overview_panels(rows: dict, *, activation: str | None = None) -> tuple[list[
     return panels, notes
 
 
-def overview_figure(rows: dict, *, title: str, activation: str | None = None):
+def overview_figure(rows: Mapping, *, title: str, activation: str | None = None):
     """All overview panels in one figure, the configuration in its title and the dropped
     panels' sentences in a text panel. **Returns:** a matplotlib `Figure`."""
     import matplotlib.pyplot as plt
@@ -240,7 +241,7 @@ def overview_figure(rows: dict, *, title: str, activation: str | None = None):
     return fig
 
 
-def save_overview(rows: dict, folder: str | Path, *, title: str, activation: str | None = None) -> list[Path]:
+def save_overview(rows: Mapping, folder: str | Path, *, title: str, activation: str | None = None) -> list[Path]:
     """One PNG per drawn panel and `overview.png`. **Returns:** the paths written."""
     import matplotlib.pyplot as plt
 
@@ -264,7 +265,7 @@ def save_overview(rows: dict, folder: str | Path, *, title: str, activation: str
 # ------------------------------------------------------------------ example trajectories
 
 
-def pick_examples(rows: dict, k: int = 3) -> list[int]:
+def pick_examples(rows: Mapping, k: int = 3) -> list[int]:
     """Positions (into `rows`) of up to `k` successful trajectories worth looking at:
     the disconnected one with most frozen edges, a connected one whose bottleneck weight
     changed sign, the longest sliding time, the largest drift in tolerance units, then
@@ -363,7 +364,7 @@ def _trajectory_row(axs, flow, row: dict, g: DAG, bn: np.ndarray, rtol: float, a
         axs[2].legend(fontsize=7)
 
 
-def trajectory_figure(config: SweepConfig, rows: dict, theta0, *, k: int = 3, n_save: int = 201):
+def trajectory_figure(config: SweepConfig, rows: Mapping, theta0, *, k: int = 3, n_save: int = 201):
     """Example trajectories of a sweep over time, re-integrated from their rows
     (`pick_examples`, `reintegrate`): per trajectory, the loss, `c(t) - c(0)` in
     tolerance units and the bottleneck weights (frozen ones solid).
@@ -456,7 +457,7 @@ def graph_panel(ax, g: DAG, frozen_fraction: np.ndarray) -> None:
     ax.axis("off")
 
 
-def graph_figure(config: SweepConfig, rows: dict):
+def graph_figure(config: SweepConfig, rows: Mapping):
     """The sweep's graph with bottlenecks and frozen edges marked (`graph_panel`),
     titled with the configuration. **Returns:** a matplotlib `Figure`."""
     import matplotlib.pyplot as plt

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._defaults import DRIFT_TOL_UNITS
-from .._results import STATUSES, is_success, result_code, result_message, result_name, status_is, status_is_success
+from .._results import STATUSES, is_success, result_code, result_message, result_name, status_is_success
 from ..topology import connectivity
 from ._columns import DERIVED, trajectory_columns
 from ._config import SweepConfig
@@ -21,6 +21,7 @@ from ._figures import config_title, graph_figure, save_overview, trajectory_figu
 from ._kink import KINK_FIELDS
 from ._result import SweepResult
 from ._store import ResultsStore
+from ._stream import SummaryStream
 
 COLUMNS = (
     "index",
@@ -51,7 +52,9 @@ class SweepSummary:
 
     **Attributes:**
 
-    - `rows`: a dict of equal-length NumPy arrays: `index`, `status` (the `STATUSES`
+    - `rows`: a mapping of equal-length NumPy arrays (a dict; a folder summary's is read
+        from the chunks when first used, so that a summary itself holds no per-trajectory
+        columns): `index`, `status` (the `STATUSES`
         code), `result` (the `ij.RESULTS` code), `steps` (`num_steps`), `drift`,
         `loss_initial`, `loss_final`, and the
         derived columns of the tidy table (`ij.sweep.trajectory_columns`, the same
@@ -88,15 +91,19 @@ class SweepSummary:
 
     def __init__(
         self,
-        rows: dict[str, np.ndarray],
+        rows: Mapping[str, np.ndarray],
         aggregate: dict,
         *,
         config: SweepConfig | None = None,
         theta0: np.ndarray | Callable | None = None,
         failures: list[dict] | None = None,
         flagged: list[dict] | None = None,
+        first: dict[str, np.ndarray] | None = None,
+        failure_counts: list[tuple[int, int]] | None = None,
     ):
         self.rows = rows
+        self._first = first  # the leading rows by index (what `table` shows), when known
+        self._counts = failure_counts  # (code, count) of each failure result, when known
         self.aggregate = aggregate
         self.config = config
         self.theta0 = theta0
@@ -108,7 +115,7 @@ class SweepSummary:
         the fix (stops by a rule are successes and are not listed)."""
         return [
             f"{n} trajector{'y' if n == 1 else 'ies'} {result_name(code)}: {result_message(code)}"
-            for code, n in _failure_counts(self.rows["result"])
+            for code, n in (_failure_counts(self.rows["result"]) if self._counts is None else self._counts)
         ]
 
     def failure_lines(self, max_lines: int = 5) -> list[str]:
@@ -123,7 +130,7 @@ class SweepSummary:
                     f"up to {f['max_sliding_pairs']} pairs sliding at once"
                 )
             lines.append(line)
-        n_failed = int(np.sum(~status_is_success(self.rows["status"])))
+        n_failed = self._n_failed()
         if n_failed > len(lines):
             listed = f"the first {len(self.failures)}" if n_failed > len(self.failures) else "all"
             lines.append(f'... {n_failed - len(lines)} more ({listed} in summary.json, "failures")')
@@ -149,9 +156,26 @@ class SweepSummary:
             f'there{causes}: init{"" if n == 1 else "s"} {inits}{more} (summary.json, "flagged")'
         ]
 
+    def _n_failed(self) -> int:
+        failing = [f"status_{name}" for i, name in enumerate(STATUSES) if not status_is_success(np.asarray([i]))[0]]
+        if all(k in self.aggregate for k in failing):
+            return sum(int(self.aggregate[k]) for k in failing)
+        return int(np.sum(~status_is_success(self.rows["status"])))
+
+    def _head(self, k: int) -> dict[str, np.ndarray]:
+        """The first `k` rows (by index where the summary kept them, else of `rows`)."""
+        total = self.aggregate.get("initializations")
+        if self._first is not None and (len(self._first["index"]) >= k or len(self._first["index"]) == total):
+            return {c: v[:k] for c, v in _rows(self._first).items()}
+        return {c: np.asarray(v)[:k] for c, v in self.rows.items()}
+
+    def _total(self) -> int:
+        n = self.aggregate.get("initializations")
+        return int(n) if n is not None else len(self.rows["index"])
+
     def table(self, max_rows: int = 20) -> str:
         """The per-trajectory table (first `max_rows` rows) as text."""
-        r = self.rows
+        r = self._head(max_rows)
         head = (
             f"{'init':>6} {'status':>9} {'steps':>7} {'drift':>9} {'drift/tol':>9} {'rank0':>5} "
             f"{'rank1':>5} {'conn':>5} {'comps':>5} {'bn_flip':>7} {'fz_flip':>7} {'loss1':>10}"
@@ -164,8 +188,8 @@ class SweepSummary:
                 f"{'yes' if r['connected'][i] else 'no':>5} {r['n_components'][i]:>5d} "
                 f"{r['bottleneck_sign_changes'][i]:>7d} {r['frozen_sign_changes'][i]:>7d} {r['loss_final'][i]:>10.3e}"
             )
-        if len(r["index"]) > max_rows:
-            lines.append(f"... {len(r['index']) - max_rows} more rows in table.csv")
+        if self._total() > max_rows:
+            lines.append(f"... {self._total() - max_rows} more rows in table.csv")
         return "\n".join(lines)
 
     def aggregate_table(self) -> str:
@@ -184,13 +208,18 @@ class SweepSummary:
         the tidy table, under its names, floats written exactly (`repr`), booleans as
         1/0. Returns the path."""
         path = Path(path)
-        names = list(COLUMNS) + [c for c in ("num_events", "sliding_time") if _ROW_OF.get(c, c) in self.rows]
-        cols = [np.asarray(self.rows[_ROW_OF.get(c, c)]) for c in names]
+        blocks = self.rows.blocks() if isinstance(self.rows, _FolderRows) else _slices(self.rows, CSV_BLOCK)
         with path.open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(names)
-            for a in range(0, len(self.rows["index"]), CSV_BLOCK):  # (the cells of a block at a time)
-                w.writerows(zip(*(_cells(col[a : a + CSV_BLOCK]) for col in cols)))
+            names = None
+            for rows in blocks:  # (the cells of a block at a time)
+                if names is None:
+                    names = _csv_names(rows)
+                    w.writerow(names)
+                for a in range(0, len(rows["index"]), CSV_BLOCK):
+                    w.writerows(zip(*(_cells(np.asarray(rows[_ROW_OF.get(c, c)])[a : a + CSV_BLOCK]) for c in names)))
+            if names is None:
+                w.writerow(_csv_names(self.rows))
         return path
 
     def save_figures(self, folder: str | Path, *, trajectories: int = 3) -> list[Path]:
@@ -214,7 +243,7 @@ class SweepSummary:
         import matplotlib.pyplot as plt
 
         folder = Path(folder)
-        title = config_title(self.config, len(self.rows["index"]))
+        title = config_title(self.config, self._total())
         activation = None if self.config is None else self.config.activation
         paths = save_overview(self.rows, folder, title=title, activation=activation)
         if self.config is None:
@@ -233,6 +262,20 @@ class SweepSummary:
 CSV_BLOCK = 1024
 """Rows of `table.csv` converted to cells at a time: a column at a time is fast, and a
 block at a time keeps the cells' memory from growing with the sweep."""
+
+FOLDER_BLOCK = 1 << 13
+"""Consecutive indices a folder summary reads at a time to write `table.csv` in index
+order (a few MB)."""
+
+
+def _csv_names(rows) -> list[str]:
+    return list(COLUMNS) + [c for c in ("num_events", "sliding_time") if _ROW_OF.get(c, c) in rows]
+
+
+def _slices(rows: Mapping, size: int):
+    n = len(rows["index"])
+    for a in range(0, n, size):
+        yield {k: np.asarray(v)[a : a + size] for k, v in rows.items()}
 
 
 def _cells(col: np.ndarray) -> list:
@@ -260,10 +303,11 @@ def summarize_sweep(
     **Arguments:**
 
     - `config`: the sweep's `SweepConfig` (graph and activation).
-    - `result`: its `SweepResult`, or its results folder. From a folder only the columns
-        the summary shows are read, chunk by chunk (a few hundred bytes per trajectory
-        instead of every record with its weight vectors); the initial weights of the
-        example trajectories are read when `save_figures` draws them.
+    - `result`: its `SweepResult`, or its results folder. From a folder the records are
+        read a chunk at a time, and the summary keeps none of their columns: its medians
+        are exact by radix selection over more passes (`sweep/_stream.py`), `to_csv`
+        reads blocks of consecutive indices, and `rows` (with the initial weights of the
+        figures' example trajectories) is read from the chunks when first used.
     - `check_rows`: re-derive the connectivity verdict of this many rows with the
         per-trajectory `ij.connectivity` (combinatorial + LP) and count disagreements
         with the batched `frozen_mask` in `aggregate["connectivity_mismatches"]`.
@@ -275,42 +319,53 @@ def summarize_sweep(
     """
     g = config.build_graph()
     if isinstance(result, SweepResult):
-        rec = _result_columns(g, result)
+        rec = {**_result_columns(g, result), "c0": np.asarray(result.c0, np.float64)}
+        rows: dict | _FolderRows = _rows(rec)
         theta0: np.ndarray | Callable | None = np.asarray(result.theta0, np.float64)
-        stats, n_check = stats or result.stats, min(int(check_rows), len(result.index))
-        c0 = np.asarray(result.c0, np.float64)[:n_check]
+        stats = stats or result.stats
+        chunks: Callable = lambda: [rec]  # noqa: E731
     elif isinstance(result, (str, os.PathLike)):
-        store = ResultsStore(Path(result), cache_bytes=0)  # one pass: keep no records
-        rec = _folder_columns(store, config, g)
-        n_check = min(int(check_rows), len(rec["index"]))
-        c0 = _load(store, keys=["c0"], indices=rec["index"][:n_check])["c0"]
-        theta0 = partial(_folder_theta0, store, rec["index"])
+        store = ResultsStore(Path(result), cache_bytes=0)  # one chunk at a time: keep no records
+        rows = _FolderRows(store, config, g)
+        chunks = rows.chunks
+        theta0 = partial(_folder_theta0, store, rows)
     else:
         raise TypeError(f"result must be a SweepResult or a results folder; got {type(result).__name__}.")
-    rows = _rows(rec)
-    agg = {
-        **_aggregate(rows),
-        "connectivity_checked": n_check,
-        "connectivity_mismatches": _connectivity_mismatches(g, c0, rows["frozen"], n_check),
-    }
-    if "events" in rows:
-        agg.update(_kink_aggregate(rec, len(rows["status"])))
+    stream = SummaryStream(
+        head=max(int(check_rows), TABLE_ROWS),
+        listed=FAILURES_LISTED,
+        fields=_FAILURE_FIELDS,
+        drift_tol_units=DRIFT_TOL_UNITS,
+    )
+    for c in chunks():
+        stream.add(c)
+    if not stream.n and isinstance(rows, _FolderRows):
+        raise ValueError(f"{str(rows.store.folder)!r} holds no finished trajectories yet; run it with --resume.")
+    found = stream.finish(chunks)
+    agg, first = found.aggregate, found.first
+    n_check = min(int(check_rows), agg["initializations"])
+    checked = 0 if first is None else _connectivity_mismatches(g, first["c0"], first["frozen"], n_check)
+    agg.update(connectivity_checked=n_check, connectivity_mismatches=checked)
+    agg.update(found.kink or {})
     keys = ("work_efficiency", "useful_steps", "slot_iterations", "seconds", "slots", "devices", "host_seconds")
     engine = stats or {}
     agg.update({f"engine_{k}": engine[k] for k in keys if k in engine})
-    agg.update({f"result_{result_name(code)}": n for code, n in _failure_counts(rows["result"])})
-    failed = np.asarray(~status_is_success(np.asarray(rec["status"])))
-    flagged = ~failed & (np.asarray(rec.get("num_ambiguous", np.zeros(failed.shape, int))) > 0)
-    if "events" in rows:
-        agg.update(_flag_counts(rec, flagged))
+    agg.update({f"result_{result_name(code)}": n for code, n in found.failure_counts})
+    agg.update(found.flags or {})
     return SweepSummary(
         rows,
         {_identifier(k): v for k, v in agg.items()},
         config=config,
         theta0=theta0,
-        failures=_listed(rec, failed),
-        flagged=_listed(rec, flagged),
+        failures=_listed(found.failures),
+        flagged=_listed(found.flagged),
+        first=first,
+        failure_counts=found.failure_counts,
     )
+
+
+TABLE_ROWS = 20
+"""The rows a summary keeps for `SweepSummary.table` (its default), or `check_rows` if more."""
 
 
 FAILURES_LISTED = 100
@@ -335,18 +390,19 @@ def _failure_counts(codes: np.ndarray) -> list[tuple[int, int]]:
     return [(int(c), int(n)) for c, n in zip(failed, counts)]
 
 
-def _listed(rec: dict, mask: np.ndarray) -> list[dict]:
-    """`SweepSummary.failures` (or `flagged`): the first `FAILURES_LISTED` rows of the
-    summary's fields where `mask` (sorted by index)."""
-    bad = np.flatnonzero(mask)[:FAILURES_LISTED]
-    keys = [k for k in _FAILURE_FIELDS if k in rec]
+def _listed(rows: dict | None) -> list[dict]:
+    """`SweepSummary.failures` (or `flagged`) from the summary's fields of those rows (the
+    first `FAILURES_LISTED` by index)."""
+    if rows is None:
+        return []
+    keys = [k for k in _FAILURE_FIELDS if k in rows]
     return [
         {
-            "index": int(rec["index"][i]),
-            "result": str(result_name(int(rec["result"][i]))),
-            **{k: np.asarray(rec[k][i]).item() for k in keys},
+            "index": int(rows["index"][i]),
+            "result": str(result_name(int(rows["result"][i]))),
+            **{k: np.asarray(rows[k][i]).item() for k in keys},
         }
-        for i in bad
+        for i in range(len(rows["index"]))
     ]
 
 
@@ -392,6 +448,45 @@ def _folder_columns(store: ResultsStore, config: SweepConfig, g) -> dict:
     return {**rec, **trajectory_columns(g, rec, rtol=config.rtol, atol=config.atol)}
 
 
+class _FolderRows(Mapping):
+    """`SweepSummary.rows` of a folder summary: read from the chunks when first used (by
+    the figures, or a user), not by the summary itself. `chunks()` and `blocks()` give
+    the summary's fields a chunk, or `FOLDER_BLOCK` consecutive indices (as rows), at a
+    time; chunks written before the derived columns existed get them computed there."""
+
+    def __init__(self, store: ResultsStore, config: SweepConfig, g):
+        self.store, self.config, self.g = store, config, g
+        self._loaded: dict | None = None
+
+    def _fields(self, rec: dict) -> dict:
+        if not all(k in rec for k in _SUMMARY_FIELDS if k not in KINK_FIELDS):
+            rec = {**rec, **trajectory_columns(self.g, rec, rtol=self.config.rtol, atol=self.config.atol)}
+        return {k: rec[k] for k in ("index", "c0", *_SUMMARY_FIELDS) if k in rec}
+
+    def chunks(self):
+        return (self._fields(r) for r in self.store.iter_records())
+
+    def blocks(self):
+        found = self.store.scan()
+        have = set.intersection(*(set(c.fields) for c in found.values())) if found else set()
+        keys = None if any(k not in have for k in _SUMMARY_FIELDS if k not in KINK_FIELDS) else [*_SUMMARY_FIELDS, "c0"]
+        return (_rows(self._fields(r)) for r in self.store.iter_index_blocks(FOLDER_BLOCK, keys=keys))
+
+    def _all(self) -> dict:
+        if self._loaded is None:
+            self._loaded = _rows(_folder_columns(self.store, self.config, self.g))
+        return self._loaded
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+
 def _load(store: ResultsStore, **kw) -> dict[str, np.ndarray]:
     rec = store.load_records(**kw)
     if rec is None:  # the chunks went away after the scan
@@ -399,9 +494,9 @@ def _load(store: ResultsStore, **kw) -> dict[str, np.ndarray]:
     return rec
 
 
-def _folder_theta0(store: ResultsStore, index: np.ndarray, positions) -> np.ndarray:
+def _folder_theta0(store: ResultsStore, rows, positions) -> np.ndarray:
     """`theta0` of the rows at `positions` of a folder summary (read from its chunks)."""
-    wanted = np.asarray(index)[np.asarray(positions, np.int64)]
+    wanted = np.asarray(rows["index"])[np.asarray(positions, np.int64)]
     rec = _load(store, keys=["theta0"], indices=wanted)
     return np.asarray(rec["theta0"], np.float64)[np.searchsorted(rec["index"], wanted)]
 
@@ -437,68 +532,12 @@ def _rows(rec: dict) -> dict[str, Any]:
     return rows
 
 
-def _aggregate(rows: dict[str, np.ndarray]) -> dict:
-    """Counts per status, topology, drift, loss and steps over the rows."""
-    st = rows["status"]
-    ok = status_is_success(st)
-    dt = rows["drift_in_tol"][ok]
-    return {
-        "initializations": int(len(st)),
-        **{f"status_{name}": int(np.sum(status_is(st, name))) for name in STATUSES},
-        "fraction_disconnected": float(np.mean(~rows["connected"])) if len(st) else 0.0,
-        "max_components": int(rows["n_components"].max()) if len(st) else 0,
-        "drift_tol_median": float(np.median(dt)) if dt.size else float("nan"),
-        "drift_tol_max": float(np.max(dt)) if dt.size else float("nan"),
-        "fraction_within_100_tol": float(np.mean(dt <= DRIFT_TOL_UNITS)) if dt.size else float("nan"),
-        "rank_changed": int(np.sum((rows["rank_start"] != rows["rank_end"]) & ok)),
-        "bottleneck_sign_changes": int(rows["bottleneck_sign_changes"].sum()),
-        "frozen_sign_changes": int(rows["frozen_sign_changes"].sum()),
-        "loss_final_median": float(np.median(rows["loss_final"][ok])) if ok.any() else float("nan"),
-        "loss_final_median_connected": _median(rows["loss_final"][ok & rows["connected"]]),
-        "loss_final_median_disconnected": _median(rows["loss_final"][ok & ~rows["connected"]]),
-        "steps_min": int(rows["steps"].min()) if len(st) else 0,
-        "steps_median": float(np.median(rows["steps"])) if len(st) else 0.0,
-        "steps_max": int(rows["steps"].max()) if len(st) else 0,
-    }
-
-
 def _names(codes: np.ndarray) -> np.ndarray:
     """`result_name` of each code, as an object array (one `str` per distinct code)."""
     distinct, inverse = np.unique(codes, return_inverse=True)
     return np.asarray(result_name(distinct), object)[inverse.reshape(codes.shape)]
 
 
-def _kink_aggregate(kk: dict, n: int) -> dict:
-    """Kink-aware sweeps: events, crossings and sliding over the `n` rows."""
-    return {
-        "kink events median": float(np.median(kk["num_events"])) if n else 0.0,
-        "kink crossings total": int(np.sum(kk["num_crossings"])),
-        "trajectories sliding": int(np.sum(kk["num_sliding_entries"] > 0)),
-        "max pairs sliding at once": int(np.max(kk["max_sliding_pairs"])) if n else 0,
-        "ambiguous events": int(np.sum(kk["num_ambiguous"])),
-        "trajectories with ambiguous events": int(np.sum(kk["num_ambiguous"] > 0)),
-        **({"ambiguous events at two folds": int(np.sum(kk["num_two_folds"]))} if "num_two_folds" in kk else {}),
-        "kink events total": int(np.sum(kk["num_events"])),
-        "sliding time median": float(np.median(kk["sliding_time"])) if n else 0.0,
-        "sliding time max": float(np.max(kk["sliding_time"])) if n else 0.0,
-    }
-
-
-def _flag_counts(kk: dict, flagged: np.ndarray) -> dict:
-    """The trajectories flagged (`flagged`: ended ok with an ambiguous event), and by
-    cause where the records hold it (stores written before `num_two_folds` do not)."""
-    out = {"trajectories flagged": int(np.sum(flagged))}
-    if "num_two_folds" in kk:
-        amb, folds = np.asarray(kk["num_ambiguous"]), np.asarray(kk["num_two_folds"])
-        out["trajectories flagged at a two fold"] = int(np.sum(flagged & (folds > 0)))
-        out["trajectories flagged without consistent modes"] = int(np.sum(flagged & (amb > folds)))
-    return out
-
-
 def _identifier(key: str) -> str:
     """`summary.json` keys are identifiers (`"kink events median"` -> `"kink_events_median"`)."""
     return re.sub(r"[^0-9a-z]+", "_", key.lower()).strip("_")
-
-
-def _median(a):
-    return float(np.median(a)) if np.size(a) else float("nan")

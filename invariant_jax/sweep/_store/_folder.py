@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -67,11 +69,12 @@ not grow with the number of records."""
 
 
 class VerifiedChunk(NamedTuple):
-    """A chunk that `ResultsStore.scan` verified: its indices, metadata, fields (`name ->
-    (dtype, trailing shape)`) and records (`None` when not kept in memory)."""
+    """A chunk that `ResultsStore.scan` verified: its indices, fields (`name -> (dtype,
+    trailing shape)`; one dict shared by the chunks that have the same) and records
+    (`None` when not kept in memory). A scan keeps these for every chunk, so they are
+    small: no metadata."""
 
     indices: np.ndarray
-    meta: dict
     fields: dict
     records: dict | None
 
@@ -108,6 +111,7 @@ class ResultsStore:
         self.notes: list[str] = []  # what open/load did to the folder, in words
         self._n_written = 0
         self._cache: dict[str, VerifiedChunk] = {}  # chunk name -> what its verification found
+        self._fields: dict[str, dict] = {}  # one `VerifiedChunk.fields` per distinct set of fields
         self._seen_indices: dict[str, np.ndarray] = {}
         self.manifest: dict | None = None
         self.created = False  # whether this writer created the manifest
@@ -198,14 +202,20 @@ class ResultsStore:
             f"(differs in {differs}); one folder holds one experiment. Choose another --out."
         )
 
-    def write_output(self, path: str | Path, data: bytes) -> Path:
+    def write_output(self, path: str | Path, data: bytes | os.PathLike) -> Path:
         """Write an output file (e.g. `table.csv`) into the folder atomically, listed in the
-        manifest with its SHA-256 first, so that `--overwrite` can prove it wrote it."""
+        manifest with its SHA-256 first, so that `--overwrite` can prove it wrote it.
+        `data`: its bytes, or a file to copy (read in blocks: a large table is never
+        held in memory)."""
         path = Path(path)
         rel = str(path.resolve().relative_to(self.folder.resolve()))
         man = self.read_manifest() or self.manifest
         assert man is not None, "open the store first"
-        digest = hashlib.sha256(data).hexdigest()
+        if isinstance(data, bytes):
+            digest, source = hashlib.sha256(data).hexdigest(), None
+        else:
+            source = Path(data)
+            digest = _file_sha256(source)
         hashes = dict(man.get("output_sha256") or {})
         known = hashes.get(rel) or []
         hashes[rel] = [digest, *[h for h in known if h != digest]][:4]  # the file now, or before
@@ -213,7 +223,11 @@ class ResultsStore:
         if outs != man.get("outputs") or hashes != man.get("output_sha256"):
             self._write_manifest({**man, "outputs": outs, "output_sha256": hashes})
         path.parent.mkdir(exist_ok=True)
-        atomic_write_bytes(path, lambda f: f.write(data))
+        if source is None:
+            atomic_write_bytes(path, lambda f: f.write(data))
+        else:
+            with source.open("rb") as src:
+                atomic_write_bytes(path, lambda f: shutil.copyfileobj(src, f, _BLOCK))
         return path
 
     # -- ownership -------------------------------------------------------------
@@ -477,6 +491,11 @@ class ResultsStore:
         warning; both name it.
 
         **Raises:** `ValueError` naming a chunk of another sweep (other config hash)."""
+        return {name: chunk for name, chunk, _ in self._scan_each(quarantine)}
+
+    def _scan_each(self, quarantine: bool = False) -> Iterator[tuple[str, VerifiedChunk, dict | None]]:
+        """`scan` a chunk at a time: `(name, chunk, records)`, with the records it has just
+        read and verified (`None` for a chunk verified before)."""
         expected = self._expected_hash()
         live: dict[str, VerifiedChunk] = {}
         kept = 0  # bytes of records kept in memory
@@ -484,6 +503,7 @@ class ResultsStore:
             if f.name in self._cache:
                 live[f.name] = c = self._cache[f.name]
                 kept += 0 if c.records is None else _nbytes(c.records)
+                yield f.name, c, None
                 continue
             try:
                 rec, meta = read_chunk(f)
@@ -505,14 +525,13 @@ class ResultsStore:
                 )
             keep = kept + _nbytes(rec) <= (CACHE_BYTES if self.cache_bytes is None else self.cache_bytes)
             kept += _nbytes(rec) if keep else 0
+            fields = {k: (v.dtype, v.shape[1:]) for k, v in rec.items()}
+            fields = self._fields.setdefault(repr(fields), fields)
             self._cache[f.name] = live[f.name] = VerifiedChunk(
-                indices=rec["index"],
-                meta=meta,
-                fields={k: (v.dtype, v.shape[1:]) for k, v in rec.items()},
-                records=rec if keep else None,
+                indices=rec["index"], fields=fields, records=rec if keep else None
             )
+            yield f.name, live[f.name], rec
         self._cache = dict(live)
-        return live
 
     def _records(self, name: str, chunk: VerifiedChunk) -> dict[str, np.ndarray]:
         """The records of a verified chunk: kept in memory, or read (and verified) again."""
@@ -608,6 +627,46 @@ class ResultsStore:
             for k in fields:
                 out[k][d[kept]] = rec[k][kept]
         return out
+
+    def iter_records(self) -> Iterator[dict[str, np.ndarray]]:
+        """The finished records a chunk at a time, each index once (the record
+        `load_records` keeps: its first, in chunk order), for statistics over sweeps too
+        large to load. Holds one chunk's records at a time, and reads each chunk once (a
+        chunk not verified before is verified by that read, as `scan` does). Chunks
+        written by other versions may hold other fields."""
+        seen = np.zeros(0, bool)
+        for name, chunk, rec in self._scan_each():
+            rec = self._records(name, chunk) if rec is None else rec
+            idx = np.asarray(rec["index"], np.int64)
+            if idx.size and idx.max() >= seen.size:  # (grown by doubling)
+                seen = np.concatenate([seen, np.zeros(max(int(idx.max()) + 1 - seen.size, seen.size), bool)])
+            first = np.sort(np.unique(idx, return_index=True)[1])
+            fresh = first[~seen[idx[first]]]
+            seen[idx[fresh]] = True
+            if fresh.size:
+                yield {k: v[fresh] for k, v in rec.items()}
+
+    def iter_index_blocks(self, width: int, *, keys=None) -> Iterator[dict[str, np.ndarray]]:
+        """The finished records in blocks of `width` consecutive indices, sorted by index,
+        each index once (as `load_records`): a table written in index order holds one
+        block at a time. A chunk is read for every block its indices reach into."""
+        chunks = self.scan()
+        fields = _common_fields(chunks, keys)
+        spans = {n: (int(c.indices.min()), int(c.indices.max())) for n, c in chunks.items() if len(c.indices)}
+        top = max((hi + 1 for _, hi in spans.values()), default=0)
+        for a in range(0, top, width):
+            parts = []
+            for name, (lo, hi) in spans.items():
+                if lo < a + width and hi >= a:
+                    rec = self._records(name, chunks[name])
+                    idx = np.asarray(rec["index"], np.int64)
+                    take = (idx >= a) & (idx < a + width)
+                    parts.append({k: rec[k][take] for k in fields})
+            if parts:
+                both = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                first = np.unique(both["index"], return_index=True)[1]  # (sorted by index)
+                if first.size:
+                    yield {k: v[first] for k, v in both.items()}
 
     def done_indices(self) -> np.ndarray:
         """Indices with a finished record, sorted (verified chunks; different records for
@@ -745,5 +804,20 @@ class ResultsStore:
         }
 
 
+def _common_fields(chunks: dict[str, VerifiedChunk], keys=None) -> list[str]:
+    """The fields every chunk has (`keys` among them, and `index`), in the first chunk's order."""
+    names = list(chunks)
+    common = [k for k in chunks[names[0]].fields if all(k in chunks[n].fields for n in names)] if names else []
+    return [k for k in common if keys is None or k == "index" or k in keys]
+
+
 def _nbytes(records: dict[str, np.ndarray]) -> int:
     return sum(np.asarray(v).nbytes for v in records.values())
+
+
+_BLOCK = 1 << 20  # bytes read at a time from an output file to copy
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
