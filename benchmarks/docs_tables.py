@@ -1831,6 +1831,48 @@ def sweep_million() -> str:
     )
 
 
+SWEEP_MEMORY = (
+    ("before", "sweep_memory_1e5_before.json"),
+    ("before", "sweep_memory_1e6_before.json"),
+    ("after", "sweep_memory_1e5.json"),
+    ("after", "sweep_memory_1e6.json"),
+)
+
+
+def sweep_memory() -> str:
+    """docs/sweep.md's memory paragraph: the CLI's default sweep at 10^5 and 10^6 inits,
+    with the summary that kept the table's columns (before) and the one that streams."""
+    lines = [
+        "| summary | commit | inits | wall | engine | peak RSS | load before |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    peaks: dict[str, list[float]] = {}
+    commands = []
+    for arm, name in SWEEP_MEMORY:
+        rec = _load(name)
+        r = rec["rows"][0]
+        peaks.setdefault(arm, []).append(r["peak_rss_mb"])
+        lines.append(
+            f"| {arm} | {_commit(rec)} | {r['n_inits']:,} | {r['wall_s']:.0f} s | {r['engine_s']:.0f} s | "
+            f"{r['peak_rss_mb'] / 1024:.2f} GB | {r['load_average_before'][0]:.1f} |"
+        )
+        commands.append(f"`{rec['command']}` (`benchmarks/results/{name}`)")
+    ratio = "; ".join(f"{arm} {p[1] / p[0]:.2f}x" for arm, p in peaks.items())
+    rest = "; ".join(
+        f"{arm} {_load(name)['rows'][0]['wall_s'] - _load(name)['rows'][0]['engine_s']:.0f} s"
+        for arm, name in SWEEP_MEMORY
+        if _load(name)["rows"][0]["n_inits"] == 1_000_000
+    )
+    rec = _load(SWEEP_MEMORY[-1][1])
+    return (
+        f"`invariant-jax sweep --graph example --n-inits N` (figures off, no compilation cache, 2 CPU devices)"
+        f"{_on_cpu(rec['provenance'])}, one run each.\n\n"
+        + "\n".join(lines)
+        + f"\n\nPeak RSS at 10^6 over 10^5: {ratio}. Wall time outside the engine at 10^6 (start-up, "
+        f"summary, table.csv): {rest}. Commands: " + "; ".join(commands) + ".\n"
+    )
+
+
 def _flagged(row: dict) -> str:
     """`" in k trajectories (inits ...)"`: the successes with ambiguous events of a
     `sweep_cores.py` row, where it recorded them."""
@@ -3034,6 +3076,7 @@ BLOCKS = {
     "sweep-cores-overlap": sweep_cores_overlap,
     "sweep-first-call": sweep_first_call,
     "sweep-million": sweep_million,
+    "sweep-memory": sweep_memory,
     "sweep-cores-slots": sweep_cores_slots,
     "coupled-pairs": coupled_pairs,
     "sweep-throughput": sweep_throughput,

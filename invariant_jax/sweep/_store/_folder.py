@@ -633,7 +633,8 @@ class ResultsStore:
         `load_records` keeps: its first, in chunk order), for statistics over sweeps too
         large to load. Holds one chunk's records at a time, and reads each chunk once (a
         chunk not verified before is verified by that read, as `scan` does). Chunks
-        written by other versions may hold other fields."""
+        written by other versions may hold other fields. Unlike `load_records`, it does
+        not compare an index's later records with its first."""
         seen = np.zeros(0, bool)
         for name, chunk, rec in self._scan_each():
             rec = self._records(name, chunk) if rec is None else rec
