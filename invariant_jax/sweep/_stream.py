@@ -2,15 +2,15 @@
 memory they take does not grow with the number of trajectories (`summarize_sweep` of a
 results folder, whose records stay on disk).
 
-- `ExactMedian`: `np.median` of a column, bit for bit, by radix selection over passes:
-  the first pass counts the values' 16 leading bits (of an order-preserving integer
-  key), each later one the next 16 bits of the bucket that holds the middle, until that
-  bucket is small enough to collect (usually the second pass).
+- `ExactMedian`: `np.median` of a column by radix selection over passes: the first pass
+  counts the values' 16 leading bits (of an order-preserving integer key), each later
+  one the next 16 bits of the bucket that holds the middle, until that bucket is small
+  enough to collect (usually the second pass). Small integers are counted one by one.
 - `SummaryStream`: the counts, sums, extremes, medians, failures and leading rows that
   `summarize_sweep` reports, from chunks of records fed in any order.
-- `folder_chunks` / `index_blocks`: a folder's records, each index once (its first
-  record, in the store's chunk order), chunk by chunk, or in blocks of consecutive
-  indices (for `table.csv`).
+
+A folder's chunks come from `ResultsStore.iter_records` (and `table.csv`'s blocks of
+consecutive indices from `ResultsStore.iter_index_blocks`).
 """
 
 from __future__ import annotations
@@ -256,8 +256,8 @@ class SummaryStream:
         n = len(c["index"])
         if not n:
             return
-        ok = _ok(c)
         st = np.asarray(c["status"], np.int64)
+        ok = _ok(c)
         if "num_events" in c and not self.kink:  # kink-aware records: their medians too
             self.kink = True
             self.med["events"] = ExactMedian(lambda c: c["num_events"])
@@ -276,7 +276,7 @@ class SummaryStream:
         self.min_steps.add(np.asarray(c["num_steps"]))
         for m in self.med.values():
             m.add(c)
-        failed = ~np.asarray(status_is_success(st))
+        failed = ~ok
         res = np.asarray(c["result"])
         bad = res[failed]  # (a failed status is a failing result: `status_code`)
         for code, k in zip(*np.unique(bad, return_counts=True)):

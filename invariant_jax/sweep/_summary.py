@@ -438,14 +438,23 @@ def _result_columns(g, result: SweepResult) -> dict:
 def _folder_columns(store: ResultsStore, config: SweepConfig, g) -> dict:
     """The summary's fields of a results folder, sorted by index. Folders written before
     the derived columns existed are loaded whole and the columns computed."""
-    chunks = store.scan()
-    if not chunks:
+    if not store.scan():
         raise ValueError(f"{str(store.folder)!r} holds no finished trajectories yet; run it with --resume.")
-    have = set.intersection(*(set(c.fields) for c in chunks.values()))
-    if all(k in have for k in _SUMMARY_FIELDS if k not in KINK_FIELDS):
-        return _load(store, keys=[k for k in _SUMMARY_FIELDS if k in have])
+    keys = _summary_keys(store)
+    if keys is not None:
+        return _load(store, keys=keys)
     rec = _load(store)
     return {**rec, **trajectory_columns(g, rec, rtol=config.rtol, atol=config.atol)}
+
+
+def _summary_keys(store: ResultsStore) -> list[str] | None:
+    """The summary's fields that every chunk of the folder has, or None where some chunk
+    lacks a derived column (written before it existed: read every field)."""
+    found = store.scan()
+    have = set.intersection(*(set(c.fields) for c in found.values())) if found else set()
+    if any(k not in have for k in _SUMMARY_FIELDS if k not in KINK_FIELDS):
+        return None
+    return [k for k in _SUMMARY_FIELDS if k in have]
 
 
 class _FolderRows(Mapping):
@@ -467,9 +476,7 @@ class _FolderRows(Mapping):
         return (self._fields(r) for r in self.store.iter_records())
 
     def blocks(self):
-        found = self.store.scan()
-        have = set.intersection(*(set(c.fields) for c in found.values())) if found else set()
-        keys = None if any(k not in have for k in _SUMMARY_FIELDS if k not in KINK_FIELDS) else [*_SUMMARY_FIELDS, "c0"]
+        keys = _summary_keys(self.store)
         return (_rows(self._fields(r)) for r in self.store.iter_index_blocks(FOLDER_BLOCK, keys=keys))
 
     def _all(self) -> dict:

@@ -562,7 +562,7 @@ class ResultsStore:
         idx = index[order]
         first = np.ones(len(idx), bool)
         first[1:] = idx[1:] != idx[:-1]
-        keys = [k for k in chunks[names[0]].fields if all(k in chunks[n].fields for n in names)]
+        keys = _common_fields(chunks)
         recent: dict[int, dict] = {}  # the last two chunks read for the duplicates
 
         def records_of(i: int) -> dict[str, np.ndarray]:
